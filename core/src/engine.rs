@@ -1,0 +1,114 @@
+//! What a synthesis engine sees of the protocol, and the trait engines implement.
+//!
+//! The trait is synchronous and runtime-free so any runtime can host an engine: the
+//! engine pushes events into a sink the transport gives it, and the transport feeds
+//! them to the `Session` that asked for the request.
+
+use std::fmt;
+
+/// Identifies one engine request: the connection that asked and the utterance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId {
+    pub connection: u64,
+    pub utterance: u64,
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "speech-stream-{}-{}", self.connection, self.utterance)
+    }
+}
+
+/// One utterance to synthesize, built from the session config at `input.done`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SynthesisRequest {
+    /// The flushed, stripped text (never empty).
+    pub text: String,
+    pub model: Option<String>,
+    pub voice: Option<String>,
+    pub language: Option<String>,
+    pub instructions: Option<String>,
+    pub task_type: Option<String>,
+    /// Speaking rate, 0.25..=4.0; 1.0 is the voice's natural pace.
+    pub speed: f64,
+    pub seed: Option<i64>,
+    /// Stream audio chunk by chunk as it is computed (otherwise the session
+    /// collects the whole utterance before encoding it).
+    pub stream: bool,
+    /// Report word timings with `EngineEvent::Words`.
+    pub word_timestamps: bool,
+    /// Produce codec frames (`EngineEvent::Codec`) instead of audio.
+    pub codec_tokens: bool,
+    pub max_new_tokens: Option<u64>,
+    pub initial_codec_chunk_frames: Option<u64>,
+}
+
+/// One word's position in the utterance's audio, in milliseconds from its start.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct WordTiming {
+    pub word: String,
+    pub start_ms: i64,
+    pub end_ms: i64,
+}
+
+/// Something an engine reports about a request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EngineEventKind {
+    /// A chunk of mono signed 16-bit little-endian PCM.
+    Audio { pcm: Vec<u8>, sample_rate: u32 },
+    /// Timings of words spoken so far (appended to those already reported).
+    Words(Vec<WordTiming>),
+    /// Codec frames: `codes` holds `codes.len() / codebooks` frames, frame-major.
+    Codec { codes: Vec<i32>, eos: bool },
+    /// The request completed; no more events follow.
+    Finished,
+    /// The request failed; no more events follow.
+    Failed(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineEvent {
+    pub id: RequestId,
+    pub kind: EngineEventKind,
+}
+
+/// How codec frames are described to clients in `codec.start`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CodecSpec {
+    pub codebooks: u32,
+    pub codebook_size: u32,
+    pub frame_rate_hz: f64,
+    pub sample_rate: u32,
+    pub decoder_id: Option<String>,
+}
+
+/// What an engine can do; the session checks requests against it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineCapabilities {
+    /// Model names served (the `model` config check); the first is the default.
+    pub models: Vec<String>,
+    pub sample_rate: u32,
+    pub voices: Vec<String>,
+    /// The engine reports word timings (the reference's "forced aligner").
+    pub word_timestamps: bool,
+    /// `Some` when codec_tokens output is supported.
+    pub codec: Option<CodecSpec>,
+}
+
+/// Where an engine delivers a request's events.
+pub trait EventSink: Send {
+    /// Deliver one event. May block while the consumer is slow (that is the
+    /// backpressure); returns false once the consumer is gone, after which the
+    /// engine should stop work on the request.
+    fn send(&self, event: EngineEvent) -> bool;
+}
+
+/// A synthesis engine shared by all sessions.
+pub trait Engine: Send + Sync {
+    fn capabilities(&self) -> &EngineCapabilities;
+    /// Start a request. Events, ending with exactly one `Finished` or `Failed`,
+    /// go to `sink` (unless the request is aborted first).
+    fn submit(&self, id: RequestId, request: SynthesisRequest, sink: Box<dyn EventSink>);
+    /// Stop a request at the next chunk. Unknown ids are ignored.
+    fn abort(&self, id: RequestId);
+}
