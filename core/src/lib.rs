@@ -6,6 +6,7 @@
 //! callers feed it frames, engine events and the time, and drain what it wants sent.
 //! It is not a server (see speechstream-transports) and not a voice (see the engines).
 
+pub mod check;
 pub mod codec;
 pub mod config;
 pub mod encode;

@@ -1,4 +1,7 @@
-//! Client text frames: the reference's checks in the reference's order. OWNER: lead.
+//! Client text frames: the reference's checks, in the reference's order (protocol.md §b.1),
+//! then dispatch on `type`.
+
+use crate::json::{self, Object, Value};
 
 /// Message size limits, in characters (Unicode scalar values), as the reference counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -9,9 +12,149 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            max_text_message_chars: 128 * 1024,
-            max_config_message_chars: 4 * 1024 * 1024,
+        Limits { max_text_message_chars: 128 * 1024, max_config_message_chars: 4 * 1024 * 1024 }
+    }
+}
+
+/// Why a client frame was rejected; `message` is the exact string clients see.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParseError {
+    TooLarge,
+    InvalidJson,
+    NotAnObject,
+    ConfigTooLarge,
+    TextTooLarge,
+}
+
+impl ParseError {
+    pub fn message(self) -> &'static str {
+        match self {
+            ParseError::TooLarge => "WebSocket message too large",
+            ParseError::InvalidJson => "Invalid JSON message",
+            ParseError::NotAnObject => "WebSocket messages must be JSON objects",
+            ParseError::ConfigTooLarge => "session.config message too large",
+            ParseError::TextTooLarge => "input.text message too large",
         }
+    }
+}
+
+/// A client message after the frame checks, dispatched on its `type`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClientMessage {
+    /// The whole object, `type` included (validation ignores it).
+    SessionConfig(Object),
+    /// `None` when `text` is present but not a string.
+    InputText(Option<String>),
+    InputDone,
+    InputCancel,
+    SessionClose,
+    /// Any other type, as Python's `str()` renders it (`None` when missing).
+    Other(String),
+}
+
+/// Length in characters, counted only when the byte length could exceed `limit`
+/// (a string never has more characters than bytes).
+fn exceeds(raw: &str, limit: usize) -> bool {
+    raw.len() > limit && raw.chars().count() > limit
+}
+
+pub fn parse_client_text(raw: &str, limits: &Limits) -> Result<ClientMessage, ParseError> {
+    let config_limit = limits.max_config_message_chars;
+    let text_limit = limits.max_text_message_chars;
+    if exceeds(raw, config_limit.max(text_limit)) {
+        return Err(ParseError::TooLarge);
+    }
+    let mut obj = match json::parse(raw) {
+        Ok(Value::Object(obj)) => obj,
+        Ok(_) => return Err(ParseError::NotAnObject),
+        Err(_) => return Err(ParseError::InvalidJson),
+    };
+    let kind = match obj.get("type") {
+        Some(Value::Str(s)) => s.as_str(),
+        _ => "",
+    };
+    if kind == "session.config" {
+        if exceeds(raw, config_limit) {
+            return Err(ParseError::ConfigTooLarge);
+        }
+        return Ok(ClientMessage::SessionConfig(obj));
+    }
+    if exceeds(raw, text_limit) {
+        return Err(ParseError::TextTooLarge);
+    }
+    Ok(match kind {
+        "input.text" => ClientMessage::InputText(take_text(&mut obj)),
+        "input.done" => ClientMessage::InputDone,
+        "input.cancel" => ClientMessage::InputCancel,
+        "session.close" => ClientMessage::SessionClose,
+        _ => ClientMessage::Other(obj.get("type").map_or_else(|| "None".to_owned(), Value::py_str)),
+    })
+}
+
+/// `msg.get("text", "")`, taken out of the object without copying.
+fn take_text(obj: &mut Object) -> Option<String> {
+    match obj.0.iter_mut().find(|(k, _)| k == "text") {
+        None => Some(String::new()),
+        Some((_, Value::Str(s))) => Some(std::mem::take(s)),
+        Some(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(raw: &str) -> Result<ClientMessage, ParseError> {
+        parse_client_text(raw, &Limits::default())
+    }
+
+    #[test]
+    fn dispatches_types() {
+        assert_eq!(parse(r#"{"type": "input.done"}"#), Ok(ClientMessage::InputDone));
+        assert_eq!(parse(r#"{"type":"input.cancel"}"#), Ok(ClientMessage::InputCancel));
+        assert_eq!(parse(r#"{"type":"session.close"}"#), Ok(ClientMessage::SessionClose));
+        assert_eq!(parse(r#"{"type":"input.text","text":"hi "}"#), Ok(ClientMessage::InputText(Some("hi ".into()))));
+        assert_eq!(parse(r#"{"type":"input.text"}"#), Ok(ClientMessage::InputText(Some(String::new()))));
+        assert_eq!(parse(r#"{"type":"input.text","text":123}"#), Ok(ClientMessage::InputText(None)));
+        assert_eq!(parse(r#"{"type":"input.text","text":null}"#), Ok(ClientMessage::InputText(None)));
+        assert!(matches!(parse(r#"{"type":"session.config","voice":"x"}"#), Ok(ClientMessage::SessionConfig(_))));
+    }
+
+    #[test]
+    fn other_types_render_as_python_str() {
+        assert_eq!(parse(r#"{"type":"unknown"}"#), Ok(ClientMessage::Other("unknown".into())));
+        assert_eq!(parse(r#"{}"#), Ok(ClientMessage::Other("None".into())));
+        assert_eq!(parse(r#"{"type":true}"#), Ok(ClientMessage::Other("True".into())));
+        assert_eq!(parse(r#"{"type":5}"#), Ok(ClientMessage::Other("5".into())));
+        assert_eq!(parse(r#"{"type":[1]}"#), Ok(ClientMessage::Other("[1]".into())));
+        assert_eq!(parse(r#"{"type":{"a":1}}"#), Ok(ClientMessage::Other("{'a': 1}".into())));
+    }
+
+    #[test]
+    fn rejects_in_reference_order() {
+        assert_eq!(parse("not json"), Err(ParseError::InvalidJson));
+        assert_eq!(parse("[1,2]"), Err(ParseError::NotAnObject));
+        assert_eq!(parse("\"s\""), Err(ParseError::NotAnObject));
+        let small = Limits { max_text_message_chars: 32, max_config_message_chars: 64 };
+        let text = format!(r#"{{"type": "input.text", "text": "{}"}}"#, "x".repeat(128));
+        assert_eq!(parse_client_text(&text, &small), Err(ParseError::TooLarge));
+        let small = Limits { max_text_message_chars: 131_072, max_config_message_chars: 64 };
+        let config = format!(r#"{{"type": "session.config", "ref_audio": "{}"}}"#, "x".repeat(512));
+        assert_eq!(parse_client_text(&config, &small), Err(ParseError::ConfigTooLarge));
+        let small = Limits { max_text_message_chars: 32, max_config_message_chars: 4096 };
+        assert_eq!(parse_client_text(&text, &small), Err(ParseError::TextTooLarge));
+        // Size checks come after the JSON check for the per-type limits.
+        assert_eq!(parse_client_text(&format!("[{}]", "1,".repeat(40) + "1"), &small), Err(ParseError::NotAnObject));
+        // Limits apply to any non-config type, and `input.done` of 22 chars fits in 32.
+        assert_eq!(parse_client_text(r#"{"type": "input.done"}"#, &small), Ok(ClientMessage::InputDone));
+    }
+
+    #[test]
+    fn limits_count_characters_not_bytes() {
+        let limits = Limits { max_text_message_chars: 40, max_config_message_chars: 40 };
+        // 30 characters, 90 bytes of text: fits by characters.
+        let raw = format!(r#"{{"type":"input.text","text":"{}"}}"#, "\u{3042}".repeat(10));
+        assert!(raw.len() > 40 && raw.chars().count() <= 40);
+        assert!(parse_client_text(&raw, &limits).is_ok());
     }
 }

@@ -1,10 +1,19 @@
-//! The per-connection protocol state machine. OWNER: lead.
+//! The per-connection protocol state machine.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::{EngineCapabilities, EngineEvent, RequestId, SynthesisRequest};
-use crate::parse::Limits;
+use base64::Engine as _;
+use serde::Serialize;
+
+use crate::codec;
+use crate::config::{validate_session_config, OutputMode, ResponseFormat, SessionConfig};
+use crate::encode::encode;
+use crate::engine::{EngineCapabilities, EngineEvent, EngineEventKind, RequestId, SynthesisRequest, WordTiming};
+use crate::json::Value;
+use crate::parse::{parse_client_text, ClientMessage, Limits, ParseError};
+use crate::text::py_strip;
 
 /// Tunables of a session; defaults are the reference's.
 #[derive(Clone, Debug)]
@@ -19,6 +28,18 @@ pub struct SessionOptions {
     pub max_deferred_frames: usize,
 }
 
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            limits: Limits::default(),
+            idle_timeout: Duration::from_secs(30),
+            config_timeout: Duration::from_secs(10),
+            max_buffered_chars: 1 << 20,
+            max_deferred_frames: 64,
+        }
+    }
+}
+
 /// A frame (or the end) of the client's side of the WebSocket.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ClientFrame {
@@ -30,13 +51,8 @@ pub enum ClientFrame {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum EngineCommand {
-    Synthesize {
-        id: RequestId,
-        request: SynthesisRequest,
-    },
-    Abort {
-        id: RequestId,
-    },
+    Synthesize { id: RequestId, request: SynthesisRequest },
+    Abort { id: RequestId },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -55,8 +71,192 @@ pub enum Output {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnknownRequest(pub RequestId);
 
+pub const BINARY_FRAME_ERROR: &str = "Binary frames are not supported; send JSON text frames";
+const NOMINAL_SAMPLE_RATE: u32 = 24_000;
+
+/// One WebSocket connection speaking the streaming speech protocol.
+///
+/// # Call contract
+///
+/// The session does no I/O and reads no clock. Its owner (a transport) feeds it
+/// three kinds of input, each with the current time `now`:
+///
+/// - [`handle_client`](Self::handle_client): a text or binary frame from the peer, or
+///   [`ClientFrame::Closed`] when the peer went away or a write to it failed;
+/// - [`handle_engine`](Self::handle_engine): an event of an engine request this session
+///   asked for; an `Err` means the request is no longer this session's (it was
+///   aborted), which the owner may log and must otherwise ignore;
+/// - [`handle_timeout`](Self::handle_timeout): when the deadline last returned by
+///   [`poll_timeout`](Self::poll_timeout) has passed.
+///
+/// After every input the owner drains [`poll_output`](Self::poll_output) until it
+/// returns `None`, in order: text and binary frames to write (awaiting each write is the
+/// backpressure), engine commands to execute (`Synthesize` submits a request whose
+/// events come back through `handle_engine`; `Abort` stops one), and `Close(code)`,
+/// always the last output, after which the connection ends. It then re-reads
+/// `poll_timeout`. While [`wants_client_input`](Self::wants_client_input) is false the
+/// owner stops reading the socket. Once [`is_closed`](Self::is_closed) is true and the
+/// outputs are drained, the session is finished and ignores further input.
+///
+/// Invariants (property-tested): every `audio.start` is followed by exactly one
+/// `audio.done` (and `codec.start` by one `codec.done`); each `input.done` gets exactly
+/// one `session.done`, with consecutive `utterance_index`; `total_bytes` equals the audio
+/// bytes sent; nothing follows `Close`; every `Synthesize` is answered by the engine
+/// (`Finished`/`Failed`) or followed by an `Abort`.
 pub struct Session {
-    _p: (),
+    connection: u64,
+    capabilities: Arc<EngineCapabilities>,
+    options: Arc<SessionOptions>,
+    config: Option<Arc<SessionConfig>>,
+    /// Text of the utterance being buffered, and whether any `input.text` arrived
+    /// (even an empty one blocks re-config, as in the reference).
+    buffer: String,
+    buffer_chars: usize,
+    buffered: bool,
+    utterance_index: u64,
+    generation: Option<Generation>,
+    /// Client frames that arrived during a generation, handled after it in order.
+    deferred: VecDeque<Deferred>,
+    outputs: VecDeque<Output>,
+    /// When the wait for a client message times out (config or idle).
+    deadline: Instant,
+    config_deadline: Instant,
+    closed: bool,
+}
+
+enum Deferred {
+    Text(Result<ClientMessage, ParseError>),
+    Binary,
+}
+
+/// The utterance being synthesized.
+struct Generation {
+    id: RequestId,
+    mode: Mode,
+    /// Audio bytes (or codec frames) sent so far.
+    total: u64,
+    sample_rate: Option<u32>,
+}
+
+enum Mode {
+    /// One encoded file at the end; `pcm` collects the engine's audio.
+    Whole {
+        format: ResponseFormat,
+        pcm: Vec<u8>,
+    },
+    /// Binary s16le frames as the engine produces them.
+    Streamed,
+    /// `audio.chunk` JSON frames, then a trailing chunk with the word timings.
+    Words {
+        chunk_id: u64,
+        words: Vec<WordTiming>,
+        any_words: bool,
+    },
+    Codec {
+        codebooks: usize,
+        seq: u64,
+        eos_sent: bool,
+    },
+}
+
+#[derive(Serialize)]
+struct AudioStart<'a> {
+    r#type: &'static str,
+    utterance_index: u64,
+    sentence_index: u32,
+    sentence_text: &'a str,
+    format: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sample_rate: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    word_timestamps: Option<bool>,
+}
+
+#[derive(Serialize)]
+struct AudioChunk<'a> {
+    r#type: &'static str,
+    utterance_index: u64,
+    sentence_index: u32,
+    chunk_id: u64,
+    chunk_start_ms: i64,
+    chunk_end_ms: i64,
+    sample_rate: u32,
+    audio_b64: &'a str,
+    timestamps: Option<&'a [WordTiming]>,
+}
+
+#[derive(Serialize)]
+struct AudioDone {
+    r#type: &'static str,
+    utterance_index: u64,
+    sentence_index: u32,
+    total_bytes: u64,
+    error: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cancelled: Option<bool>,
+}
+
+#[derive(Serialize)]
+struct CodecStart<'a> {
+    r#type: &'static str,
+    version: u32,
+    utterance_index: u64,
+    sentence_index: u32,
+    sentence_text: &'a str,
+    model: Option<&'a str>,
+    codebooks: u32,
+    codebook_size: u32,
+    frame_rate_hz: f64,
+    sample_rate: u32,
+    decoder_id: Option<&'a str>,
+    header_format: &'static str,
+}
+
+#[derive(Serialize)]
+struct CodecDone {
+    r#type: &'static str,
+    utterance_index: u64,
+    sentence_index: u32,
+    total_frames: u64,
+    seq_last: i64,
+    error: bool,
+    cancelled: bool,
+}
+
+#[derive(Serialize)]
+struct SessionDone {
+    r#type: &'static str,
+    utterance_index: u64,
+    total_sentences: u32,
+}
+
+#[derive(Serialize)]
+struct InputCancelled {
+    r#type: &'static str,
+    utterance_index: u64,
+}
+
+#[derive(Serialize)]
+struct ErrorMessage<'a> {
+    r#type: &'static str,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partial_audio: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    action: Option<&'static str>,
+}
+
+/// Milliseconds of s16le audio, as the reference computes them (Python float
+/// arithmetic, then `round`, which ties to even).
+fn pcm_ms(bytes: u64, sample_rate: u32) -> i64 {
+    ((bytes as f64 / 2.0 / f64::from(sample_rate)) * 1000.0).round_ties_even() as i64
+}
+
+/// How a generation ends.
+enum Ending {
+    Finished,
+    Failed(String),
+    Cancelled,
 }
 
 impl Session {
@@ -66,37 +266,533 @@ impl Session {
         capabilities: Arc<EngineCapabilities>,
         options: Arc<SessionOptions>,
     ) -> Session {
-        let _ = (now, connection, capabilities, options);
-        todo!()
+        let config_deadline = now + options.config_timeout;
+        Session {
+            connection,
+            capabilities,
+            options,
+            config: None,
+            buffer: String::new(),
+            buffer_chars: 0,
+            buffered: false,
+            utterance_index: 0,
+            generation: None,
+            deferred: VecDeque::new(),
+            outputs: VecDeque::new(),
+            deadline: config_deadline,
+            config_deadline,
+            closed: false,
+        }
     }
+
     pub fn handle_client(&mut self, now: Instant, frame: ClientFrame) {
-        let _ = (now, frame);
-        todo!()
+        if self.closed {
+            return;
+        }
+        match frame {
+            ClientFrame::Closed => {
+                // The peer is gone: stop its request, send nothing more.
+                if let Some(generation) = self.generation.take() {
+                    self.push(Output::Engine(EngineCommand::Abort { id: generation.id }));
+                }
+                self.deferred.clear();
+                self.closed = true;
+            }
+            ClientFrame::Text(raw) => {
+                let parsed = parse_client_text(&raw, &self.options.limits);
+                if self.generation.is_some() {
+                    if parsed == Ok(ClientMessage::InputCancel) {
+                        self.end_generation(Ending::Cancelled);
+                        self.resume(now);
+                    } else {
+                        self.deferred.push_back(Deferred::Text(parsed));
+                    }
+                } else {
+                    self.handle_message(now, Deferred::Text(parsed));
+                }
+            }
+            ClientFrame::Binary(_) => {
+                if self.generation.is_some() {
+                    self.deferred.push_back(Deferred::Binary);
+                } else {
+                    self.handle_message(now, Deferred::Binary);
+                }
+            }
+        }
     }
-    pub fn handle_engine(
-        &mut self,
-        now: Instant,
-        event: EngineEvent,
-    ) -> Result<(), UnknownRequest> {
-        let _ = (now, event);
-        todo!()
+
+    pub fn handle_engine(&mut self, now: Instant, event: EngineEvent) -> Result<(), UnknownRequest> {
+        let Some(generation) = self.generation.as_mut().filter(|g| g.id == event.id) else {
+            return Err(UnknownRequest(event.id));
+        };
+        match event.kind {
+            EngineEventKind::Audio { pcm, sample_rate } => {
+                if let Some(previous) = generation.sample_rate.filter(|&r| r != sample_rate) {
+                    let message =
+                        format!("Audio sample rate changed during streaming: {previous} Hz to {sample_rate} Hz");
+                    self.push(Output::Engine(EngineCommand::Abort { id: event.id }));
+                    self.end_generation(Ending::Failed(message));
+                    self.resume(now);
+                    return Ok(());
+                }
+                if sample_rate == 0 {
+                    self.push(Output::Engine(EngineCommand::Abort { id: event.id }));
+                    self.end_generation(Ending::Failed("Engine reported a sample rate of 0 Hz".to_owned()));
+                    self.resume(now);
+                    return Ok(());
+                }
+                generation.sample_rate = Some(sample_rate);
+                self.on_audio(pcm, sample_rate);
+            }
+            EngineEventKind::Words(words) => {
+                if let Mode::Words { words: all, any_words, .. } = &mut generation.mode {
+                    all.extend(words);
+                    *any_words = true;
+                }
+            }
+            EngineEventKind::Codec { codes, eos } => {
+                if let Err(e) = self.on_codec(&codes, eos) {
+                    self.push(Output::Engine(EngineCommand::Abort { id: event.id }));
+                    self.end_generation(Ending::Failed(e.to_string()));
+                    self.resume(now);
+                }
+            }
+            EngineEventKind::Finished => {
+                self.end_generation(Ending::Finished);
+                self.resume(now);
+            }
+            EngineEventKind::Failed(message) => {
+                self.end_generation(Ending::Failed(message));
+                self.resume(now);
+            }
+        }
+        Ok(())
     }
+
     pub fn handle_timeout(&mut self, now: Instant) {
-        let _ = now;
-        todo!()
+        if self.closed || self.generation.is_some() || now < self.deadline {
+            return;
+        }
+        let message = if self.config.is_none() {
+            "Timeout waiting for session.config"
+        } else {
+            "Idle timeout: no message received"
+        };
+        self.send_error(message, false);
+        self.close();
     }
+
     pub fn poll_output(&mut self) -> Option<Output> {
-        todo!()
+        self.outputs.pop_front()
     }
+
     pub fn poll_timeout(&self) -> Option<Instant> {
-        todo!()
+        (!self.closed && self.generation.is_none()).then_some(self.deadline)
     }
+
     pub fn is_closed(&self) -> bool {
-        todo!()
+        self.closed
     }
+
     /// False while the session holds as many deferred client frames as it may;
     /// the transport then stops reading the socket until it turns true again.
     pub fn wants_client_input(&self) -> bool {
-        todo!()
+        !self.closed && self.deferred.len() < self.options.max_deferred_frames
     }
+
+    /// The configuration in force, once a valid `session.config` arrived.
+    pub fn config(&self) -> Option<&SessionConfig> {
+        self.config.as_deref()
+    }
+
+    fn push(&mut self, output: Output) {
+        self.outputs.push_back(output);
+    }
+
+    fn send_json<T: Serialize>(&mut self, message: &T) {
+        // Serialising these plain structs cannot fail.
+        if let Ok(text) = serde_json::to_string(message) {
+            self.push(Output::Text(text));
+        }
+    }
+
+    fn send_error(&mut self, message: &str, partial_audio: bool) {
+        self.send_json(&ErrorMessage {
+            r#type: "error",
+            message,
+            partial_audio: partial_audio.then_some(true),
+            action: partial_audio.then_some("discard"),
+        });
+    }
+
+    fn close(&mut self) {
+        self.push(Output::Close(1000));
+        self.closed = true;
+        self.deferred.clear();
+    }
+
+    /// Report a rejected message: fatal before the first valid config.
+    fn reject(&mut self, message: &str) {
+        self.send_error(message, false);
+        if self.config.is_none() {
+            self.close();
+        }
+    }
+
+    /// After a generation ends, handle the frames that arrived meanwhile, in order,
+    /// until one starts the next generation.
+    fn resume(&mut self, now: Instant) {
+        while self.generation.is_none() && !self.closed {
+            let Some(item) = self.deferred.pop_front() else { break };
+            self.handle_message(now, item);
+        }
+        self.rearm(now);
+    }
+
+    /// Waiting for the client again: the config deadline is fixed at accept, the idle
+    /// timer restarts with every message and after every generation.
+    fn rearm(&mut self, now: Instant) {
+        self.deadline = if self.config.is_none() { self.config_deadline } else { now + self.options.idle_timeout };
+    }
+
+    fn handle_message(&mut self, now: Instant, item: Deferred) {
+        match item {
+            Deferred::Binary => self.send_error(BINARY_FRAME_ERROR, false),
+            Deferred::Text(Err(e)) => self.reject(e.message()),
+            Deferred::Text(Ok(message)) => self.dispatch(message),
+        }
+        if self.generation.is_none() && !self.closed {
+            self.rearm(now);
+        }
+    }
+
+    fn dispatch(&mut self, message: ClientMessage) {
+        match message {
+            ClientMessage::SessionConfig(object) => {
+                if self.buffered {
+                    self.send_error(
+                        "session.config cannot be applied while input is buffered; send input.done first",
+                        false,
+                    );
+                    return;
+                }
+                let config = match validate_session_config(&object) {
+                    Ok(config) => config,
+                    Err(details) => return self.reject(&format!("Invalid session config: {details}")),
+                };
+                if let Some(model) = config.model.as_deref().filter(|m| !m.is_empty()) {
+                    if !self.capabilities.models.iter().any(|m| m == model) {
+                        let inner = Value::Str(format!("The model `{model}` does not exist.")).py_repr();
+                        return self.reject(&format!(
+                            "error=ErrorInfo(message={inner}, type='NotFoundError', param='model', code=404)"
+                        ));
+                    }
+                }
+                self.config = Some(Arc::new(config));
+            }
+            _ if self.config.is_none() => {
+                let kind = match &message {
+                    ClientMessage::InputText(_) => "input.text",
+                    ClientMessage::InputDone => "input.done",
+                    ClientMessage::InputCancel => "input.cancel",
+                    ClientMessage::SessionClose => "session.close",
+                    ClientMessage::Other(kind) => kind.as_str(),
+                    ClientMessage::SessionConfig(_) => "session.config",
+                };
+                self.reject(&format!("Expected session.config, got: {kind}"));
+            }
+            ClientMessage::InputText(None) => self.send_error("input.text requires a string value", false),
+            ClientMessage::InputText(Some(text)) => {
+                let chars = text.chars().count();
+                let limit = self.options.max_buffered_chars;
+                if self.buffer_chars + chars > limit {
+                    let message =
+                        format!("Buffered input exceeds {limit} characters; send input.done to flush it first");
+                    self.send_error(&message, false);
+                    return;
+                }
+                self.buffer.push_str(&text);
+                self.buffer_chars += chars;
+                self.buffered = true;
+            }
+            ClientMessage::InputDone => {
+                let buffer = std::mem::take(&mut self.buffer);
+                self.buffer_chars = 0;
+                self.buffered = false;
+                let text = py_strip(&buffer);
+                if text.is_empty() {
+                    self.session_done(0);
+                } else {
+                    self.start_utterance(text);
+                }
+            }
+            ClientMessage::InputCancel => {
+                self.buffer.clear();
+                self.buffer_chars = 0;
+                self.buffered = false;
+                let utterance_index = self.utterance_index;
+                self.send_json(&InputCancelled { r#type: "input.cancelled", utterance_index });
+            }
+            ClientMessage::SessionClose => self.close(),
+            ClientMessage::Other(kind) => self.send_error(&format!("Unknown message type: {kind}"), false),
+        }
+    }
+
+    fn session_done(&mut self, total_sentences: u32) {
+        let utterance_index = self.utterance_index;
+        self.send_json(&SessionDone { r#type: "session.done", utterance_index, total_sentences });
+        self.utterance_index += 1;
+    }
+
+    /// An utterance that ends before reaching the engine: the error, then `session.done`
+    /// (with one sentence, as the reference counts it).
+    fn refuse_utterance(&mut self, message: &str) {
+        self.send_error(message, false);
+        self.session_done(1);
+    }
+
+    fn start_utterance(&mut self, text: &str) {
+        let Some(config) = self.config.clone() else { return };
+        let config = &*config;
+        let u = self.utterance_index;
+        let codec_tokens = config.output_mode == OutputMode::CodecTokens;
+        if codec_tokens && self.capabilities.codec.is_none() {
+            return self.refuse_utterance("output_mode='codec_tokens' is not supported by the loaded TTS model.");
+        }
+        if !codec_tokens && config.word_timestamps {
+            if !self.capabilities.word_timestamps {
+                return self.refuse_utterance(
+                    "word_timestamps=true but the server was launched without --forced-aligner; either restart the server \
+                     with that flag or set word_timestamps=false in session.config.",
+                );
+            }
+            if !(config.stream_audio && config.response_format == ResponseFormat::Pcm) {
+                return self.refuse_utterance(
+                    "word_timestamps=true requires stream_audio=true and response_format='pcm' (timestamps ride the \
+                     per-sentence PCM audio.chunk stream).",
+                );
+            }
+        }
+        let request = match build_request(config, text) {
+            Ok(request) => request,
+            Err(details) => return self.refuse_utterance(&format!("Invalid request for utterance {u}: {details}")),
+        };
+        let id = RequestId { connection: self.connection, utterance: u };
+        let capabilities = Arc::clone(&self.capabilities);
+        let mode = if let Some(spec) = capabilities.codec.as_ref().filter(|_| codec_tokens) {
+            let start = CodecStart {
+                r#type: "codec.start",
+                version: 1,
+                utterance_index: u,
+                sentence_index: 0,
+                sentence_text: text,
+                model: config.model.as_deref(),
+                codebooks: spec.codebooks,
+                codebook_size: spec.codebook_size,
+                frame_rate_hz: spec.frame_rate_hz,
+                sample_rate: spec.sample_rate,
+                decoder_id: spec.decoder_id.as_deref(),
+                header_format: "<IHB",
+            };
+            let codebooks = spec.codebooks as usize;
+            self.send_json(&start);
+            Mode::Codec { codebooks, seq: 0, eos_sent: false }
+        } else {
+            let streamed_pcm = config.stream_audio && config.response_format == ResponseFormat::Pcm;
+            let start = AudioStart {
+                r#type: "audio.start",
+                utterance_index: u,
+                sentence_index: 0,
+                sentence_text: text,
+                format: config.response_format.as_str(),
+                sample_rate: streamed_pcm.then_some(NOMINAL_SAMPLE_RATE),
+                word_timestamps: config.word_timestamps.then_some(true),
+            };
+            let mode = if config.word_timestamps {
+                Mode::Words { chunk_id: 0, words: Vec::new(), any_words: false }
+            } else if config.stream_audio {
+                Mode::Streamed
+            } else {
+                Mode::Whole { format: config.response_format, pcm: Vec::new() }
+            };
+            self.send_json(&start);
+            mode
+        };
+        self.generation = Some(Generation { id, mode, total: 0, sample_rate: None });
+        self.push(Output::Engine(EngineCommand::Synthesize { id, request }));
+    }
+
+    fn on_audio(&mut self, pcm: Vec<u8>, sample_rate: u32) {
+        let Some(generation) = self.generation.as_mut() else { return };
+        let u = generation.id.utterance;
+        match &mut generation.mode {
+            Mode::Whole { pcm: all, .. } => all.extend_from_slice(&pcm),
+            Mode::Streamed => {
+                if !pcm.is_empty() {
+                    generation.total += pcm.len() as u64;
+                    self.push(Output::Binary(pcm));
+                }
+            }
+            Mode::Words { chunk_id, .. } => {
+                let start = pcm_ms(generation.total, sample_rate);
+                generation.total += pcm.len() as u64;
+                let end = pcm_ms(generation.total, sample_rate);
+                let id = *chunk_id;
+                *chunk_id += 1;
+                let audio_b64 = base64::engine::general_purpose::STANDARD.encode(&pcm);
+                self.send_json(&AudioChunk {
+                    r#type: "audio.chunk",
+                    utterance_index: u,
+                    sentence_index: 0,
+                    chunk_id: id,
+                    chunk_start_ms: start,
+                    chunk_end_ms: end,
+                    sample_rate,
+                    audio_b64: &audio_b64,
+                    timestamps: None,
+                });
+            }
+            Mode::Codec { .. } => {}
+        }
+    }
+
+    fn on_codec(&mut self, codes: &[i32], eos: bool) -> Result<(), codec::CodecError> {
+        let Some(generation) = self.generation.as_mut() else { return Ok(()) };
+        let Mode::Codec { codebooks, seq, eos_sent } = &mut generation.mode else { return Ok(()) };
+        let frame = codec::pack_frame(*seq, codes, *codebooks, if eos { codec::FLAG_EOS } else { 0 })?;
+        generation.total += (codes.len() / *codebooks) as u64;
+        *seq += 1;
+        *eos_sent |= eos;
+        self.push(Output::Binary(frame));
+        Ok(())
+    }
+
+    /// Close the utterance in flight: its final frames, `audio.done`/`codec.done`,
+    /// then `session.done`. A cancel also aborts the engine request.
+    fn end_generation(&mut self, ending: Ending) {
+        let Some(generation) = self.generation.take() else { return };
+        let Generation { id, mode, mut total, sample_rate } = generation;
+        let u = id.utterance;
+        if matches!(ending, Ending::Cancelled) {
+            self.push(Output::Engine(EngineCommand::Abort { id }));
+        }
+        let cancelled = matches!(ending, Ending::Cancelled);
+        match mode {
+            Mode::Codec { codebooks, mut seq, eos_sent } => {
+                let failed = if let Ending::Failed(message) = &ending {
+                    self.send_error(&format!("Codec stream failed for utterance {u}: {message}"), total > 0);
+                    true
+                } else {
+                    if !eos_sent {
+                        if let Ok(frame) = codec::pack_frame(seq, &[], codebooks, codec::FLAG_EOS) {
+                            self.push(Output::Binary(frame));
+                            seq += 1;
+                        }
+                    }
+                    false
+                };
+                self.send_json(&CodecDone {
+                    r#type: "codec.done",
+                    utterance_index: u,
+                    sentence_index: 0,
+                    total_frames: total,
+                    seq_last: seq as i64 - 1,
+                    error: failed,
+                    cancelled,
+                });
+            }
+            mode => {
+                let mut failure = match ending {
+                    Ending::Failed(message) => Some(message),
+                    _ => None,
+                };
+                match mode {
+                    Mode::Whole { format, pcm } if failure.is_none() && !cancelled => {
+                        let samples: Vec<i16> = pcm.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect();
+                        match encode(format, &samples, sample_rate.unwrap_or(self.capabilities.sample_rate)) {
+                            Ok(file) => {
+                                total = file.len() as u64;
+                                self.push(Output::Binary(file));
+                            }
+                            Err(e) => failure = Some(format!("audio encoding failed: {e}")),
+                        }
+                    }
+                    Mode::Words { chunk_id, words, any_words } if failure.is_none() => {
+                        let rate = sample_rate.unwrap_or(NOMINAL_SAMPLE_RATE);
+                        let end = pcm_ms(total, rate);
+                        // After a cancel, only the words that were (at least partly) heard.
+                        let heard =
+                            if cancelled { words.iter().take_while(|w| w.start_ms < end).count() } else { words.len() };
+                        self.send_json(&AudioChunk {
+                            r#type: "audio.chunk",
+                            utterance_index: u,
+                            sentence_index: 0,
+                            chunk_id,
+                            chunk_start_ms: 0,
+                            chunk_end_ms: end,
+                            sample_rate: rate,
+                            audio_b64: "",
+                            timestamps: any_words.then_some(&words[..heard]),
+                        });
+                    }
+                    _ => {}
+                }
+                if let Some(message) = &failure {
+                    self.send_error(&format!("Generation failed for utterance {u}, sentence 0: {message}"), total > 0);
+                }
+                self.send_json(&AudioDone {
+                    r#type: "audio.done",
+                    utterance_index: u,
+                    sentence_index: 0,
+                    total_bytes: total,
+                    error: failure.is_some(),
+                    cancelled: cancelled.then_some(true),
+                });
+            }
+        }
+        self.session_done(1);
+    }
+}
+
+/// The per-utterance request, with the checks the reference makes when it builds
+/// its `OpenAICreateSpeechRequest` (which there kill the session; here they fail
+/// only this utterance).
+fn build_request(config: &SessionConfig, text: &str) -> Result<SynthesisRequest, String> {
+    let seed = match &config.seed {
+        None => None,
+        Some(seed) => match seed.to_i64() {
+            Some(seed) => Some(seed),
+            None => {
+                let bound = if seed.0.starts_with('-') {
+                    "greater than or equal to -9223372036854775808"
+                } else {
+                    "less than or equal to 9223372036854775807"
+                };
+                return Err(format!("seed: Input should be {bound}"));
+            }
+        },
+    };
+    if let Some(embedding) = &config.speaker_embedding {
+        if config.ref_audio.is_some() {
+            return Err("'speaker_embedding' and 'ref_audio' are mutually exclusive".to_owned());
+        }
+        if embedding.iter().any(|v| !v.is_finite()) {
+            return Err("'speaker_embedding' values must be finite (no NaN or Inf)".to_owned());
+        }
+    }
+    Ok(SynthesisRequest {
+        text: text.to_owned(),
+        model: config.model.clone(),
+        voice: config.voice.clone(),
+        language: config.language.clone(),
+        instructions: config.instructions.clone(),
+        task_type: config.task_type.map(|t| t.as_str().to_owned()),
+        speed: config.speed.unwrap_or(1.0),
+        seed,
+        stream: config.stream_audio,
+        word_timestamps: config.word_timestamps,
+        codec_tokens: config.output_mode == OutputMode::CodecTokens,
+        max_new_tokens: config.max_new_tokens.and_then(|v| u64::try_from(v).ok()),
+        initial_codec_chunk_frames: config.initial_codec_chunk_frames.and_then(|v| u64::try_from(v).ok()),
+    })
 }

@@ -1,0 +1,552 @@
+//! The protocol of protocol.md §b–§c, driven through `Session` by hand (no I/O).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{capabilities, frames, json, Harness, Out};
+use speechstream_core::engine::EngineEventKind;
+use speechstream_core::parse::Limits;
+use speechstream_core::session::{ClientFrame, SessionOptions};
+
+const CONFIG: &str = r#"{"type": "session.config", "voice": "Vivian"}"#;
+const STREAM_CONFIG: &str = r#"{"type":"session.config","voice":"Vivian","stream_audio":true,"response_format":"pcm"}"#;
+const DONE: &str = r#"{"type": "input.done"}"#;
+
+fn text(t: &str) -> String {
+    serde_json::json!({"type": "input.text", "text": t}).to_string()
+}
+
+#[test]
+fn non_streamed_utterance_is_one_wav_frame() {
+    let mut h = Harness::default();
+    h.send(CONFIG).send(&text("Hello world. ")).send(DONE);
+    let outs = h.take();
+    assert_eq!(
+        outs[0],
+        json(
+            r#"{"type":"audio.start","utterance_index":0,"sentence_index":0,"sentence_text":"Hello world.","format":"wav"}"#
+        )
+    );
+    let (id, request) = Harness::request(&outs);
+    assert_eq!(request.text, "Hello world.");
+    assert_eq!(request.voice.as_deref(), Some("Vivian"));
+    assert!(!request.stream);
+    h.audio(id, &[1, 0, 2, 0], 24_000).audio(id, &[3, 0], 24_000).engine(id, EngineEventKind::Finished);
+    let outs = h.take();
+    let Out::Binary(wav) = &outs[0] else { panic!("expected the wav frame first: {outs:?}") };
+    assert_eq!(&wav[..4], b"RIFF");
+    assert_eq!(&wav[wav.len() - 6..], &[1, 0, 2, 0, 3, 0]);
+    assert_eq!(
+        outs[1],
+        json(&format!(
+            r#"{{"type":"audio.done","utterance_index":0,"sentence_index":0,"total_bytes":{},"error":false}}"#,
+            wav.len()
+        ))
+    );
+    assert_eq!(outs[2], json(r#"{"type":"session.done","utterance_index":0,"total_sentences":1}"#));
+    assert_eq!(outs.len(), 3);
+}
+
+#[test]
+fn streamed_pcm_frames_pass_through_and_sum_to_total_bytes() {
+    let mut h = Harness::default();
+    h.send(r#"{"type":"session.config","voice":"Vivian","stream_audio":true,"response_format":"pcm","initial_codec_chunk_frames":12}"#);
+    h.send(&text("Hello world. ")).send(DONE);
+    let outs = h.take();
+    assert_eq!(
+        outs[0],
+        json(
+            r#"{"type":"audio.start","utterance_index":0,"sentence_index":0,"sentence_text":"Hello world.","format":"pcm","sample_rate":24000}"#
+        )
+    );
+    let (id, request) = Harness::request(&outs);
+    assert!(request.stream);
+    assert_eq!(request.initial_codec_chunk_frames, Some(12));
+    h.audio(id, b"\x01\x02", 24_000).audio(id, b"\x03\x04\x05", 24_000).audio(id, b"\x06", 24_000);
+    h.engine(id, EngineEventKind::Finished);
+    assert_eq!(
+        h.take(),
+        vec![
+            Out::Binary(b"\x01\x02".to_vec()),
+            Out::Binary(b"\x03\x04\x05".to_vec()),
+            Out::Binary(b"\x06".to_vec()),
+            json(r#"{"type":"audio.done","utterance_index":0,"sentence_index":0,"total_bytes":6,"error":false}"#),
+            json(r#"{"type":"session.done","utterance_index":0,"total_sentences":1}"#),
+        ]
+    );
+}
+
+#[test]
+fn utterances_reuse_the_connection_with_sticky_then_replaced_config() {
+    let mut h = Harness::default();
+    h.send(CONFIG);
+    for (i, voice) in ["Vivian", "Vivian", "Serena"].iter().enumerate() {
+        if i == 2 {
+            h.send(r#"{"type":"session.config","speaker":"Serena"}"#);
+        }
+        h.send(&text(&format!("Utterance {i}. "))).send(DONE);
+        let (id, request) = Harness::request(&h.take());
+        assert_eq!(id.utterance, i as u64);
+        assert_eq!(request.voice.as_deref(), Some(*voice));
+        h.engine(id, EngineEventKind::Finished);
+        let f = frames(&h.take());
+        assert_eq!(
+            f.last().unwrap(),
+            &serde_json::json!({"type":"session.done","utterance_index":i,"total_sentences":1})
+        );
+    }
+}
+
+#[test]
+fn config_is_refused_while_text_is_buffered_even_empty_text() {
+    let mut h = Harness::default();
+    h.send(CONFIG).send(&text("Hello world. ")).send(r#"{"type":"session.config","voice":"Serena"}"#);
+    let f = frames(&h.take());
+    assert_eq!(f.len(), 1);
+    assert!(f[0]["message"].as_str().unwrap().contains("while input is buffered"));
+    h.send(DONE);
+    let (_, request) = Harness::request(&h.take());
+    assert_eq!(request.voice.as_deref(), Some("Vivian"));
+    assert_eq!(request.text, "Hello world.");
+
+    let mut h = Harness::default();
+    h.send(CONFIG).send(&text("")).send(CONFIG);
+    assert_eq!(frames(&h.take())[0]["type"], "error");
+}
+
+#[test]
+fn empty_flush_sends_only_session_done_and_strips_python_whitespace() {
+    let mut h = Harness::default();
+    h.send(CONFIG).send(&text(" \u{1c}\n\u{3000} ")).send(DONE);
+    assert_eq!(h.take(), vec![json(r#"{"type":"session.done","utterance_index":0,"total_sentences":0}"#)]);
+    h.send(DONE);
+    assert_eq!(h.take(), vec![json(r#"{"type":"session.done","utterance_index":1,"total_sentences":0}"#)]);
+}
+
+#[test]
+fn buffered_parts_join_into_one_request() {
+    let mut h = Harness::default();
+    h.send(CONFIG).send(&text("First sentence. ")).send(&text("Second sentence. ")).send(DONE);
+    let outs = h.take();
+    assert_eq!(frames(&outs)[0]["sentence_text"], "First sentence. Second sentence.");
+    assert_eq!(Harness::request(&outs).1.text, "First sentence. Second sentence.");
+}
+
+#[test]
+fn unknown_types_and_bad_text_are_reported_and_the_session_goes_on() {
+    let mut h = Harness::default();
+    h.send(CONFIG).send(r#"{"type":"unknown"}"#).send(r#"{"type":"input.text","text":123}"#);
+    h.send_frame(ClientFrame::Binary(vec![1, 2, 3])).send("{not json").send("[]");
+    let f = frames(&h.take());
+    let messages: Vec<_> = f.iter().map(|v| v["message"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(
+        messages,
+        [
+            "Unknown message type: unknown",
+            "input.text requires a string value",
+            "Binary frames are not supported; send JSON text frames",
+            "Invalid JSON message",
+            "WebSocket messages must be JSON objects",
+        ]
+    );
+    assert!(!h.session.is_closed());
+    h.send(DONE);
+    assert_eq!(h.take(), vec![json(r#"{"type":"session.done","utterance_index":0,"total_sentences":0}"#)]);
+}
+
+#[test]
+fn anything_but_config_first_is_fatal() {
+    for (first, message) in [
+        (r#"{"type":"input.text","text":"hi"}"#, "Expected session.config, got: input.text"),
+        (r#"{"type":"input.cancel"}"#, "Expected session.config, got: input.cancel"),
+        (r#"{"type":"session.close"}"#, "Expected session.config, got: session.close"),
+        (r#"{"text":"x"}"#, "Expected session.config, got: None"),
+        ("nope", "Invalid JSON message"),
+    ] {
+        let mut h = Harness::default();
+        h.send(first);
+        assert_eq!(
+            h.take(),
+            vec![json(&serde_json::json!({"type":"error","message":message}).to_string()), Out::Close(1000)]
+        );
+        assert!(h.session.is_closed());
+        h.send(CONFIG);
+        assert!(h.take().is_empty(), "nothing after close");
+    }
+}
+
+#[test]
+fn invalid_first_config_is_fatal_and_invalid_later_config_keeps_the_old_one() {
+    let mut h = Harness::default();
+    h.send(r#"{"type":"session.config","stream_audio":true,"response_format":"wav"}"#);
+    let outs = h.take();
+    let msg = frames(&outs)[0]["message"].as_str().unwrap().to_owned();
+    assert!(msg.starts_with("Invalid session config: ") && msg.contains("response_format='pcm'"), "{msg}");
+    assert_eq!(outs.last(), Some(&Out::Close(1000)));
+
+    let mut h = Harness::default();
+    h.send(CONFIG).send(r#"{"type":"session.config","speed":5}"#);
+    let msg = frames(&h.take())[0]["message"].as_str().unwrap().to_owned();
+    assert!(msg.contains("Input should be less than or equal to 4"), "{msg}");
+    assert!(!h.session.is_closed());
+    h.send(&text("x")).send(DONE);
+    assert_eq!(Harness::request(&h.take()).1.voice.as_deref(), Some("Vivian"));
+}
+
+#[test]
+fn unknown_model_is_refused() {
+    let mut h = Harness::default();
+    h.send(CONFIG).send(r#"{"type":"session.config","model":"nope"}"#);
+    let msg = frames(&h.take())[0]["message"].as_str().unwrap().to_owned();
+    assert_eq!(
+        msg,
+        "error=ErrorInfo(message='The model `nope` does not exist.', type='NotFoundError', param='model', code=404)"
+    );
+    h.send(r#"{"type":"session.config","model":"hibari"}"#).send(r#"{"type":"session.config","model":""}"#);
+    assert!(h.take().is_empty());
+}
+
+#[test]
+fn size_limits_are_reported_after_config() {
+    let options = SessionOptions {
+        limits: Limits { max_text_message_chars: 32, max_config_message_chars: 4 * 1024 * 1024 },
+        ..SessionOptions::default()
+    };
+    let mut h = Harness::new(capabilities(false, false), options);
+    h.send(CONFIG).send(&text(&"x".repeat(128))).send(DONE);
+    assert_eq!(
+        h.take(),
+        vec![
+            json(r#"{"type":"error","message":"input.text message too large"}"#),
+            json(r#"{"type":"session.done","utterance_index":0,"total_sentences":0}"#)
+        ]
+    );
+}
+
+#[test]
+fn buffered_text_is_bounded_per_utterance() {
+    let options = SessionOptions { max_buffered_chars: 10, ..SessionOptions::default() };
+    let mut h = Harness::new(capabilities(false, false), options);
+    h.send(CONFIG).send(&text("12345")).send(&text("678901")).send(&text("67890"));
+    let f = frames(&h.take());
+    assert_eq!(f.len(), 1);
+    assert!(f[0]["message"].as_str().unwrap().contains("exceeds 10 characters"));
+    h.send(DONE);
+    assert_eq!(Harness::request(&h.take()).1.text, "1234567890");
+}
+
+#[test]
+fn timeouts_config_then_idle_paused_during_generation() {
+    let mut h = Harness::default();
+    h.advance(Duration::from_secs(9));
+    assert!(h.take().is_empty());
+    h.advance(Duration::from_secs(1));
+    assert_eq!(
+        h.take(),
+        vec![json(r#"{"type":"error","message":"Timeout waiting for session.config"}"#), Out::Close(1000)]
+    );
+
+    let mut h = Harness::default();
+    h.send(CONFIG).send(&text("hi")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.advance(Duration::from_secs(100));
+    assert!(h.take().is_empty(), "no idle timeout while generating");
+    h.engine(id, EngineEventKind::Finished);
+    h.take();
+    h.advance(Duration::from_secs(29));
+    assert!(h.take().is_empty());
+    h.advance(Duration::from_secs(1));
+    assert_eq!(
+        h.take(),
+        vec![json(r#"{"type":"error","message":"Idle timeout: no message received"}"#), Out::Close(1000)]
+    );
+}
+
+#[test]
+fn session_close_during_generation_waits_for_session_done() {
+    let mut h = Harness::default();
+    h.send(STREAM_CONFIG).send(&text("hi")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.send(&text("next ")).send(r#"{"type":"session.close"}"#);
+    assert!(h.take().is_empty());
+    h.audio(id, b"\x01\x02", 24_000).engine(id, EngineEventKind::Finished);
+    let outs = h.take();
+    assert_eq!(outs.last(), Some(&Out::Close(1000)));
+    assert_eq!(frames(&outs).last().unwrap()["type"], "session.done");
+}
+
+#[test]
+fn deferred_messages_replay_in_order_and_start_the_next_utterance() {
+    let mut h = Harness::default();
+    h.send(STREAM_CONFIG).send(&text("one")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.send(&text("two")).send(r#"{"type":"bogus"}"#).send(DONE).send(&text("three")).send(DONE);
+    h.engine(id, EngineEventKind::Finished);
+    let outs = h.take();
+    let f = frames(&outs);
+    assert_eq!(f[0]["type"], "audio.done");
+    assert_eq!(f[1]["type"], "session.done");
+    assert_eq!(f[2]["message"], "Unknown message type: bogus");
+    assert_eq!(f[3]["sentence_text"], "two");
+    let (id2, _) = Harness::request(&outs);
+    assert_eq!(id2.utterance, 1);
+    h.engine(id2, EngineEventKind::Finished);
+    let outs = h.take();
+    assert_eq!(frames(&outs)[2]["sentence_text"], "three");
+}
+
+#[test]
+fn cancel_mid_stream_aborts_once_and_marks_audio_done() {
+    let mut h = Harness::default();
+    h.send(STREAM_CONFIG).send(&text("hello")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.audio(id, b"\x01\x02", 24_000);
+    h.send(&text("kept for later ")).send(r#"{"type":"input.cancel"}"#);
+    assert_eq!(
+        h.take(),
+        vec![
+            Out::Binary(b"\x01\x02".to_vec()),
+            Out::Abort(id),
+            json(
+                r#"{"type":"audio.done","utterance_index":0,"sentence_index":0,"total_bytes":2,"error":false,"cancelled":true}"#
+            ),
+            json(r#"{"type":"session.done","utterance_index":0,"total_sentences":1}"#),
+        ]
+    );
+    // A late event of the aborted request is the caller's to drop.
+    assert!(h
+        .session
+        .handle_engine(h.now, speechstream_core::engine::EngineEvent { id, kind: EngineEventKind::Finished })
+        .is_err());
+    h.send(DONE);
+    assert_eq!(Harness::request(&h.take()).1.text, "kept for later");
+}
+
+#[test]
+fn cancel_works_in_non_streamed_mode_and_when_idle() {
+    let mut h = Harness::default();
+    h.send(CONFIG).send(&text("hello")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.audio(id, &[0; 100], 24_000).send(r#"{"type":"input.cancel"}"#);
+    let outs = h.take();
+    assert_eq!(outs[0], Out::Abort(id));
+    assert_eq!(
+        outs[1],
+        json(
+            r#"{"type":"audio.done","utterance_index":0,"sentence_index":0,"total_bytes":0,"error":false,"cancelled":true}"#
+        )
+    );
+    h.send(&text("dropped")).send(r#"{"type":"input.cancel"}"#).send(DONE);
+    assert_eq!(
+        h.take(),
+        vec![
+            json(r#"{"type":"input.cancelled","utterance_index":1}"#),
+            json(r#"{"type":"session.done","utterance_index":1,"total_sentences":0}"#)
+        ]
+    );
+}
+
+#[test]
+fn generation_errors_keep_audio_start_and_done_paired() {
+    let mut h = Harness::default();
+    h.send(CONFIG).send(&text("x")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.engine(id, EngineEventKind::Failed("boom".into()));
+    assert_eq!(
+        h.take(),
+        vec![
+            json(r#"{"type":"error","message":"Generation failed for utterance 0, sentence 0: boom"}"#),
+            json(r#"{"type":"audio.done","utterance_index":0,"sentence_index":0,"total_bytes":0,"error":true}"#),
+            json(r#"{"type":"session.done","utterance_index":0,"total_sentences":1}"#),
+        ]
+    );
+
+    let mut h = Harness::default();
+    h.send(STREAM_CONFIG).send(&text("x")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.audio(id, b"\x01\x02", 24_000).engine(id, EngineEventKind::Failed("stream boom".into()));
+    assert_eq!(
+        h.take(),
+        vec![
+            Out::Binary(b"\x01\x02".to_vec()),
+            json(
+                r#"{"type":"error","message":"Generation failed for utterance 0, sentence 0: stream boom","partial_audio":true,"action":"discard"}"#
+            ),
+            json(r#"{"type":"audio.done","utterance_index":0,"sentence_index":0,"total_bytes":2,"error":true}"#),
+            json(r#"{"type":"session.done","utterance_index":0,"total_sentences":1}"#),
+        ]
+    );
+}
+
+#[test]
+fn sample_rate_change_fails_the_utterance_and_aborts() {
+    let mut h = Harness::default();
+    h.send(STREAM_CONFIG).send(&text("x")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.audio(id, b"\x01\x02", 24_000).audio(id, b"\x01\x02", 44_100);
+    let outs = h.take();
+    assert_eq!(outs[1], Out::Abort(id));
+    assert_eq!(
+        frames(&outs)[0]["message"],
+        "Generation failed for utterance 0, sentence 0: Audio sample rate changed during streaming: 24000 Hz to 44100 Hz"
+    );
+}
+
+#[test]
+fn word_timestamps_need_the_capability_and_streamed_pcm() {
+    let wt =
+        r#"{"type":"session.config","voice":"v","stream_audio":true,"response_format":"pcm","word_timestamps":true}"#;
+    let mut h = Harness::default();
+    h.send(wt).send(&text("Hello world")).send(DONE);
+    let f = frames(&h.take());
+    assert!(f[0]["message"].as_str().unwrap().contains("without --forced-aligner"));
+    assert_eq!(f[1], serde_json::json!({"type":"session.done","utterance_index":0,"total_sentences":1}));
+    assert_eq!(f.len(), 2);
+
+    let mut h = Harness::new(capabilities(true, false), SessionOptions::default());
+    h.send(r#"{"type":"session.config","word_timestamps":true}"#).send(&text("Hello")).send(DONE);
+    let f = frames(&h.take());
+    assert!(f[0]["message"].as_str().unwrap().starts_with("word_timestamps=true requires stream_audio=true"));
+}
+
+#[test]
+fn word_timestamps_ride_audio_chunks_with_reference_ms_math() {
+    let wt =
+        r#"{"type":"session.config","voice":"v","stream_audio":true,"response_format":"pcm","word_timestamps":true}"#;
+    let mut h = Harness::new(capabilities(true, false), SessionOptions::default());
+    h.send(wt).send(&text("Hello world")).send(DONE);
+    let outs = h.take();
+    assert_eq!(frames(&outs)[0]["word_timestamps"], true);
+    let (id, request) = Harness::request(&outs);
+    assert!(request.word_timestamps);
+    h.audio(id, &[1; 1000], 1000).audio(id, &[2; 1000], 1000);
+    h.words(id, &[("Hello", 0, 200), ("world", 200, 900)]).engine(id, EngineEventKind::Finished);
+    let f = frames(&h.take());
+    use base64::Engine as _;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    assert_eq!(
+        f[0],
+        serde_json::json!({"type":"audio.chunk","utterance_index":0,"sentence_index":0,"chunk_id":0,"chunk_start_ms":0,"chunk_end_ms":500,"sample_rate":1000,"audio_b64":b64(&[1; 1000]),"timestamps":null})
+    );
+    assert_eq!(f[1]["chunk_start_ms"], 500);
+    assert_eq!(f[1]["chunk_end_ms"], 1000);
+    assert_eq!(
+        f[2],
+        serde_json::json!({"type":"audio.chunk","utterance_index":0,"sentence_index":0,"chunk_id":2,"chunk_start_ms":0,"chunk_end_ms":1000,"sample_rate":1000,"audio_b64":"","timestamps":[{"word":"Hello","start_ms":0,"end_ms":200},{"word":"world","start_ms":200,"end_ms":900}]})
+    );
+    assert_eq!(
+        f[3],
+        serde_json::json!({"type":"audio.done","utterance_index":0,"sentence_index":0,"total_bytes":2000,"error":false})
+    );
+}
+
+#[test]
+fn ms_rounding_ties_to_even() {
+    // 3 bytes at 1000 Hz: 1.5 samples = 1.5 ms -> 2; 5 bytes: 2.5 ms -> 2 (Python round).
+    let wt = r#"{"type":"session.config","stream_audio":true,"response_format":"pcm","word_timestamps":true}"#;
+    let mut h = Harness::new(capabilities(true, false), SessionOptions::default());
+    h.send(wt).send(&text("a")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.audio(id, &[0; 3], 1000).audio(id, &[0; 2], 1000).engine(id, EngineEventKind::Finished);
+    let f = frames(&h.take());
+    assert_eq!(f[0]["chunk_end_ms"], 2);
+    assert_eq!(f[1]["chunk_end_ms"], 2);
+    assert_eq!(f[2]["timestamps"], serde_json::Value::Null, "no words reported -> null");
+}
+
+#[test]
+fn codec_tokens_stream_frames_then_codec_done() {
+    let cfg = r#"{"type":"session.config","model":"hibari","output_mode":"codec_tokens","stream_audio":true,"response_format":"pcm"}"#;
+    let mut h = Harness::new(capabilities(false, true), SessionOptions::default());
+    h.send(cfg).send(&text("hello")).send(DONE);
+    let outs = h.take();
+    assert_eq!(
+        frames(&outs)[0],
+        serde_json::json!({"type":"codec.start","version":1,"utterance_index":0,"sentence_index":0,"sentence_text":"hello","model":"hibari","codebooks":16,"codebook_size":2048,"frame_rate_hz":12.5,"sample_rate":24000,"decoder_id":"d","header_format":"<IHB"})
+    );
+    let (id, request) = Harness::request(&outs);
+    assert!(request.codec_tokens);
+    for i in 0..3usize {
+        h.engine(id, EngineEventKind::Codec { codes: vec![i as i32; (1 + i) * 16], eos: i == 2 });
+    }
+    h.engine(id, EngineEventKind::Finished);
+    let outs = h.take();
+    let bins: Vec<_> = outs
+        .iter()
+        .filter_map(|o| match o {
+            Out::Binary(b) => Some(speechstream_core::codec::unpack_frame(b, 16).unwrap()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(bins.iter().map(|f| f.n_frames).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(bins.iter().map(|f| f.seq).collect::<Vec<_>>(), [0, 1, 2]);
+    assert_eq!(bins[2].flags & 1, 1);
+    let f = frames(&outs);
+    assert_eq!(
+        f[0],
+        serde_json::json!({"type":"codec.done","utterance_index":0,"sentence_index":0,"total_frames":6,"seq_last":2,"error":false,"cancelled":false})
+    );
+    assert_eq!(f[1]["type"], "session.done");
+}
+
+#[test]
+fn codec_cancel_appends_eos_and_unsupported_codec_is_refused() {
+    let cfg = r#"{"type":"session.config","output_mode":"codec_tokens","stream_audio":true,"response_format":"pcm"}"#;
+    let mut h = Harness::new(capabilities(false, true), SessionOptions::default());
+    h.send(cfg).send(&text("hello")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.engine(id, EngineEventKind::Codec { codes: vec![1; 16], eos: false }).send(r#"{"type":"input.cancel"}"#);
+    let outs = h.take();
+    assert_eq!(outs[1], Out::Abort(id));
+    let Out::Binary(eos) = &outs[2] else { panic!("{outs:?}") };
+    let eos = speechstream_core::codec::unpack_frame(eos, 16).unwrap();
+    assert_eq!((eos.seq, eos.n_frames, eos.flags), (1, 0, 1));
+    assert_eq!(frames(&outs)[0]["cancelled"], true);
+    assert_eq!(frames(&outs)[0]["seq_last"], 1);
+
+    let mut h = Harness::default();
+    h.send(cfg).send(&text("hello")).send(DONE);
+    let f = frames(&h.take());
+    assert!(f[0]["message"].as_str().unwrap().contains("not supported"));
+    assert_eq!(f[1]["total_sentences"], 1);
+}
+
+#[test]
+fn per_utterance_request_errors_fail_only_that_utterance() {
+    let mut h = Harness::default();
+    h.send(r#"{"type":"session.config","seed":99999999999999999999}"#).send(&text("x")).send(DONE);
+    let f = frames(&h.take());
+    assert!(f[0]["message"].as_str().unwrap().contains("less than or equal to 9223372036854775807"));
+    assert_eq!(f[1], serde_json::json!({"type":"session.done","utterance_index":0,"total_sentences":1}));
+    assert!(!h.session.is_closed());
+    h.send(r#"{"type":"session.config","speaker_embedding":[1.0],"ref_audio":"data:x"}"#).send(&text("x")).send(DONE);
+    assert!(frames(&h.take())[0]["message"].as_str().unwrap().contains("mutually exclusive"));
+}
+
+#[test]
+fn disconnect_mid_stream_aborts_exactly_once() {
+    let mut h = Harness::default();
+    h.send(STREAM_CONFIG).send(&text("x")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.audio(id, b"\x01\x02", 24_000).send_frame(ClientFrame::Closed).send_frame(ClientFrame::Closed);
+    let outs = h.take();
+    assert_eq!(outs.iter().filter(|o| **o == Out::Abort(id)).count(), 1);
+    assert!(h.session.is_closed());
+    assert!(h.session.poll_timeout().is_none());
+}
+
+#[test]
+fn deferred_frames_are_bounded_by_asking_the_transport_to_pause() {
+    let options = SessionOptions { max_deferred_frames: 3, ..SessionOptions::default() };
+    let mut h = Harness::new(capabilities(false, false), options);
+    h.send(STREAM_CONFIG).send(&text("x")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    for _ in 0..3 {
+        assert!(h.session.wants_client_input());
+        h.send(&text("y"));
+    }
+    assert!(!h.session.wants_client_input());
+    h.engine(id, EngineEventKind::Finished);
+    assert!(h.session.wants_client_input());
+}
