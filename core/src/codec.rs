@@ -18,7 +18,7 @@ impl std::fmt::Display for CodecError {
 /// Pack one frame. `codes` holds whole frames of `codebooks` codes each. `seq` is
 /// masked to 32 bits as the reference's packer does.
 pub fn pack_frame(seq: u64, codes: &[i32], codebooks: usize, flags: u8) -> Result<Vec<u8>, CodecError> {
-    if codebooks == 0 || codes.len() % codebooks != 0 {
+    if codebooks == 0 || !codes.len().is_multiple_of(codebooks) {
         return Err(CodecError("codes must be whole frames of `codebooks` values"));
     }
     let n_frames =

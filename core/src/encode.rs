@@ -1,6 +1,15 @@
 //! Encoding a whole utterance for non-streamed replies: wav, pcm, flac, mp3, opus (Ogg).
 //!
-//! OWNER: helper B (encoders). Signature below is the agreed interface.
+//! Every format takes mono 16-bit samples and returns one complete file (protocol.md §e.1).
+//! Empty input still yields a valid, decodable file of zero length. wav, pcm and flac are
+//! written here without dependencies; mp3 uses LAME (built from source by `mp3lame-sys`),
+//! opus uses the system libopus, wrapped in an Ogg stream written here.
+
+mod flac;
+mod md5;
+mod mp3;
+mod ogg;
+mod opus;
 
 use crate::config::ResponseFormat;
 
@@ -13,12 +22,124 @@ impl std::fmt::Display for EncodeError {
     }
 }
 
+impl std::error::Error for EncodeError {}
+
 /// Encode mono 16-bit samples at `sample_rate` Hz as one complete file of `format`.
-pub fn encode(
-    format: ResponseFormat,
-    samples: &[i16],
-    sample_rate: u32,
-) -> Result<Vec<u8>, EncodeError> {
-    let _ = (format, samples, sample_rate);
-    todo!("helper B")
+pub fn encode(format: ResponseFormat, samples: &[i16], sample_rate: u32) -> Result<Vec<u8>, EncodeError> {
+    if sample_rate == 0 {
+        return Err(EncodeError(format!("cannot encode {}: sample rate must be positive", format.as_str())));
+    }
+    match format {
+        ResponseFormat::Wav => wav(samples, sample_rate),
+        ResponseFormat::Pcm => Ok(pcm(samples)),
+        ResponseFormat::Flac => flac::encode(samples, sample_rate),
+        ResponseFormat::Mp3 => mp3::encode(samples, sample_rate),
+        ResponseFormat::Opus => opus::encode(samples, sample_rate),
+    }
+}
+
+/// Length of the canonical RIFF/WAVE header: RIFF + fmt (16 bytes of PCM fields) + data.
+const WAV_HEADER_LEN: usize = 44;
+
+/// RIFF/WAVE, PCM 16-bit mono, the 44-byte header libsndfile writes for PCM_16.
+fn wav(samples: &[i16], sample_rate: u32) -> Result<Vec<u8>, EncodeError> {
+    let data_len = samples
+        .len()
+        .checked_mul(2)
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|&n| n <= u32::MAX - 36)
+        .ok_or_else(|| EncodeError("cannot encode wav: audio longer than 4 GiB".into()))?;
+    let byte_rate = sample_rate
+        .checked_mul(2)
+        .ok_or_else(|| EncodeError(format!("cannot encode wav: sample rate {sample_rate} Hz")))?;
+    let mut out = Vec::with_capacity(WAV_HEADER_LEN + data_len as usize);
+    out.extend_from_slice(b"RIFF");
+    out.extend_from_slice(&(36 + data_len).to_le_bytes());
+    out.extend_from_slice(b"WAVE");
+    out.extend_from_slice(b"fmt ");
+    out.extend_from_slice(&16u32.to_le_bytes());
+    out.extend_from_slice(&1u16.to_le_bytes()); // WAVE_FORMAT_PCM
+    out.extend_from_slice(&1u16.to_le_bytes()); // channels
+    out.extend_from_slice(&sample_rate.to_le_bytes());
+    out.extend_from_slice(&byte_rate.to_le_bytes());
+    out.extend_from_slice(&2u16.to_le_bytes()); // block align
+    out.extend_from_slice(&16u16.to_le_bytes()); // bits per sample
+    out.extend_from_slice(b"data");
+    out.extend_from_slice(&data_len.to_le_bytes());
+    push_s16le(&mut out, samples);
+    Ok(out)
+}
+
+/// Headerless signed 16-bit little-endian.
+fn pcm(samples: &[i16]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(samples.len() * 2);
+    push_s16le(&mut out, samples);
+    out
+}
+
+fn push_s16le(out: &mut Vec<u8>, samples: &[i16]) {
+    out.reserve(samples.len() * 2);
+    for s in samples {
+        out.extend_from_slice(&s.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u16_at(b: &[u8], at: usize) -> u16 {
+        u16::from_le_bytes([b[at], b[at + 1]])
+    }
+
+    fn u32_at(b: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    }
+
+    #[test]
+    fn wav_header_fields() {
+        let samples = [0i16, 1, -1, i16::MAX, i16::MIN];
+        let out = encode(ResponseFormat::Wav, &samples, 24_000).expect("wav");
+        assert_eq!(out.len(), 44 + 10);
+        assert_eq!(&out[0..4], b"RIFF");
+        assert_eq!(u32_at(&out, 4), 36 + 10);
+        assert_eq!(&out[8..12], b"WAVE");
+        assert_eq!(&out[12..16], b"fmt ");
+        assert_eq!(u32_at(&out, 16), 16);
+        assert_eq!(u16_at(&out, 20), 1);
+        assert_eq!(u16_at(&out, 22), 1);
+        assert_eq!(u32_at(&out, 24), 24_000);
+        assert_eq!(u32_at(&out, 28), 48_000);
+        assert_eq!(u16_at(&out, 32), 2);
+        assert_eq!(u16_at(&out, 34), 16);
+        assert_eq!(&out[36..40], b"data");
+        assert_eq!(u32_at(&out, 40), 10);
+        assert_eq!(&out[44..], &[0, 0, 1, 0, 0xff, 0xff, 0xff, 0x7f, 0x00, 0x80]);
+    }
+
+    #[test]
+    fn wav_empty_is_a_bare_header() {
+        let out = encode(ResponseFormat::Wav, &[], 44_100).expect("wav");
+        assert_eq!(out.len(), 44);
+        assert_eq!(u32_at(&out, 4), 36);
+        assert_eq!(u32_at(&out, 40), 0);
+        assert_eq!(u32_at(&out, 24), 44_100);
+    }
+
+    #[test]
+    fn pcm_is_raw_little_endian() {
+        let out = encode(ResponseFormat::Pcm, &[0x0102, -2], 24_000).expect("pcm");
+        assert_eq!(out, vec![0x02, 0x01, 0xfe, 0xff]);
+        assert!(encode(ResponseFormat::Pcm, &[], 24_000).expect("pcm").is_empty());
+    }
+
+    #[test]
+    fn zero_sample_rate_is_an_error() {
+        for format in
+            [ResponseFormat::Wav, ResponseFormat::Pcm, ResponseFormat::Flac, ResponseFormat::Mp3, ResponseFormat::Opus]
+        {
+            let err = encode(format, &[1, 2, 3], 0).expect_err("rate 0");
+            assert!(err.0.contains("sample rate"), "{err}");
+        }
+    }
 }

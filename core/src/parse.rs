@@ -151,10 +151,10 @@ mod tests {
 
     #[test]
     fn limits_count_characters_not_bytes() {
-        let limits = Limits { max_text_message_chars: 40, max_config_message_chars: 40 };
-        // 30 characters, 90 bytes of text: fits by characters.
+        let limits = Limits { max_text_message_chars: 48, max_config_message_chars: 48 };
+        // 41 characters, 61 bytes: fits by characters, not by bytes.
         let raw = format!(r#"{{"type":"input.text","text":"{}"}}"#, "\u{3042}".repeat(10));
-        assert!(raw.len() > 40 && raw.chars().count() <= 40);
+        assert!(raw.len() > 48 && raw.chars().count() <= 48);
         assert!(parse_client_text(&raw, &limits).is_ok());
     }
 }

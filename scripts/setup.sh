@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Set up everything speechstream needs on a fresh Debian machine, idempotently:
+# Debian packages (decoders for the tests, libopus for the encoder), the reference
+# server's Python venv (for differential tests and benchmarks), and a release build.
+#
+#   scripts/setup.sh            # then: target/release/speechstream serve
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+# Debian packages: install only what is missing (apt-get update only when needed).
+mapfile -t packages < <(grep -v '^\s*#' scripts/apt-packages.txt | awk 'NF {print $1}')
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  say "installing Debian packages: ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { say "need root (or sudo) to apt-get install ${missing[*]}"; exit 1; }
+    SUDO="sudo"
+  fi
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+command -v cargo >/dev/null || { say "cargo not found: install Rust (https://rustup.rs) first"; exit 1; }
+
+say "reference server venv (.venv-ref)"
+scripts/setup-reference.sh
+
+say "building target/release/speechstream"
+cargo build --release --quiet --bin speechstream
+say "ready: target/release/speechstream serve --help"
