@@ -19,9 +19,9 @@ proptest! {
 /// The committed fuzz corpus runs here too, so CI exercises the fuzz bodies on stable.
 #[test]
 fn fuzz_corpus_replays_cleanly() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/session");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/session");
     let mut n = 0;
-    for entry in std::fs::read_dir(&dir).expect("fuzz/corpus/session exists") {
+    for entry in std::fs::read_dir(&dir).expect("fuzz/seeds/session exists") {
         let data = std::fs::read(entry.expect("corpus entry").path()).expect("readable corpus file");
         drive(&data).unwrap_or_else(|e| panic!("corpus case failed: {e}"));
         n += 1;
@@ -31,9 +31,9 @@ fn fuzz_corpus_replays_cleanly() {
 
 #[test]
 fn parser_fuzz_corpus_replays_cleanly() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/parser");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/parser");
     let mut n = 0;
-    for entry in std::fs::read_dir(&dir).expect("fuzz/corpus/parser exists") {
+    for entry in std::fs::read_dir(&dir).expect("fuzz/seeds/parser exists") {
         speechstream_core::check::parse_any(&std::fs::read(entry.expect("corpus entry").path()).expect("readable"));
         n += 1;
     }

@@ -1,1 +1,28 @@
-//! speechstream-transports
+//! speechstream-transports: the sockets around a speechstream-core `Session`.
+//!
+//! An HTTP/1.1 server (hyper 1) that answers `GET /health` and `GET /v1/models` and upgrades
+//! `/v1/audio/speech/stream` to a WebSocket (fastwebsockets). Each TCP connection is one tokio
+//! task; a WebSocket connection drives one `Session`, moving client frames, engine events and
+//! timer expiries into it and executing what it asks for: frames to write, engine requests to
+//! submit or abort, the close.
+//!
+//! What it is not: it holds no protocol state (ordering, indexes, limits, error strings all live
+//! in the core) and it is not an engine. It only adapts a synchronous [`Engine`] to tokio.
+//!
+//! Engine requirements, because the adapter relies on them:
+//! - `Engine::submit` and `Engine::abort` are called from the connection's async task and must
+//!   return promptly (queue the work, flip a flag); they must not block.
+//! - `EventSink::send` blocks while the connection's bounded event queue is full; that is how a
+//!   slow client pauses its own request. It must therefore be called from the engine's own
+//!   threads, never from a tokio runtime thread (tokio panics on a blocking send there).
+//!
+//! [`Engine`]: speechstream_core::engine::Engine
+
+mod connection;
+mod routes;
+mod server;
+mod sink;
+mod websocket;
+
+pub use routes::STREAM_PATH;
+pub use server::{serve, ServerConfig};

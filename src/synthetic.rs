@@ -1,0 +1,559 @@
+//! A deterministic engine with no model, for tests, benchmarks and trying the protocol.
+//!
+//! Each whitespace-separated word of the text becomes a tone: its pitch comes from a hash of the
+//! word (200-800 Hz), its length from its character count (60 ms a character, then 40 ms of
+//! silence, divided by the speed), with a short fade in and out. Audio is 24 kHz mono s16le,
+//! streamed in fixed-size chunks at a configurable pace. Because it places the words itself it
+//! knows their timings exactly (`Words` events), and it can stand in for a codec model: frames at
+//! 12.5 Hz whose codes derive from the word being spoken. The same request always gives the same
+//! bytes; a seed only adds a deterministic ±1 LSB dither.
+//!
+//! Each request runs on a thread of its own, checks its abort flag between chunks, and stops when
+//! its sink reports the consumer gone.
+
+use std::collections::HashMap;
+use std::f64::consts::PI;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use speechstream_core::engine::{
+    CodecSpec, Engine, EngineCapabilities, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest,
+    WordTiming,
+};
+
+pub const SAMPLE_RATE: u32 = 24_000;
+pub const CODEBOOKS: u32 = 16;
+pub const CODEBOOK_SIZE: u32 = 2048;
+pub const FRAME_RATE_HZ: f64 = 12.5;
+pub const DECODER_ID: &str = "speechstream-synthetic";
+pub const DEFAULT_MODEL_NAME: &str = "speechstream-synthetic";
+
+const MS_PER_CHAR: f64 = 60.0;
+const GAP_MS: f64 = 40.0;
+const FADE_MS: f64 = 5.0;
+const AMPLITUDE: f64 = 0.25 * 32767.0;
+/// The longest sleep between abort checks while pacing.
+const PACE_SLICE: Duration = Duration::from_millis(20);
+/// Samples per codec frame (24000 / 12.5).
+const SAMPLES_PER_FRAME: usize = 1920;
+
+/// Voices the synthetic engine reports (Qwen3-TTS CustomVoice's speaker names); it sounds the
+/// same for all of them.
+const VOICES: &[&str] = &["aiden", "dylan", "eric", "ono_anna", "ryan", "serena", "sohee", "uncle_fu", "vivian"];
+
+#[derive(Clone, Debug)]
+pub struct SyntheticOptions {
+    /// The model name served (`/v1/models`, the config's `model` check).
+    pub model_name: String,
+    /// Audio per chunk, in milliseconds (also sets how many codec frames go in one event).
+    pub chunk_ms: u32,
+    /// Pause after each chunk.
+    pub chunk_delay: Duration,
+    /// Pace chunks so that producing N seconds of audio takes N × this many seconds
+    /// (1.0 = real time). Applied in addition to `chunk_delay`.
+    pub real_time_factor: Option<f64>,
+    /// Make every utterance exactly this long, whatever its text (words keep their proportions).
+    pub audio_seconds: Option<f64>,
+}
+
+impl Default for SyntheticOptions {
+    fn default() -> Self {
+        SyntheticOptions {
+            model_name: DEFAULT_MODEL_NAME.to_owned(),
+            chunk_ms: 80,
+            chunk_delay: Duration::ZERO,
+            real_time_factor: None,
+            audio_seconds: None,
+        }
+    }
+}
+
+pub struct SyntheticEngine {
+    capabilities: EngineCapabilities,
+    options: Arc<SyntheticOptions>,
+    /// Abort flags of the requests still running.
+    running: Arc<Mutex<HashMap<RequestId, Arc<AtomicBool>>>>,
+}
+
+impl SyntheticEngine {
+    pub fn new(options: SyntheticOptions) -> SyntheticEngine {
+        SyntheticEngine {
+            capabilities: EngineCapabilities {
+                models: vec![options.model_name.clone()],
+                sample_rate: SAMPLE_RATE,
+                voices: VOICES.iter().map(|v| (*v).to_owned()).collect(),
+                word_timestamps: true,
+                codec: Some(CodecSpec {
+                    codebooks: CODEBOOKS,
+                    codebook_size: CODEBOOK_SIZE,
+                    frame_rate_hz: FRAME_RATE_HZ,
+                    sample_rate: SAMPLE_RATE,
+                    decoder_id: Some(DECODER_ID.to_owned()),
+                }),
+            },
+            options: Arc::new(options),
+            running: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// The whole utterance a request produces, as its events would carry it: the PCM and the
+    /// word timings (the streamed chunks concatenate to exactly this).
+    pub fn render(&self, request: &SynthesisRequest) -> (Vec<u8>, Vec<WordTiming>) {
+        let plan = Plan::new(request, &self.options);
+        (plan.render(0..plan.total), plan.words())
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, Arc<AtomicBool>>> {
+        self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Engine for SyntheticEngine {
+    fn capabilities(&self) -> &EngineCapabilities {
+        &self.capabilities
+    }
+
+    fn submit(&self, id: RequestId, request: SynthesisRequest, sink: Box<dyn EventSink>) {
+        let aborted = Arc::new(AtomicBool::new(false));
+        if let Some(previous) = self.running().insert(id, aborted.clone()) {
+            // A caller bug (ids are unique per connection and utterance); stop the older one.
+            previous.store(true, Ordering::Relaxed);
+        }
+        let options = self.options.clone();
+        let running = self.running.clone();
+        let spawned = std::thread::Builder::new().name(format!("synthetic-{id}")).spawn(move || {
+            let job = Job { id, aborted: aborted.clone(), sink };
+            job.run(&request, &options);
+            let mut running = running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if running.get(&id).is_some_and(|flag| Arc::ptr_eq(flag, &aborted)) {
+                running.remove(&id);
+            }
+        });
+        if let Err(e) = spawned {
+            self.running().remove(&id);
+            tracing::error!(request = %id, error = %e, "could not start a synthesis thread");
+            // The sink went into the closure that failed to spawn; nothing can be reported.
+            // The session sees neither audio nor an end; its request is stuck until the
+            // connection ends. Spawning only fails when the process is out of threads.
+        }
+    }
+
+    fn abort(&self, id: RequestId) {
+        if let Some(flag) = self.running().get(&id) {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+struct Job {
+    id: RequestId,
+    aborted: Arc<AtomicBool>,
+    sink: Box<dyn EventSink>,
+}
+
+impl Job {
+    /// Produce the request's events; returns early (without `Finished`) once aborted or once
+    /// the consumer is gone.
+    fn run(&self, request: &SynthesisRequest, options: &SyntheticOptions) {
+        let plan = Plan::new(request, options);
+        let mut pace = Pace::new(options);
+        let completed = if request.codec_tokens {
+            self.stream_codec(&plan, options, &mut pace)
+        } else {
+            self.stream_audio(&plan, request.word_timestamps, options, &mut pace)
+        };
+        if completed {
+            self.send(EngineEventKind::Finished);
+        }
+    }
+
+    fn stream_audio(&self, plan: &Plan, word_timestamps: bool, options: &SyntheticOptions, pace: &mut Pace) -> bool {
+        let chunk = (SAMPLE_RATE as usize * options.chunk_ms.max(1) as usize / 1000).max(1);
+        let words = plan.words();
+        let mut words_sent = 0;
+        let mut position = 0;
+        while position < plan.total {
+            if self.is_aborted() {
+                return false;
+            }
+            let end = (position + chunk).min(plan.total);
+            let pcm = plan.render(position..end);
+            if !self.send(EngineEventKind::Audio { pcm, sample_rate: SAMPLE_RATE }) {
+                return false;
+            }
+            position = end;
+            if word_timestamps {
+                // Report each word once its tone has been sent in full.
+                let spoken = plan.tones[words_sent..].iter().take_while(|tone| tone.end <= end).count();
+                if spoken > 0 {
+                    let batch = words[words_sent..words_sent + spoken].to_vec();
+                    words_sent += spoken;
+                    if !self.send(EngineEventKind::Words(batch)) {
+                        return false;
+                    }
+                }
+            }
+            if !pace.wait(position, &self.aborted) {
+                return false;
+            }
+        }
+        if word_timestamps && words_sent < words.len() {
+            return self.send(EngineEventKind::Words(words[words_sent..].to_vec()));
+        }
+        true
+    }
+
+    fn stream_codec(&self, plan: &Plan, options: &SyntheticOptions, pace: &mut Pace) -> bool {
+        let frames = plan.total.div_ceil(SAMPLES_PER_FRAME).max(1);
+        let per_event = ((options.chunk_ms.max(1) as f64 / 80.0).round() as usize).max(1);
+        let mut frame = 0;
+        while frame < frames {
+            if self.is_aborted() {
+                return false;
+            }
+            let end = (frame + per_event).min(frames);
+            let codes = (frame..end).flat_map(|k| plan.codes(k)).collect();
+            if !self.send(EngineEventKind::Codec { codes, eos: end == frames }) {
+                return false;
+            }
+            frame = end;
+            if !pace.wait(end * SAMPLES_PER_FRAME, &self.aborted) {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn send(&self, kind: EngineEventKind) -> bool {
+        self.sink.send(EngineEvent { id: self.id, kind })
+    }
+
+    fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Relaxed)
+    }
+}
+
+/// Keeps the configured pace.
+struct Pace {
+    started: Instant,
+    chunk_delay: Duration,
+    real_time_factor: Option<f64>,
+}
+
+impl Pace {
+    fn new(options: &SyntheticOptions) -> Pace {
+        Pace {
+            started: Instant::now(),
+            chunk_delay: options.chunk_delay,
+            real_time_factor: options.real_time_factor.filter(|f| f.is_finite() && *f > 0.0),
+        }
+    }
+
+    /// Wait after a chunk, `produced` samples into the utterance. False if aborted meanwhile.
+    fn wait(&mut self, produced: usize, aborted: &AtomicBool) -> bool {
+        let mut until = Instant::now() + self.chunk_delay;
+        if let Some(factor) = self.real_time_factor {
+            let audio = produced as f64 / SAMPLE_RATE as f64;
+            let paced = self.started + Duration::from_secs_f64((audio * factor).min(1e9));
+            until = until.max(paced + self.chunk_delay);
+        }
+        loop {
+            if aborted.load(Ordering::Relaxed) {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return true;
+            }
+            std::thread::sleep((until - now).min(PACE_SLICE));
+        }
+    }
+}
+
+/// One word's tone, in samples from the start of the utterance.
+struct Tone {
+    word: String,
+    start: usize,
+    end: usize,
+    hz: f64,
+}
+
+/// Where every word sits in an utterance; audio and codes are computed from it on demand.
+struct Plan {
+    tones: Vec<Tone>,
+    total: usize,
+    dither_seed: Option<u64>,
+}
+
+impl Plan {
+    fn new(request: &SynthesisRequest, options: &SyntheticOptions) -> Plan {
+        let speed = if request.speed.is_finite() && request.speed > 0.0 { request.speed } else { 1.0 };
+        let samples_per_ms = SAMPLE_RATE as f64 / 1000.0;
+        let words: Vec<&str> = request.text.split_whitespace().collect();
+        let natural: f64 = words.iter().map(|w| (w.chars().count() as f64 * MS_PER_CHAR + GAP_MS) / speed).sum::<f64>()
+            * samples_per_ms;
+        // Every length is scaled by one factor so a fixed duration keeps the words' proportions.
+        let scale = match options.audio_seconds {
+            Some(seconds) if natural > 0.0 && seconds.is_finite() && seconds > 0.0 => {
+                seconds * SAMPLE_RATE as f64 / natural
+            }
+            _ => 1.0,
+        };
+        let mut tones = Vec::with_capacity(words.len());
+        let mut cursor = 0.0_f64;
+        for word in words {
+            let chars = word.chars().count() as f64;
+            let tone = chars * MS_PER_CHAR / speed * samples_per_ms * scale;
+            let gap = GAP_MS / speed * samples_per_ms * scale;
+            tones.push(Tone {
+                word: word.to_owned(),
+                start: cursor.round() as usize,
+                end: (cursor + tone).round() as usize,
+                hz: 200.0 + (fnv1a(word.as_bytes()) % 600) as f64,
+            });
+            cursor += tone + gap;
+        }
+        let mut total = cursor.round() as usize;
+        if tones.is_empty() {
+            if let Some(seconds) = options.audio_seconds.filter(|s| s.is_finite() && *s > 0.0) {
+                total = (seconds * SAMPLE_RATE as f64).round() as usize;
+            }
+        }
+        if let Some(tokens) = request.max_new_tokens {
+            // Like a codec model, stop after max_new_tokens frames.
+            let cap = usize::try_from(tokens).unwrap_or(usize::MAX).saturating_mul(SAMPLES_PER_FRAME);
+            total = total.min(cap);
+            tones.retain(|tone| tone.start < total);
+            for tone in &mut tones {
+                tone.end = tone.end.min(total);
+            }
+        }
+        Plan { tones, total, dither_seed: request.seed.map(|seed| seed as u64) }
+    }
+
+    fn words(&self) -> Vec<WordTiming> {
+        let ms = |sample: usize| (sample as f64 * 1000.0 / SAMPLE_RATE as f64).round() as i64;
+        self.tones
+            .iter()
+            .map(|tone| WordTiming { word: tone.word.clone(), start_ms: ms(tone.start), end_ms: ms(tone.end) })
+            .collect()
+    }
+
+    /// s16le PCM for the samples in `range`.
+    fn render(&self, range: Range<usize>) -> Vec<u8> {
+        let mut pcm = Vec::with_capacity(range.len() * 2);
+        // Tones are in order and don't overlap: start at the first that ends after the range.
+        let mut index = self.tones.partition_point(|tone| tone.end <= range.start);
+        let fade = FADE_MS * SAMPLE_RATE as f64 / 1000.0;
+        for i in range {
+            while index < self.tones.len() && self.tones[index].end <= i {
+                index += 1;
+            }
+            let mut value = 0.0;
+            if let Some(tone) = self.tones.get(index).filter(|tone| tone.start <= i) {
+                let t = (i - tone.start) as f64;
+                let left = (tone.end - i) as f64;
+                let envelope = (t / fade).min(left / fade).min(1.0);
+                let phase = 2.0 * PI * tone.hz * t / SAMPLE_RATE as f64;
+                value = AMPLITUDE * envelope * phase.sin();
+            }
+            if let Some(seed) = self.dither_seed {
+                value += (splitmix64(seed ^ i as u64) % 3) as f64 - 1.0;
+            }
+            let sample = value.round().clamp(i16::MIN as f64, i16::MAX as f64) as i16;
+            pcm.extend_from_slice(&sample.to_le_bytes());
+        }
+        pcm
+    }
+
+    /// The codes of codec frame `k`: derived from the word being spoken (or last spoken) then.
+    fn codes(&self, k: usize) -> impl Iterator<Item = i32> + '_ {
+        let sample = k * SAMPLES_PER_FRAME;
+        let spoken = self.tones.partition_point(|tone| tone.start <= sample);
+        let word_hash = match spoken.checked_sub(1) {
+            Some(index) => fnv1a(self.tones[index].word.as_bytes()),
+            None => 0,
+        };
+        (0..CODEBOOKS as u64).map(move |codebook| {
+            let mixed = splitmix64(word_hash ^ (k as u64).rotate_left(20) ^ codebook);
+            (mixed % CODEBOOK_SIZE as u64) as i32
+        })
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3))
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn request(text: &str) -> SynthesisRequest {
+        SynthesisRequest {
+            text: text.to_owned(),
+            model: None,
+            voice: None,
+            language: None,
+            instructions: None,
+            task_type: None,
+            speed: 1.0,
+            seed: None,
+            stream: true,
+            word_timestamps: false,
+            codec_tokens: false,
+            max_new_tokens: None,
+            initial_codec_chunk_frames: None,
+        }
+    }
+
+    fn id() -> RequestId {
+        RequestId { connection: 1, utterance: 0 }
+    }
+
+    struct Collect(mpsc::Sender<EngineEvent>);
+    impl EventSink for Collect {
+        fn send(&self, event: EngineEvent) -> bool {
+            self.0.send(event).is_ok()
+        }
+    }
+
+    fn run(engine: &SyntheticEngine, request: SynthesisRequest) -> Vec<EngineEventKind> {
+        let (tx, rx) = mpsc::channel();
+        engine.submit(id(), request, Box::new(Collect(tx)));
+        let mut kinds = Vec::new();
+        while let Ok(event) = rx.recv_timeout(Duration::from_secs(30)) {
+            let end = matches!(event.kind, EngineEventKind::Finished | EngineEventKind::Failed(_));
+            kinds.push(event.kind);
+            if end {
+                break;
+            }
+        }
+        kinds
+    }
+
+    #[test]
+    fn word_lengths_follow_character_counts() {
+        let engine = SyntheticEngine::new(SyntheticOptions::default());
+        let (pcm, words) = engine.render(&request("Hello big world"));
+        // 13 characters × 60 ms + 3 gaps × 40 ms = 900 ms.
+        assert_eq!(pcm.len(), 900 * 24 * 2);
+        assert_eq!(
+            words,
+            vec![
+                WordTiming { word: "Hello".into(), start_ms: 0, end_ms: 300 },
+                WordTiming { word: "big".into(), start_ms: 340, end_ms: 520 },
+                WordTiming { word: "world".into(), start_ms: 560, end_ms: 860 },
+            ]
+        );
+    }
+
+    #[test]
+    fn speed_and_fixed_duration_scale_the_audio() {
+        let engine = SyntheticEngine::new(SyntheticOptions::default());
+        let mut fast = request("Hello world");
+        fast.speed = 2.0;
+        assert_eq!(engine.render(&fast).0.len(), 340 * 24 * 2);
+        let fixed = SyntheticEngine::new(SyntheticOptions { audio_seconds: Some(1.0), ..SyntheticOptions::default() });
+        assert_eq!(fixed.render(&request("Hi")).0.len(), 24000 * 2);
+        assert_eq!(fixed.render(&request("a much longer sentence")).0.len(), 24000 * 2);
+    }
+
+    #[test]
+    fn streamed_chunks_concatenate_to_the_rendered_audio() {
+        let engine = SyntheticEngine::new(SyntheticOptions::default());
+        let mut req = request("Deterministic tones for every word");
+        req.word_timestamps = true;
+        req.seed = Some(42);
+        let (expected_pcm, expected_words) = engine.render(&req);
+        let events = run(&engine, req);
+        let mut pcm = Vec::new();
+        let mut words = Vec::new();
+        for kind in &events {
+            match kind {
+                EngineEventKind::Audio { pcm: chunk, sample_rate } => {
+                    assert_eq!(*sample_rate, SAMPLE_RATE);
+                    assert!(chunk.len() <= 80 * 24 * 2);
+                    pcm.extend_from_slice(chunk);
+                }
+                EngineEventKind::Words(batch) => words.extend(batch.iter().cloned()),
+                EngineEventKind::Finished => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(events.last(), Some(&EngineEventKind::Finished));
+        assert_eq!(pcm, expected_pcm);
+        assert_eq!(words, expected_words);
+        // Dither keeps it deterministic.
+        assert_eq!(engine.render(&request_seeded(42)).0, engine.render(&request_seeded(42)).0);
+        assert_ne!(engine.render(&request_seeded(42)).0, engine.render(&request_seeded(7)).0);
+    }
+
+    fn request_seeded(seed: i64) -> SynthesisRequest {
+        let mut req = request("same text");
+        req.seed = Some(seed);
+        req
+    }
+
+    #[test]
+    fn codec_frames_end_with_eos_and_stay_in_range() {
+        let engine = SyntheticEngine::new(SyntheticOptions::default());
+        let mut req = request("hello");
+        req.codec_tokens = true;
+        let events = run(&engine, req);
+        let mut frames = 0;
+        let mut eos_seen = 0;
+        for kind in &events {
+            if let EngineEventKind::Codec { codes, eos } = kind {
+                assert_eq!(codes.len() % CODEBOOKS as usize, 0);
+                assert!(codes.iter().all(|c| (0..CODEBOOK_SIZE as i32).contains(c)));
+                frames += codes.len() / CODEBOOKS as usize;
+                eos_seen += usize::from(*eos);
+            }
+        }
+        // "hello": 340 ms -> ceil(8160 / 1920) = 5 frames.
+        assert_eq!(frames, 5);
+        assert_eq!(eos_seen, 1);
+        assert!(matches!(&events[events.len() - 2], EngineEventKind::Codec { eos: true, .. }));
+        assert_eq!(events.last(), Some(&EngineEventKind::Finished));
+    }
+
+    #[test]
+    fn abort_stops_a_request_without_finishing_it() {
+        let engine = SyntheticEngine::new(SyntheticOptions {
+            chunk_delay: Duration::from_millis(20),
+            ..SyntheticOptions::default()
+        });
+        let (tx, rx) = mpsc::channel();
+        engine.submit(id(), request(&"word ".repeat(200)), Box::new(Collect(tx)));
+        assert!(rx.recv_timeout(Duration::from_secs(30)).is_ok());
+        engine.abort(id());
+        let mut rest = Vec::new();
+        while let Ok(event) = rx.recv_timeout(Duration::from_secs(30)) {
+            rest.push(event.kind);
+        }
+        // The sender drops when the thread ends; it never said Finished.
+        assert!(!rest.contains(&EngineEventKind::Finished));
+        assert!(rest.len() < 10);
+    }
+
+    #[test]
+    fn max_new_tokens_caps_the_length() {
+        let engine = SyntheticEngine::new(SyntheticOptions::default());
+        let mut req = request("a fairly long sentence of several words");
+        req.max_new_tokens = Some(2);
+        let (pcm, words) = engine.render(&req);
+        assert_eq!(pcm.len(), 2 * SAMPLES_PER_FRAME * 2);
+        assert!(words.iter().all(|w| w.end_ms <= 160));
+    }
+}

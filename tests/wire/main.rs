@@ -1,0 +1,7 @@
+//! Integration tests over real sockets on loopback, with tokio-tungstenite as an independent
+//! WebSocket client. One test binary (one link) for all of them.
+
+mod codec;
+mod protocol;
+mod server;
+mod support;

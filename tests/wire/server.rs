@@ -1,0 +1,303 @@
+//! The server around the sessions: HTTP routes, disconnects, framing, concurrency, shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use speechstream::synthetic::{SyntheticEngine, SyntheticOptions, DEFAULT_MODEL_NAME};
+use speechstream_core::engine::Engine;
+use speechstream_core::parse::Limits;
+use speechstream_core::session::SessionOptions;
+use speechstream_transports::ServerConfig;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::support::{Received, Recorded, Scripted, Step, TestServer, TIMEOUT};
+
+fn streamed_config() -> Value {
+    json!({"type": "session.config", "stream_audio": true, "response_format": "pcm"})
+}
+
+async fn start_streaming(client: &mut crate::support::Client, text: &str) {
+    client.send(streamed_config()).await;
+    client.send(json!({"type": "input.text", "text": text})).await;
+    client.send(json!({"type": "input.done"})).await;
+    assert_eq!(client.json().await["type"], "audio.start");
+    assert!(!client.binary().await.is_empty());
+}
+
+/// A synthetic engine slow enough that a long text is still streaming when the test acts.
+fn slow_synthetic() -> SyntheticEngine {
+    SyntheticEngine::new(SyntheticOptions { chunk_delay: Duration::from_millis(20), ..SyntheticOptions::default() })
+}
+
+fn long_text() -> String {
+    "a long utterance that keeps the engine busy ".repeat(40)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_models() {
+    let server =
+        TestServer::start(Arc::new(SyntheticEngine::new(SyntheticOptions::default())), SessionOptions::default()).await;
+    assert_eq!(server.http("GET", "/health").await, (200, "{}".to_owned()));
+    let (status, body) = server.http("GET", "/v1/models").await;
+    assert_eq!(status, 200);
+    let models: Value = serde_json::from_str(&body).expect("models JSON");
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"].as_array().map(Vec::len), Some(1));
+    let model = &models["data"][0];
+    assert_eq!(model["id"], DEFAULT_MODEL_NAME);
+    assert_eq!(model["object"], "model");
+    assert_eq!(model["owned_by"], "speechstream");
+    assert!(model["created"].as_u64().is_some_and(|t| t > 1_600_000_000));
+    let (status, body) = server.http("GET", "/nope").await;
+    assert_eq!(status, 404);
+    assert!(serde_json::from_str::<Value>(&body).is_ok());
+    assert_eq!(server.http("POST", "/health").await.0, 405);
+    assert_eq!(server.http("GET", "/v1/audio/speech/stream").await.0, 426);
+    server.shutdown().await;
+}
+
+// §g.A 23: the peer vanishes mid-stream; its request is aborted exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disconnect_aborts_streaming_request() {
+    let engine = Recorded::new(Scripted::new(vec![Step::Audio(vec![1, 2], 24000), Step::HoldUntilAborted]));
+    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
+    let mut client = server.connect().await;
+    start_streaming(&mut client, "Hello world. ").await;
+    drop(client);
+    let aborts = engine.await_aborts(1).await;
+    assert_eq!(aborts, vec![engine.requests()[0].0]);
+    // Nothing more arrives later.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(engine.aborts().len(), 1);
+    assert_eq!(server.http("GET", "/health").await.0, 200);
+}
+
+// The same with the synthetic engine, and a client that closes politely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_close_mid_stream_aborts_once() {
+    let engine = Recorded::new(slow_synthetic());
+    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
+    let mut client = server.connect().await;
+    start_streaming(&mut client, &long_text()).await;
+    client.ws.close(None).await.expect("close");
+    let aborts = engine.await_aborts(1).await;
+    assert_eq!(aborts.len(), 1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(engine.aborts().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fragmented_messages_arrive_whole() {
+    let server =
+        TestServer::start(Arc::new(SyntheticEngine::new(SyntheticOptions::default())), SessionOptions::default()).await;
+    let mut client = server.connect().await;
+    let message = r#"{"type":"session.config","voice":"Vivian"}"#.as_bytes();
+    let parts = [&message[..10], &message[10..30], &message[30..]];
+    for (i, part) in parts.iter().enumerate() {
+        let opcode = if i == 0 { Data::Text } else { Data::Continue };
+        let frame = Frame::message(part.to_vec(), OpCode::Data(opcode), i == parts.len() - 1);
+        client.send_message(Message::Frame(frame)).await;
+    }
+    // A character split across fragments.
+    let text = r#"{"type":"input.text","text":"café"}"#.as_bytes();
+    let cut = text.len() - 3; // inside the two bytes of 'é'
+    client.send_message(Message::Frame(Frame::message(text[..cut].to_vec(), OpCode::Data(Data::Text), false))).await;
+    client.send_message(Message::Frame(Frame::message(text[cut..].to_vec(), OpCode::Data(Data::Continue), true))).await;
+    client.send(json!({"type": "input.done"})).await;
+    let start = client.json().await;
+    assert_eq!(start["sentence_text"], "café");
+    let seen = client.until_session_done().await;
+    assert!(matches!(seen.last(), Some(Received::Json(v)) if v["total_sentences"] == 1));
+}
+
+fn small_limits() -> SessionOptions {
+    SessionOptions {
+        limits: Limits { max_text_message_chars: 32, max_config_message_chars: 64 },
+        ..SessionOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_frames_close_the_connection_not_the_server() {
+    let server = TestServer::start(Arc::new(SyntheticEngine::new(SyntheticOptions::default())), small_limits()).await;
+
+    // One frame far beyond any limit, in bytes.
+    let mut client = server.connect().await;
+    client.send_text(&"x".repeat(200_000)).await;
+    let code = client.closed().await;
+    assert!(matches!(code, Some(1009) | None), "{code:?}");
+
+    // Fragments that add up to too much.
+    let mut client = server.connect().await;
+    for i in 0..4 {
+        let opcode = if i == 0 { Data::Text } else { Data::Continue };
+        let frame = Frame::message(vec![b'x'; 30_000], OpCode::Data(opcode), false);
+        if client.ws.send(Message::Frame(frame)).await.is_err() {
+            break;
+        }
+    }
+    let code = client.closed().await;
+    assert!(matches!(code, Some(1009) | None), "{code:?}");
+
+    // Invalid UTF-8 in a text frame.
+    let mut client = server.connect().await;
+    let frame = Frame::message(vec![b'{', 0xff, 0xfe, b'}'], OpCode::Data(Data::Text), true);
+    client.send_message(Message::Frame(frame)).await;
+    let code = client.closed().await;
+    assert!(matches!(code, Some(1007) | None), "{code:?}");
+
+    // Garbage before a config is the protocol's fatal error, politely closed.
+    let mut client = server.connect().await;
+    client.send_text("not json").await;
+    assert_eq!(client.json().await, json!({"type": "error", "message": "Invalid JSON message"}));
+    assert_eq!(client.closed().await, Some(1000));
+
+    assert_eq!(server.http("GET", "/health").await.0, 200);
+    server.shutdown().await;
+}
+
+use futures_util::SinkExt;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pings_are_answered() {
+    let server =
+        TestServer::start(Arc::new(SyntheticEngine::new(SyntheticOptions::default())), SessionOptions::default()).await;
+    let mut client = server.connect().await;
+    client.send_message(Message::Ping(b"are you there".to_vec().into())).await;
+    let pong = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            match client.ws.next().await {
+                Some(Ok(Message::Pong(payload))) => return payload.to_vec(),
+                Some(Ok(_)) => continue,
+                other => panic!("no pong: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("pong timed out");
+    assert_eq!(pong, b"are you there");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sessions_are_independent() {
+    let engine = Recorded::new(SyntheticEngine::new(SyntheticOptions::default()));
+    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
+    let mut clients = Vec::new();
+    for n in 0..6 {
+        let mut client = server.connect().await;
+        let engine = engine.clone();
+        clients.push(tokio::spawn(async move {
+            client.send(streamed_config()).await;
+            for utterance in 0..2u64 {
+                let text = format!("client {n} utterance {utterance}");
+                client.send(json!({"type": "input.text", "text": text})).await;
+                client.send(json!({"type": "input.done"})).await;
+                let seen = client.until_session_done().await;
+                let pcm: Vec<u8> = seen
+                    .iter()
+                    .flat_map(|m| match m {
+                        Received::Binary(b) => b.clone(),
+                        _ => Vec::new(),
+                    })
+                    .collect();
+                let request = engine.requests().into_iter().find(|r| r.1.text == text).expect("request");
+                assert_eq!(request.0.utterance, utterance);
+                assert_eq!(pcm, engine.inner().render(&request.1).0);
+            }
+        }));
+    }
+    for client in clients {
+        client.await.expect("client task");
+    }
+    let mut connections: Vec<u64> = engine.requests().iter().map(|r| r.0.connection).collect();
+    connections.sort_unstable();
+    connections.dedup();
+    assert_eq!(connections.len(), 6);
+}
+
+// A client that stops reading pauses its engine request (bounded queues, awaited writes) and
+// loses nothing when it reads again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_pauses_its_request() {
+    let engine = Recorded::new(SyntheticEngine::new(SyntheticOptions::default()));
+    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
+    let mut client = server.connect().await;
+    // 2000 words of 4 characters: 560 s of audio, about 27 MB, far more than socket buffers.
+    client.send(streamed_config()).await;
+    client.send(json!({"type": "input.text", "text": "word ".repeat(2000)})).await;
+    client.send(json!({"type": "input.done"})).await;
+    assert_eq!(client.json().await["type"], "audio.start");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(engine.finished().is_empty(), "the engine ran ahead of a client that wasn't reading");
+    let seen = client.until_session_done().await;
+    let bytes: usize = seen
+        .iter()
+        .map(|m| match m {
+            Received::Binary(b) => b.len(),
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(bytes, 560 * 24000 * 2);
+    let Received::Json(done) = &seen[seen.len() - 2] else { panic!("no audio.done") };
+    assert_eq!(done["total_bytes"], bytes);
+    assert_eq!(engine.finished().len(), 1);
+}
+
+fn config_with_grace(grace: Duration) -> ServerConfig {
+    let mut config = ServerConfig::new(SessionOptions::default());
+    config.shutdown_grace = grace;
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_idle_sessions_with_1001() {
+    let mut server =
+        TestServer::start_with(Arc::new(SyntheticEngine::new(SyntheticOptions::default())), config_with_grace(TIMEOUT))
+            .await;
+    let mut client = server.connect().await;
+    client.send(streamed_config()).await;
+    let addr = server.addr;
+    server.begin_shutdown();
+    assert_eq!(client.closed().await, Some(1001));
+    server.shutdown().await;
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_the_utterance_in_flight_finish() {
+    let engine = Recorded::new(slow_synthetic());
+    let mut server = TestServer::start_with(engine.clone(), config_with_grace(TIMEOUT)).await;
+    let mut client = server.connect().await;
+    start_streaming(&mut client, "finish this sentence before the server goes away").await;
+    server.begin_shutdown();
+    let seen = client.until_session_done().await;
+    let Received::Json(done) = &seen[seen.len() - 2] else { panic!("no audio.done: {seen:?}") };
+    assert_eq!(done["type"], "audio.done");
+    assert_eq!(done["error"], false);
+    assert!(done.get("cancelled").is_none());
+    assert_eq!(client.closed().await, Some(1001));
+    server.shutdown().await;
+    assert!(engine.aborts().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_grace_ends_a_stuck_utterance() {
+    let engine = Recorded::new(Scripted::new(vec![Step::Audio(vec![1, 2], 24000), Step::HoldUntilAborted]));
+    let mut server = TestServer::start_with(engine.clone(), config_with_grace(Duration::from_millis(200))).await;
+    let mut client = server.connect().await;
+    start_streaming(&mut client, "Hello world. ").await;
+    server.begin_shutdown();
+    assert_eq!(client.closed().await, Some(1001));
+    server.shutdown().await;
+    assert_eq!(engine.aborts().len(), 1);
+}
+
+// The engine trait object can be any engine; the server only needs the trait.
+#[allow(dead_code)]
+fn engines_are_object_safe(engine: Arc<SyntheticEngine>) -> Arc<dyn Engine> {
+    engine
+}

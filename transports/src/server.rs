@@ -1,0 +1,179 @@
+//! The accept loop, per-server shared state and graceful shutdown.
+
+use std::future::Future;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use speechstream_core::engine::{Engine, EngineCapabilities};
+use speechstream_core::session::SessionOptions;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::{debug, error, info, warn};
+
+use crate::connection;
+
+/// How long connections get, past the shutdown grace, to write their close frames before
+/// their tasks are dropped.
+const CLOSE_MARGIN: Duration = Duration::from_secs(2);
+/// Pause after a failed accept (e.g. out of file descriptors) so the loop doesn't spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Connection ids are unique in the process, not just per server, so servers sharing one
+/// engine never hand it two requests with the same `RequestId`.
+static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Settings of a server; the protocol's own tunables are in `session`.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub session: SessionOptions,
+    /// After the shutdown signal, how long a connection may take to finish the utterance in
+    /// flight before it is closed with 1001.
+    pub shutdown_grace: Duration,
+    /// Engine events queued per connection before the engine's producer blocks.
+    pub engine_event_queue: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig::new(SessionOptions::default())
+    }
+}
+
+impl ServerConfig {
+    pub fn new(session: SessionOptions) -> ServerConfig {
+        ServerConfig { session, shutdown_grace: Duration::from_secs(10), engine_event_queue: 16 }
+    }
+}
+
+/// What every connection of one server shares.
+pub(crate) struct Shared {
+    pub(crate) engine: Arc<dyn Engine>,
+    pub(crate) capabilities: Arc<EngineCapabilities>,
+    pub(crate) options: Arc<SessionOptions>,
+    pub(crate) shutdown_grace: Duration,
+    pub(crate) engine_event_queue: usize,
+    /// Largest WebSocket message accepted, in bytes.
+    pub(crate) max_message_bytes: usize,
+    /// Unix time the server started (the models' `created`).
+    pub(crate) started_unix: u64,
+}
+
+/// The largest message, in bytes, that can still be within the character limits: a char is at
+/// most 4 bytes of UTF-8. The core does the exact character counts; this bound only keeps a
+/// hostile frame from being buffered whole. The slack lets a message just over a limit reach the
+/// core, which answers it with the protocol's error instead of a dropped connection.
+fn max_message_bytes(options: &SessionOptions) -> usize {
+    let chars = options.limits.max_text_message_chars.max(options.limits.max_config_message_chars);
+    chars.saturating_mul(4).saturating_add(64 * 1024)
+}
+
+/// Serve HTTP and the streaming WebSocket on `listener` until `shutdown` resolves.
+///
+/// On shutdown it stops accepting, lets each WebSocket connection finish the utterance it is
+/// generating for at most `cfg.shutdown_grace`, closes them with 1001 and returns once every
+/// connection has ended (or been dropped, a short while past the grace).
+pub async fn serve(
+    listener: TcpListener,
+    engine: Arc<dyn Engine>,
+    cfg: ServerConfig,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let shared = Arc::new(Shared {
+        capabilities: Arc::new(engine.capabilities().clone()),
+        engine,
+        max_message_bytes: max_message_bytes(&cfg.session),
+        options: Arc::new(cfg.session),
+        shutdown_grace: cfg.shutdown_grace,
+        engine_event_queue: cfg.engine_event_queue.max(1),
+        started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    info!(addr = %listener.local_addr()?, "listening");
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    // Without it a small JSON frame after audio can wait for the peer's delayed ACK.
+                    if let Err(e) = stream.set_nodelay(true) {
+                        debug!(error = %e, "set TCP_NODELAY failed");
+                    }
+                    let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
+                    connections.spawn(connection::serve_connection(
+                        stream,
+                        peer,
+                        id,
+                        shared.clone(),
+                        stop_rx.clone(),
+                    ));
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            },
+            Some(joined) = connections.join_next(), if !connections.is_empty() => {
+                report_join(joined);
+            }
+        }
+    }
+    drop(listener);
+    info!(
+        connections = connections.len(),
+        grace = ?shared.shutdown_grace,
+        "shutting down: no longer accepting"
+    );
+    let _ = stop_tx.send(true);
+    let deadline = tokio::time::Instant::now() + shared.shutdown_grace + CLOSE_MARGIN;
+    loop {
+        tokio::select! {
+            joined = connections.join_next() => match joined {
+                Some(joined) => report_join(joined),
+                None => break,
+            },
+            _ = tokio::time::sleep_until(deadline) => {
+                warn!(connections = connections.len(), "connections still open after the grace; dropping them");
+                connections.shutdown().await;
+                break;
+            }
+        }
+    }
+    info!("shut down");
+    Ok(())
+}
+
+fn report_join(joined: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = joined {
+        if e.is_panic() {
+            error!(error = %e, "connection task panicked");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use speechstream_core::parse::Limits;
+
+    fn options(text: usize, config: usize) -> SessionOptions {
+        SessionOptions {
+            limits: Limits { max_text_message_chars: text, max_config_message_chars: config },
+            idle_timeout: Duration::from_secs(30),
+            config_timeout: Duration::from_secs(10),
+            max_buffered_chars: 1 << 20,
+            max_deferred_frames: 64,
+        }
+    }
+
+    #[test]
+    fn message_bound_covers_the_larger_limit_in_worst_case_utf8() {
+        assert!(max_message_bytes(&options(32, 64)) >= 64 * 4);
+        assert!(max_message_bytes(&options(1 << 20, 64)) >= 4 << 20);
+        assert_eq!(max_message_bytes(&options(usize::MAX, 1)), usize::MAX);
+    }
+}
