@@ -75,6 +75,7 @@ pub struct SyntheticEngine {
     options: Arc<SyntheticOptions>,
     /// Abort flags of the requests still running.
     running: Arc<Mutex<HashMap<RequestId, Arc<AtomicBool>>>>,
+    threads: Arc<Threads>,
 }
 
 impl SyntheticEngine {
@@ -95,6 +96,7 @@ impl SyntheticEngine {
             },
             options: Arc::new(options),
             running: Arc::new(Mutex::new(HashMap::new())),
+            threads: Arc::new(Threads::default()),
         }
     }
 
@@ -123,7 +125,7 @@ impl Engine for SyntheticEngine {
         }
         let options = self.options.clone();
         let running = self.running.clone();
-        let spawned = std::thread::Builder::new().name(format!("synthetic-{id}")).spawn(move || {
+        let work = Box::new(move || {
             let job = Job { id, aborted: aborted.clone(), sink };
             job.run(&request, &options);
             let mut running = running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -131,7 +133,7 @@ impl Engine for SyntheticEngine {
                 running.remove(&id);
             }
         });
-        if let Err(e) = spawned {
+        if let Err(e) = Threads::run(&self.threads, work) {
             self.running().remove(&id);
             tracing::error!(request = %id, error = %e, "could not start a synthesis thread");
             // The sink went into the closure that failed to spawn; nothing can be reported.
@@ -143,6 +145,65 @@ impl Engine for SyntheticEngine {
     fn abort(&self, id: RequestId) {
         if let Some(flag) = self.running().get(&id) {
             flag.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+type Work = Box<dyn FnOnce() + Send>;
+
+/// Each request runs on a thread of its own (it may sleep to keep the pace, or block while
+/// its client is slow, without holding up anyone else); finished threads wait a while for
+/// the next request instead of exiting, so a busy server doesn't spawn one per utterance.
+#[derive(Default)]
+struct Threads {
+    state: Mutex<ThreadsState>,
+    wake: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct ThreadsState {
+    queue: std::collections::VecDeque<Work>,
+    idle: usize,
+}
+
+/// How long a finished thread waits for another request before it exits.
+const THREAD_IDLE: Duration = Duration::from_secs(10);
+
+impl Threads {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ThreadsState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn run(threads: &Arc<Threads>, work: Work) -> std::io::Result<()> {
+        let mut state = threads.lock();
+        if state.idle > state.queue.len() {
+            state.queue.push_back(work);
+            threads.wake.notify_one();
+            return Ok(());
+        }
+        drop(state);
+        let this = threads.clone();
+        std::thread::Builder::new().name("synthetic".into()).spawn(move || this.serve(work)).map(drop)
+    }
+
+    fn serve(&self, mut work: Work) {
+        loop {
+            work();
+            let mut state = self.lock();
+            state.idle += 1;
+            work = loop {
+                if let Some(next) = state.queue.pop_front() {
+                    state.idle -= 1;
+                    break next;
+                }
+                let (guard, wait) =
+                    self.wake.wait_timeout(state, THREAD_IDLE).unwrap_or_else(|poisoned| poisoned.into_inner());
+                state = guard;
+                if wait.timed_out() && state.queue.is_empty() {
+                    state.idle -= 1;
+                    return;
+                }
+            };
         }
     }
 }
@@ -344,28 +405,46 @@ impl Plan {
     /// s16le PCM for the samples in `range`.
     fn render(&self, range: Range<usize>) -> Vec<u8> {
         let mut pcm = Vec::with_capacity(range.len() * 2);
+        let fade = FADE_MS * SAMPLE_RATE as f64 / 1000.0;
+        let mut i = range.start;
         // Tones are in order and don't overlap: start at the first that ends after the range.
         let mut index = self.tones.partition_point(|tone| tone.end <= range.start);
-        let fade = FADE_MS * SAMPLE_RATE as f64 / 1000.0;
-        for i in range {
-            while index < self.tones.len() && self.tones[index].end <= i {
-                index += 1;
+        while i < range.end {
+            let tone = self.tones.get(index).filter(|tone| tone.start <= i);
+            // The run of samples up to the next tone boundary (or the range's end).
+            let run_end = match (tone, self.tones.get(index)) {
+                (Some(tone), _) => tone.end.min(range.end),
+                (None, Some(next)) => next.start.min(range.end),
+                (None, None) => range.end,
+            };
+            match tone {
+                Some(tone) => {
+                    // A rotating phasor instead of sin() per sample: one complex multiply each.
+                    let step = 2.0 * PI * tone.hz / SAMPLE_RATE as f64;
+                    let (mut im, mut re) = (step * (i - tone.start) as f64).sin_cos();
+                    let (step_im, step_re) = step.sin_cos();
+                    for j in i..run_end {
+                        let t = (j - tone.start) as f64;
+                        let left = (tone.end - j) as f64;
+                        let envelope = (t / fade).min(left / fade).min(1.0);
+                        self.push_sample(&mut pcm, j, AMPLITUDE * envelope * im);
+                        (re, im) = (re * step_re - im * step_im, re * step_im + im * step_re);
+                    }
+                    index += 1;
+                }
+                None => (i..run_end).for_each(|j| self.push_sample(&mut pcm, j, 0.0)),
             }
-            let mut value = 0.0;
-            if let Some(tone) = self.tones.get(index).filter(|tone| tone.start <= i) {
-                let t = (i - tone.start) as f64;
-                let left = (tone.end - i) as f64;
-                let envelope = (t / fade).min(left / fade).min(1.0);
-                let phase = 2.0 * PI * tone.hz * t / SAMPLE_RATE as f64;
-                value = AMPLITUDE * envelope * phase.sin();
-            }
-            if let Some(seed) = self.dither_seed {
-                value += (splitmix64(seed ^ i as u64) % 3) as f64 - 1.0;
-            }
-            let sample = value.round().clamp(i16::MIN as f64, i16::MAX as f64) as i16;
-            pcm.extend_from_slice(&sample.to_le_bytes());
+            i = run_end;
         }
         pcm
+    }
+
+    fn push_sample(&self, pcm: &mut Vec<u8>, i: usize, mut value: f64) {
+        if let Some(seed) = self.dither_seed {
+            value += (splitmix64(seed ^ i as u64) % 3) as f64 - 1.0;
+        }
+        let sample = value.round().clamp(i16::MIN as f64, i16::MAX as f64) as i16;
+        pcm.extend_from_slice(&sample.to_le_bytes());
     }
 
     /// The codes of codec frame `k`: derived from the word being spoken (or last spoken) then.
@@ -440,6 +519,28 @@ mod tests {
             }
         }
         kinds
+    }
+
+    #[test]
+    fn tones_match_the_sine_they_describe() {
+        let engine = SyntheticEngine::new(SyntheticOptions::default());
+        let plan = Plan::new(&request("Hello big world"), &engine.options);
+        let pcm = plan.render(0..plan.total);
+        // Rendered in uneven pieces, the same samples come out.
+        let pieces: Vec<u8> =
+            [0..1000, 1000..1001, 1001..7777, 7777..plan.total].into_iter().flat_map(|r| plan.render(r)).collect();
+        assert_eq!(pieces, pcm);
+        let fade = FADE_MS * SAMPLE_RATE as f64 / 1000.0;
+        for (i, bytes) in pcm.chunks_exact(2).enumerate() {
+            let got = i16::from_le_bytes([bytes[0], bytes[1]]);
+            let want = plan.tones.iter().find(|t| t.start <= i && i < t.end).map_or(0.0, |t| {
+                let x = (i - t.start) as f64;
+                let envelope = (x / fade).min((t.end - i) as f64 / fade).min(1.0);
+                AMPLITUDE * envelope * (2.0 * PI * t.hz * x / SAMPLE_RATE as f64).sin()
+            });
+            assert!((f64::from(got) - want).abs() <= 1.0, "sample {i}: {got} vs {want}");
+        }
+        assert!(pcm.chunks_exact(2).any(|b| i16::from_le_bytes([b[0], b[1]]).abs() > 5000), "audible");
     }
 
     #[test]

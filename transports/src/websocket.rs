@@ -12,11 +12,12 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fastwebsockets::{Frame, OpCode, Payload, WebSocket, WebSocketError, WebSocketRead, WebSocketWrite};
+use fastwebsockets::{Frame, OpCode, Payload, Role, WebSocket, WebSocketError, WebSocketRead, WebSocketWrite};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use speechstream_core::engine::{EngineEvent, EngineEventKind, RequestId};
 use speechstream_core::session::{ClientFrame, EngineCommand, Output, Session};
+use tokio::io::BufWriter;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
@@ -29,6 +30,11 @@ type Stream = TokioIo<Upgraded>;
 /// Whole client messages the reader may hold ahead of the loop. Each is at most the message
 /// limit, so this (plus the one the reader is assembling) bounds a connection's input memory.
 const INBOUND_QUEUE: usize = 2;
+/// Bytes of frames gathered before they are written; larger frames are written through.
+const WRITE_BUFFER: usize = 16 * 1024;
+/// Engine events taken in one go before the outputs are written: events already queued are
+/// handled together, so their frames share a flush.
+const EVENT_BATCH: usize = 32;
 /// How long to wait for the peer's answer to our close frame before dropping the socket.
 const CLOSE_LINGER: Duration = Duration::from_secs(2);
 /// How long a close frame written at shutdown may take.
@@ -50,12 +56,16 @@ enum Inbound {
     Ended(Option<u16>),
 }
 
-pub(crate) async fn run(mut ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    ws.set_auto_pong(true);
-    ws.set_auto_close(true);
+pub(crate) async fn run(ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    // Writes go through a buffer that is flushed once the session's outputs are drained, so an
+    // utterance's small JSON frames and audio leave in a few syscalls instead of one each.
+    let (read, write) = tokio::io::split(ws.into_inner());
+    let (mut read, writer) =
+        fastwebsockets::after_handshake_split(read, BufWriter::with_capacity(WRITE_BUFFER, write), Role::Server);
+    read.set_auto_pong(true);
+    read.set_auto_close(true);
     // fastwebsockets rejects a frame whose length is >= this.
-    ws.set_max_message_size(shared.max_message_bytes.saturating_add(1));
-    let (read, writer) = ws.split(tokio::io::split);
+    read.set_max_message_size(shared.max_message_bytes.saturating_add(1));
     let (inbound_tx, mut inbound) = mpsc::channel(INBOUND_QUEUE);
     let reader = read_messages(read, inbound_tx, shared.max_message_bytes);
     tokio::pin!(reader);
@@ -97,7 +107,15 @@ pub(crate) async fn run(mut ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>,
         let reading = !conn.draining && conn.session.wants_client_input();
         tokio::select! {
             // `events` never ends: this task holds a sender for the sinks it hands out.
-            Some(event) = events.recv() => conn.on_engine_event(event),
+            Some(event) = events.recv() => {
+                conn.on_engine_event(event);
+                for _ in 1..EVENT_BATCH {
+                    match events.try_recv() {
+                        Ok(event) => conn.on_engine_event(event),
+                        Err(_) => break,
+                    }
+                }
+            }
             message = inbound.recv(), if reading => conn.on_inbound(message).await,
             _ = sleep_until(timer), if timer.is_some() => {
                 conn.session.handle_timeout(Instant::now());
@@ -144,7 +162,7 @@ pub(crate) async fn run(mut ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>,
 struct Connection {
     shared: Arc<Shared>,
     session: Session,
-    writer: WebSocketWrite<tokio::io::WriteHalf<Stream>>,
+    writer: WebSocketWrite<BufWriter<tokio::io::WriteHalf<Stream>>>,
     events_tx: mpsc::Sender<EngineEvent>,
     /// Engine requests submitted and not yet finished, failed or aborted. Only used to know
     /// when a draining connection has finished its utterance.
@@ -228,6 +246,18 @@ impl Connection {
                 }
             }
         }
+        self.flush().await;
+    }
+
+    async fn flush(&mut self) {
+        if self.broken {
+            return;
+        }
+        if let Err(e) = self.writer.flush().await {
+            debug!(error = %e, "write to client failed");
+            self.broken = true;
+            self.tell_closed();
+        }
     }
 
     fn execute_command(&mut self, command: EngineCommand) {
@@ -276,7 +306,11 @@ impl Connection {
         self.tell_closed();
         self.execute_outputs().await;
         if !self.sent_close && !self.broken {
-            let close = self.writer.write_frame(Frame::close(CLOSE_GOING_AWAY, b"server shutting down"));
+            let writer = &mut self.writer;
+            let close = async move {
+                writer.write_frame(Frame::close(CLOSE_GOING_AWAY, b"server shutting down")).await?;
+                writer.flush().await
+            };
             match tokio::time::timeout(SHUTDOWN_WRITE, close).await {
                 Ok(Ok(())) => self.sent_close = true,
                 Ok(Err(e)) => debug!(error = %e, "close frame write failed"),
