@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use speechstream_core::engine::{
-    CodecSpec, Engine, EngineCapabilities, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest,
-    WordTiming,
+    CodecSpec, Engine, EngineCapabilities, EngineEvent, EngineEventKind, EngineLoad, EventSink, RequestId,
+    SynthesisRequest, WordTiming,
 };
 
 pub const SAMPLE_RATE: u32 = 24_000;
@@ -76,6 +76,7 @@ pub struct SyntheticEngine {
     /// Abort flags of the requests still running.
     running: Arc<Mutex<HashMap<RequestId, Arc<AtomicBool>>>>,
     threads: Arc<Threads>,
+    renders: Arc<RenderCache>,
 }
 
 impl SyntheticEngine {
@@ -97,6 +98,7 @@ impl SyntheticEngine {
             options: Arc::new(options),
             running: Arc::new(Mutex::new(HashMap::new())),
             threads: Arc::new(Threads::default()),
+            renders: Arc::new(RenderCache::default()),
         }
     }
 
@@ -125,8 +127,9 @@ impl Engine for SyntheticEngine {
         }
         let options = self.options.clone();
         let running = self.running.clone();
+        let renders = self.renders.clone();
         let work = Box::new(move || {
-            let job = Job { id, aborted: aborted.clone(), sink };
+            let job = Job { id, aborted: aborted.clone(), sink, renders };
             job.run(&request, &options);
             let mut running = running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             if running.get(&id).is_some_and(|flag| Arc::ptr_eq(flag, &aborted)) {
@@ -146,6 +149,11 @@ impl Engine for SyntheticEngine {
         if let Some(flag) = self.running().get(&id) {
             flag.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// Every request starts at once on its own thread: nothing queues and nothing batches.
+    fn load(&self) -> EngineLoad {
+        EngineLoad { running: self.running().len() as u64, ..EngineLoad::default() }
     }
 }
 
@@ -208,7 +216,53 @@ impl Threads {
     }
 }
 
+/// Recently rendered short utterances: the engine is deterministic, so a text it has just
+/// spoken (as in a benchmark, or a client's retries) is copied instead of rendered again.
+/// Long utterances are rendered chunk by chunk and never held whole.
+#[derive(Default)]
+struct RenderCache {
+    entries: Mutex<std::collections::VecDeque<(RenderKey, Arc<Vec<u8>>)>>,
+}
+
+#[derive(PartialEq)]
+struct RenderKey {
+    text: String,
+    speed: u64,
+    seed: Option<i64>,
+    max_new_tokens: Option<u64>,
+}
+
+/// Longest utterance kept whole (10 s of audio), and how many are kept.
+const CACHE_MAX_SAMPLES: usize = 10 * SAMPLE_RATE as usize;
+const CACHE_ENTRIES: usize = 32;
+
+impl RenderCache {
+    fn get(&self, request: &SynthesisRequest, plan: &Plan) -> Option<Arc<Vec<u8>>> {
+        if plan.total > CACHE_MAX_SAMPLES {
+            return None;
+        }
+        let key = RenderKey {
+            text: request.text.clone(),
+            speed: request.speed.to_bits(),
+            seed: request.seed,
+            max_new_tokens: request.max_new_tokens,
+        };
+        let lock = || self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((_, pcm)) = lock().iter().find(|(k, _)| *k == key) {
+            return Some(pcm.clone());
+        }
+        let pcm = Arc::new(plan.render(0..plan.total));
+        let mut entries = lock();
+        if entries.len() == CACHE_ENTRIES {
+            entries.pop_front();
+        }
+        entries.push_back((key, pcm.clone()));
+        Some(pcm)
+    }
+}
+
 struct Job {
+    renders: Arc<RenderCache>,
     id: RequestId,
     aborted: Arc<AtomicBool>,
     sink: Box<dyn EventSink>,
@@ -223,14 +277,29 @@ impl Job {
         let completed = if request.codec_tokens {
             self.stream_codec(&plan, options, &mut pace)
         } else {
-            self.stream_audio(&plan, request.word_timestamps, options, &mut pace)
+            let whole = self.renders.get(request, &plan);
+            self.stream_audio(
+                &plan,
+                whole.as_ref().map(|pcm| pcm.as_slice()),
+                request.word_timestamps,
+                options,
+                &mut pace,
+            )
         };
         if completed {
             self.send(EngineEventKind::Finished);
         }
     }
 
-    fn stream_audio(&self, plan: &Plan, word_timestamps: bool, options: &SyntheticOptions, pace: &mut Pace) -> bool {
+    /// `whole` is the utterance already rendered, when it was short enough to cache.
+    fn stream_audio(
+        &self,
+        plan: &Plan,
+        whole: Option<&[u8]>,
+        word_timestamps: bool,
+        options: &SyntheticOptions,
+        pace: &mut Pace,
+    ) -> bool {
         let chunk = (SAMPLE_RATE as usize * options.chunk_ms.max(1) as usize / 1000).max(1);
         let words = plan.words();
         let mut words_sent = 0;
@@ -240,7 +309,10 @@ impl Job {
                 return false;
             }
             let end = (position + chunk).min(plan.total);
-            let pcm = plan.render(position..end);
+            let pcm = match whole {
+                Some(whole) => whole[position * 2..end * 2].to_vec(),
+                None => plan.render(position..end),
+            };
             if !self.send(EngineEventKind::Audio { pcm, sample_rate: SAMPLE_RATE }) {
                 return false;
             }

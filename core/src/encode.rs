@@ -41,12 +41,36 @@ pub fn encode(format: ResponseFormat, samples: &[i16], sample_rate: u32) -> Resu
 /// Length of the canonical RIFF/WAVE header: RIFF + fmt (16 bytes of PCM fields) + data.
 const WAV_HEADER_LEN: usize = 44;
 
+/// Encode mono s16le PCM bytes (what engines produce) at `sample_rate` Hz as one complete file
+/// of `format`. pcm and wav take the bytes as they are, without converting to samples and back.
+/// A trailing odd byte (half a sample) is dropped.
+pub fn encode_s16le(format: ResponseFormat, mut pcm: Vec<u8>, sample_rate: u32) -> Result<Vec<u8>, EncodeError> {
+    pcm.truncate(pcm.len() & !1);
+    match format {
+        ResponseFormat::Pcm if sample_rate > 0 => Ok(pcm),
+        ResponseFormat::Wav if sample_rate > 0 => {
+            let mut out = wav_header(pcm.len(), sample_rate)?;
+            out.extend_from_slice(&pcm);
+            Ok(out)
+        }
+        _ => {
+            let samples: Vec<i16> = pcm.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect();
+            encode(format, &samples, sample_rate)
+        }
+    }
+}
+
 /// RIFF/WAVE, PCM 16-bit mono, the 44-byte header libsndfile writes for PCM_16.
 fn wav(samples: &[i16], sample_rate: u32) -> Result<Vec<u8>, EncodeError> {
-    let data_len = samples
-        .len()
-        .checked_mul(2)
-        .and_then(|n| u32::try_from(n).ok())
+    let mut out = wav_header(samples.len() * 2, sample_rate)?;
+    push_s16le(&mut out, samples);
+    Ok(out)
+}
+
+/// The header for `data_len` bytes of audio, in a vector with room for them.
+fn wav_header(data_len: usize, sample_rate: u32) -> Result<Vec<u8>, EncodeError> {
+    let data_len = u32::try_from(data_len)
+        .ok()
         .filter(|&n| n <= u32::MAX - 36)
         .ok_or_else(|| EncodeError("cannot encode wav: audio longer than 4 GiB".into()))?;
     let byte_rate = sample_rate
@@ -66,7 +90,6 @@ fn wav(samples: &[i16], sample_rate: u32) -> Result<Vec<u8>, EncodeError> {
     out.extend_from_slice(&16u16.to_le_bytes()); // bits per sample
     out.extend_from_slice(b"data");
     out.extend_from_slice(&data_len.to_le_bytes());
-    push_s16le(&mut out, samples);
     Ok(out)
 }
 
@@ -94,6 +117,20 @@ mod tests {
 
     fn u32_at(b: &[u8], at: usize) -> u32 {
         u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    }
+
+    #[test]
+    fn s16le_bytes_encode_like_samples() {
+        let samples: Vec<i16> = (0..4801).map(|i| ((i * 7919) % 65536 - 32768) as i16).collect();
+        let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+        for format in [ResponseFormat::Wav, ResponseFormat::Pcm, ResponseFormat::Flac] {
+            assert_eq!(encode_s16le(format, bytes.clone(), 24_000), encode(format, &samples, 24_000));
+        }
+        let mut odd = bytes.clone();
+        odd.push(7);
+        assert_eq!(encode_s16le(ResponseFormat::Wav, odd, 24_000), encode(ResponseFormat::Wav, &samples, 24_000));
+        assert!(encode_s16le(ResponseFormat::Wav, bytes.clone(), 0).is_err());
+        assert!(encode_s16le(ResponseFormat::Pcm, bytes, 0).is_err());
     }
 
     #[test]

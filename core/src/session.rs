@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::codec;
 use crate::config::{validate_session_config, OutputMode, ResponseFormat, SessionConfig};
-use crate::encode::encode;
+use crate::encode::encode_s16le;
 use crate::engine::{EngineCapabilities, EngineEvent, EngineEventKind, RequestId, SynthesisRequest, WordTiming};
 use crate::json::Value;
 use crate::parse::{parse_client_text, ClientMessage, Limits, ParseError};
@@ -710,8 +710,7 @@ impl Session {
                 };
                 match mode {
                     Mode::Whole { format, pcm } if failure.is_none() && !cancelled => {
-                        let samples: Vec<i16> = pcm.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect();
-                        match encode(format, &samples, sample_rate.unwrap_or(self.capabilities.sample_rate)) {
+                        match encode_s16le(format, pcm, sample_rate.unwrap_or(self.capabilities.sample_rate)) {
                             Ok(file) => {
                                 total = file.len() as u64;
                                 self.push(Output::Binary(file));
