@@ -1,13 +1,41 @@
-//! speechstream-engine-libtorch: the hibari voice natively in tch. Not yet implemented: see issue "The real voice".
+//! speechstream-engine-libtorch: the hibari voice natively in tch ([`hibari`], [`dsp`], [`noise`]).
 //!
 //! Groundwork so far (no libtorch needed to build): a dependency-free reader of ONNX files
 //! ([`onnx`], on the protobuf walker in [`proto`]) and the naming and dequantization of hibari's
 //! int8 Linear weights ([`quant`]), which together give the model's float parameters by their
 //! PyTorch names. See `NOTES.md` for what the Python reference does around the network.
 
+pub mod dsp;
+pub mod hibari;
+pub mod noise;
 pub mod onnx;
 pub mod proto;
 pub mod quant;
 
+pub use hibari::{chunk_ranges, Hibari, HibariError, Prosody, Spectra};
+pub use noise::NoiseSource;
 pub use onnx::{read_initializers, DataType, Model, OnnxError, Tensor};
 pub use quant::{linear_weights, parameters, LinearWeight};
+
+/// Loads `libtorch_cuda.so` so that tch sees CUDA (the linker drops it as unneeded, see
+/// shared/docs/libtorch.md). Call once at start-up, before any CUDA query; returns whether it
+/// loaded (false on a CPU-only libtorch, which is fine). Tries the plain name (LD_LIBRARY_PATH, the
+/// binary's rpath), then the libtorch lib dir the crate was built against.
+pub fn load_cuda() -> bool {
+    use std::sync::OnceLock;
+    static LOADED: OnceLock<bool> = OnceLock::new();
+    *LOADED.get_or_init(|| {
+        let mut names = vec!["libtorch_cuda.so".to_string()];
+        if let Some(dir) = option_env!("SPEECHSTREAM_LIBTORCH_LIB") {
+            names.push(format!("{dir}/libtorch_cuda.so"));
+        }
+        names.iter().any(|n| {
+            let Ok(c) = std::ffi::CString::new(n.as_str()) else { return false };
+            // SAFETY: dlopen with a valid NUL-terminated path; the handle is kept open for the
+            // life of the process on purpose.
+            let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+            !h.is_null()
+        })
+    })
+}
+pub mod g2p;

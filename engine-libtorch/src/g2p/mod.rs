@@ -1,0 +1,762 @@
+//! The hibari voice's text front end, natively: sentence and clause splitting as `tts.py` does, and
+//! the G2P of `g2p/` (a port of misaki 0.9.4 without spaCy or espeak): normalise -> tokenise -> tag
+//! -> lexicon -> OOV net -> stress resolution, giving hibari's own phoneme strings. Every sentence
+//! keeps, for each word of the input text, the range of phoneme characters it produced.
+//!
+//! ```no_run
+//! # use speechstream_engine_libtorch::g2p::FrontEnd;
+//! let fe = FrontEnd::load(".cache/hibari", tch::Device::Cpu).unwrap();
+//! for s in fe.sentences("Dr. Smith paid $9.99. It's 7:30 pm.") {
+//!     println!("{} -> {}", s.text, s.phonemes);
+//! }
+//! ```
+
+pub mod lexicon;
+pub mod normalize;
+pub mod numbers;
+pub mod oov;
+pub mod pystr;
+pub mod split;
+pub mod tagger;
+pub mod tokenize;
+
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use fancy_regex::Regex;
+use serde_json::Value;
+
+use lexicon::{apply_stress, is_consonant, is_vowel, stress_weight, Ctx, Dict, LexToken, Lexicon, PRIMARY};
+use normalize::Normalizer;
+use oov::Oov;
+use tagger::Tagger;
+use tokenize::Tokenizer;
+
+pub use split::{split_clauses, split_sentences, MAX_PHONEMES};
+
+/// Errors loading the front end's assets.
+#[derive(Debug)]
+pub enum G2pError {
+    Io(String, std::io::Error),
+    Data(String),
+}
+
+impl std::fmt::Display for G2pError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            G2pError::Io(p, e) => write!(f, "{p}: {e} (run scripts/setup-voice.sh hibari to get the voice assets)"),
+            G2pError::Data(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+impl std::error::Error for G2pError {}
+
+/// One word (or a run of words read together, like "7:30 pm") of a sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Word {
+    /// The word as it is in the input text.
+    pub text: String,
+    /// Byte range of the word in the text given to [`FrontEnd::sentences`].
+    pub text_range: Range<usize>,
+    /// Range of the phoneme characters (Unicode chars, not bytes) in [`Sentence::phonemes`] it produced
+    /// (empty for a word that is not spoken).
+    pub phonemes: Range<usize>,
+}
+
+/// A piece of text the model sees at once: a sentence, or a clause chunk of a long one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sentence {
+    /// The input text it covers.
+    pub text: String,
+    /// Phoneme string in the model's alphabet (at most [`MAX_PHONEMES`] chars unless one clause is longer).
+    pub phonemes: String,
+    /// The words of `text`, in order, with their phoneme ranges.
+    pub words: Vec<Word>,
+}
+
+/// A phonemised line: the phoneme string and, per output token, its phoneme char range and the
+/// char range of the input line it came from.
+#[derive(Debug, Clone)]
+pub struct Phonemized {
+    pub phonemes: String,
+    pub spans: Vec<(Range<usize>, Range<usize>)>,
+}
+
+#[derive(Debug, Clone)]
+struct Tok {
+    text: String,
+    tag: String,
+    ws: bool,
+    phonemes: Option<String>,
+    is_head: bool,
+    alias: Option<String>,
+    currency: Option<String>,
+    prespace: bool,
+    /// Char range in the normalised text.
+    start: usize,
+    end: usize,
+}
+
+impl Tok {
+    fn lex(&self) -> LexToken<'_> {
+        LexToken {
+            text: &self.text,
+            alias: self.alias.as_deref(),
+            tag: &self.tag,
+            currency: self.currency.as_deref(),
+            is_head: self.is_head,
+        }
+    }
+}
+
+enum WordToks {
+    One(Tok),
+    Many(Vec<Tok>),
+}
+
+const SUBTOKEN_JUNKS: &str = "',-._‘’/";
+const PUNCTS: &str = ";:,.!?—…\"“”";
+const NON_QUOTE_PUNCTS: &str = ";:,.!?—…";
+const PUNCT_TAGS: [&str; 10] = [".", ",", "-LRB-", "-RRB-", "``", "\"\"", "''", ":", "$", "#"];
+
+fn symbol_phonemes(c: char) -> &'static str {
+    match c {
+        '/' => "slˈæʃ",
+        '=' => "ˈikwᵊlz",
+        '+' => "plˈʌs",
+        '&' => "ænd",
+        '@' => "æt",
+        '%' => "pəɹsˈɛnt",
+        '#' => "hˈæʃ",
+        '*' => "ˈæstəɹˌɪsk",
+        '~' => "tˈɪldə",
+        '^' => "kˈɛɹət",
+        '<' => "lˈɛs ðən",
+        '>' => "ɡɹˈATəɹ ðən",
+        '—' => "—",
+        _ => "",
+    }
+}
+
+fn merge(tokens: &[Tok], unk: Option<&str>) -> Tok {
+    let mut text = String::new();
+    for (i, t) in tokens.iter().enumerate() {
+        text.push_str(&t.text);
+        if i + 1 < tokens.len() && t.ws {
+            text.push(' ');
+        }
+    }
+    let phonemes = unk.map(|unk| {
+        let mut ps = String::new();
+        for t in tokens {
+            let tp = t.phonemes.as_deref();
+            if t.prespace && !ps.is_empty() && !ps.ends_with(char::is_whitespace) && tp.is_some_and(|p| !p.is_empty()) {
+                ps.push(' ');
+            }
+            ps.push_str(tp.unwrap_or(unk));
+        }
+        ps
+    });
+    let weight =
+        |t: &Tok| t.text.chars().map(|c| if c.to_lowercase().eq(std::iter::once(c)) { 1 } else { 2 }).sum::<usize>();
+    let mut best = &tokens[0];
+    for t in &tokens[1..] {
+        if weight(t) > weight(best) {
+            best = t;
+        }
+    }
+    let currency = tokens.iter().filter_map(|t| t.currency.clone()).max();
+    Tok {
+        text,
+        tag: best.tag.clone(),
+        ws: tokens[tokens.len() - 1].ws,
+        phonemes,
+        is_head: tokens[0].is_head,
+        alias: None,
+        currency,
+        prespace: tokens[0].prespace,
+        start: tokens.iter().map(|t| t.start).min().unwrap_or(0),
+        end: tokens.iter().map(|t| t.end).max().unwrap_or(0),
+    }
+}
+
+fn token_context(ctx: Ctx, ps: Option<&str>, tk: &Tok) -> Ctx {
+    let mut vowel = ctx.future_vowel;
+    if let Some(ps) = ps {
+        if let Some(c) = ps.chars().find(|&c| is_vowel(c) || is_consonant(c) || NON_QUOTE_PUNCTS.contains(c)) {
+            vowel = if NON_QUOTE_PUNCTS.contains(c) { None } else { Some(is_vowel(c)) };
+        }
+    }
+    let future_to =
+        matches!(tk.text.as_str(), "to" | "To") || (tk.text == "TO" && matches!(tk.tag.as_str(), "TO" | "IN"));
+    Ctx { future_vowel: vowel, future_to }
+}
+
+fn resolve_tokens(tokens: &mut [Tok]) {
+    let n = tokens.len();
+    let mut text = String::new();
+    for (i, t) in tokens.iter().enumerate() {
+        text.push_str(&t.text);
+        if i + 1 < n && t.ws {
+            text.push(' ');
+        }
+    }
+    let cats: HashSet<u8> = text
+        .chars()
+        .filter(|c| !SUBTOKEN_JUNKS.contains(*c))
+        .map(|c| {
+            if c.is_alphabetic() {
+                0
+            } else if c.is_ascii_digit() {
+                1
+            } else {
+                2
+            }
+        })
+        .collect();
+    let prespace = text.contains(' ') || text.contains('/') || cats.len() > 1;
+    for (i, tk) in tokens.iter_mut().enumerate() {
+        if tk.phonemes.is_none() {
+            if i == n - 1 && tk.text.chars().count() == 1 && NON_QUOTE_PUNCTS.contains(tk.text.as_str()) {
+                tk.phonemes = Some(tk.text.clone());
+            } else if tk.text.chars().all(|c| SUBTOKEN_JUNKS.contains(c)) {
+                tk.phonemes = Some(String::new());
+            }
+        } else if i > 0 {
+            tk.prespace = prespace;
+        }
+    }
+    if prespace {
+        return;
+    }
+    let mut indices: Vec<(bool, usize, usize)> = tokens
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| {
+            t.phonemes.as_deref().filter(|p| !p.is_empty()).map(|p| (p.contains(PRIMARY), stress_weight(p), i))
+        })
+        .collect();
+    if indices.len() == 2 && tokens[indices[0].2].text.chars().count() == 1 {
+        let i = indices[1].2;
+        tokens[i].phonemes = tokens[i].phonemes.as_deref().map(|p| apply_stress(p, Some(-0.5)));
+        return;
+    }
+    let primaries = indices.iter().filter(|x| x.0).count();
+    if indices.len() < 2 || primaries <= indices.len().div_ceil(2) {
+        return;
+    }
+    let half = indices.len() / 2;
+    indices.sort();
+    for &(_, _, i) in &indices[..half] {
+        tokens[i].phonemes = tokens[i].phonemes.as_deref().map(|p| apply_stress(p, Some(-0.5)));
+    }
+}
+
+/// The G2P of one accent, with the splitter's titles.
+pub struct FrontEnd {
+    normalizer: Normalizer,
+    titles: HashSet<String>,
+    tokenizer: Tokenizer,
+    tagger: Tagger,
+    lexicon: Lexicon,
+    /// Behind a mutex so the front end is `Sync` (tch tensors are only `Send`).
+    oov: Option<std::sync::Mutex<Oov>>,
+    subtoken: Regex,
+    fallback_piece: Regex,
+    link: Regex,
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, G2pError> {
+    std::fs::read(path).map_err(|e| G2pError::Io(path.display().to_string(), e))
+}
+
+fn read_json(path: &Path) -> Result<Value, G2pError> {
+    let bytes = read_file(path)?;
+    let text = if path.extension().is_some_and(|e| e == "gz") {
+        let mut s = String::new();
+        flate2::read::GzDecoder::new(&bytes[..])
+            .read_to_string(&mut s)
+            .map_err(|e| G2pError::Io(path.display().to_string(), e))?;
+        s
+    } else {
+        String::from_utf8(bytes).map_err(|e| G2pError::Data(format!("{}: {e}", path.display())))?
+    };
+    serde_json::from_str(&text).map_err(|e| G2pError::Data(format!("{}: {e}", path.display())))
+}
+
+impl FrontEnd {
+    /// The American front end (the "heart" voice) from the assets directory (`.cache/hibari`).
+    pub fn load(assets: impl AsRef<Path>, device: tch::Device) -> Result<FrontEnd, G2pError> {
+        Self::load_accent(assets, device, false)
+    }
+
+    /// `british`: misaki's British lexicon and rules and the British OOV net.
+    pub fn load_accent(assets: impl AsRef<Path>, device: tch::Device, british: bool) -> Result<FrontEnd, G2pError> {
+        let dir: PathBuf = assets.as_ref().to_path_buf();
+        let acc = if british { "gb" } else { "us" };
+        let raw_norm = String::from_utf8(read_file(&dir.join("normalize.json"))?)
+            .map_err(|e| G2pError::Data(format!("normalize.json: {e}")))?;
+        let normalizer = Normalizer::new(&raw_norm)?;
+        let titles = normalize::title_set(&normalizer);
+        let exc = read_json(&dir.join("tokenizer_exceptions.json"))?;
+        let special: HashMap<String, Vec<String>> = exc
+            .as_object()
+            .ok_or_else(|| G2pError::Data("tokenizer_exceptions.json: not an object".into()))?
+            .iter()
+            .map(|(k, v)| {
+                let toks = v.as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect());
+                (k.clone(), toks.unwrap_or_default())
+            })
+            .collect();
+        let tokenizer = Tokenizer::new(special)?;
+        let tagger = Tagger::from_json(&read_json(&dir.join("tagger.json.gz"))?)?;
+        let gold = Dict::from_json(read_json(&dir.join(format!("lexicon_{acc}_gold.json.gz")))?);
+        let silver = Dict::from_json(read_json(&dir.join(format!("lexicon_{acc}_silver.json.gz")))?);
+        let oov_path = dir.join(if british { "oov_gb.onnx" } else { "oov.onnx" });
+        let oov = Some(std::sync::Mutex::new(Oov::load(&oov_path, device)?));
+        let re = |p: &str| Regex::new(p).map_err(|e| G2pError::Data(format!("regex: {e}")));
+        Ok(FrontEnd {
+            normalizer,
+            titles,
+            tokenizer,
+            tagger,
+            lexicon: Lexicon::new(gold, silver, british),
+            oov,
+            subtoken: re(concat!(
+                r"^['‘’]+|[A-ZÀ-ÖØ-Þ](?=[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ])|(?:^-)?(?:\d?[,.]?\d)+|[-_]+|['‘’]{2,}",
+                r"|[^\W\d_]*?(?:['‘’][^\W\d_])*?[a-zß-öø-ÿ](?=[A-ZÀ-ÖØ-Þ])|[^\W\d_]+(?:['‘’][^\W\d_])*",
+                r"|[^\w\-'‘’]|['‘’]+$"
+            ))?,
+            fallback_piece: re(r"[^\W\d_]+(?:['’][^\W\d_]+)*|\d+(?:[,.]\d+)*|[^\w\s]+")?,
+            link: re(r"\[([^\]]+)\]\(([^\)]*)\)")?,
+        })
+    }
+
+    /// The OOV net, for checks.
+    pub fn oov(&self) -> Option<std::sync::MutexGuard<'_, Oov>> {
+        self.oov.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Sentences of `text` as `Hibari.split_sentences` gives them.
+    pub fn split_sentences<'a>(&self, text: &'a str) -> Vec<&'a str> {
+        split::split_sentences(text, &self.titles)
+    }
+
+    /// The normalised text of one line (`normalize.normalize`).
+    pub fn normalize(&self, text: &str) -> String {
+        self.normalizer.normalize(text).text
+    }
+
+    /// The phoneme string of one line of text (`G2P.__call__`).
+    pub fn phonemize(&self, text: &str) -> String {
+        self.phonemize_spans(text).phonemes
+    }
+
+    /// Sentences, each phonemised and clause-split as `Hibari.phonemize` does, with the words of the
+    /// text mapped to their phonemes. Sentences with no phonemes are left out.
+    pub fn sentences(&self, text: &str) -> Vec<Sentence> {
+        let mut out = Vec::new();
+        for r in split::split_sentence_ranges(text, &self.titles) {
+            let sent = &text[r.clone()];
+            let p = self.phonemize_spans(sent);
+            if p.phonemes.is_empty() {
+                continue;
+            }
+            let words = map_words(sent, r.start, &p);
+            for (ps, ws) in chunk_words(&p.phonemes, words) {
+                let chunk_text = match (ws.first(), ws.last()) {
+                    (Some(a), Some(b)) => text[a.text_range.start..b.text_range.end].to_string(),
+                    _ => sent.to_string(),
+                };
+                out.push(Sentence { text: chunk_text, phonemes: ps, words: ws });
+            }
+        }
+        out
+    }
+
+    /// Phonemes of one line with, per output token, its phoneme char range and source char range.
+    pub fn phonemize_spans(&self, text: &str) -> Phonemized {
+        let norm = self.normalizer.normalize(text);
+        let toks = self.tokens(&norm.text);
+        let toks = self.phonemize_tokens(toks);
+        let mut ps = String::new();
+        let mut spans = Vec::new();
+        let mut n = 0usize;
+        for t in &toks {
+            let p = t.phonemes.as_deref().unwrap_or("");
+            let len = p.chars().count();
+            if let Some(o) = norm.origin_of(t.start..t.end) {
+                spans.push((n..n + len, o));
+            }
+            ps.push_str(p);
+            n += len;
+            if t.ws {
+                ps.push(' ');
+                n += 1;
+            }
+        }
+        let lead = ps.chars().take_while(|c| c.is_whitespace()).count();
+        let trimmed: String = ps.trim().to_string();
+        let total = trimmed.chars().count();
+        let spans = spans
+            .into_iter()
+            .map(|(r, o)| {
+                let s = r.start.saturating_sub(lead).min(total);
+                let e = r.end.saturating_sub(lead).min(total).max(s);
+                (s..e, o)
+            })
+            .collect();
+        Phonemized { phonemes: trimmed, spans }
+    }
+
+    fn tokens(&self, text: &str) -> Vec<Tok> {
+        let mut toks = Vec::new();
+        let mut pos = 0usize;
+        let char_at = |b: usize| text[..b].chars().count();
+        for m in self.link.captures_iter(text).flatten() {
+            let m0 = m.get(0).expect("group 0");
+            toks.extend(self.plain_tokens(&text[pos..m0.start()], char_at(pos)));
+            let f = m.get(2).map_or("", |x| x.as_str());
+            let ps = if f.chars().count() > 1 && f.starts_with('/') && f.ends_with('/') {
+                Some(f[1..].trim_end_matches('/').to_string())
+            } else {
+                None
+            };
+            let ws = text[m0.end()..].starts_with(char::is_whitespace);
+            toks.push(Tok {
+                text: m.get(1).map_or("", |x| x.as_str()).to_string(),
+                tag: "NN".into(),
+                ws,
+                phonemes: ps,
+                is_head: true,
+                alias: None,
+                currency: None,
+                prespace: false,
+                start: char_at(m0.start()),
+                end: char_at(m0.end()),
+            });
+            pos = m0.end();
+        }
+        toks.extend(self.plain_tokens(&text[pos..], char_at(pos)));
+        toks
+    }
+
+    fn plain_tokens(&self, text: &str, offset: usize) -> Vec<Tok> {
+        let raw = self.tokenizer.tokenize(text);
+        if raw.is_empty() {
+            return Vec::new();
+        }
+        let words: Vec<&str> = raw.iter().map(|t| t.text.as_str()).collect();
+        let tags = self.tagger.tag(&words);
+        raw.iter()
+            .zip(tags)
+            .map(|(t, tag)| Tok {
+                text: t.text.clone(),
+                tag,
+                ws: t.whitespace,
+                phonemes: None,
+                is_head: true,
+                alias: None,
+                currency: None,
+                prespace: false,
+                start: offset + t.start,
+                end: offset + t.end,
+            })
+            .collect()
+    }
+
+    fn retokenize(&self, tokens: Vec<Tok>) -> Vec<WordToks> {
+        let mut words: Vec<WordToks> = Vec::new();
+        let mut currency: Option<String> = None;
+        let n = tokens.len();
+        for i in 0..n {
+            let token = &tokens[i];
+            let mut tks: Vec<Tok> = if token.alias.is_none() && token.phonemes.is_none() {
+                let mut v = Vec::new();
+                for m in self.subtoken.find_iter(&token.text).flatten() {
+                    let s = token.text[..m.start()].chars().count();
+                    let e = s + m.as_str().chars().count();
+                    let (s, e) = if token.end - token.start == token.text.chars().count() {
+                        (token.start + s, token.start + e)
+                    } else {
+                        (token.start, token.end)
+                    };
+                    v.push(Tok {
+                        text: m.as_str().to_string(),
+                        ws: false,
+                        is_head: true,
+                        prespace: false,
+                        start: s,
+                        end: e,
+                        ..token.clone()
+                    });
+                }
+                v
+            } else {
+                vec![token.clone()]
+            };
+            let Some(last) = tks.last_mut() else { continue };
+            last.ws = token.ws;
+            let m = tks.len();
+            for j in 0..m {
+                let two_alias = j > 0 && j + 1 < m && tks[j].text == "2" && {
+                    let a = tks[j - 1].text.chars().last();
+                    let b = tks[j + 1].text.chars().next();
+                    matches!((a, b), (Some(a), Some(b)) if a.is_alphabetic() && b.is_alphabetic())
+                };
+                let next_cd = i + 1 < n && tokens[i + 1].tag == "CD";
+                let mut tk = tks[j].clone();
+                if tk.alias.is_some() || tk.phonemes.is_some() {
+                } else if tk.tag == "$" && lexicon::currency_units(&tk.text).is_some() {
+                    currency = Some(tk.text.clone());
+                    tk.phonemes = Some(String::new());
+                } else if tk.tag == ":" && (tk.text == "-" || tk.text == "–") {
+                    tk.phonemes = Some("—".into());
+                } else if PUNCT_TAGS.contains(&tk.tag.as_str())
+                    && !tk.text.chars().all(|c| c.to_lowercase().all(|l| l.is_ascii_lowercase()))
+                {
+                    tk.phonemes = Some(match tk.tag.as_str() {
+                        "-LRB-" => "(".into(),
+                        "-RRB-" => ")".into(),
+                        "``" => "“".into(),
+                        "\"\"" | "''" => "”".into(),
+                        _ => tk.text.chars().filter(|c| PUNCTS.contains(*c)).collect(),
+                    });
+                } else if currency.is_some() {
+                    if tk.tag != "CD" {
+                        currency = None;
+                    } else if j + 1 == m && !next_cd {
+                        tk.currency = currency.clone();
+                    }
+                } else if two_alias {
+                    tk.alias = Some("to".into());
+                }
+                tks[j] = tk.clone();
+                if tk.alias.is_some() || tk.phonemes.is_some() {
+                    words.push(WordToks::One(tk));
+                } else if let Some(WordToks::Many(v)) =
+                    words.last_mut().filter(|w| matches!(w, WordToks::Many(v) if !v[v.len() - 1].ws))
+                {
+                    tk.is_head = false;
+                    v.push(tk);
+                } else if tk.ws {
+                    words.push(WordToks::One(tk));
+                } else {
+                    words.push(WordToks::Many(vec![tk]));
+                }
+            }
+        }
+        words
+            .into_iter()
+            .map(|w| match w {
+                WordToks::Many(mut v) if v.len() == 1 => WordToks::One(v.remove(0)),
+                w => w,
+            })
+            .collect()
+    }
+
+    fn fallback(&self, tk: &Tok) -> String {
+        let mut out = Vec::new();
+        for m in self.fallback_piece.find_iter(&tk.text).flatten() {
+            let piece = m.as_str();
+            let first = piece.chars().next().unwrap_or(' ');
+            let ps = if first.is_numeric() {
+                self.lexicon.get_number(piece, None, false)
+            } else if first.is_alphabetic() {
+                self.oov().and_then(|o| o.phonemize(piece))
+            } else {
+                Some(piece.chars().map(symbol_phonemes).collect())
+            };
+            if let Some(ps) = ps.filter(|p| !p.is_empty()) {
+                out.push(ps);
+            }
+        }
+        out.join(" ")
+    }
+
+    fn phonemize_tokens(&self, tokens: Vec<Tok>) -> Vec<Tok> {
+        let mut words = self.retokenize(tokens);
+        let mut ctx = Ctx::default();
+        for w in words.iter_mut().rev() {
+            match w {
+                WordToks::One(w) => {
+                    if w.phonemes.is_none() {
+                        w.phonemes = self.lexicon.read(&w.lex(), &ctx);
+                    }
+                    if w.phonemes.is_none() {
+                        w.phonemes = Some(self.fallback(w));
+                    }
+                    ctx = token_context(ctx, w.phonemes.as_deref(), w);
+                }
+                WordToks::Many(w) => {
+                    let (mut left, mut right) = (0usize, w.len());
+                    let mut should_fallback = false;
+                    while left < right {
+                        let fixed = w[left..right].iter().any(|t| t.alias.is_some() || t.phonemes.is_some());
+                        let merged = if fixed { None } else { Some(merge(&w[left..right], None)) };
+                        let ps = merged.as_ref().and_then(|tk| self.lexicon.read(&tk.lex(), &ctx));
+                        if let (Some(ps), Some(tk)) = (ps, merged.as_ref()) {
+                            ctx = token_context(ctx, Some(&ps), tk);
+                            w[left].phonemes = Some(ps);
+                            for x in &mut w[left + 1..right] {
+                                x.phonemes = Some(String::new());
+                            }
+                            right = left;
+                            left = 0;
+                        } else if left + 1 < right {
+                            left += 1;
+                        } else {
+                            right -= 1;
+                            let tk = &mut w[right];
+                            if tk.phonemes.is_none() {
+                                if tk.text.chars().all(|c| SUBTOKEN_JUNKS.contains(c)) {
+                                    tk.phonemes = Some(String::new());
+                                } else {
+                                    should_fallback = true;
+                                    break;
+                                }
+                            }
+                            left = 0;
+                        }
+                    }
+                    if should_fallback {
+                        let tk = merge(w, None);
+                        w[0].phonemes = Some(self.fallback(&tk));
+                        for x in &mut w[1..] {
+                            x.phonemes = Some(String::new());
+                        }
+                    } else {
+                        resolve_tokens(w);
+                    }
+                }
+            }
+        }
+        words
+            .into_iter()
+            .map(|w| {
+                let mut t = match w {
+                    WordToks::One(t) => t,
+                    WordToks::Many(v) => merge(&v, Some("")),
+                };
+                if let Some(p) = &t.phonemes {
+                    t.phonemes = Some(p.replace('ɾ', "T").replace('ʔ', "t"));
+                }
+                t
+            })
+            .collect()
+    }
+}
+
+/// Words (whitespace-separated runs of the sentence, grouped where one reading spans several) with
+/// their phoneme ranges. `base` is the sentence's byte offset in the whole text.
+fn map_words(sent: &str, base: usize, p: &Phonemized) -> Vec<Word> {
+    // Whitespace-separated words: (char range, byte range).
+    let mut words: Vec<(Range<usize>, Range<usize>)> = Vec::new();
+    let mut start: Option<(usize, usize)> = None;
+    let mut nchars = 0;
+    for (ci, (bi, c)) in sent.char_indices().enumerate() {
+        nchars = ci + 1;
+        if c.is_whitespace() {
+            if let Some((cs, bs)) = start.take() {
+                words.push((cs..ci, bs..bi));
+            }
+        } else if start.is_none() {
+            start = Some((ci, bi));
+        }
+    }
+    if let Some((cs, bs)) = start {
+        words.push((cs..nchars, bs..sent.len()));
+    }
+    // Each token's span of word indices, and its phoneme range.
+    let mut groups: Vec<(usize, usize, Option<Range<usize>>)> = Vec::new();
+    for (pr, o) in &p.spans {
+        let hit: Vec<usize> =
+            (0..words.len()).filter(|&i| words[i].0.start < o.end && words[i].0.end > o.start).collect();
+        let (Some(&lo), Some(&hi)) = (hit.first(), hit.last()) else { continue };
+        groups.push((lo, hi, if pr.is_empty() { None } else { Some(pr.clone()) }));
+    }
+    // Merge overlapping word spans into groups.
+    let mut merged: Vec<(usize, usize, Option<Range<usize>>)> = Vec::new();
+    let mut order: Vec<usize> = (0..groups.len()).collect();
+    order.sort_by_key(|&i| (groups[i].0, groups[i].1));
+    for i in order {
+        let (lo, hi, ref pr) = groups[i];
+        match merged.last_mut() {
+            Some(last) if lo <= last.1 => {
+                last.1 = last.1.max(hi);
+                last.2 = match (last.2.clone(), pr.clone()) {
+                    (Some(a), Some(b)) => Some(a.start.min(b.start)..a.end.max(b.end)),
+                    (a, b) => a.or(b),
+                };
+            }
+            _ => merged.push((lo, hi, pr.clone())),
+        }
+    }
+    let mut out = Vec::new();
+    let mut wi = 0;
+    let mut last_end = 0;
+    let push = |lo: usize, hi: usize, pr: Option<Range<usize>>, out: &mut Vec<Word>, last_end: &mut usize| {
+        let b = words[lo].1.start..words[hi].1.end;
+        let pr = pr.unwrap_or(*last_end..*last_end);
+        *last_end = pr.end.max(*last_end);
+        out.push(Word { text: sent[b.clone()].to_string(), text_range: base + b.start..base + b.end, phonemes: pr });
+    };
+    for (lo, hi, pr) in merged {
+        while wi < lo {
+            push(wi, wi, None, &mut out, &mut last_end);
+            wi += 1;
+        }
+        push(lo, hi, pr, &mut out, &mut last_end);
+        wi = hi + 1;
+    }
+    while wi < words.len() {
+        push(wi, wi, None, &mut out, &mut last_end);
+        wi += 1;
+    }
+    out
+}
+
+/// The clause split of a sentence's phonemes, moving each word's range into its chunk.
+fn chunk_words(ps: &str, words: Vec<Word>) -> Vec<(String, Vec<Word>)> {
+    let chunks = split::clause_chunks(ps);
+    if chunks.len() <= 1
+        && chunks.first().is_none_or(|c| c.len() == 1 && c[0].start == 0 && c[0].end == ps.chars().count())
+    {
+        return vec![(ps.to_string(), words)];
+    }
+    let chars: Vec<char> = ps.chars().collect();
+    // (piece range in ps, chunk index, offset of the piece in its chunk)
+    let mut pieces: Vec<(Range<usize>, usize, usize)> = Vec::new();
+    let mut out: Vec<(String, Vec<Word>)> = Vec::new();
+    for (ci, chunk) in chunks.iter().enumerate() {
+        let mut s = String::new();
+        let mut off = 0;
+        for (k, r) in chunk.iter().enumerate() {
+            if k > 0 {
+                s.push(' ');
+                off += 1;
+            }
+            pieces.push((r.clone(), ci, off));
+            s.extend(&chars[r.clone()]);
+            off += r.len();
+        }
+        out.push((s, Vec::new()));
+    }
+    for w in words {
+        let at = w.phonemes.start;
+        let found = pieces
+            .iter()
+            .find(|(r, _, _)| at >= r.start && at < r.end.max(r.start + 1))
+            .or_else(|| pieces.iter().rev().find(|(r, _, _)| r.start <= at))
+            .or(pieces.first());
+        let Some((r, ci, off)) = found.cloned() else { continue };
+        let len = out[ci].0.chars().count();
+        let s = (off + at.saturating_sub(r.start)).min(len);
+        let e = (s + w.phonemes.len()).min(off + r.len()).max(s);
+        out[ci].1.push(Word { phonemes: s..e, ..w });
+    }
+    out
+}

@@ -1,0 +1,504 @@
+//! The hibari acoustic network natively in tch: text encoders, duration predictor, length
+//! regulation, prosody net, decoder and head, as described in shared/docs/hibari-architecture.md,
+//! plus the waveform through [`crate::dsp`].
+//!
+//! Use: [`Hibari::load`] once; per sentence [`Hibari::prosody`] (global: encoders, durations,
+//! prosody net, f0, pulse spectrum), then [`Hibari::decode`] for any frame range (exact: it runs the
+//! decoder on the range plus [`DECODER_CONTEXT`] frames of context each side) or
+//! [`Hibari::synthesize_chunk`] for the audio of a frame range, so the first chunk's audio can be
+//! sent before the rest of the sentence is decoded. Batched prosody (several sentences padded,
+//! with the masks of the architecture doc §7) is [`Hibari::prosody_batch`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::Path;
+
+use tch::{Device, Kind, Tensor};
+
+use crate::dsp::{Dsp, SpectralFrames, HOP, N_BINS};
+use crate::noise::NoiseSource;
+use crate::onnx::{Model, OnnxError};
+use crate::quant::parameters;
+
+/// Fine frames of context each side that make a decoder window exact (9 k7 convs: 9 × 3).
+pub const DECODER_CONTEXT: usize = 27;
+/// Samples per fine frame (12.5 ms at 24 kHz).
+pub const SAMPLES_PER_FRAME: usize = HOP as usize;
+const PRO_DILATIONS: [i64; 6] = [1, 2, 4, 8, 1, 2];
+const LN_EPS: f64 = 1e-5;
+/// Number of parameters in a hibari voice file.
+pub const N_PARAMETERS: usize = 6_152_898;
+
+#[derive(Debug)]
+pub enum HibariError {
+    Io(std::io::Error),
+    Onnx(OnnxError),
+    Json(String),
+    Invalid(String),
+}
+
+impl fmt::Display for HibariError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HibariError::Io(e) => write!(f, "{e}"),
+            HibariError::Onnx(e) => write!(f, "{e}"),
+            HibariError::Json(e) => write!(f, "vocab.json: {e}"),
+            HibariError::Invalid(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for HibariError {}
+
+impl From<OnnxError> for HibariError {
+    fn from(e: OnnxError) -> Self {
+        HibariError::Onnx(e)
+    }
+}
+
+impl From<std::io::Error> for HibariError {
+    fn from(e: std::io::Error) -> Self {
+        HibariError::Io(e)
+    }
+}
+
+/// The global, per-sentence part of the synthesis: everything before the decoder.
+#[derive(Debug)]
+pub struct Prosody {
+    pub ids: Vec<i64>,
+    pub speed: f32,
+    /// s_i, the predicted ln(1 + duration) per token
+    pub log_durations: Vec<f32>,
+    /// coarse frames (25 ms) per token
+    pub durations: Vec<i64>,
+    /// F, the number of fine frames (12.5 ms); the audio has F · 300 samples
+    pub frames: usize,
+    /// [F] Hz (the network's f0 output)
+    pub f0: Tensor,
+    /// [F] the internal noise-level channel n
+    pub n: Tensor,
+    /// decoder input [1, 130, F]
+    z: Tensor,
+    /// STFT of the pulse train of the whole sentence, (re, im) [F, 601]
+    pulse: (Tensor, Tensor),
+}
+
+impl Prosody {
+    /// Samples of audio for the whole sentence.
+    pub fn samples(&self) -> usize {
+        self.frames * SAMPLES_PER_FRAME
+    }
+
+    /// First fine frame of each token (F-based timing: token i spans frames
+    /// `starts[i] .. starts[i] + 2 d_i`).
+    pub fn token_starts(&self) -> Vec<usize> {
+        let mut acc = 0usize;
+        self.durations
+            .iter()
+            .map(|&d| {
+                let s = acc;
+                acc += 2 * d as usize;
+                s
+            })
+            .collect()
+    }
+}
+
+/// Network outputs for fine frames `start .. start + n`, each [n, 601] float32 (time-major), f0 [n].
+#[derive(Debug)]
+pub struct Spectra {
+    pub start: usize,
+    pub lh: Tensor,
+    pub theta: Tensor,
+    pub ln: Tensor,
+    pub lr: Tensor,
+    pub phi: Tensor,
+    pub f0: Tensor,
+}
+
+impl Spectra {
+    /// The five spectral outputs in the order lh, theta, ln, lr, phi.
+    pub fn outputs(&self) -> [&Tensor; 5] {
+        [&self.lh, &self.theta, &self.ln, &self.lr, &self.phi]
+    }
+
+    fn frames(&self) -> SpectralFrames<'_> {
+        SpectralFrames { lh: &self.lh, theta: &self.theta, ln: &self.ln, lr: &self.lr, phi: &self.phi }
+    }
+}
+
+/// Frame ranges for streaming: a first chunk of `first` frames, then chunks of `size`.
+pub fn chunk_ranges(frames: usize, first: usize, size: usize) -> Vec<Range<usize>> {
+    let (first, size) = (first.max(1), size.max(1));
+    let mut out = Vec::new();
+    let mut a = 0;
+    while a < frames {
+        let b = (a + if out.is_empty() { first } else { size }).min(frames);
+        out.push(a..b);
+        a = b;
+    }
+    out
+}
+
+/// The hibari network's weights on one device.
+pub struct Hibari {
+    device: Device,
+    params: HashMap<String, Tensor>,
+    vocab: HashMap<char, i64>,
+    dsp: Dsp,
+}
+
+impl fmt::Debug for Hibari {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hibari").field("device", &self.device).field("params", &self.params.len()).finish()
+    }
+}
+
+fn ln(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
+    let c = *x.size().last().expect("rank >= 1");
+    x.layer_norm([c], Some(w), Some(b), LN_EPS, false)
+}
+
+impl Hibari {
+    /// Loads `hibari.onnx` and `vocab.json` from a hibari assets directory (`.cache/hibari`).
+    pub fn load(assets_dir: impl AsRef<Path>, device: Device) -> Result<Hibari, HibariError> {
+        let dir = assets_dir.as_ref();
+        let mut h = Hibari::from_onnx(dir.join("hibari.onnx"), device)?;
+        let text = std::fs::read_to_string(dir.join("vocab.json"))?;
+        h.vocab = parse_vocab(&text)?;
+        Ok(h)
+    }
+
+    /// Loads the weights of a hibari voice file (int8 as shipped, or a dequantized fp32 copy);
+    /// no vocabulary (use [`Hibari::load`] for [`Hibari::ids`]).
+    pub fn from_onnx(path: impl AsRef<Path>, device: Device) -> Result<Hibari, HibariError> {
+        let model = Model::load(path)?;
+        let raw = parameters(&model)?;
+        let mut params = HashMap::new();
+        let mut count = 0;
+        for (name, t) in raw {
+            let data = t.to_f32()?;
+            count += data.len();
+            let dims: Vec<i64> = t.dims.iter().map(|&d| d as i64).collect();
+            params.insert(name, Tensor::from_slice(&data).view(dims.as_slice()).to_device(device));
+        }
+        if count != N_PARAMETERS {
+            return Err(HibariError::Invalid(format!("{count} parameters, not hibari's {N_PARAMETERS}")));
+        }
+        let h = Hibari { device, params, vocab: HashMap::new(), dsp: Dsp::new(device) };
+        h.check_names()?;
+        Ok(h)
+    }
+
+    fn check_names(&self) -> Result<(), HibariError> {
+        let mut need: Vec<String> =
+            vec!["m.text.emb.weight".into(), "pn.text.emb.weight".into(), "m.head.weight".into()];
+        need.extend(
+            ["pn.dur.0.weight", "pn.dur.2.weight", "pn.pro_in.weight", "pn.pro_out.weight", "m.dec_in.weight"]
+                .map(String::from),
+        );
+        for p in ["m.text.attn", "pn.text.attn"] {
+            need.push(format!("{p}.self_attn.in_proj_weight"));
+            need.push(format!("{p}.self_attn.out_proj.weight"));
+            need.push(format!("{p}.linear1.weight"));
+            need.push(format!("{p}.linear2.weight"));
+        }
+        for i in 0..8 {
+            need.push(format!("m.dec.{i}.pw1.weight"));
+            need.push(format!("m.dec.{i}.pw2.weight"));
+        }
+        for i in 0..6 {
+            need.push(format!("pn.pro.{i}.pw2.weight"));
+        }
+        match need.iter().find(|n| !self.params.contains_key(n.as_str())) {
+            Some(n) => Err(HibariError::Invalid(format!("parameter {n} missing"))),
+            None => Ok(()),
+        }
+    }
+
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    pub fn dsp(&self) -> &Dsp {
+        &self.dsp
+    }
+
+    /// A parameter by its PyTorch name.
+    pub fn param(&self, name: &str) -> &Tensor {
+        self.params.get(name).unwrap_or_else(|| panic!("hibari parameter {name} missing"))
+    }
+
+    /// `[0, vocab[c] for c in phonemes if c in vocab, 0]` (needs [`Hibari::load`]).
+    pub fn ids(&self, phonemes: &str) -> Vec<i64> {
+        let mut ids = vec![0];
+        ids.extend(phonemes.chars().filter_map(|c| self.vocab.get(&c).copied()));
+        ids.push(0);
+        ids
+    }
+
+    fn p(&self, prefix: &str, name: &str) -> &Tensor {
+        self.param(&format!("{prefix}.{name}"))
+    }
+
+    /// ConvNeXt block on x [B, C, T]; `mask` [B, 1, T] zeroes padded frames before the depthwise conv.
+    fn cnx(&self, pre: &str, x: &Tensor, k: i64, dil: i64, mask: Option<&Tensor>) -> Tensor {
+        let c = x.size()[1];
+        let xin = match mask {
+            Some(m) => x * m,
+            None => x.shallow_clone(),
+        };
+        let u = xin.conv1d(self.p(pre, "dw.weight"), Some(self.p(pre, "dw.bias")), [1], [dil * (k - 1) / 2], [dil], c);
+        let u = ln(&u.transpose(1, 2), self.p(pre, "norm.weight"), self.p(pre, "norm.bias"));
+        let u = u.linear(self.p(pre, "pw1.weight"), Some(self.p(pre, "pw1.bias"))).gelu("none");
+        let u = u.linear(self.p(pre, "pw2.weight"), Some(self.p(pre, "pw2.bias"))) * self.p(pre, "gamma");
+        x + u.transpose(1, 2)
+    }
+
+    /// One pre-norm transformer pass on x [B, L, C]; `key_pad` [B, 1, 1, L] is true at padded keys.
+    fn tl(&self, pre: &str, x: &Tensor, key_pad: Option<&Tensor>) -> Tensor {
+        let (b, l, c) = x.size3().expect("[B, L, C]");
+        let hd = c / 2;
+        let h = ln(x, self.p(pre, "norm1.weight"), self.p(pre, "norm1.bias"));
+        let qkv = h.linear(self.p(pre, "self_attn.in_proj_weight"), Some(self.p(pre, "self_attn.in_proj_bias")));
+        let heads = |i: i64| qkv.narrow(2, i * c, c).view([b, l, 2, hd]).transpose(1, 2);
+        let (q, k, v) = (heads(0), heads(1), heads(2));
+        let mut s = q.matmul(&k.transpose(-2, -1)) / (hd as f64).sqrt();
+        if let Some(m) = key_pad {
+            s = s.masked_fill(m, f64::NEG_INFINITY);
+        }
+        let o = s.softmax(-1, Kind::Float).matmul(&v).transpose(1, 2).contiguous().view([b, l, c]);
+        let x = x + o.linear(self.p(pre, "self_attn.out_proj.weight"), Some(self.p(pre, "self_attn.out_proj.bias")));
+        let h = ln(&x, self.p(pre, "norm2.weight"), self.p(pre, "norm2.bias"));
+        let f = h.linear(self.p(pre, "linear1.weight"), Some(self.p(pre, "linear1.bias"))).gelu("none");
+        &x + f.linear(self.p(pre, "linear2.weight"), Some(self.p(pre, "linear2.bias")))
+    }
+
+    /// Text encoder `pre` ("m.text" or "pn.text") on ids [B, L]; `mask` [B, L] float (1 = valid).
+    fn encoder(&self, pre: &str, ids: &Tensor, passes: usize, mask: Option<&Tensor>) -> Tensor {
+        let x = Tensor::embedding(self.p(pre, "emb.weight"), ids, -1, false, false).transpose(1, 2);
+        let cmask = mask.map(|m| m.unsqueeze(1));
+        let mut x = x;
+        for i in 0..2 {
+            x = self.cnx(&format!("{pre}.convs.{i}"), &x, 5, 1, cmask.as_ref());
+        }
+        let mut x = x.transpose(1, 2);
+        let key_pad = mask.map(|m| m.eq(0.0).unsqueeze(1).unsqueeze(1));
+        for _ in 0..passes {
+            x = self.tl(&format!("{pre}.attn"), &x, key_pad.as_ref());
+        }
+        ln(&x, self.p(pre, "norm.weight"), self.p(pre, "norm.bias"))
+    }
+
+    /// Log-durations s [B, L] from H_p [B, L, 192].
+    fn log_durations(&self, hp: &Tensor, mask: Option<&Tensor>) -> Tensor {
+        let x = match mask {
+            Some(m) => hp.transpose(1, 2) * m.unsqueeze(1),
+            None => hp.transpose(1, 2),
+        };
+        let y =
+            x.conv1d(self.param("pn.dur.0.weight"), Some(self.param("pn.dur.0.bias")), [1], [1], [1], 1).gelu("none");
+        y.conv1d(self.param("pn.dur.2.weight"), Some(self.param("pn.dur.2.bias")), [1], [0], [1], 1).squeeze_dim(1)
+    }
+
+    /// The global part of a sentence: encoders, durations (d = max(1, round((exp(s) − 1) / speed))
+    /// in float32, in that order), length regulation, prosody net, f0, decoder input, pulse spectrum.
+    pub fn prosody(&self, ids: &[i64], speed: f32) -> Prosody {
+        self.prosody_batch(&[(ids, speed)]).pop().expect("one item")
+    }
+
+    /// [`Hibari::prosody`] with given durations (e.g. a reference's), for tests and forced timing.
+    pub fn prosody_with_durations(&self, ids: &[i64], speed: f32, durations: &[i64]) -> Prosody {
+        let _g = tch::no_grad_guard();
+        assert_eq!(ids.len(), durations.len());
+        let t = Tensor::from_slice(ids).to_device(self.device).unsqueeze(0);
+        let hm = self.encoder("m.text", &t, 4, None).squeeze_dim(0);
+        let hp = self.encoder("pn.text", &t, 6, None);
+        let s: Vec<f32> =
+            Vec::try_from(&self.log_durations(&hp, None).squeeze_dim(0).to_device(Device::Cpu)).expect("f32");
+        self.regulate(ids, speed, s, durations.to_vec(), &hm, &hp.squeeze_dim(0))
+    }
+
+    /// Several sentences at once, padded, with the masks of the architecture doc §7 on the phoneme
+    /// axis (encoders and durations) and on the coarse axis (prosody net). Equal to one call of
+    /// [`Hibari::prosody`] per item up to float rounding.
+    pub fn prosody_batch(&self, items: &[(&[i64], f32)]) -> Vec<Prosody> {
+        let _g = tch::no_grad_guard();
+        if items.is_empty() {
+            return Vec::new();
+        }
+        let lmax = items.iter().map(|(ids, _)| ids.len()).max().unwrap_or(0);
+        assert!(lmax > 0, "empty id list");
+        let batched = items.len() > 1 && items.iter().any(|(ids, _)| ids.len() != lmax);
+        let mut flat = Vec::with_capacity(items.len() * lmax);
+        let mut mask = Vec::with_capacity(items.len() * lmax);
+        for (ids, _) in items {
+            flat.extend_from_slice(ids);
+            flat.extend(std::iter::repeat_n(0i64, lmax - ids.len()));
+            mask.extend((0..lmax).map(|i| if i < ids.len() { 1f32 } else { 0f32 }));
+        }
+        let bsz = items.len() as i64;
+        let t = Tensor::from_slice(&flat).view([bsz, lmax as i64]).to_device(self.device);
+        let m = Tensor::from_slice(&mask).view([bsz, lmax as i64]).to_device(self.device);
+        let m = batched.then_some(&m);
+        let hm = self.encoder("m.text", &t, 4, m);
+        let hp = self.encoder("pn.text", &t, 6, m);
+        let s = self.log_durations(&hp, m).to_device(Device::Cpu);
+        let mut regulated = Vec::new();
+        for (b, (ids, speed)) in items.iter().enumerate() {
+            let sb: Vec<f32> = Vec::try_from(&s.get(b as i64).narrow(0, 0, ids.len() as i64)).expect("f32");
+            let d = durations(&sb, *speed);
+            regulated.push((sb, d));
+        }
+        self.prosody_net_batch(items, regulated, &hm, &hp)
+    }
+
+    fn prosody_net_batch(
+        &self,
+        items: &[(&[i64], f32)],
+        reg: Vec<(Vec<f32>, Vec<i64>)>,
+        hm: &Tensor,
+        hp: &Tensor,
+    ) -> Vec<Prosody> {
+        let tmax = reg.iter().map(|(_, d)| d.iter().sum::<i64>()).max().unwrap_or(0);
+        let multi = reg.len() > 1 && reg.iter().any(|(_, d)| d.iter().sum::<i64>() != tmax);
+        let mut idx_all = Vec::new();
+        let mut mask = Vec::new();
+        for (b, (_, d)) in reg.iter().enumerate() {
+            let lmax = hp.size()[1];
+            let mut idx: Vec<i64> = Vec::new();
+            for (i, &di) in d.iter().enumerate() {
+                idx.extend(std::iter::repeat_n(b as i64 * lmax + i as i64, di as usize));
+            }
+            let tb = idx.len();
+            mask.extend((0..tmax as usize).map(|t| if t < tb { 1f32 } else { 0f32 }));
+            let fill = *idx.last().expect("T >= 1");
+            idx.extend(std::iter::repeat_n(fill, tmax as usize - tb));
+            idx_all.extend(idx);
+        }
+        let bsz = reg.len() as i64;
+        let idx = Tensor::from_slice(&idx_all).to_device(self.device);
+        let c = hp.size()[2];
+        let g = hp.reshape([-1, c]).index_select(0, &idx).view([bsz, tmax, c]).transpose(1, 2);
+        let mc = Tensor::from_slice(&mask).view([bsz, 1, tmax]).to_device(self.device);
+        let mc = multi.then_some(&mc);
+        let mut g = g.conv1d(self.param("pn.pro_in.weight"), Some(self.param("pn.pro_in.bias")), [1], [0], [1], 1);
+        for (i, dil) in PRO_DILATIONS.iter().enumerate() {
+            g = self.cnx(&format!("pn.pro.{i}"), &g, 7, *dil, mc);
+        }
+        let p = g.conv1d(self.param("pn.pro_out.weight"), Some(self.param("pn.pro_out.bias")), [1], [0], [1], 1);
+        let cm = hm.size()[2];
+        let hm_flat = hm.reshape([-1, cm]);
+        let idx_rows = idx.view([bsz, tmax]);
+        let mut out = Vec::new();
+        for (b, ((ids, speed), (s, d))) in items.iter().zip(reg).enumerate() {
+            let tb: i64 = d.iter().sum();
+            let pb = p.get(b as i64).narrow(1, 0, tb); // [4, T]
+            let f0 = pb.narrow(0, 0, 2).transpose(0, 1).reshape([-1]) * 100.0;
+            let n = pb.narrow(0, 2, 2).transpose(0, 1).reshape([-1]) * 5.0;
+            let fine = idx_rows.get(b as i64).narrow(0, 0, tb).repeat_interleave_self_int(2, 0, None);
+            let hmf = hm_flat.index_select(0, &fine); // [F, 128]
+            let f0feat = ((f0.relu() + 1.0).log() / 5.0).unsqueeze(1);
+            let nfeat = (&n / 5.0).unsqueeze(1);
+            let z = Tensor::cat(&[hmf, f0feat, nfeat], 1).transpose(0, 1).unsqueeze(0).contiguous();
+            let frames = 2 * tb as usize;
+            let pulses = self.dsp.pulses(&f0);
+            let pulse = self.dsp.pulse_spectrum(&pulses, frames as i64);
+            out.push(Prosody {
+                ids: ids.to_vec(),
+                speed: *speed,
+                log_durations: s,
+                durations: d,
+                frames,
+                f0,
+                n,
+                z,
+                pulse,
+            });
+        }
+        out
+    }
+
+    fn regulate(&self, ids: &[i64], speed: f32, s: Vec<f32>, d: Vec<i64>, hm: &Tensor, hp: &Tensor) -> Prosody {
+        self.prosody_net_batch(&[(ids, speed)], vec![(s, d)], &hm.unsqueeze(0), &hp.unsqueeze(0)).pop().expect("one")
+    }
+
+    /// The network's outputs for fine frames [a, b) (exact: the decoder runs on [a−27, b+27)).
+    pub fn decode(&self, p: &Prosody, a: usize, b: usize) -> Spectra {
+        let _g = tch::no_grad_guard();
+        assert!(a < b && b <= p.frames, "frames [{a}, {b}) of {}", p.frames);
+        let wa = a.saturating_sub(DECODER_CONTEXT);
+        let wb = (b + DECODER_CONTEXT).min(p.frames);
+        let z = p.z.narrow(2, wa as i64, (wb - wa) as i64);
+        let mut x = z.conv1d(self.param("m.dec_in.weight"), Some(self.param("m.dec_in.bias")), [1], [3], [1], 1);
+        for i in 0..8 {
+            x = self.cnx(&format!("m.dec.{i}"), &x, 7, 1, None);
+        }
+        let x = x.narrow(2, (a - wa) as i64, (b - a) as i64).transpose(1, 2);
+        let x = ln(&x, self.param("m.dec_norm.weight"), self.param("m.dec_norm.bias"));
+        let o = x.linear(self.param("m.head.weight"), Some(self.param("m.head.bias"))).squeeze_dim(0);
+        let part = |i: i64| o.narrow(1, i * N_BINS, N_BINS).contiguous();
+        Spectra {
+            start: a,
+            lh: part(0),
+            theta: part(1),
+            ln: part(2),
+            lr: part(3),
+            phi: part(4),
+            f0: p.f0.narrow(0, a as i64, (b - a) as i64),
+        }
+    }
+
+    /// Audio samples [300a, 300b) of the sentence (float32 tensor on the model's device). Decodes
+    /// frames [a−1, b+2) (the inverse STFT's overlap), so chunks concatenate to the whole sentence.
+    pub fn synthesize_chunk(&self, p: &Prosody, a: usize, b: usize, noise: &NoiseSource) -> Tensor {
+        let _g = tch::no_grad_guard();
+        let k0 = a.saturating_sub(1);
+        let k1 = (b + 2).min(p.frames);
+        let sp = self.decode(p, k0, k1);
+        let n = (k1 - k0) as i64;
+        let pr = p.pulse.0.narrow(0, k0 as i64, n);
+        let pi = p.pulse.1.narrow(0, k0 as i64, n);
+        let (re, im) = self.dsp.spectrum(&sp.frames(), (&pr, &pi), noise, k0);
+        self.dsp.ola((&re, &im), k0, p.frames, a, b)
+    }
+
+    /// The whole sentence's audio (F · 300 samples), as a host vector.
+    pub fn synthesize(&self, p: &Prosody, noise: &NoiseSource) -> Vec<f32> {
+        let t = self.synthesize_chunk(p, 0, p.frames, noise).to_device(Device::Cpu);
+        Vec::try_from(&t).expect("f32")
+    }
+
+    /// Audio of a sentence from given spectral outputs (e.g. a reference's): frames k0.. of `sp`
+    /// must cover [a−1, b+2).
+    pub fn synthesize_from(&self, sp: &Spectra, f0_all: &Tensor, frames: usize, noise: &NoiseSource) -> Tensor {
+        let _g = tch::no_grad_guard();
+        let pulses = self.dsp.pulses(f0_all);
+        let (pr, pi) = self.dsp.pulse_spectrum(&pulses, frames as i64);
+        let n = sp.lh.size()[0];
+        let (pr, pi) = (pr.narrow(0, sp.start as i64, n), pi.narrow(0, sp.start as i64, n));
+        let (re, im) = self.dsp.spectrum(&sp.frames(), (&pr, &pi), noise, sp.start);
+        self.dsp.ola((&re, &im), sp.start, frames, 0, frames)
+    }
+}
+
+/// d_i = max(1, round_half_even((exp(s_i) − 1) / speed)), in float32 in that order.
+pub fn durations(s: &[f32], speed: f32) -> Vec<i64> {
+    s.iter().map(|&x| (((x.exp() - 1.0) / speed).round_ties_even()).max(1.0) as i64).collect()
+}
+
+fn parse_vocab(text: &str) -> Result<HashMap<char, i64>, HibariError> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| HibariError::Json(e.to_string()))?;
+    let obj = v.as_object().ok_or_else(|| HibariError::Json("not an object".into()))?;
+    let mut out = HashMap::new();
+    for (k, id) in obj {
+        let mut cs = k.chars();
+        let (Some(c), None) = (cs.next(), cs.next()) else {
+            return Err(HibariError::Json(format!("key {k:?} is not one character")));
+        };
+        let id = id.as_i64().ok_or_else(|| HibariError::Json(format!("id of {k:?} is not an integer")))?;
+        out.insert(c, id);
+    }
+    Ok(out)
+}

@@ -1,0 +1,63 @@
+//! Shared helpers of the tests that need `.cache` (scripts/setup-voice.sh). They fail, not skip,
+//! when it is missing: CI runs the set-up.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+pub fn cache() -> PathBuf {
+    std::env::var_os("SPEECHSTREAM_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache"))
+}
+
+/// A file under the cache, or a panic telling how to get it.
+pub fn cached(rel: &str, how: &str) -> PathBuf {
+    let p = cache().join(rel);
+    assert!(p.exists(), "{} not found: run {how} first (from the repository root)", p.display());
+    p
+}
+
+pub fn hibari_assets() -> PathBuf {
+    cached("hibari/hibari.onnx", "scripts/setup-voice.sh");
+    cache().join("hibari")
+}
+
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/hibari")
+}
+
+pub fn read_f32(path: &std::path::Path) -> Vec<f32> {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0f32 } else { 1.0 };
+    let e = i32::from((h >> 10) & 0x1f);
+    let m = f32::from(h & 0x3ff);
+    match e {
+        0 => sign * m * 2f32.powi(-24),
+        31 => {
+            if m == 0.0 {
+                sign * f32::INFINITY
+            } else {
+                f32::NAN
+            }
+        }
+        _ => sign * (1.0 + m / 1024.0) * 2f32.powi(e - 15),
+    }
+}
+
+pub fn manifest() -> serde_json::Value {
+    let text = std::fs::read_to_string(fixtures().join("manifest.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+pub fn to_vec(t: &tch::Tensor) -> Vec<f32> {
+    Vec::try_from(&t.to_device(tch::Device::Cpu).contiguous().view([-1])).unwrap()
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}

@@ -1,0 +1,175 @@
+//! The hibari text front end against the Python reference's own outputs (fixtures/g2p, written by
+//! fixtures/g2p/make_expected.py). Needs the voice assets: `scripts/setup-voice.sh hibari`.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+use speechstream_engine_libtorch::g2p::FrontEnd;
+
+fn assets() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/hibari");
+    assert!(
+        dir.join("lexicon_us_gold.json.gz").exists() && dir.join("oov.onnx").exists(),
+        "hibari voice assets missing in {}: run scripts/setup-voice.sh hibari",
+        dir.display()
+    );
+    dir
+}
+
+fn front_end() -> &'static FrontEnd {
+    static FE: OnceLock<FrontEnd> = OnceLock::new();
+    FE.get_or_init(|| FrontEnd::load(assets(), tch::Device::Cpu).expect("load the hibari front end"))
+}
+
+fn fixture(name: &str) -> Vec<Value> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/g2p").join(name);
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).expect("json line")).collect()
+}
+
+fn s(v: &Value, k: &str) -> String {
+    v[k].as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn corpus_phonemes_match_reference() {
+    let fe = front_end();
+    let cases = fixture("expected.jsonl");
+    assert!(cases.len() >= 200);
+    let mut bad = 0;
+    for c in &cases {
+        let (text, want) = (s(c, "text"), s(c, "phonemes"));
+        let got = fe.phonemize(&text);
+        if got != want {
+            bad += 1;
+            println!("MISMATCH {text:?}\n   want {want}\n   got  {got}");
+        }
+    }
+    let ok = cases.len() - bad;
+    let pct = 100.0 * ok as f64 / cases.len() as f64;
+    println!("g2p corpus: {ok}/{} identical ({pct:.1}%)", cases.len());
+    assert!(pct >= 98.0, "only {pct:.1}% of the corpus matches the reference");
+}
+
+#[test]
+fn sentence_and_clause_splitting_match_reference() {
+    let fe = front_end();
+    for c in fixture("splits.jsonl") {
+        let text = s(&c, "text");
+        let want: Vec<String> =
+            c["sentences"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect();
+        assert_eq!(fe.split_sentences(&text), want, "sentences of {text:?}");
+        let chunks: Vec<String> =
+            c["chunks"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect();
+        let got: Vec<String> = fe.sentences(&text).into_iter().map(|s| s.phonemes).collect();
+        assert_eq!(got, chunks, "phoneme chunks of {text:?}");
+    }
+}
+
+#[test]
+fn long_sentence_is_clause_split() {
+    let fe = front_end();
+    let cases = fixture("splits.jsonl");
+    let long = cases
+        .iter()
+        .find(|c| c["chunks"].as_array().unwrap().len() > c["sentences"].as_array().unwrap().len())
+        .expect("a long case");
+    let text = s(long, "text");
+    let want: Vec<String> =
+        long["chunks"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect();
+    let got: Vec<String> = fe.sentences(&text).into_iter().map(|s| s.phonemes).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn words_map_to_phonemes() {
+    let fe = front_end();
+    let text = "Dr. Smith paid $9.99 at 7:30 pm.  Zyxqwort is a word!";
+    let sents = fe.sentences(text);
+    assert_eq!(sents.len(), 2);
+    for s in &sents {
+        let n = s.phonemes.chars().count();
+        let mut last = 0;
+        for w in &s.words {
+            assert_eq!(&text[w.text_range.clone()], w.text);
+            assert!(w.phonemes.start >= last && w.phonemes.end <= n, "{w:?} in {}", s.phonemes);
+            last = w.phonemes.start;
+        }
+    }
+    let words: Vec<&str> = sents[0].words.iter().map(|w| w.text.as_str()).collect();
+    assert_eq!(words, ["Dr.", "Smith", "paid", "$9.99", "at", "7:30 pm."]);
+    let chars: Vec<char> = sents[0].phonemes.chars().collect();
+    let piece = |i: usize| chars[sents[0].words[i].phonemes.clone()].iter().collect::<String>();
+    assert_eq!(piece(0), "dˈɑktəɹ");
+    assert_eq!(piece(1), "smˈɪθ");
+    assert!(piece(3).starts_with("nˈIn dˈɑləɹz"), "{}", piece(3));
+}
+
+#[test]
+fn oov_net_matches_onnxruntime() {
+    let fe = front_end();
+    let oov = fe.oov().expect("oov net");
+    let cases = fixture("oov.jsonl");
+    let mut bad = 0;
+    for c in &cases {
+        let word = s(c, "word");
+        let want: Vec<i64> = c["ids"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect();
+        let got = oov.forward_ids(&oov.ids(&word));
+        if got != want {
+            bad += 1;
+            println!("OOV {word}: want {want:?}\n          got  {got:?}");
+        }
+        if let Some(p) = c["phonemes"].as_str() {
+            if got == want {
+                assert_eq!(oov.phonemize(&word).as_deref(), Some(p));
+            }
+        }
+    }
+    println!("oov net: {}/{} words identical", cases.len() - bad, cases.len());
+    assert_eq!(bad, 0);
+}
+
+#[test]
+fn normalisation_matches_reference() {
+    let fe = front_end();
+    let cases = [
+        ("It is 7:30 pm.", "It is seven thirty P.M."),
+        ("At 5:05 a.m. sharp", "At five oh five A.M. sharp"),
+        ("Meet at 12:00", "Meet at twelve o'clock"),
+        ("Ends 2:30:15", "Ends two thirty and fifteen seconds"),
+        ("At 8:00 AM", "At eight A.M."),
+        ("On 2024-03-04 and 12/25/99", "On March fourth, 2024 and December twenty-fifth, 1999"),
+        ("$5 million and 50¢", "5 million dollars and 50 cents"),
+        ("Chapter IV and Henry VIII", "Chapter 4 and Henry the eighth"),
+        ("Call 555-123-4567", "Call 5 5 5, 1 2 3, 4 5 6 7"),
+        ("3/4 and 5/31 and 13/40", "3 quarters and May thirty-first and 13 slash 40"),
+        ("pages 10-20", "pages 10 to 20"),
+        ("No. 5 and #42", "Number 5 and number 42"),
+        ("Dr. Smith", "Dr Smith"),
+        ("-5°C and 25 kg", "-5 degrees Celsius and 25 kilograms"),
+    ];
+    for (text, want) in cases {
+        assert_eq!(fe.normalize(text), want, "normalize({text:?})");
+    }
+}
+
+#[test]
+fn numbers_read_as_reference() {
+    let fe = front_end();
+    for (text, want) in [
+        ("It costs $1.50.", "ˌɪt kˈɔsts wˈʌn dˈɑləɹ ænd fˈɪfti sˈɛnts."),
+        ("In 1066 they came.", "ɪn tˈɛn sˈɪksti sˈɪks ðA kˈAm."),
+        ("Pi is roughly 3.14159.", "pˈI ɪz ɹˈʌfli θɹˈi pYnt wˈʌn fˈɔɹ wˈʌn fˈIv nˈIn."),
+    ] {
+        assert_eq!(fe.phonemize(text), want, "{text:?}");
+    }
+}
+
+#[test]
+fn british_front_end() {
+    let fe = FrontEnd::load_accent(assets(), tch::Device::Cpu, true).expect("load the British front end");
+    assert_eq!(fe.phonemize("Hello there."), "həlˈQ ðˈɛː.");
+    // The OOV net (oov_gb.onnx, int8 in the wheel; dequantized here).
+    assert_eq!(fe.phonemize("Zyxqwort is a word."), "zˈɪkskwɔːt ɪz ɐ wˈɜːd.");
+}

@@ -1,0 +1,237 @@
+//! The native tch implementation against onnxruntime on the dequantized fp32 graph and hibari's own
+//! dsp.py (fixtures from fixtures/make_fixtures.py), plus chunked == whole and batched == single.
+//! Needs `.cache` from scripts/setup-voice.sh (fails with a message when it is missing).
+
+mod common;
+
+use common::*;
+use speechstream_engine_libtorch::{chunk_ranges, Hibari, NoiseSource, Spectra};
+use tch::{Device, Tensor};
+
+const OUTPUTS: [&str; 5] = ["lh", "theta", "ln", "lr", "phi"];
+const TOL: f32 = 1e-3;
+
+fn model() -> Hibari {
+    Hibari::load(hibari_assets(), Device::Cpu).expect("loading hibari")
+}
+
+fn ids_of(case: &serde_json::Value) -> Vec<i64> {
+    case["ids"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect()
+}
+
+#[test]
+fn network_matches_onnxruntime() {
+    let h = model();
+    let m = manifest();
+    let cases = m["cases"].as_array().unwrap();
+    assert!(cases.len() >= 20, "{} cases", cases.len());
+    let mut worst = [0f32; 6];
+    let mut worst_sums = [0f64; 2];
+    let mut failures = Vec::new();
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let ids = ids_of(case);
+        let speed = case["speed"].as_f64().unwrap() as f32;
+        let fr = case["frames_total"].as_u64().unwrap() as usize;
+        let p = h.prosody(&ids, speed);
+        // the ids a G2P string gives go through the vocab the same way
+        assert_eq!(h.ids(case["phonemes"].as_str().unwrap()), ids, "{name}: ids");
+        let ref_d: Vec<i64> = case["durations"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect();
+        let ref_s: Vec<f32> =
+            case["log_durations"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+        let ds = max_abs_diff(&p.log_durations, &ref_s);
+        assert!(ds < 1e-4, "{name}: log-durations differ by {ds}");
+        if p.durations != ref_d {
+            failures.push(format!("{name}: durations {:?} != {:?}", p.durations, ref_d));
+            continue;
+        }
+        assert_eq!(p.frames, fr, "{name}: F");
+        let frames: Vec<usize> =
+            case["frames"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
+        let data = read_f32(&fixtures().join(format!("{name}.f32")));
+        let nf = frames.len();
+        assert_eq!(data.len(), 5 * nf * 601 + fr + 5 * fr + 5 * 601, "{name}: fixture size");
+        let sp = h.decode(&p, 0, fr);
+        for (o, t) in sp.outputs().iter().enumerate() {
+            let ours = to_vec(t); // [F, 601]
+            for (i, &f) in frames.iter().enumerate() {
+                let r = &data[(o * nf + i) * 601..(o * nf + i + 1) * 601];
+                let e = max_abs_diff(&ours[f * 601..(f + 1) * 601], r);
+                worst[o] = worst[o].max(e);
+                if e > TOL {
+                    failures.push(format!("{name}: {} frame {f} off by {e}", OUTPUTS[o]));
+                }
+            }
+            // per-frame sums over bins, per-bin sums over frames (float64 in the reference)
+            let sums = &data[5 * nf * 601 + fr + o * fr..5 * nf * 601 + fr + (o + 1) * fr];
+            for (f, &r) in sums.iter().enumerate() {
+                let s: f64 = ours[f * 601..(f + 1) * 601].iter().map(|&x| f64::from(x)).sum();
+                let e = (s - f64::from(r)).abs();
+                worst_sums[0] = worst_sums[0].max(e);
+                if e > 601.0 * f64::from(TOL) * 0.1 {
+                    failures.push(format!("{name}: {} frame {f} sum off by {e}", OUTPUTS[o]));
+                }
+            }
+            let base = 5 * nf * 601 + fr + 5 * fr + o * 601;
+            for b in 0..601 {
+                let s: f64 = (0..fr).map(|f| f64::from(ours[f * 601 + b])).sum();
+                let e = (s - f64::from(data[base + b])).abs();
+                worst_sums[1] = worst_sums[1].max(e);
+                if e > fr as f64 * f64::from(TOL) * 0.1 + 1e-2 {
+                    failures.push(format!("{name}: {} bin {b} sum off by {e}", OUTPUTS[o]));
+                }
+            }
+            let st = &case["stats"][OUTPUTS[o]];
+            let total: f64 = ours.iter().map(|&x| f64::from(x)).sum();
+            let rt = st["sum"].as_f64().unwrap();
+            assert!(
+                (total - rt).abs() <= (ours.len() as f64) * 1e-4 + 1e-2,
+                "{name}: {} total {total} vs {rt}",
+                OUTPUTS[o]
+            );
+        }
+        let f0 = to_vec(&p.f0);
+        let e = max_abs_diff(&f0, &data[5 * nf * 601..5 * nf * 601 + fr]);
+        worst[5] = worst[5].max(e);
+        if e > TOL {
+            failures.push(format!("{name}: f0 off by {e}"));
+        }
+        assert_eq!(to_vec(&sp.f0), f0);
+    }
+    eprintln!(
+        "max abs error over {} cases: lh {:.2e} theta {:.2e} ln {:.2e} lr {:.2e} phi {:.2e} f0 {:.2e}; \
+         per-frame sums {:.2e}, per-bin sums {:.2e}",
+        cases.len(),
+        worst[0],
+        worst[1],
+        worst[2],
+        worst[3],
+        worst[4],
+        worst[5],
+        worst_sums[0],
+        worst_sums[1]
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The DSP alone, on spectra both sides read from the same (float16-rounded) fixture.
+#[test]
+fn dsp_matches_hibari_dsp_py() {
+    let h = model();
+    let m = manifest();
+    let d = &m["dsp"];
+    let n = d["frames"].as_u64().unwrap() as usize;
+    let seed = d["seed"].as_u64().unwrap();
+    let noise = NoiseSource::new(seed, d["stream"].as_u64().unwrap());
+    // the generator matches the Python one
+    let check: Vec<f32> = d["noise_check"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+    assert_eq!(&noise.frames(3, 1).0[..4], &check[..]);
+
+    let bytes = std::fs::read(fixtures().join("dsp.f32")).unwrap();
+    let half = 5 * n * 601 * 2;
+    assert_eq!(bytes.len(), half + 4 * n + 4 * n * 300);
+    let spec: Vec<f32> = bytes[..half].chunks_exact(2).map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect();
+    let rest: Vec<f32> = bytes[half..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    let (f0, wav) = rest.split_at(n);
+    let part = |o: usize| Tensor::from_slice(&spec[o * n * 601..(o + 1) * n * 601]).view([n as i64, 601]);
+    let f0 = Tensor::from_slice(f0);
+    let sp = Spectra {
+        start: 0,
+        lh: part(0),
+        theta: part(1),
+        ln: part(2),
+        lr: part(3),
+        phi: part(4),
+        f0: f0.shallow_clone(),
+    };
+    let ours = to_vec(&h.synthesize_from(&sp, &f0, n, &noise));
+    let e = max_abs_diff(&ours, wav);
+    let rms = (wav.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>() / wav.len() as f64).sqrt();
+    eprintln!("dsp: {} samples, rms {rms:.3e}, max abs error {e:.2e}", wav.len());
+    assert!(rms > 1e-2, "reference waveform is too quiet to test anything");
+    assert!(e <= TOL, "waveform off by {e}");
+    // a different seed gives a different waveform: the noise really goes in
+    let other = to_vec(&h.synthesize_from(&sp, &f0, n, &NoiseSource::new(seed + 1, 0)));
+    let d = max_abs_diff(&other, wav);
+    eprintln!("dsp: another seed changes the waveform by up to {d:.2e}");
+    assert!(d > 100.0 * e.max(1e-7), "the noise seed has no effect ({d})");
+}
+
+/// Network + DSP against onnxruntime + dsp.py with the same noise.
+#[test]
+fn waveform_end_to_end() {
+    let h = model();
+    let m = manifest();
+    let mut n_checked = 0;
+    for case in m["cases"].as_array().unwrap() {
+        let Some(seed) = case["wave_seed"].as_u64() else { continue };
+        let name = case["name"].as_str().unwrap();
+        let p = h.prosody(&ids_of(case), case["speed"].as_f64().unwrap() as f32);
+        let ours = h.synthesize(&p, &NoiseSource::new(seed, 0));
+        let wav = read_f32(&fixtures().join(format!("{name}.wav.f32")));
+        let e = max_abs_diff(&ours, &wav);
+        eprintln!("{name}: {} samples, waveform max abs error {e:.2e}", wav.len());
+        assert!(e <= TOL, "{name}: waveform off by {e}");
+        n_checked += 1;
+    }
+    assert!(n_checked > 0);
+}
+
+#[test]
+fn chunked_equals_whole() {
+    let h = model();
+    let m = manifest();
+    let case = m["cases"].as_array().unwrap().iter().find(|c| c["name"] == "science").unwrap();
+    let p = h.prosody(&ids_of(case), 1.0);
+    let whole = h.decode(&p, 0, p.frames);
+    let mut worst = 0f32;
+    for (first, size) in [(8, 40), (1, 29), (60, 100)] {
+        let chunks: Vec<Spectra> =
+            chunk_ranges(p.frames, first, size).into_iter().map(|r| h.decode(&p, r.start, r.end)).collect();
+        for o in 0..5 {
+            let parts: Vec<&Tensor> = chunks.iter().map(|c| c.outputs()[o]).collect();
+            let cat = Tensor::cat(&parts, 0);
+            worst = worst.max(max_abs_diff(&to_vec(&cat), &to_vec(whole.outputs()[o])));
+        }
+    }
+    eprintln!("decoder chunked vs whole: max abs {worst:.2e}");
+    assert!(worst <= TOL, "{worst}");
+    let noise = NoiseSource::new(99, 1);
+    let audio = h.synthesize(&p, &noise);
+    let mut streamed = Vec::new();
+    for r in chunk_ranges(p.frames, 10, 48) {
+        streamed.extend(to_vec(&h.synthesize_chunk(&p, r.start, r.end, &noise)));
+    }
+    let e = max_abs_diff(&streamed, &audio);
+    eprintln!("audio chunked vs whole: max abs {e:.2e}");
+    assert!(e <= TOL, "{e}");
+}
+
+#[test]
+fn batched_equals_single() {
+    let h = model();
+    let m = manifest();
+    let pick: Vec<&serde_json::Value> = m["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| ["hello", "numbers", "yes", "fox_fast"].contains(&c["name"].as_str().unwrap()))
+        .collect();
+    let ids: Vec<Vec<i64>> = pick.iter().map(|c| ids_of(c)).collect();
+    let items: Vec<(&[i64], f32)> =
+        ids.iter().zip(&pick).map(|(i, c)| (i.as_slice(), c["speed"].as_f64().unwrap() as f32)).collect();
+    let batch = h.prosody_batch(&items);
+    let (mut worst, mut worst_f0) = (0f32, 0f32);
+    for (b, (ids, speed)) in items.iter().enumerate() {
+        let single = h.prosody(ids, *speed);
+        assert_eq!(batch[b].durations, single.durations);
+        worst_f0 = worst_f0.max(max_abs_diff(&to_vec(&batch[b].f0), &to_vec(&single.f0)));
+        let (x, y) = (h.decode(&batch[b], 0, single.frames), h.decode(&single, 0, single.frames));
+        for o in 0..5 {
+            worst = worst.max(max_abs_diff(&to_vec(x.outputs()[o]), &to_vec(y.outputs()[o])));
+        }
+    }
+    eprintln!("batched vs single: max abs {worst:.2e} (spectra), {worst_f0:.2e} (f0, Hz)");
+    // f0 is a x100-scaled output (up to ~300 Hz): 1e-4 there is a few float32 ulps.
+    assert!(worst <= 1e-4 && worst_f0 <= 1e-3, "{worst} {worst_f0}");
+}
