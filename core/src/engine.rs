@@ -101,11 +101,46 @@ pub trait EventSink: Send {
     /// backpressure); returns false once the consumer is gone, after which the
     /// engine should stop work on the request.
     fn send(&self, event: EngineEvent) -> bool;
+
+    /// Deliver without waiting. `Full` hands the event back while the consumer's queue is
+    /// full: an engine that serves many requests from one thread keeps it and pauses that
+    /// request (and only that one) until a retry succeeds. `Closed` once the consumer is gone.
+    /// The default waits, as `send` does; sinks that can tell "full" override it.
+    fn try_send(&self, event: EngineEvent) -> Result<(), TrySendError> {
+        if self.send(event) {
+            Ok(())
+        } else {
+            Err(TrySendError::Closed)
+        }
+    }
+}
+
+/// Why [`EventSink::try_send`] did not deliver an event.
+#[derive(Debug)]
+pub enum TrySendError {
+    Full(EngineEvent),
+    Closed,
+}
+
+/// How busy an engine is, for `/metrics`. Engines fill in what they know.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineLoad {
+    /// Requests accepted but not started (waiting for a batch slot).
+    pub queued: u64,
+    /// Requests being computed.
+    pub running: u64,
+    /// Batches run so far, by size: `(batch size, how many batches of that size)`. Cumulative
+    /// since the engine started; empty for an engine that does not batch.
+    pub batch_sizes: Vec<(u64, u64)>,
 }
 
 /// A synthesis engine shared by all sessions.
 pub trait Engine: Send + Sync {
     fn capabilities(&self) -> &EngineCapabilities;
+    /// Current load; read when `/metrics` is scraped, so it must be cheap and not block.
+    fn load(&self) -> EngineLoad {
+        EngineLoad::default()
+    }
     /// Start a request. Events, ending with exactly one `Finished` or `Failed`,
     /// go to `sink` (unless the request is aborted first).
     fn submit(&self, id: RequestId, request: SynthesisRequest, sink: Box<dyn EventSink>);

@@ -1,6 +1,6 @@
 //! The engine-to-connection event path.
 
-use speechstream_core::engine::{EngineEvent, EventSink};
+use speechstream_core::engine::{EngineEvent, EventSink, TrySendError};
 use tokio::sync::mpsc;
 
 /// Delivers one request's events into its connection's bounded queue.
@@ -23,6 +23,13 @@ impl EventSink for ChannelSink {
         // Err means the connection task is gone: the engine should stop the request.
         self.events.blocking_send(event).is_ok()
     }
+
+    fn try_send(&self, event: EngineEvent) -> Result<(), TrySendError> {
+        self.events.try_send(event).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(event) => TrySendError::Full(event),
+            mpsc::error::TrySendError::Closed(_) => TrySendError::Closed,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -41,6 +48,19 @@ mod tests {
         assert!(sink.send(event()));
         drop(rx);
         assert!(!sink.send(event()));
+    }
+
+    #[test]
+    fn try_send_hands_back_what_does_not_fit() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let sink = ChannelSink::new(tx);
+        assert!(sink.try_send(event()).is_ok());
+        let Err(TrySendError::Full(back)) = sink.try_send(event()) else { panic!("expected Full") };
+        assert_eq!(back, event());
+        assert!(rx.try_recv().is_ok());
+        assert!(sink.try_send(back).is_ok());
+        drop(rx);
+        assert!(matches!(sink.try_send(event()), Err(TrySendError::Closed)));
     }
 
     #[test]
