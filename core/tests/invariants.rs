@@ -1,12 +1,19 @@
 //! Property tests: random sequences of client frames, engine events and timer ticks
 //! never break the Session invariants (see `speechstream_core::check`). Failing
-//! cases proptest finds are kept in `proptest-regressions/` and replayed first.
+//! cases proptest finds are kept in `tests/invariants.proptest-regressions` and replayed
+//! first; those found while writing the checker are in `fuzz/seeds/session/regression-*`.
 
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use speechstream_core::check::drive;
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 2000,
+        // Integration tests have no src/ beside them: name the file failures are kept in.
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct("tests/invariants.proptest-regressions"))),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn session_invariants_hold(ops in proptest::collection::vec(any::<u8>(), 0..400)) {
