@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything speechstream needs on a fresh Debian machine, idempotently:
-# Debian packages (decoders for the tests, libopus for the encoder), the reference
-# server's Python venv (for differential tests and benchmarks), and a release build.
+# Debian packages (decoders for the tests, libopus for the encoder, chromium for the
+# playground's browser test), the reference server's Python venv (for differential tests and
+# benchmarks), the browser test's npm packages, and a release build.
 #
 #   scripts/setup.sh            # then: target/release/speechstream serve
 set -euo pipefail
@@ -31,6 +32,15 @@ command -v cargo >/dev/null || { say "cargo not found: install Rust (https://rus
 
 say "reference server venv (.venv-ref)"
 scripts/setup-reference.sh
+
+say "client libraries venv (.venv-clients: openai, websockets)"
+scripts/setup-clients.sh
+
+say "browser test packages (node_modules)"
+scripts/setup-browser-tests.sh
+
+say "libtorch and the hibari voice (.cache: libtorch, hibari)"
+scripts/setup-voice.sh
 
 say "building target/release/speechstream"
 cargo build --release --quiet --bin speechstream

@@ -1,15 +1,18 @@
 //! The `speechstream` command line.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use speechstream::synthetic::{SyntheticEngine, SyntheticOptions, DEFAULT_MODEL_NAME};
-use speechstream_core::engine::Engine;
+use speechstream_core::config::ResponseFormat;
+use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest};
 use speechstream_core::parse::Limits;
 use speechstream_core::session::SessionOptions;
+use speechstream_engine_libtorch::{HibariEngine, HibariOptions};
 use speechstream_transports::{serve, ServerConfig};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
@@ -28,12 +31,16 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Serve WS /v1/audio/speech/stream, GET /health and GET /v1/models.
+    /// Serve WS /v1/audio/speech/stream, POST /v1/audio/speech and the operator endpoints.
     Serve(ServeArgs),
+    /// Synthesize one text with the hibari voice into an audio file.
+    Say(SayArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum EngineKind {
+    /// The hibari neural voice on libtorch.
+    Hibari,
     /// No model: deterministic tones derived from the text (tests, benchmarks, protocol work).
     Synthetic,
 }
@@ -41,8 +48,8 @@ enum EngineKind {
 fn engine_kind(value: &str) -> Result<EngineKind, String> {
     match value {
         "synthetic" => Ok(EngineKind::Synthetic),
-        "hibari" => Err("the hibari engine is not part of this build yet; use `synthetic`".to_owned()),
-        other => Err(format!("unknown engine `{other}`; available: synthetic")),
+        "hibari" => Ok(EngineKind::Hibari),
+        other => Err(format!("unknown engine `{other}`; available: hibari, synthetic")),
     }
 }
 
@@ -54,12 +61,15 @@ struct ServeArgs {
     /// TCP port to listen on (0 picks a free one).
     #[arg(long, default_value_t = 8000)]
     port: u16,
-    /// Speech engine: `synthetic` (no model: deterministic tones derived from the text, for
-    /// tests, benchmarks and protocol work). The hibari voice comes later.
-    #[arg(long, value_name = "ENGINE", default_value = "synthetic", value_parser = engine_kind)]
+    /// Speech engine: `hibari` (the neural voice, natively on libtorch) or `synthetic` (no
+    /// model: deterministic tones derived from the text, for tests, benchmarks and protocol work).
+    #[arg(long, value_name = "ENGINE", default_value = "hibari", value_parser = engine_kind)]
     engine: EngineKind,
-    /// Model name clients see in /v1/models and may send as session.config `model`
-    /// [default: speechstream-synthetic for the synthetic engine].
+    #[command(flatten)]
+    voice: VoiceArgs,
+    /// Model name clients see in /v1/models and may send as `model` (session.config, or the
+    /// body of POST /v1/audio/speech)
+    /// [default: hibari, or speechstream-synthetic for the synthetic engine].
     #[arg(long)]
     served_model_name: Option<String>,
 
@@ -83,8 +93,16 @@ struct ServeArgs {
     /// reading that connection until the utterance ends.
     #[arg(long, value_name = "FRAMES", allow_negative_numbers = true, default_value = "64", value_parser = positive_count)]
     max_deferred_frames: usize,
+    /// Require this key on every endpoint but /health and /ready: `Authorization: Bearer KEY`,
+    /// or `?api_key=KEY` in the URL (browsers' WebSocket API cannot set headers).
+    #[arg(long, value_name = "KEY", value_parser = api_key)]
+    api_key: Option<String>,
+    /// Connections served at once (WebSocket sessions and HTTP connections); past it new ones
+    /// are refused clearly: HTTP 503, or a WebSocket closed with 1013 [default: no limit].
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = positive_count)]
+    max_connections: Option<usize>,
     /// On SIGINT/SIGTERM, seconds connections get to finish the utterance in flight before
-    /// they are closed with 1001.
+    /// they are closed with 1001 (meanwhile /ready answers 503 and new work is refused).
     #[arg(long, value_name = "SECONDS", default_value = "10", allow_negative_numbers = true, value_parser = non_negative_seconds)]
     shutdown_grace: Duration,
 
@@ -102,6 +120,108 @@ struct ServeArgs {
     /// text (the reference server's null engine emits 1.0 s).
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, value_parser = audio_seconds)]
     synthetic_audio_seconds: Option<f64>,
+}
+
+/// Where the hibari voice comes from and what it runs on.
+#[derive(Args, Debug)]
+struct VoiceArgs {
+    /// hibari's assets (hibari.onnx, vocab.json, voices.json, lexicons; other voices' model
+    /// files go here too) [default: $SPEECHSTREAM_ASSETS, else $SPEECHSTREAM_CACHE/hibari, else
+    /// the checkout's .cache/hibari next to the binary, else ./.cache/hibari].
+    #[arg(long, visible_alias = "voice-dir", value_name = "DIR")]
+    assets_dir: Option<PathBuf>,
+    /// Where the model runs: auto (the first CUDA device when libtorch sees one, else the CPU),
+    /// cpu, cuda or cuda:N.
+    #[arg(long, value_name = "DEVICE", default_value = "auto")]
+    device: String,
+    /// libtorch threads for CPU work: the model runs on one scheduler thread, and these are the
+    /// threads each of its operations may use. Its operations are small (a sentence or a chunk),
+    /// so one thread gave the best latency here; more help only large batches on many cores.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=1024))]
+    threads: i32,
+}
+
+impl VoiceArgs {
+    fn engine(&self, model_name: Option<String>) -> Result<HibariEngine, String> {
+        let device = speechstream_engine_libtorch::parse_device(&self.device)?;
+        let mut options = HibariOptions::new(self.assets()?);
+        options.device = device;
+        options.threads = Some(self.threads);
+        if let Some(name) = model_name {
+            options.model_name = name;
+        }
+        HibariEngine::new(options)
+    }
+
+    /// The first candidate directory that holds hibari.onnx; nothing is downloaded at run time.
+    fn assets(&self) -> Result<PathBuf, String> {
+        if let Some(dir) = &self.assets_dir {
+            return Ok(dir.clone());
+        }
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        if let Some(dir) = std::env::var_os("SPEECHSTREAM_ASSETS") {
+            return Ok(PathBuf::from(dir));
+        }
+        if let Some(cache) = std::env::var_os("SPEECHSTREAM_CACHE") {
+            candidates.push(PathBuf::from(cache).join("hibari"));
+        }
+        // target/{release,debug}/speechstream (or target/debug/deps/... for tests) in a checkout.
+        if let Ok(exe) = std::env::current_exe() {
+            let exe = exe.canonicalize().unwrap_or(exe);
+            candidates.extend(exe.ancestors().skip(1).take(4).map(|d| d.join(".cache/hibari")));
+        }
+        candidates.push(PathBuf::from(".cache/hibari"));
+        match candidates.iter().find(|d| d.join("hibari.onnx").is_file()) {
+            Some(dir) => Ok(dir.clone()),
+            None => Err(format!(
+                "hibari's voice assets were not found (looked in {}): run scripts/setup.sh from the repository \
+                 (or scripts/setup-voice.sh hibari), or point --assets-dir at them",
+                candidates.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+            )),
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+struct SayArgs {
+    /// The text to speak (`-` reads it from standard input).
+    text: String,
+    /// Output file.
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
+    /// Audio format: wav, pcm (s16le), flac, mp3 or opus [default: from the file's extension,
+    /// else wav].
+    #[arg(short = 'f', long, value_name = "FORMAT", value_parser = response_format)]
+    format: Option<ResponseFormat>,
+    /// Voice (one of voices.json with its model file present).
+    #[arg(long, default_value = speechstream_engine_libtorch::DEFAULT_VOICE)]
+    voice: String,
+    /// Speaking rate, 0.25 to 4.0 (the model's own duration scale, not a time stretch).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true, value_parser = speed)]
+    speed: f64,
+    /// Seed of the voice's noise, for reproducible audio [default: a random one].
+    #[arg(long, allow_negative_numbers = true)]
+    seed: Option<i64>,
+    #[command(flatten)]
+    voice_args: VoiceArgs,
+}
+
+fn response_format(value: &str) -> Result<ResponseFormat, String> {
+    match value.to_lowercase().as_str() {
+        "wav" => Ok(ResponseFormat::Wav),
+        "pcm" | "raw" => Ok(ResponseFormat::Pcm),
+        "flac" => Ok(ResponseFormat::Flac),
+        "mp3" => Ok(ResponseFormat::Mp3),
+        "opus" | "ogg" => Ok(ResponseFormat::Opus),
+        _ => Err(format!("unknown format `{value}`; use wav, pcm, flac, mp3 or opus")),
+    }
+}
+
+fn speed(value: &str) -> Result<f64, String> {
+    match value.trim().parse::<f64>() {
+        Ok(speed) if (0.25..=4.0).contains(&speed) => Ok(speed),
+        _ => Err(format!("`{value}` must be a number from 0.25 to 4.0")),
+    }
 }
 
 fn positive_seconds(value: &str) -> Result<Duration, String> {
@@ -125,6 +245,13 @@ fn seconds(value: &str) -> Result<Duration, String> {
         return Err(format!("`{value}` seconds is too long"));
     }
     Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
+}
+
+fn api_key(value: &str) -> Result<String, String> {
+    if value.is_empty() || value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("must be non-empty, without spaces or control characters".to_owned());
+    }
+    Ok(value.to_owned())
 }
 
 fn positive_count(value: &str) -> Result<usize, String> {
@@ -159,7 +286,83 @@ fn main() -> ExitCode {
         .init();
     match cli.command {
         Command::Serve(args) => run_serve(args),
+        Command::Say(args) => match run_say(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                error!("{message}");
+                ExitCode::FAILURE
+            }
+        },
     }
+}
+
+/// Delivers the one request's events of `say` to the main thread.
+struct SaySink(std::sync::mpsc::Sender<EngineEvent>);
+
+impl EventSink for SaySink {
+    fn send(&self, event: EngineEvent) -> bool {
+        self.0.send(event).is_ok()
+    }
+}
+
+fn run_say(args: SayArgs) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    let text = if args.text == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|e| format!("stdin: {e}"))?;
+        text
+    } else {
+        args.text.clone()
+    };
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("nothing to say: the text is empty".to_owned());
+    }
+    let format = args.format.or_else(|| format_of(&args.output)).unwrap_or(ResponseFormat::Wav);
+    let engine = args.voice_args.engine(None)?;
+    let loaded = started.elapsed();
+    let request = SynthesisRequest {
+        text: text.to_owned(),
+        model: None,
+        voice: Some(args.voice.clone()),
+        language: None,
+        instructions: None,
+        task_type: None,
+        speed: args.speed,
+        seed: args.seed,
+        stream: false,
+        word_timestamps: false,
+        codec_tokens: false,
+        max_new_tokens: None,
+        initial_codec_chunk_frames: None,
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    engine.submit(RequestId { connection: 0, utterance: 0 }, request, Box::new(SaySink(tx)));
+    let mut pcm = Vec::new();
+    loop {
+        match rx.recv().map_err(|_| "the engine stopped without finishing".to_owned())?.kind {
+            EngineEventKind::Audio { pcm: chunk, .. } => pcm.extend_from_slice(&chunk),
+            EngineEventKind::Finished => break,
+            EngineEventKind::Failed(message) => return Err(message),
+            EngineEventKind::Words(_) | EngineEventKind::Codec { .. } => {}
+        }
+    }
+    let rate = engine.capabilities().sample_rate;
+    let seconds = pcm.len() as f64 / 2.0 / f64::from(rate);
+    let file = speechstream_core::encode::encode_s16le(format, pcm, rate).map_err(|e| e.to_string())?;
+    std::fs::write(&args.output, file).map_err(|e| format!("{}: {e}", args.output.display()))?;
+    info!(
+        "wrote {} ({}, {seconds:.2} s of audio) in {:.2} s ({:.2} s loading the voice)",
+        args.output.display(),
+        format.as_str(),
+        started.elapsed().as_secs_f64(),
+        loaded.as_secs_f64()
+    );
+    Ok(())
+}
+
+fn format_of(path: &Path) -> Option<ResponseFormat> {
+    path.extension().and_then(|e| e.to_str()).and_then(|e| response_format(e).ok())
 }
 
 fn run_serve(args: ServeArgs) -> ExitCode {
@@ -181,6 +384,7 @@ fn run_serve(args: ServeArgs) -> ExitCode {
 
 async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
     let engine: Arc<dyn Engine> = match args.engine {
+        EngineKind::Hibari => Arc::new(args.voice.engine(args.served_model_name.clone())?),
         EngineKind::Synthetic => Arc::new(SyntheticEngine::new(SyntheticOptions {
             model_name: args.served_model_name.clone().unwrap_or_else(|| DEFAULT_MODEL_NAME.to_owned()),
             chunk_ms: args.synthetic_chunk_ms,
@@ -200,6 +404,8 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
         max_deferred_frames: args.max_deferred_frames,
     });
     config.shutdown_grace = args.shutdown_grace;
+    config.api_key = args.api_key.clone();
+    config.max_connections = args.max_connections;
 
     let address = format!("{}:{}", args.host, args.port);
     let listener =
@@ -267,8 +473,10 @@ mod tests {
     #[test]
     fn defaults_are_the_reference_values() {
         let cli = Cli::try_parse_from(["speechstream", "serve"]).unwrap();
-        let Command::Serve(args) = cli.command;
+        let Command::Serve(args) = cli.command else { panic!("not serve") };
         assert_eq!(args.port, 8000);
+        assert_eq!(args.engine, EngineKind::Hibari);
+        assert_eq!((args.voice.device.as_str(), args.voice.threads), ("auto", 1));
         assert_eq!(args.idle_timeout, Duration::from_secs(30));
         assert_eq!(args.config_timeout, Duration::from_secs(10));
         assert_eq!(args.max_text_message_chars, 131_072);
@@ -287,13 +495,48 @@ mod tests {
             &["--shutdown-grace", "inf"],
             &["--synthetic-chunk-ms", "0"],
             &["--synthetic-audio-seconds", "0"],
-            &["--engine", "hibari"],
+            &["--engine", "bogus"],
+            &["--threads", "0"],
+            &["--max-connections", "0"],
+            &["--api-key", ""],
+            &["--api-key", "two words"],
         ] {
             let argv = ["speechstream", "serve"].iter().chain(bad.iter());
             assert!(Cli::try_parse_from(argv).is_err(), "{bad:?} accepted");
         }
         let cli = Cli::try_parse_from(["speechstream", "serve", "--idle-timeout", "0.05"]).unwrap();
-        let Command::Serve(args) = cli.command;
+        let Command::Serve(args) = cli.command else { panic!("not serve") };
         assert_eq!(args.idle_timeout, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn say_takes_the_voice_flags() {
+        let cli = Cli::try_parse_from([
+            "speechstream",
+            "say",
+            "Hi there.",
+            "-o",
+            "x.mp3",
+            "--speed",
+            "1.5",
+            "--seed",
+            "-3",
+            "--threads",
+            "2",
+            "--device",
+            "cpu",
+            "--voice-dir",
+            "/v",
+        ])
+        .unwrap();
+        let Command::Say(args) = cli.command else { panic!("not say") };
+        assert_eq!((args.speed, args.seed, args.voice_args.threads), (1.5, Some(-3), 2));
+        assert_eq!(args.voice_args.assets_dir.as_deref(), Some(Path::new("/v")));
+        assert_eq!(format_of(&args.output), Some(ResponseFormat::Mp3));
+        assert_eq!(args.voice, "heart");
+        for bad in [&["--speed", "5"][..], &["--speed", "0.1"], &["-f", "aiff"], &["--threads", "0"]] {
+            let argv = ["speechstream", "say", "x", "-o", "x.wav"].iter().chain(bad.iter());
+            assert!(Cli::try_parse_from(argv).is_err(), "{bad:?} accepted");
+        }
     }
 }

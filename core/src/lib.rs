@@ -13,5 +13,7 @@ pub mod encode;
 pub mod engine;
 pub mod json;
 pub mod parse;
+mod pydantic;
 pub mod session;
+pub mod speech_http;
 mod text;

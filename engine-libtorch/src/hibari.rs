@@ -170,6 +170,16 @@ impl Hibari {
         Ok(h)
     }
 
+    /// Loads another voice of the assets directory: `file` is a whole model file of hibari's graph
+    /// (a voice *is* a model, see NOTES.md), with the directory's `vocab.json`.
+    pub fn load_voice(assets_dir: impl AsRef<Path>, file: &str, device: Device) -> Result<Hibari, HibariError> {
+        let dir = assets_dir.as_ref();
+        let mut h = Hibari::from_onnx(dir.join(file), device)?;
+        let text = std::fs::read_to_string(dir.join("vocab.json"))?;
+        h.vocab = parse_vocab(&text)?;
+        Ok(h)
+    }
+
     /// Loads the weights of a hibari voice file (int8 as shipped, or a dequantized fp32 copy);
     /// no vocabulary (use [`Hibari::load`] for [`Hibari::ids`]).
     pub fn from_onnx(path: impl AsRef<Path>, device: Device) -> Result<Hibari, HibariError> {
@@ -236,6 +246,21 @@ impl Hibari {
         ids.extend(phonemes.chars().filter_map(|c| self.vocab.get(&c).copied()));
         ids.push(0);
         ids
+    }
+
+    /// For each character of `phonemes`, the index in [`Hibari::ids`] of the token it became
+    /// (`None` for characters the vocabulary drops); index 0 is the leading boundary token.
+    pub fn char_tokens(&self, phonemes: &str) -> Vec<Option<usize>> {
+        let mut next = 1;
+        phonemes
+            .chars()
+            .map(|c| {
+                self.vocab.contains_key(&c).then(|| {
+                    next += 1;
+                    next - 1
+                })
+            })
+            .collect()
     }
 
     fn p(&self, prefix: &str, name: &str) -> &Tensor {

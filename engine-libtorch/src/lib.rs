@@ -1,4 +1,6 @@
-//! speechstream-engine-libtorch: the hibari voice natively in tch ([`hibari`], [`dsp`], [`noise`]).
+//! speechstream-engine-libtorch: the hibari voice natively in tch ([`hibari`], [`dsp`], [`noise`]),
+//! its text front end ([`g2p`]), and [`HibariEngine`], which serves it behind speechstream-core's
+//! `Engine` trait with a scheduler thread that streams, batches and paces requests.
 //!
 //! Groundwork so far (no libtorch needed to build): a dependency-free reader of ONNX files
 //! ([`onnx`], on the protobuf walker in [`proto`]) and the naming and dequantization of hibari's
@@ -6,12 +8,17 @@
 //! PyTorch names. See `NOTES.md` for what the Python reference does around the network.
 
 pub mod dsp;
+pub mod engine;
 pub mod hibari;
 pub mod noise;
 pub mod onnx;
 pub mod proto;
 pub mod quant;
+mod scheduler;
+pub mod timing;
+pub mod voices;
 
+pub use engine::{HibariEngine, HibariOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE};
 pub use hibari::{chunk_ranges, Hibari, HibariError, Prosody, Spectra};
 pub use noise::NoiseSource;
 pub use onnx::{read_initializers, DataType, Model, OnnxError, Tensor};
@@ -39,3 +46,27 @@ pub fn load_cuda() -> bool {
     })
 }
 pub mod g2p;
+
+/// The device named by `--device`: `auto` (CUDA device 0 when libtorch sees one, else the CPU),
+/// `cpu`, `cuda` or `cuda:N`. Loads libtorch_cuda first ([`load_cuda`]).
+pub fn parse_device(spec: &str) -> Result<tch::Device, String> {
+    let spec = spec.trim().to_lowercase();
+    let cuda = load_cuda() && tch::Cuda::is_available();
+    let count = if cuda { tch::Cuda::device_count() } else { 0 };
+    let index = match spec.as_str() {
+        "cpu" => return Ok(tch::Device::Cpu),
+        "auto" => return Ok(if cuda { tch::Device::Cuda(0) } else { tch::Device::Cpu }),
+        "cuda" => 0,
+        other => match other.strip_prefix("cuda:").map(str::parse::<usize>) {
+            Some(Ok(index)) => index,
+            _ => return Err(format!("unknown device `{spec}`; use auto, cpu, cuda or cuda:N")),
+        },
+    };
+    if !cuda {
+        return Err(format!("device `{spec}`: libtorch sees no CUDA device here (use --device cpu or auto)"));
+    }
+    if index as i64 >= count {
+        return Err(format!("device `{spec}`: there are {count} CUDA device(s)"));
+    }
+    Ok(tch::Device::Cuda(index))
+}

@@ -2,6 +2,7 @@
 //! WebSocket client. One test binary (one link) for all of them.
 
 mod codec;
+mod http;
 mod protocol;
 mod server;
 mod support;

@@ -1,19 +1,51 @@
 //! One accepted TCP connection: HTTP/1.1 requests, then possibly the WebSocket.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use fastwebsockets::upgrade::UpgradeFut;
+use fastwebsockets::{Frame, OpCode};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use speechstream_core::engine::RequestId;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::{debug, info_span, Instrument};
 
+use crate::metrics::Refusal;
 use crate::routes;
 use crate::server::Shared;
 use crate::websocket;
+
+/// Whether the server took this connection on or only answers it with a refusal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Admission {
+    Admitted,
+    /// Answered (one request, then closed): health, readiness, metrics and model lists as
+    /// usual, a 503 for speech, a WebSocket closed with 1013.
+    Refused(Refusal),
+}
+
+/// What a connection's requests know about it.
+pub(crate) struct ConnectionContext {
+    pub(crate) id: u64,
+    pub(crate) admission: Admission,
+    next_request: AtomicU64,
+}
+
+impl ConnectionContext {
+    /// A new id for a request on this connection: engine request id and log id at once.
+    pub(crate) fn next_request_id(&self) -> RequestId {
+        RequestId { connection: self.id, utterance: self.next_request.fetch_add(1, Ordering::Relaxed) }
+    }
+}
+
+/// How long a refused WebSocket waits for the peer's answer to its close frame.
+const REFUSAL_LINGER: Duration = Duration::from_secs(2);
+const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
 
 /// Where the request handler leaves a WebSocket upgrade for the connection task to run after
 /// hyper has written the 101 response and handed the socket over. Running the WebSocket here,
@@ -25,21 +57,28 @@ pub(crate) async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     id: u64,
+    admission: Admission,
     shared: Arc<Shared>,
     stop: watch::Receiver<bool>,
 ) {
     let span = info_span!("conn", id, %peer);
-    run(stream, id, shared, stop).instrument(span).await
+    let context = Arc::new(ConnectionContext { id, admission, next_request: AtomicU64::new(0) });
+    let admitted = admission == Admission::Admitted;
+    run(stream, context, shared.clone(), stop).instrument(span).await;
+    if admitted {
+        shared.metrics.connection_closed();
+    }
 }
 
-async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+async fn run(stream: TcpStream, context: Arc<ConnectionContext>, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let slot: UpgradeSlot = Arc::new(Mutex::new(None));
     let service = {
         let shared = shared.clone();
         let slot = slot.clone();
+        let context = context.clone();
         service_fn(move |request| {
-            let response = routes::route(request, &shared, &slot);
-            async move { Ok::<_, std::convert::Infallible>(response) }
+            let response = routes::route(request, shared.clone(), context.clone(), slot.clone());
+            async move { Ok::<_, std::convert::Infallible>(response.await) }
         })
     };
     let http = http1::Builder::new()
@@ -51,7 +90,9 @@ async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>, mut stop: watch::R
     tokio::pin!(http);
     let served = tokio::select! {
         served = http.as_mut() => served,
-        _ = stopping(&mut stop) => {
+        // A refused connection answers its one request even while the server drains (that
+        // answer is the point); the server ends it after the drain if it lingers.
+        _ = stopping(&mut stop), if context.admission == Admission::Admitted => {
             http.as_mut().graceful_shutdown();
             http.as_mut().await
         }
@@ -61,11 +102,35 @@ async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>, mut stop: watch::R
     }
     let upgrade = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
     if let Some(upgrade) = upgrade {
-        match upgrade.await {
-            Ok(ws) => websocket::run(ws, id, shared, stop).await,
-            Err(e) => debug!(error = %e, "websocket upgrade failed"),
+        match (upgrade.await, context.admission) {
+            (Ok(ws), Admission::Admitted) => websocket::run(ws, context.id, shared, stop).await,
+            (Ok(ws), Admission::Refused(_)) => refuse_websocket(ws, shared.max_connections).await,
+            (Err(e), _) => debug!(error = %e, "websocket upgrade failed"),
         }
     }
+}
+
+/// Tell a WebSocket client the server is full: close with 1013 (try again later) and a reason,
+/// then wait briefly for its close frame.
+async fn refuse_websocket(mut ws: fastwebsockets::WebSocket<TokioIo<hyper::upgrade::Upgraded>>, max: Option<usize>) {
+    let reason = match max {
+        Some(max) => format!("server at capacity ({max} connections); retry later"),
+        None => "server at capacity; retry later".to_owned(),
+    };
+    debug!(%reason, "refusing websocket");
+    // The close frame is already ours; the peer's answer needs no echo.
+    ws.set_auto_close(false);
+    if ws.write_frame(Frame::close(CLOSE_TRY_AGAIN_LATER, reason.as_bytes())).await.is_err() {
+        return;
+    }
+    let _ = tokio::time::timeout(REFUSAL_LINGER, async {
+        while let Ok(frame) = ws.read_frame().await {
+            if frame.opcode == OpCode::Close {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// Resolves once the server starts shutting down (or is gone).

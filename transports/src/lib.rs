@@ -1,7 +1,8 @@
 //! speechstream-transports: the sockets around a speechstream-core `Session`.
 //!
-//! An HTTP/1.1 server (hyper 1) that answers `GET /health` and `GET /v1/models` and upgrades
-//! `/v1/audio/speech/stream` to a WebSocket (fastwebsockets). Each TCP connection is one tokio
+//! An HTTP/1.1 server (hyper 1) that serves the OpenAI-compatible `POST /v1/audio/speech`, the
+//! operator endpoints (`/health`, `/ready`, `/metrics`, `/v1/models`, `/v1/audio/voices`) and
+//! upgrades `/v1/audio/speech/stream` to a WebSocket (fastwebsockets). Each TCP connection is one tokio
 //! task; a WebSocket connection drives one `Session`, moving client frames, engine events and
 //! timer expiries into it and executing what it asks for: frames to write, engine requests to
 //! submit or abort, the close.
@@ -18,11 +19,15 @@
 //!
 //! [`Engine`]: speechstream_core::engine::Engine
 
+mod auth;
 mod connection;
+mod metrics;
+mod playground;
 mod routes;
 mod server;
 mod sink;
+mod speech;
 mod websocket;
 
-pub use routes::STREAM_PATH;
+pub use routes::{SPEECH_PATH, STREAM_PATH};
 pub use server::{serve, ServerConfig};

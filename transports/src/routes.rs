@@ -1,31 +1,108 @@
-//! The HTTP routes: health, the model list, the WebSocket upgrade, and 404 for the rest.
+//! The HTTP routes: health and readiness, metrics, the model and voice lists, the speech
+//! endpoint, the WebSocket upgrade, and 404 for the rest. Access (API key, capacity,
+//! draining) is decided here, before any handler runs.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE, UPGRADE};
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE, UPGRADE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
-use speechstream_core::engine::EngineCapabilities;
-use tracing::debug;
+use speechstream_core::engine::{EngineCapabilities, RequestId};
+use speechstream_core::speech_http::{error_json, voices_json};
+use tracing::{debug, info_span, Instrument};
 
-use crate::connection::UpgradeSlot;
+use crate::auth;
+use crate::connection::{Admission, ConnectionContext, UpgradeSlot};
+use crate::metrics::{ErrorKind, Refusal};
 use crate::server::Shared;
+use crate::speech;
 
 /// The streaming speech WebSocket endpoint (protocol.md §a).
 pub const STREAM_PATH: &str = "/v1/audio/speech/stream";
+/// The OpenAI-compatible speech endpoint (protocol.md §f).
+pub const SPEECH_PATH: &str = "/v1/audio/speech";
 
-pub(crate) fn route(mut request: Request<Incoming>, shared: &Shared, slot: &UpgradeSlot) -> Response<Full<Bytes>> {
-    let path = request.uri().path();
-    match (request.method(), path) {
-        (_, STREAM_PATH) => upgrade(&mut request, slot),
-        (&Method::GET, "/health") => json(StatusCode::OK, "{}".to_owned()),
-        (&Method::GET, "/v1/models") => json(StatusCode::OK, models(&shared.capabilities, shared.started_unix)),
-        (_, "/health" | "/v1/models") => detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
-        _ => detail(StatusCode::NOT_FOUND, "Not Found"),
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Every response's body: whole (`full`) or streamed (the speech handler's).
+pub(crate) type Body = BoxBody<Bytes, BoxError>;
+
+/// Paths anyone may ask, key or not: probes must work without credentials.
+fn is_open(path: &str) -> bool {
+    matches!(path, "/health" | "/ready")
+}
+
+pub(crate) async fn route(
+    request: Request<Incoming>,
+    shared: Arc<Shared>,
+    context: Arc<ConnectionContext>,
+    slot: UpgradeSlot,
+) -> Response<Body> {
+    let id = context.next_request_id();
+    let span = info_span!("http", request = %id, method = %request.method(), path = request.uri().path());
+    let refused = context.admission != Admission::Admitted;
+    let mut response = respond(request, shared, context, slot, id).instrument(span).await;
+    // A refused connection gets one answer and is closed (a 101 must keep its `Connection:
+    // upgrade`; the refused WebSocket is closed with 1013 instead).
+    if refused && response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+async fn respond(
+    mut request: Request<Incoming>,
+    shared: Arc<Shared>,
+    context: Arc<ConnectionContext>,
+    slot: UpgradeSlot,
+    id: RequestId,
+) -> Response<Body> {
+    {
+        debug!("request");
+        // The playground's static page carries no secret: it is served without the key, which
+        // the user types into the page.
+        if let Some(response) = crate::playground::route(&request, &shared) {
+            return response.map(|body| body.map_err(|never| match never {}).boxed());
+        }
+        let path = request.uri().path().to_owned();
+        if let Some(key) = shared.api_key.as_deref().filter(|_| !is_open(&path)) {
+            if !auth::authorized(&request, key) {
+                shared.metrics.error(ErrorKind::Auth);
+                return unauthorized();
+            }
+        }
+        let refusal = match context.admission {
+            Admission::Refused(why) => Some(why),
+            Admission::Admitted => None,
+        };
+        match (request.method(), path.as_str()) {
+            (_, STREAM_PATH) => match refusal {
+                // A refused handshake lets a load balancer try another instance.
+                Some(Refusal::Draining) => refused(Refusal::Draining, &shared),
+                // At capacity the WebSocket is accepted, then closed with 1013 and a reason.
+                _ => upgrade(&mut request, &slot),
+            },
+            (&Method::POST, SPEECH_PATH) => match refusal {
+                Some(why) => refused(why, &shared),
+                None => speech::create_speech(request, &shared, id).await,
+            },
+            (&Method::GET, "/health") => json(StatusCode::OK, "{}".to_owned()),
+            (&Method::GET, "/ready") => ready(&shared),
+            (&Method::GET, "/metrics") => metrics(&shared),
+            (&Method::GET, "/v1/models") => json(StatusCode::OK, models(&shared.capabilities, shared.started_unix)),
+            (&Method::GET, "/v1/audio/voices") => json(StatusCode::OK, voices_json(&shared.capabilities)),
+            (_, "/health" | "/ready" | "/metrics" | "/v1/models" | "/v1/audio/voices" | SPEECH_PATH) => {
+                detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
+            }
+            _ => detail(StatusCode::NOT_FOUND, "Not Found"),
+        }
     }
 }
 
-fn upgrade(request: &mut Request<Incoming>, slot: &UpgradeSlot) -> Response<Full<Bytes>> {
+fn upgrade(request: &mut Request<Incoming>, slot: &UpgradeSlot) -> Response<Body> {
     if request.method() != Method::GET || !fastwebsockets::upgrade::is_upgrade_request(request) {
         let mut response = detail(StatusCode::UPGRADE_REQUIRED, "WebSocket upgrade required");
         response.headers_mut().insert(UPGRADE, HeaderValue::from_static("websocket"));
@@ -34,13 +111,47 @@ fn upgrade(request: &mut Request<Incoming>, slot: &UpgradeSlot) -> Response<Full
     match fastwebsockets::upgrade::upgrade(request) {
         Ok((response, upgrade)) => {
             *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(upgrade);
-            response.map(|_| Full::new(Bytes::new()))
+            response.map(|_| full(Bytes::new()))
         }
         Err(e) => {
             debug!(error = %e, "bad websocket handshake");
             detail(StatusCode::BAD_REQUEST, &e.to_string())
         }
     }
+}
+
+/// 200 while serving; 503 once draining, so a load balancer stops sending new work.
+fn ready(shared: &Shared) -> Response<Body> {
+    if shared.draining.load(Ordering::Relaxed) {
+        json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"draining"}"#.to_owned())
+    } else {
+        json(StatusCode::OK, r#"{"status":"ready"}"#.to_owned())
+    }
+}
+
+fn metrics(shared: &Shared) -> Response<Body> {
+    let text = shared.metrics.render(&shared.engine.load());
+    let mut response = Response::new(full(Bytes::from(text)));
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    response
+}
+
+fn refused(why: Refusal, shared: &Shared) -> Response<Body> {
+    let message = match (why, shared.max_connections) {
+        (Refusal::Draining, _) => "Server is shutting down; retry on another instance".to_owned(),
+        (Refusal::Capacity, Some(max)) => format!("Server at capacity ({max} connections); retry later"),
+        (Refusal::Capacity, None) => "Server at capacity; retry later".to_owned(),
+    };
+    let body = error_json(&message, "ServiceUnavailableError", None, 503);
+    json(StatusCode::SERVICE_UNAVAILABLE, body)
+}
+
+fn unauthorized() -> Response<Body> {
+    let message = "Invalid or missing API key: send `Authorization: Bearer <key>` (or `?api_key=<key>` where \
+                   headers cannot be set)";
+    let mut response = json(StatusCode::UNAUTHORIZED, error_json(message, "AuthenticationError", None, 401));
+    response.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
 }
 
 /// OpenAI's model list shape, as vLLM serves it.
@@ -61,12 +172,16 @@ fn models(capabilities: &EngineCapabilities, created: u64) -> String {
 }
 
 /// An error body the way FastAPI (the reference server) writes one.
-fn detail(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+fn detail(status: StatusCode, message: &str) -> Response<Body> {
     json(status, serde_json::json!({ "detail": message }).to_string())
 }
 
-fn json(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+pub(crate) fn full(bytes: Bytes) -> Body {
+    Full::new(bytes).map_err(|never| match never {}).boxed()
+}
+
+pub(crate) fn json(status: StatusCode, body: String) -> Response<Body> {
+    let mut response = Response::new(full(Bytes::from(body)));
     *response.status_mut() = status;
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -13,7 +13,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
-use crate::connection;
+use crate::connection::{self, Admission};
+use crate::metrics::{Metrics, Refusal};
 
 /// How long connections get, past the shutdown grace, to write their close frames before
 /// their tasks are dropped.
@@ -34,6 +35,12 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Engine events queued per connection before the engine's producer blocks.
     pub engine_event_queue: usize,
+    /// When set, every endpoint but `/health` and `/ready` wants this key (`Authorization:
+    /// Bearer`, or the `api_key` query parameter).
+    pub api_key: Option<String>,
+    /// Connections served at once; past it a connection gets a clear refusal (HTTP 503, or a
+    /// WebSocket closed with 1013) rather than a share of an overloaded engine.
+    pub max_connections: Option<usize>,
 }
 
 impl Default for ServerConfig {
@@ -44,7 +51,13 @@ impl Default for ServerConfig {
 
 impl ServerConfig {
     pub fn new(session: SessionOptions) -> ServerConfig {
-        ServerConfig { session, shutdown_grace: Duration::from_secs(10), engine_event_queue: 16 }
+        ServerConfig {
+            session,
+            shutdown_grace: Duration::from_secs(10),
+            engine_event_queue: 16,
+            api_key: None,
+            max_connections: None,
+        }
     }
 }
 
@@ -59,6 +72,11 @@ pub(crate) struct Shared {
     pub(crate) max_message_bytes: usize,
     /// Unix time the server started (the models' `created`).
     pub(crate) started_unix: u64,
+    pub(crate) api_key: Option<String>,
+    pub(crate) max_connections: Option<usize>,
+    pub(crate) metrics: Metrics,
+    /// Set at the shutdown signal: `/ready` turns 503 and new work is refused.
+    pub(crate) draining: AtomicBool,
 }
 
 /// The largest message, in bytes, that can still be within the character limits: a char is at
@@ -72,8 +90,9 @@ fn max_message_bytes(options: &SessionOptions) -> usize {
 
 /// Serve HTTP and the streaming WebSocket on `listener` until `shutdown` resolves.
 ///
-/// On shutdown it stops accepting, lets each WebSocket connection finish the utterance it is
-/// generating for at most `cfg.shutdown_grace`, closes them with 1001 and returns once every
+/// On shutdown it drains: `/ready` answers 503 and new work is refused (503) while each
+/// WebSocket connection finishes the utterance it is generating, for at most
+/// `cfg.shutdown_grace`, and is closed with 1001; it stops listening and returns once every
 /// connection has ended (or been dropped, a short while past the grace).
 pub async fn serve(
     listener: TcpListener,
@@ -89,14 +108,36 @@ pub async fn serve(
         shutdown_grace: cfg.shutdown_grace,
         engine_event_queue: cfg.engine_event_queue.max(1),
         started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        api_key: cfg.api_key.filter(|key| !key.is_empty()),
+        max_connections: cfg.max_connections,
+        metrics: Metrics::default(),
+        draining: AtomicBool::new(false),
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
+    // Connections only told "no" (at capacity, or draining); not waited for at shutdown.
+    let mut refusals = JoinSet::new();
+    let mut drain_deadline = None;
     info!(addr = %listener.local_addr()?, "listening");
     tokio::pin!(shutdown);
+    // While draining the listener stays open, so load balancers can see `/ready` turn 503 and
+    // new work is answered with a refusal they can retry elsewhere, until the connections in
+    // flight have finished (or the grace is over).
     loop {
+        if drain_deadline.is_some() && connections.is_empty() {
+            break;
+        }
         tokio::select! {
-            _ = &mut shutdown => break,
+            _ = &mut shutdown, if drain_deadline.is_none() => {
+                info!(
+                    connections = connections.len(),
+                    grace = ?shared.shutdown_grace,
+                    "shutting down: draining, new work is refused"
+                );
+                shared.draining.store(true, Ordering::Relaxed);
+                let _ = stop_tx.send(true);
+                drain_deadline = Some(tokio::time::Instant::now() + shared.shutdown_grace + CLOSE_MARGIN);
+            }
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     // Without it a small JSON frame after audio can wait for the peer's delayed ACK.
@@ -104,47 +145,51 @@ pub async fn serve(
                         debug!(error = %e, "set TCP_NODELAY failed");
                     }
                     let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
-                    connections.spawn(connection::serve_connection(
-                        stream,
-                        peer,
-                        id,
-                        shared.clone(),
-                        stop_rx.clone(),
-                    ));
+                    let open = shared.metrics.connections_open.load(Ordering::Relaxed);
+                    let admission = if drain_deadline.is_some() {
+                        Admission::Refused(Refusal::Draining)
+                    } else if shared.max_connections.is_some_and(|max| open >= max as u64) {
+                        Admission::Refused(Refusal::Capacity)
+                    } else {
+                        Admission::Admitted
+                    };
+                    let task = connection::serve_connection(stream, peer, id, admission, shared.clone(), stop_rx.clone());
+                    match admission {
+                        Admission::Admitted => {
+                            shared.metrics.connection_opened();
+                            connections.spawn(task);
+                        }
+                        Admission::Refused(why) => {
+                            shared.metrics.refused(why);
+                            refusals.spawn(task);
+                        }
+                    }
                 }
                 Err(e) => {
                     warn!(error = %e, "accept failed");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                 }
             },
-            Some(joined) = connections.join_next(), if !connections.is_empty() => {
-                report_join(joined);
-            }
-        }
-    }
-    drop(listener);
-    info!(
-        connections = connections.len(),
-        grace = ?shared.shutdown_grace,
-        "shutting down: no longer accepting"
-    );
-    let _ = stop_tx.send(true);
-    let deadline = tokio::time::Instant::now() + shared.shutdown_grace + CLOSE_MARGIN;
-    loop {
-        tokio::select! {
-            joined = connections.join_next() => match joined {
-                Some(joined) => report_join(joined),
-                None => break,
-            },
-            _ = tokio::time::sleep_until(deadline) => {
+            Some(joined) = connections.join_next(), if !connections.is_empty() => report_join(joined),
+            Some(joined) = refusals.join_next(), if !refusals.is_empty() => report_join(joined),
+            _ = sleep_until(drain_deadline), if drain_deadline.is_some() => {
                 warn!(connections = connections.len(), "connections still open after the grace; dropping them");
                 connections.shutdown().await;
                 break;
             }
         }
     }
+    drop(listener);
+    refusals.shutdown().await;
     info!("shut down");
     Ok(())
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn report_join(joined: Result<(), tokio::task::JoinError>) {

@@ -7,7 +7,7 @@
 //! session doesn't want client input the loop stops taking from the queue, the queue fills, and
 //! the reader stops reading the socket.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::connection::stopping;
+use crate::metrics::{ErrorKind, Transport, UtteranceMeter};
 use crate::server::Shared;
 use crate::sink::ChannelSink;
 
@@ -79,7 +80,7 @@ pub(crate) async fn run(ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>, mut
         shared,
         writer,
         events_tx,
-        in_flight: HashSet::new(),
+        in_flight: HashMap::new(),
         sent_close: false,
         broken: false,
         told_closed: false,
@@ -164,9 +165,9 @@ struct Connection {
     session: Session,
     writer: WebSocketWrite<BufWriter<tokio::io::WriteHalf<Stream>>>,
     events_tx: mpsc::Sender<EngineEvent>,
-    /// Engine requests submitted and not yet finished, failed or aborted. Only used to know
-    /// when a draining connection has finished its utterance.
-    in_flight: HashSet<RequestId>,
+    /// Engine requests submitted and not yet finished, failed or aborted: to know when a
+    /// draining connection has finished its utterance, and to meter each for /metrics.
+    in_flight: HashMap<RequestId, UtteranceMeter>,
     /// We wrote a close frame: nothing more may be written.
     sent_close: bool,
     /// A write failed: the socket is unusable.
@@ -181,10 +182,23 @@ impl Connection {
     fn on_engine_event(&mut self, event: EngineEvent) {
         let id = event.id;
         let terminal = matches!(event.kind, EngineEventKind::Finished | EngineEventKind::Failed(_));
+        if let Some(meter) = self.in_flight.get_mut(&id) {
+            let metrics = &self.shared.metrics;
+            match &event.kind {
+                EngineEventKind::Audio { pcm, sample_rate } => meter.audio(metrics, pcm.len(), *sample_rate),
+                EngineEventKind::Finished => meter.finished(metrics),
+                EngineEventKind::Failed(message) => {
+                    metrics.error(ErrorKind::Engine);
+                    info!(request = %id, message, "utterance failed");
+                }
+                _ => {}
+            }
+        }
         match self.session.handle_engine(Instant::now(), event) {
             Ok(()) => {
-                if terminal && self.in_flight.remove(&id) && self.draining {
-                    self.finished_while_draining = true;
+                if terminal && self.in_flight.remove(&id).is_some() {
+                    debug!(request = %id, "utterance finished");
+                    self.finished_while_draining |= self.draining;
                 }
             }
             // An event that raced with our abort of its request.
@@ -263,14 +277,16 @@ impl Connection {
     fn execute_command(&mut self, command: EngineCommand) {
         match command {
             EngineCommand::Synthesize { id, request } => {
-                debug!(request = %id, "submitting to the engine");
-                self.in_flight.insert(id);
+                info!(request = %id, chars = request.text.chars().count(), "utterance submitted");
+                self.in_flight.insert(id, UtteranceMeter::start(&self.shared.metrics, Transport::WebSocket));
                 let sink = ChannelSink::new(self.events_tx.clone());
                 self.shared.engine.submit(id, request, Box::new(sink));
             }
             EngineCommand::Abort { id } => {
-                debug!(request = %id, "aborting engine request");
-                self.in_flight.remove(&id);
+                info!(request = %id, "utterance aborted");
+                if self.in_flight.remove(&id).is_some() {
+                    self.shared.metrics.cancelled(Transport::WebSocket);
+                }
                 self.shared.engine.abort(id);
             }
         }

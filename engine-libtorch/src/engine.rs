@@ -1,0 +1,190 @@
+//! [`HibariEngine`]: the hibari voice behind speechstream-core's [`Engine`] trait.
+//!
+//! All the model work happens on one scheduler thread (see [`crate::scheduler`]) that owns the
+//! weights; `submit` and `abort` only post commands to it, so they never block the caller (the
+//! transport calls them from its async tasks).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use speechstream_core::engine::{Engine, EngineCapabilities, EngineLoad, EventSink, RequestId, SynthesisRequest};
+use tch::Device;
+
+use crate::dsp::SAMPLE_RATE;
+use crate::g2p::FrontEnd;
+use crate::hibari::Hibari;
+use crate::scheduler::{Command, Scheduler, VoiceModel};
+use crate::voices::{check_voice_file, read_voice_list};
+
+/// The model name served by default.
+pub const DEFAULT_MODEL_NAME: &str = "hibari";
+/// The voice used when a request names none (the only one in the wheel).
+pub const DEFAULT_VOICE: &str = "heart";
+
+#[derive(Clone, Debug)]
+pub struct HibariOptions {
+    /// hibari's assets (`scripts/setup-voice.sh` puts them in `.cache/hibari`).
+    pub assets_dir: PathBuf,
+    pub device: Device,
+    /// Served model name (`/v1/models`, the config's `model` check).
+    pub model_name: String,
+    /// libtorch intra-op threads for CPU work; `None` leaves libtorch's default (all cores).
+    pub threads: Option<i32>,
+    /// Fine frames (12.5 ms) in the first audio chunk of an utterance: small, so the first audio
+    /// leaves early.
+    pub first_chunk_frames: usize,
+    /// Fine frames in every other chunk: larger, since each chunk decodes 27 frames of context on
+    /// each side and the client already has audio to play.
+    pub chunk_frames: usize,
+    /// Most sentences whose prosody runs in one forward pass.
+    pub max_batch: usize,
+}
+
+impl HibariOptions {
+    pub fn new(assets_dir: impl Into<PathBuf>) -> HibariOptions {
+        HibariOptions {
+            assets_dir: assets_dir.into(),
+            device: Device::Cpu,
+            model_name: DEFAULT_MODEL_NAME.to_owned(),
+            threads: None,
+            first_chunk_frames: 16,
+            chunk_frames: 80,
+            max_batch: 16,
+        }
+    }
+}
+
+/// Counters the scheduler keeps for `/metrics`.
+#[derive(Default)]
+pub(crate) struct LoadStats {
+    pub queued: AtomicU64,
+    pub running: AtomicU64,
+    pub batch_sizes: Mutex<BTreeMap<u64, u64>>,
+}
+
+impl LoadStats {
+    pub fn record_batch(&self, size: usize) {
+        let mut sizes = self.batch_sizes.lock().unwrap_or_else(|p| p.into_inner());
+        *sizes.entry(size as u64).or_default() += 1;
+    }
+}
+
+pub struct HibariEngine {
+    capabilities: EngineCapabilities,
+    commands: mpsc::Sender<Command>,
+    stats: Arc<LoadStats>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl HibariEngine {
+    /// Loads every voice whose file is present (checked against `voices.json`) and the front ends
+    /// they need, then starts the scheduler thread. Errors say what is missing.
+    pub fn new(options: HibariOptions) -> Result<HibariEngine, String> {
+        if let Some(threads) = options.threads {
+            tch::set_num_threads(threads);
+        }
+        let dir = &options.assets_dir;
+        let missing =
+            || format!("run scripts/setup.sh (or scripts/setup-voice.sh hibari) to put them in {}", dir.display());
+        if !dir.join("hibari.onnx").is_file() {
+            return Err(format!("hibari's assets are not in {}: {}", dir.display(), missing()));
+        }
+        let list = read_voice_list(dir)?;
+        let mut voices = Vec::new();
+        let mut front_ends: Vec<(bool, Arc<FrontEnd>)> = Vec::new();
+        for entry in list {
+            match check_voice_file(dir, &entry) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(voice = %entry.name, "voice left out: {e}");
+                    continue;
+                }
+            }
+            let front_end = match front_ends.iter().find(|(british, _)| *british == entry.british) {
+                Some((_, fe)) => fe.clone(),
+                None => {
+                    let fe = FrontEnd::load_accent(dir, options.device, entry.british)
+                        .map_err(|e| format!("hibari's text front end: {e}"))?;
+                    let fe = Arc::new(fe);
+                    front_ends.push((entry.british, fe.clone()));
+                    fe
+                }
+            };
+            let model = Hibari::load_voice(dir, &entry.file, options.device)
+                .map_err(|e| format!("voice {} ({}): {e}", entry.name, entry.file))?;
+            voices.push(VoiceModel { name: entry.name, model, front_end });
+        }
+        let Some(default) = voices.iter().position(|v| v.name == DEFAULT_VOICE) else {
+            return Err(format!("voice {DEFAULT_VOICE} is missing from {}: {}", dir.display(), missing()));
+        };
+        let capabilities = EngineCapabilities {
+            models: vec![options.model_name.clone()],
+            sample_rate: SAMPLE_RATE,
+            voices: voices.iter().map(|v| v.name.clone()).collect(),
+            word_timestamps: true,
+            codec: None,
+        };
+        let stats = Arc::new(LoadStats::default());
+        let (commands, receiver) = mpsc::channel();
+        let scheduler = Scheduler::new(voices, default, &options, receiver, stats.clone());
+        let threads = options.threads;
+        let (warm_tx, warm_rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("hibari-scheduler".into())
+            .spawn(move || {
+                // OpenMP's thread count is per calling thread: set it where the work runs too.
+                if let Some(threads) = threads {
+                    tch::set_num_threads(threads);
+                }
+                scheduler.warm_up();
+                let _ = warm_tx.send(());
+                scheduler.run();
+            })
+            .map_err(|e| format!("cannot start the scheduler thread: {e}"))?;
+        // Ready to serve only once warm: the first request's latency is then the steady one.
+        warm_rx.recv().map_err(|_| "the hibari scheduler failed while warming up".to_owned())?;
+        Ok(HibariEngine { capabilities, commands, stats, thread: Some(thread) })
+    }
+}
+
+impl Engine for HibariEngine {
+    fn capabilities(&self) -> &EngineCapabilities {
+        &self.capabilities
+    }
+
+    fn load(&self) -> EngineLoad {
+        let sizes = self.stats.batch_sizes.lock().unwrap_or_else(|p| p.into_inner());
+        EngineLoad {
+            queued: self.stats.queued.load(Ordering::Relaxed),
+            running: self.stats.running.load(Ordering::Relaxed),
+            batch_sizes: sizes.iter().map(|(&k, &v)| (k, v)).collect(),
+        }
+    }
+
+    fn submit(&self, id: RequestId, request: SynthesisRequest, sink: Box<dyn EventSink>) {
+        self.stats.queued.fetch_add(1, Ordering::Relaxed);
+        if self.commands.send(Command::Submit(Box::new((id, request, sink)))).is_err() {
+            // Only after the scheduler thread died (a panic in libtorch): nothing can answer.
+            self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+            tracing::error!(request = %id, "the hibari scheduler is not running");
+        }
+    }
+
+    fn abort(&self, id: RequestId) {
+        let _ = self.commands.send(Command::Abort(id));
+    }
+}
+
+impl Drop for HibariEngine {
+    fn drop(&mut self) {
+        let _ = self.commands.send(Command::Shutdown);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,446 @@
+//! The scheduler thread: the only place the model runs.
+//!
+//! Requests from all sessions queue here. Each loop iteration (1) takes new requests and aborts,
+//! (2) delivers events held back for slow consumers, (3) runs the front end and the prosody pass for
+//! every request that needs its next sentence, batched per voice into one forward pass, and (4)
+//! computes one audio chunk for the next request in round-robin order and sends it at once. So the
+//! first audio of a sentence leaves after its prosody and one small chunk, requests share the
+//! model chunk by chunk, a new request waits at most one chunk for its prosody, and an abort takes
+//! effect before the next chunk.
+//!
+//! Slow consumers: events go out with `try_send`. When a consumer's queue is full the event is
+//! kept and that request is skipped (not computed further) until a retry succeeds; the scheduler
+//! never blocks on one client. At most one chunk (plus its words) is held per request.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use speechstream_core::engine::{EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest, TrySendError};
+
+use crate::dsp::SAMPLE_RATE;
+use crate::engine::{HibariOptions, LoadStats, DEFAULT_VOICE};
+use crate::g2p::{FrontEnd, Sentence};
+use crate::hibari::{chunk_ranges, Hibari, Prosody};
+use crate::noise::NoiseSource;
+use crate::timing::word_timings;
+
+/// How long to wait before retrying when every request is paused on a slow consumer.
+const PAUSE_POLL: Duration = Duration::from_millis(3);
+/// The protocol's speed range; the model's durations divide by speed, so any positive value works,
+/// but outside this range speech stops being intelligible.
+const SPEED_RANGE: (f64, f64) = (0.25, 4.0);
+
+pub(crate) enum Command {
+    Submit(Box<(RequestId, SynthesisRequest, Box<dyn EventSink>)>),
+    Abort(RequestId),
+    Shutdown,
+}
+
+/// A loaded voice: its weights and the front end of its accent.
+pub(crate) struct VoiceModel {
+    pub name: String,
+    pub model: Hibari,
+    pub front_end: Arc<FrontEnd>,
+}
+
+/// The sentence being streamed.
+struct Current {
+    prosody: Prosody,
+    ranges: Vec<Range<usize>>,
+    next: usize,
+    noise: NoiseSource,
+}
+
+struct Job {
+    id: RequestId,
+    sink: Box<dyn EventSink>,
+    voice: usize,
+    speed: f32,
+    seed: u64,
+    word_timestamps: bool,
+    /// Sentences of the text not yet through the front end (done one at a time, when needed).
+    texts: VecDeque<String>,
+    /// Sentences (or clause chunks) phonemised, waiting for their prosody.
+    sentences: VecDeque<Sentence>,
+    /// Sentences started so far: the noise stream of the next one.
+    started_sentences: u64,
+    /// Samples of the utterance before the current sentence.
+    offset: u64,
+    current: Option<Current>,
+    /// Events not delivered yet because the consumer's queue was full.
+    pending: VecDeque<EngineEventKind>,
+    /// Counted in `running` (its first prosody pass ran) rather than `queued`.
+    running: bool,
+    /// The last event (Finished or Failed) is in `pending`: remove once delivered.
+    done: bool,
+    /// The consumer is gone: drop at once.
+    closed: bool,
+}
+
+impl Job {
+    /// Ready for compute: not paused on its consumer and not over.
+    fn ready(&self) -> bool {
+        self.pending.is_empty() && !self.done && !self.closed
+    }
+
+    /// Delivers held events in order; stops at the first the consumer can't take.
+    fn flush(&mut self) -> bool {
+        let mut delivered = false;
+        while let Some(kind) = self.pending.pop_front() {
+            match self.sink.try_send(EngineEvent { id: self.id, kind }) {
+                Ok(()) => delivered = true,
+                Err(TrySendError::Full(event)) => {
+                    self.pending.push_front(event.kind);
+                    break;
+                }
+                Err(TrySendError::Closed) => {
+                    self.closed = true;
+                    self.pending.clear();
+                    break;
+                }
+            }
+        }
+        delivered
+    }
+
+    fn finish(&mut self, last: EngineEventKind) {
+        self.pending.push_back(last);
+        self.done = true;
+        self.current = None;
+    }
+}
+
+pub(crate) struct Scheduler {
+    voices: Vec<VoiceModel>,
+    default_voice: usize,
+    first_chunk: usize,
+    chunk: usize,
+    max_batch: usize,
+    commands: Receiver<Command>,
+    stats: Arc<LoadStats>,
+    jobs: Vec<Job>,
+    /// Round-robin position in `jobs`.
+    cursor: usize,
+}
+
+enum Wait {
+    No,
+    Block,
+    For(Duration),
+}
+
+impl Scheduler {
+    pub fn new(
+        voices: Vec<VoiceModel>,
+        default_voice: usize,
+        options: &HibariOptions,
+        commands: Receiver<Command>,
+        stats: Arc<LoadStats>,
+    ) -> Scheduler {
+        Scheduler {
+            voices,
+            default_voice,
+            first_chunk: options.first_chunk_frames.max(1),
+            chunk: options.chunk_frames.max(1),
+            max_batch: options.max_batch.max(1),
+            commands,
+            stats,
+            jobs: Vec::new(),
+            cursor: 0,
+        }
+    }
+
+    /// Runs each voice once on a short sentence: libtorch's first passes allocate and pick
+    /// kernels, which would otherwise land on the first request's time to first audio.
+    pub fn warm_up(&self) {
+        for voice in &self.voices {
+            let ids = voice.model.ids("həlˈO.");
+            let prosody = voice.model.prosody(&ids, 1.0);
+            let end = prosody.frames.min(self.first_chunk);
+            let _ = voice.model.synthesize_chunk(&prosody, 0, end, &NoiseSource::new(0, 0));
+            if end < prosody.frames {
+                let _ = voice.model.synthesize_chunk(&prosody, end, prosody.frames, &NoiseSource::new(0, 0));
+            }
+            let _ = voice.front_end.sentences("Hello there.");
+        }
+    }
+
+    pub fn run(mut self) {
+        loop {
+            let wait = if self.jobs.is_empty() { Wait::Block } else { Wait::No };
+            if !self.take_commands(wait) {
+                return;
+            }
+            let mut progress = false;
+            for job in &mut self.jobs {
+                progress |= job.flush();
+            }
+            progress |= self.prepare();
+            progress |= self.step();
+            self.reap();
+            if !progress && !self.jobs.is_empty() && !self.take_commands(Wait::For(PAUSE_POLL)) {
+                return;
+            }
+        }
+    }
+
+    /// Handles queued commands, first waiting as told; false once the engine is shutting down.
+    fn take_commands(&mut self, wait: Wait) -> bool {
+        let first = match wait {
+            Wait::No => None,
+            Wait::Block => match self.commands.recv() {
+                Ok(command) => Some(command),
+                Err(_) => return false,
+            },
+            Wait::For(timeout) => match self.commands.recv_timeout(timeout) {
+                Ok(command) => Some(command),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return false,
+            },
+        };
+        let mut next = first;
+        loop {
+            let command = match next.take() {
+                Some(command) => command,
+                None => match self.commands.try_recv() {
+                    Ok(command) => command,
+                    Err(TryRecvError::Empty) => return true,
+                    Err(TryRecvError::Disconnected) => return false,
+                },
+            };
+            match command {
+                Command::Submit(submission) => {
+                    let (id, request, sink) = *submission;
+                    let job = self.admit(id, request, sink);
+                    self.jobs.push(job);
+                }
+                Command::Abort(id) => {
+                    // No more events for an aborted request: the session has moved on.
+                    for job in self.jobs.iter_mut().filter(|j| j.id == id) {
+                        job.closed = true;
+                    }
+                    self.reap();
+                }
+                Command::Shutdown => return false,
+            }
+        }
+    }
+
+    /// A job for a new request; one that can't be served is born done, holding its `Failed`.
+    fn admit(&self, id: RequestId, request: SynthesisRequest, sink: Box<dyn EventSink>) -> Job {
+        let mut job = Job {
+            id,
+            sink,
+            voice: self.default_voice,
+            speed: 1.0,
+            seed: request.seed.map_or_else(random_seed, |s| s as u64),
+            word_timestamps: request.word_timestamps,
+            texts: VecDeque::new(),
+            sentences: VecDeque::new(),
+            started_sentences: 0,
+            offset: 0,
+            current: None,
+            pending: VecDeque::new(),
+            running: false,
+            done: false,
+            closed: false,
+        };
+        match self.check(&request) {
+            Ok(voice) => {
+                job.voice = voice;
+                let speed = if request.speed.is_finite() { request.speed } else { 1.0 };
+                job.speed = speed.clamp(SPEED_RANGE.0, SPEED_RANGE.1) as f32;
+                let front_end = &self.voices[voice].front_end;
+                job.texts = front_end.split_sentences(&request.text).into_iter().map(str::to_owned).collect();
+            }
+            Err(message) => job.finish(EngineEventKind::Failed(message)),
+        }
+        job
+    }
+
+    /// What hibari can't do becomes a clear error; returns the voice's index.
+    fn check(&self, request: &SynthesisRequest) -> Result<usize, String> {
+        if request.codec_tokens {
+            return Err("output_mode='codec_tokens' is not supported by the loaded TTS model.".to_owned());
+        }
+        if let Some(task) = request.task_type.as_deref().filter(|t| *t != "CustomVoice") {
+            return Err(format!(
+                "task_type '{task}' is not supported by hibari: it speaks with preset voices only (use 'CustomVoice' or leave task_type out)"
+            ));
+        }
+        if request.instructions.as_deref().is_some_and(|i| !i.trim().is_empty()) {
+            return Err("instructions are not supported by hibari (it has no voice design or style prompts)".to_owned());
+        }
+        if let Some(language) = request.language.as_deref() {
+            let l = language.trim().to_lowercase();
+            if !(l.is_empty()
+                || l == "auto"
+                || l == "english"
+                || l == "en"
+                || l.starts_with("en-")
+                || l.starts_with("en_"))
+            {
+                return Err(format!("language '{language}' is not supported by hibari: it speaks English only"));
+            }
+        }
+        // The voice rules of the HTTP adapter: case-insensitive; "default" means the default voice.
+        let Some(voice) = request.voice.as_deref().map(str::to_lowercase) else { return Ok(self.default_voice) };
+        if let Some(i) = self.voices.iter().position(|v| v.name == voice) {
+            return Ok(i);
+        }
+        if voice == "default" {
+            return Ok(self.default_voice);
+        }
+        let mut names: Vec<&str> = self.voices.iter().map(|v| v.name.as_str()).collect();
+        names.sort_unstable();
+        Err(format!(
+            "Invalid voice '{}'. Supported: {}",
+            request.voice.as_deref().unwrap_or(DEFAULT_VOICE),
+            names.join(", ")
+        ))
+    }
+
+    /// Starts the next sentence of every ready job that has none: front end, then one batched
+    /// prosody pass per voice. Jobs out of sentences get their `Finished`.
+    fn prepare(&mut self) -> bool {
+        let mut progress = false;
+        let mut wanting: Vec<usize> = Vec::new();
+        for (i, job) in self.jobs.iter_mut().enumerate() {
+            if !job.ready() || job.current.is_some() {
+                continue;
+            }
+            let voice = &self.voices[job.voice];
+            // Front end one sentence at a time, so a long text doesn't hold up everyone's chunks.
+            while !job.sentences.iter().any(|s| voice.model.ids(&s.phonemes).len() >= 3) {
+                job.sentences.clear();
+                let Some(text) = job.texts.pop_front() else { break };
+                job.sentences.extend(voice.front_end.sentences(&text));
+                progress = true;
+            }
+            // Sentences with no phoneme the model knows are skipped, as in the reference.
+            while job.sentences.front().is_some_and(|s| voice.model.ids(&s.phonemes).len() < 3) {
+                job.sentences.pop_front();
+            }
+            if job.sentences.is_empty() {
+                job.finish(EngineEventKind::Finished);
+                job.flush();
+                progress = true;
+            } else {
+                wanting.push(i);
+            }
+        }
+        for voice in 0..self.voices.len() {
+            let group: Vec<usize> = wanting.iter().copied().filter(|&i| self.jobs[i].voice == voice).collect();
+            for batch in group.chunks(self.max_batch) {
+                self.start_sentences(voice, batch);
+                progress = true;
+            }
+        }
+        progress
+    }
+
+    fn start_sentences(&mut self, voice: usize, batch: &[usize]) {
+        let model = &self.voices[voice].model;
+        let sentences: Vec<Sentence> = batch.iter().filter_map(|&i| self.jobs[i].sentences.pop_front()).collect();
+        let ids: Vec<Vec<i64>> = sentences.iter().map(|s| model.ids(&s.phonemes)).collect();
+        let items: Vec<(&[i64], f32)> =
+            ids.iter().zip(batch).map(|(ids, &i)| (ids.as_slice(), self.jobs[i].speed)).collect();
+        let prosodies = model.prosody_batch(&items);
+        self.stats.record_batch(batch.len());
+        for ((&i, sentence), prosody) in batch.iter().zip(sentences).zip(prosodies) {
+            let job = &mut self.jobs[i];
+            if !job.running {
+                job.running = true;
+                self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+                self.stats.running.fetch_add(1, Ordering::Relaxed);
+            }
+            if job.word_timestamps {
+                let words: Vec<(&str, Range<usize>)> =
+                    sentence.words.iter().map(|w| (w.text.as_str(), w.phonemes.clone())).collect();
+                let char_tokens = model.char_tokens(&sentence.phonemes);
+                let timings = word_timings(&words, &char_tokens, &prosody.durations, job.offset);
+                if !timings.is_empty() {
+                    job.pending.push_back(EngineEventKind::Words(timings));
+                }
+            }
+            // Only the utterance's first chunk needs to be small: later sentences start while the
+            // client still has the previous ones to play.
+            let first = if job.started_sentences == 0 { self.first_chunk } else { self.chunk };
+            let ranges = chunk_ranges(prosody.frames, first, self.chunk);
+            let noise = NoiseSource::new(job.seed, job.started_sentences);
+            job.started_sentences += 1;
+            job.current = Some(Current { prosody, ranges, next: 0, noise });
+        }
+    }
+
+    /// Computes and sends one chunk for the next ready job after the cursor.
+    fn step(&mut self) -> bool {
+        let n = self.jobs.len();
+        let Some(i) = (0..n).map(|k| (self.cursor + k) % n).find(|&i| {
+            let job = &self.jobs[i];
+            job.ready() && job.current.is_some()
+        }) else {
+            return false;
+        };
+        self.cursor = i + 1;
+        let job = &mut self.jobs[i];
+        let model = &self.voices[job.voice].model;
+        let Some(current) = job.current.as_mut() else { return false };
+        let range = current.ranges[current.next].clone();
+        let audio = model.synthesize_chunk(&current.prosody, range.start, range.end, &current.noise);
+        let samples: Vec<f32> = match Vec::try_from(&audio.to_device(tch::Device::Cpu)) {
+            Ok(samples) => samples,
+            Err(e) => {
+                job.finish(EngineEventKind::Failed(format!("hibari: reading the audio failed: {e}")));
+                job.flush();
+                return true;
+            }
+        };
+        current.next += 1;
+        if current.next == current.ranges.len() {
+            job.offset += current.prosody.samples() as u64;
+            job.current = None;
+        }
+        job.pending.push_back(EngineEventKind::Audio { pcm: to_s16le(&samples), sample_rate: SAMPLE_RATE });
+        job.flush();
+        true
+    }
+
+    /// Drops jobs that are over: aborted, consumer gone, or last event delivered.
+    fn reap(&mut self) {
+        let stats = &self.stats;
+        self.jobs.retain(|job| {
+            let keep = !(job.closed || (job.done && job.pending.is_empty()));
+            if !keep {
+                let counter = if job.running { &stats.running } else { &stats.queued };
+                counter.fetch_sub(1, Ordering::Relaxed);
+            }
+            keep
+        });
+        if self.cursor >= self.jobs.len() {
+            self.cursor = 0;
+        }
+    }
+}
+
+/// As hibari's `write_wav`: clip to [-1, 1], scale by 32767, truncate toward zero.
+pub fn to_s16le(samples: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(samples.len() * 2);
+    for &x in samples {
+        let x = if x.is_nan() { 0.0 } else { x.clamp(-1.0, 1.0) };
+        out.extend_from_slice(&((x * 32767.0) as i16).to_le_bytes());
+    }
+    out
+}
+
+/// A seed for a request that gave none: different per request, unpredictable enough.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.finish()
+}

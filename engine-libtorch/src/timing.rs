@@ -1,0 +1,104 @@
+//! Word timestamps from the model's own durations: no forced aligner. The duration predictor says
+//! how many coarse frames (25 ms, two fine frames of 300 samples) each token lasts, and the front
+//! end says which phoneme characters each word of the text produced, so a word spans the frames
+//! of its tokens.
+//!
+//! Words are reported as the protocol's aligner fallback segments text (split on whitespace, keep
+//! letters, digits and apostrophes, drop what is left empty), so the list matches the text's words
+//! in order. A front-end word that covers several text words ("7:30 pm") shares its time among them
+//! by character count.
+
+use std::ops::Range;
+
+use speechstream_core::engine::WordTiming;
+
+/// Samples per fine frame (12.5 ms at 24 kHz).
+const SAMPLES_PER_FRAME: u64 = 300;
+const SAMPLES_PER_MS: u64 = 24;
+
+/// A word as the protocol reports it: letters, digits and apostrophes only.
+pub fn clean_word(word: &str) -> String {
+    word.chars().filter(|c| c.is_alphanumeric() || *c == '\'' || *c == '’').collect()
+}
+
+/// Timings of a sentence's words. `words`: each front-end word's text and its range of phoneme
+/// characters; `char_tokens`: the token index (in `ids`, where 0 is the leading boundary token)
+/// of each phoneme character, `None` where the vocabulary dropped it; `durations`: coarse frames
+/// per token; `offset_samples`: where the sentence starts in the utterance's audio.
+pub fn word_timings(
+    words: &[(&str, Range<usize>)],
+    char_tokens: &[Option<usize>],
+    durations: &[i64],
+    offset_samples: u64,
+) -> Vec<WordTiming> {
+    let mut starts = Vec::with_capacity(durations.len());
+    let mut acc = 0u64;
+    for &d in durations {
+        starts.push(acc);
+        acc += 2 * d.max(0) as u64;
+    }
+    let end_of = |t: usize| starts[t] + 2 * durations[t].max(0) as u64;
+    // Nothing is spoken during the leading boundary token.
+    let mut cursor = if durations.is_empty() { 0 } else { end_of(0) };
+    let mut out = Vec::new();
+    for (text, range) in words {
+        let range = range.start.min(char_tokens.len())..range.end.min(char_tokens.len());
+        let tokens: Vec<usize> =
+            char_tokens[range].iter().flatten().copied().filter(|&t| t < durations.len()).collect();
+        let (first, last) = (tokens.first().copied(), tokens.last().copied());
+        // A word with no token of its own (e.g. a symbol that is not read) gets an empty span where
+        // it stands; clamping to the cursor keeps the list monotonic whatever the ranges are.
+        let start = first.map_or(cursor, |t| starts[t]).max(cursor);
+        let end = last.map_or(start, end_of).max(start);
+        cursor = end;
+        let pieces: Vec<String> = text.split_whitespace().map(clean_word).filter(|w| !w.is_empty()).collect();
+        let total_chars: u64 = pieces.iter().map(|p| p.chars().count() as u64).sum();
+        let (s0, span) = (offset_samples + start * SAMPLES_PER_FRAME, (end - start) * SAMPLES_PER_FRAME);
+        let mut done_chars = 0;
+        for piece in pieces {
+            let a = s0 + span * done_chars / total_chars.max(1);
+            done_chars += piece.chars().count() as u64;
+            let b = s0 + span * done_chars / total_chars.max(1);
+            out.push(WordTiming { word: piece, start_ms: ms(a), end_ms: ms(b) });
+        }
+    }
+    out
+}
+
+fn ms(samples: u64) -> i64 {
+    ((samples + SAMPLES_PER_MS / 2) / SAMPLES_PER_MS) as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_span_their_tokens_after_the_boundary() {
+        // phonemes "ab c." : a b ' ' c '.' -> tokens 1..=5, with '.' dropped by the vocabulary here.
+        let char_tokens = [Some(1), Some(2), Some(3), Some(4), None];
+        let durations = [3, 1, 2, 1, 4, 5]; // boundary, a, b, space, c, boundary
+        let words = [("Ab,", 0..2), ("c.", 3..5)];
+        let t = word_timings(&words, &char_tokens, &durations, 0);
+        // fine frames: boundary 0..6, a 6..8, b 8..12, space 12..14, c 14..22
+        assert_eq!(t[0], WordTiming { word: "Ab".into(), start_ms: 75, end_ms: 150 });
+        assert_eq!(t[1], WordTiming { word: "c".into(), start_ms: 175, end_ms: 275 });
+        let shifted = word_timings(&words, &char_tokens, &durations, 24_000);
+        assert_eq!((shifted[1].start_ms, shifted[1].end_ms), (1175, 1275));
+    }
+
+    #[test]
+    fn unspoken_and_grouped_words_stay_in_order() {
+        let char_tokens = [Some(1), Some(2), Some(3), Some(4)];
+        let durations = [1, 2, 2, 2, 2, 1];
+        // "—" has no phonemes; "7:30 pm" is one front-end word over two text words.
+        let words = [("x", 0..1), ("—", 1..1), ("7:30 pm", 1..4)];
+        let t = word_timings(&words, &char_tokens, &durations, 0);
+        let names: Vec<&str> = t.iter().map(|w| w.word.as_str()).collect();
+        assert_eq!(names, ["x", "730", "pm"]);
+        for pair in t.windows(2) {
+            assert!(pair[0].end_ms <= pair[1].start_ms && pair[1].start_ms <= pair[1].end_ms, "{t:?}");
+        }
+        assert_eq!(t.last().map(|w| w.end_ms), Some(((2 + 8 * 2) * 300 / 24) as i64));
+    }
+}

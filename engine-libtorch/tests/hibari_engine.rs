@@ -1,0 +1,359 @@
+//! HibariEngine end to end through speechstream-core's `Engine` trait: events, word timings from
+//! the durations, streaming equal to whole-sentence synthesis, abort, slow consumers, seeds,
+//! batching, invalid requests, and a cheap intelligibility smoke check. Needs `.cache` from
+//! scripts/setup-voice.sh. No timing asserts: waits are generous timeouts only.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use common::*;
+use speechstream_core::engine::{
+    Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest, TrySendError, WordTiming,
+};
+use speechstream_engine_libtorch::g2p::FrontEnd;
+use speechstream_engine_libtorch::timing::clean_word;
+use speechstream_engine_libtorch::{chunk_ranges, Hibari, HibariEngine, HibariOptions, NoiseSource};
+use tch::Device;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn engine() -> &'static HibariEngine {
+    static ENGINE: OnceLock<HibariEngine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let mut options = HibariOptions::new(hibari_assets());
+        options.threads = Some(1);
+        HibariEngine::new(options).expect("engine")
+    })
+}
+
+/// The model and front end on their own, to compute what the engine should produce.
+/// (Tensors are not `Sync`, hence the mutex.)
+fn reference() -> MutexGuard<'static, (Hibari, FrontEnd)> {
+    static REF: OnceLock<Mutex<(Hibari, FrontEnd)>> = OnceLock::new();
+    REF.get_or_init(|| {
+        let model = Hibari::load(hibari_assets(), Device::Cpu).unwrap();
+        Mutex::new((model, FrontEnd::load(hibari_assets(), Device::Cpu).unwrap()))
+    })
+    .lock()
+    .unwrap_or_else(|p| p.into_inner())
+}
+
+fn next_id() -> RequestId {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    RequestId { connection: NEXT.fetch_add(1, Ordering::Relaxed), utterance: 0 }
+}
+
+fn request(text: &str) -> SynthesisRequest {
+    SynthesisRequest {
+        text: text.to_owned(),
+        model: None,
+        voice: None,
+        language: None,
+        instructions: None,
+        task_type: None,
+        speed: 1.0,
+        seed: Some(7),
+        stream: true,
+        word_timestamps: true,
+        codec_tokens: false,
+        max_new_tokens: None,
+        initial_codec_chunk_frames: None,
+    }
+}
+
+/// A sink into a channel; `try_send` answers Full while `gate` is closed, counting the attempts.
+struct TestSink {
+    tx: mpsc::Sender<EngineEvent>,
+    gate: Arc<AtomicBool>,
+    attempts: Arc<AtomicUsize>,
+}
+
+impl EventSink for TestSink {
+    fn send(&self, event: EngineEvent) -> bool {
+        self.tx.send(event).is_ok()
+    }
+
+    fn try_send(&self, event: EngineEvent) -> Result<(), TrySendError> {
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+        if !self.gate.load(Ordering::Relaxed) {
+            return Err(TrySendError::Full(event));
+        }
+        self.tx.send(event).map_err(|_| TrySendError::Closed)
+    }
+}
+
+struct Submitted {
+    id: RequestId,
+    rx: mpsc::Receiver<EngineEvent>,
+    gate: Arc<AtomicBool>,
+    attempts: Arc<AtomicUsize>,
+}
+
+fn submit(request: SynthesisRequest, open: bool) -> Submitted {
+    let (tx, rx) = mpsc::channel();
+    let gate = Arc::new(AtomicBool::new(open));
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let id = next_id();
+    engine().submit(id, request, Box::new(TestSink { tx, gate: gate.clone(), attempts: attempts.clone() }));
+    Submitted { id, rx, gate, attempts }
+}
+
+/// Everything a request produced, up to and including its last event.
+#[derive(Debug, Default)]
+struct Outcome {
+    chunks: Vec<Vec<u8>>,
+    words: Vec<WordTiming>,
+    /// Kinds in order: 'A' audio, 'W' words, 'F' finished, 'X' failed.
+    order: String,
+    failed: Option<String>,
+}
+
+impl Outcome {
+    fn pcm(&self) -> Vec<i16> {
+        self.chunks.concat().chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect()
+    }
+}
+
+fn collect(s: &Submitted) -> Outcome {
+    let mut out = Outcome::default();
+    loop {
+        let event = s.rx.recv_timeout(TIMEOUT).expect("engine event");
+        assert_eq!(event.id, s.id);
+        match event.kind {
+            EngineEventKind::Audio { pcm, sample_rate } => {
+                assert_eq!(sample_rate, 24_000);
+                out.order.push('A');
+                out.chunks.push(pcm);
+            }
+            EngineEventKind::Words(w) => {
+                out.order.push('W');
+                out.words.extend(w);
+            }
+            EngineEventKind::Finished => {
+                out.order.push('F');
+                return out;
+            }
+            EngineEventKind::Failed(m) => {
+                out.order.push('X');
+                out.failed = Some(m);
+                return out;
+            }
+            EngineEventKind::Codec { .. } => panic!("codec event"),
+        }
+    }
+}
+
+fn run(request: SynthesisRequest) -> Outcome {
+    collect(&submit(request, true))
+}
+
+fn text_words(text: &str) -> Vec<String> {
+    text.split_whitespace().map(clean_word).filter(|w| !w.is_empty()).collect()
+}
+
+/// Sum of the model's durations over the text's sentences, in samples (2 fine frames of 300 per
+/// coarse frame).
+fn expected_samples(text: &str, speed: f32) -> usize {
+    let guard = reference();
+    let (model, fe) = &*guard;
+    fe.sentences(text)
+        .iter()
+        .map(|s| model.prosody(&model.ids(&s.phonemes), speed).durations.iter().sum::<i64>())
+        .sum::<i64>() as usize
+        * 600
+}
+
+#[test]
+fn utterance_end_to_end() {
+    let text = "Hello world. The quick brown fox jumps over the lazy dog!";
+    let out = run(request(text));
+    assert_eq!(out.failed, None);
+    assert!(out.order.ends_with('F') && out.order.matches('F').count() == 1, "{}", out.order);
+    // Each sentence's words come before its audio; the first event is the first sentence's words.
+    assert!(out.order.starts_with("WA"), "{}", out.order);
+    assert!(out.chunks.len() >= 3, "streamed in chunks: {}", out.order);
+    let samples = out.pcm().len();
+    assert_eq!(samples, expected_samples(text, 1.0));
+    let words: Vec<&str> = out.words.iter().map(|w| w.word.as_str()).collect();
+    assert_eq!(words, text_words(text));
+    let total_ms = (samples / 24) as i64;
+    let mut last = 0;
+    for w in &out.words {
+        assert!(w.start_ms >= last && w.end_ms > w.start_ms && w.end_ms <= total_ms, "{:?}", out.words);
+        last = w.end_ms;
+    }
+    // The second sentence starts after the first one's audio.
+    let first_len = expected_samples("Hello world.", 1.0) as i64 / 24;
+    assert!(out.words[2].start_ms >= first_len, "{:?} vs {first_len}", out.words[2]);
+}
+
+#[test]
+fn streamed_chunks_equal_the_whole_sentence() {
+    let guard = reference();
+    let (model, fe) = &*guard;
+    let text = "Streaming audio should sound exactly like the whole sentence.";
+    let sentence = &fe.sentences(text)[0];
+    let p = model.prosody(&model.ids(&sentence.phonemes), 1.0);
+    let noise = NoiseSource::new(7, 0);
+    let whole = model.synthesize(&p, &noise);
+    let mut chunked = Vec::new();
+    for r in chunk_ranges(p.frames, 16, 80) {
+        chunked.extend(Vec::<f32>::try_from(&model.synthesize_chunk(&p, r.start, r.end, &noise)).unwrap());
+    }
+    assert_eq!(chunked.len(), whole.len());
+    let worst = chunked.iter().zip(&whole).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst < 1e-3, "chunked vs whole: {worst}");
+    // The engine's chunks are that audio, as s16 (the seed maps to the noise, sentence 0 to stream 0).
+    let out = run(request(text));
+    let pcm = out.pcm();
+    assert_eq!(pcm.len(), whole.len());
+    let expected: Vec<i16> = whole.iter().map(|&x| (x.clamp(-1.0, 1.0) * 32767.0) as i16).collect();
+    let worst = pcm.iter().zip(&expected).map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs()).max().unwrap();
+    assert!(worst <= 33, "engine vs whole sentence: {worst} LSB");
+    assert!(out.chunks.len() > 2 && out.chunks[0].len() == 16 * 300 * 2, "first chunk {}", out.chunks[0].len());
+}
+
+#[test]
+fn abort_stops_early() {
+    let text = "One sentence after another. And another one follows it. Then a third one comes. \
+                A fourth is here. A fifth is the last.";
+    let s = submit(request(text), true);
+    let first = s.rx.recv_timeout(TIMEOUT).expect("first event");
+    assert!(matches!(first.kind, EngineEventKind::Words(_) | EngineEventKind::Audio { .. }));
+    engine().abort(s.id);
+    // Commands are handled in order, so once a later request is done the abort has been seen.
+    let later = run(request("Done."));
+    assert_eq!(later.order.chars().last(), Some('F'));
+    let mut audio = 0;
+    while let Ok(event) = s.rx.try_recv() {
+        match event.kind {
+            EngineEventKind::Audio { pcm, .. } => audio += pcm.len() / 2,
+            EngineEventKind::Finished | EngineEventKind::Failed(_) => panic!("an aborted request ended: {event:?}"),
+            _ => {}
+        }
+    }
+    assert!(audio < expected_samples(text, 1.0) / 2, "{audio} samples after abort");
+}
+
+#[test]
+fn slow_consumer_pauses_without_blocking_others() {
+    let text = "This listener is slow to read.";
+    let slow = submit(request(text), false);
+    // Another request completes while the slow one's consumer takes nothing.
+    let other = run(request("Meanwhile this one goes on."));
+    assert_eq!(other.failed, None);
+    assert!(slow.rx.try_recv().is_err(), "nothing delivered while full");
+    // It was retried (polled), not dropped; the held events are bounded by the pause.
+    let tries = slow.attempts.load(Ordering::Relaxed);
+    assert!(tries >= 1, "try_send attempts: {tries}");
+    slow.gate.store(true, Ordering::Relaxed);
+    let out = collect(&slow);
+    assert_eq!(out.failed, None);
+    // Nothing was lost or reordered while paused: the same audio as an unpaused run.
+    assert_eq!(out.pcm(), run(request(text)).pcm());
+}
+
+#[test]
+fn seeds_make_audio_reproducible() {
+    let text = "Same seed, same voice.";
+    let a = run(request(text)).pcm();
+    assert_eq!(a, run(request(text)).pcm());
+    let mut other = request(text);
+    other.seed = Some(8);
+    let b = run(other).pcm();
+    assert_eq!(a.len(), b.len());
+    assert_ne!(a, b);
+    let mut unseeded = request(text);
+    unseeded.seed = None;
+    assert_ne!(run(unseeded.clone()).pcm(), run(unseeded).pcm());
+}
+
+#[test]
+fn batched_prosody_equals_unbatched() {
+    let guard = reference();
+    let (model, fe) = &*guard;
+    let texts = ["Hi.", "A somewhat longer sentence to pad against.", "Medium length words here."];
+    let ids: Vec<Vec<i64>> = texts.iter().map(|t| model.ids(&fe.sentences(t)[0].phonemes)).collect();
+    let items: Vec<(&[i64], f32)> = ids.iter().zip([1.0, 1.3, 0.8]).map(|(i, s)| (i.as_slice(), s)).collect();
+    let batched = model.prosody_batch(&items);
+    for (item, b) in items.iter().zip(&batched) {
+        let single = model.prosody(item.0, item.1);
+        assert_eq!(b.durations, single.durations);
+        let noise = NoiseSource::new(3, 0);
+        let (x, y) = (model.synthesize(b, &noise), model.synthesize(&single, &noise));
+        let worst = x.iter().zip(&y).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst < 1e-4, "batched vs single audio: {worst}");
+    }
+    // Through the engine: concurrent requests give what each gives alone, batched or not.
+    let alone: Vec<Vec<i16>> = texts.iter().map(|t| run(request(t)).pcm()).collect();
+    let together: Vec<Submitted> = texts.iter().map(|t| submit(request(t), true)).collect();
+    for (s, a) in together.iter().zip(&alone) {
+        let pcm = collect(s).pcm();
+        assert_eq!(pcm.len(), a.len());
+        let worst = pcm.iter().zip(a).map(|(x, y)| (i32::from(*x) - i32::from(*y)).abs()).max().unwrap_or(0);
+        assert!(worst <= 4, "{worst} LSB");
+    }
+    assert!(!engine().load().batch_sizes.is_empty());
+}
+
+#[test]
+fn invalid_requests_fail_clearly() {
+    let mut r = request("Hello.");
+    r.voice = Some("nobody".into());
+    assert_eq!(run(r).failed.as_deref(), Some("Invalid voice 'nobody'. Supported: heart"));
+    let mut r = request("Hello.");
+    r.voice = Some("Heart".into());
+    assert_eq!(run(r).failed, None);
+    let mut r = request("Hello.");
+    r.task_type = Some("VoiceDesign".into());
+    assert!(run(r).failed.unwrap().contains("task_type 'VoiceDesign' is not supported"));
+    let mut r = request("Hello.");
+    r.instructions = Some("whisper it".into());
+    assert!(run(r).failed.unwrap().contains("instructions are not supported"));
+    let mut r = request("Hello.");
+    r.language = Some("Chinese".into());
+    assert!(run(r).failed.unwrap().contains("English only"));
+    let mut r = request("Hello.");
+    r.codec_tokens = true;
+    assert!(run(r).failed.unwrap().contains("not supported"));
+    // No phonemes at all: finished, with no audio.
+    let out = run(request("* * *"));
+    assert_eq!(out.order, "F");
+}
+
+#[test]
+fn speech_is_plausible() {
+    let short = run(request("Good morning.")).pcm();
+    let long_text = "Good morning. It is a fine day for a long walk by the river, isn't it?";
+    let long = run(request(long_text)).pcm();
+    let rms = |x: &[i16]| (x.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / x.len() as f64).sqrt() / 32767.0;
+    for pcm in [&short, &long] {
+        let r = rms(pcm);
+        assert!((0.01..0.5).contains(&r), "rms {r}");
+        let clipped = pcm.iter().filter(|&&v| v == i16::MAX || v == -i16::MAX).count();
+        assert!(clipped * 1000 < pcm.len(), "{clipped} clipped samples");
+    }
+    // Seconds per character of a normal speaking rate, roughly 40-120 ms.
+    for (pcm, text) in [(&short, "Good morning."), (&long, long_text)] {
+        let per_char = pcm.len() as f64 / 24.0 / text.len() as f64;
+        assert!((30.0..150.0).contains(&per_char), "{per_char} ms per character for {text:?}");
+    }
+    // Speed is the model's own: twice as fast is about half as long.
+    let mut fast = request(long_text);
+    fast.speed = 2.0;
+    let ratio = run(fast).pcm().len() as f64 / long.len() as f64;
+    assert!((0.35..0.7).contains(&ratio), "speed 2 length ratio {ratio}");
+}
+
+#[test]
+fn capabilities_and_load() {
+    let c = engine().capabilities();
+    assert_eq!((c.models.clone(), c.sample_rate, c.word_timestamps), (vec!["hibari".to_owned()], 24_000, true));
+    assert!(c.voices.contains(&"heart".to_owned()) && c.codec.is_none());
+    let load = engine().load();
+    assert!(load.queued + load.running < 100);
+}

@@ -1,0 +1,273 @@
+// The playground page in a real browser: Debian's chromium driven by playwright-core.
+//
+// Started by tests/playground.rs (`cargo test --test playground`), which runs our servers with
+// the synthetic engine and passes their URLs:
+//   PLAYGROUND_URL        a server that generates as fast as it can
+//   PLAYGROUND_PACED_URL  one that paces its audio in real time (so a cancel lands mid-stream)
+//   PLAYGROUND_KEYED_URL  one started with --api-key PLAYGROUND_API_KEY (optional: skipped without)
+//   PLAYGROUND_SCREENSHOT where to write a screenshot of the page (optional)
+//   CHROMIUM              the browser (default /usr/bin/chromium)
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const URL_FAST = process.env.PLAYGROUND_URL;
+const URL_PACED = process.env.PLAYGROUND_PACED_URL || URL_FAST;
+const URL_KEYED = process.env.PLAYGROUND_KEYED_URL;
+const API_KEY = process.env.PLAYGROUND_API_KEY;
+const SCREENSHOT = process.env.PLAYGROUND_SCREENSHOT;
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const WAIT = { timeout: 30_000 };
+
+if (!URL_FAST) throw new Error('PLAYGROUND_URL is not set: run this through `cargo test --test playground`');
+
+// The browser reports refused WebSocket upgrades, and /v1/audio/voices where the server has no
+// such route (the page then falls back to /playground.json).
+const EXPECTED_CONSOLE_ERRORS = /WebSocket connection to .* failed|status of 40[134]/;
+
+let browser;
+
+before(async () => {
+  // Playwright's plain launch gives Chromium a new, empty profile directory of its own (the
+  // fresh --user-data-dir Chromium needs here) and removes it on close.
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--autoplay-policy=no-user-gesture-required',
+    ],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+async function open(url) {
+  const context = await browser.newContext({ viewport: { width: 1100, height: 900 }, acceptDownloads: true });
+  const page = await context.newPage();
+  const problems = [];
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !EXPECTED_CONSOLE_ERRORS.test(m.text())) problems.push(`console: ${m.text()}`);
+  });
+  await page.goto(url);
+  await page.evaluate(() => window.playground.ready);
+  return { page, context, problems };
+}
+
+const snapshot = (page) => page.evaluate(() => window.playground.snapshot());
+
+/** Poll the page's snapshot until `predicate(snapshot, arg)` holds (polled from here: the page's
+ * CSP rightly forbids eval, so the predicate cannot be shipped into it). */
+async function until(page, predicate, arg) {
+  const deadline = Date.now() + WAIT.timeout;
+  for (;;) {
+    const s = await snapshot(page);
+    if (predicate(s, arg)) return s;
+    if (Date.now() > deadline) {
+      throw new Error(`timed out waiting for ${predicate}; last snapshot: ${JSON.stringify(s, null, 1).slice(0, 3000)}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 15));
+  }
+}
+
+const words = (text) => text.trim().split(/\s+/);
+
+test('the page loads from the binary with the engine\'s voices', async () => {
+  const { page, context, problems } = await open(URL_FAST);
+  assert.equal(await page.title(), 'speechstream playground');
+  const voices = await page.$$eval('#voices option', (options) => options.map((o) => o.value));
+  assert.ok(voices.includes('vivian'), `voices: ${voices}`);
+  for (const id of ['speak', 'type', 'cancel', 'download', 'api-key', 'voice', 'speed', 'seed', 'format']) {
+    assert.ok(await page.$(`#${id}`), `#${id} missing`);
+  }
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test('speaks a sentence, plays its audio and highlights its words in order', async () => {
+  const { page, context, problems } = await open(URL_FAST);
+  const text = 'The quick brown fox jumps over the lazy dog.';
+  await page.fill('#text', text);
+  await page.fill('#voice', 'vivian');
+  await page.click('#speak');
+  let s = await until(page, (s) => s.utterances[0]?.status === 'done' && s.utterances[0].words !== null);
+  const u = s.utterances[0];
+  assert.ok(s.bytesReceived > 0, 'no audio received');
+  assert.equal(u.bytes, s.bytesReceived);
+  assert.ok(s.scheduledUntil > 0 && s.chunksScheduled > 0, 'nothing scheduled on the audio clock');
+  assert.equal(s.audioState, 'running');
+  assert.deepEqual(u.words, words(text));
+  assert.ok(u.ttfaMs !== null && u.ttfaMs >= 0, `time to first audio: ${u.ttfaMs}`);
+  assert.ok(u.rtf !== null && u.rtf > 0, `real-time factor: ${u.rtf}`);
+  assert.match(u.statsText, /first audio \d+ ms · RTF \d+\.\d+ · \d+\.\d\d s audio/);
+  // The highlight follows the audio clock: part-way through, some words are lit and some not.
+  s = await until(page, (s, n) => s.highlighted.length > 0 && s.highlighted.length < n, u.words.length);
+  const atStart = s.audioTime;
+  s = await until(page, (s, n) => s.highlighted.length === n && s.utterances[0].spoken.length === n, u.words.length);
+  assert.deepEqual(s.highlighted, words(text), 'words highlighted out of order');
+  assert.ok(s.audioTime > atStart, 'the audio clock did not advance');
+  assert.ok(s.audioTime >= s.scheduledUntil - 0.5, 'highlighting finished well before the audio');
+  assert.deepEqual(s.errorsShown, []);
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test('types the text word by word, one utterance per sentence', async () => {
+  const { page, context, problems } = await open(URL_FAST);
+  const text = 'One small step. Then another one!';
+  await page.fill('#text', text);
+  await page.fill('#typing-rate', '20');
+  await page.click('#type');
+  // The text area fills in as it "types".
+  await page.waitForFunction(() => {
+    const v = document.getElementById('text').value;
+    return v.length > 0 && v.length < 'One small step. Then another one!'.length;
+  }, null, { ...WAIT, polling: 10 });
+  const s = await until(
+    page,
+    (s) => s.utterances.length === 2 && s.utterances.every((u) => u.status === 'done') && s.highlighted.length === 6,
+  );
+  assert.deepEqual(s.utterances.map((u) => u.text), ['One small step.', 'Then another one!']);
+  assert.deepEqual(s.highlighted, words(text));
+  assert.equal(await page.inputValue('#text'), text);
+  assert.deepEqual(s.errorsShown, []);
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test('cancels mid-utterance', async () => {
+  const { page, context, problems } = await open(URL_PACED);
+  const text = Array.from({ length: 6 }, () => 'This sentence is long enough to keep a real time engine busy for a while.').join(' ');
+  await page.fill('#text', text);
+  await page.click('#speak');
+  await until(page, (s) => s.bytesReceived > 0);
+  await page.waitForTimeout(400);
+  assert.equal(await page.isEnabled('#cancel'), true);
+  await page.click('#cancel');
+  const s = await until(page, (s) => s.utterances[0]?.status === 'cancelled' && s.received.includes('session.done'));
+  const u = s.utterances[0];
+  assert.equal(u.cancelled, true, 'audio.done did not say cancelled');
+  assert.equal(await page.textContent('.utterance .badge'), 'cancelled');
+  assert.match(await page.textContent('#log'), /"type":"audio.done".*"cancelled":true/);
+  assert.ok(u.audioMs > 0 && u.audioMs < 10_000, `audio received: ${u.audioMs} ms`);
+  // Only the words heard (at least partly) are timed, and not all of them were heard.
+  assert.ok(u.words && u.words.length < words(text).length, `words: ${u.words?.length}`);
+  assert.deepEqual(s.errorsShown, []);
+  // The session is still usable after the cancel.
+  await page.fill('#text', 'Still here.');
+  await page.click('#speak');
+  await until(page, (s) => s.utterances[1]?.status === 'done');
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test('cancel while typing stops the typing and drops the sentences queued behind', async () => {
+  const { page, context, problems } = await open(URL_PACED);
+  const text = 'First sentence takes a while to say. Second one waits. Third one waits too. And a fourth';
+  await page.fill('#text', text);
+  await page.fill('#typing-rate', '50');
+  await page.click('#type');
+  // Every sentence is flushed before the first one's audio is over (the server paces at 1x).
+  await until(page, (s) => s.utterances.length >= 3 && s.bytesReceived > 0);
+  await page.click('#cancel');
+  const s = await until(
+    page,
+    (s) => !s.typing && s.utterances.every((u) => u.status === 'cancelled' || u.status === 'failed'),
+  );
+  assert.equal(s.utterances[0].cancelled, true, 'the first sentence was not cancelled by the server');
+  assert.deepEqual(s.errorsShown, []);
+  assert.equal(await page.inputValue('#text'), text, 'the text area did not get its text back');
+  const heard = s.highlighted.length;
+  await page.waitForTimeout(500);
+  assert.equal((await snapshot(page)).highlighted.length, heard, 'words still highlighted after the cancel');
+  await page.fill('#text', 'Fresh start.');
+  await page.click('#speak');
+  await until(page, (s) => s.utterances.at(-1).text === 'Fresh start.' && s.utterances.at(-1).status === 'done');
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test('shows the server\'s errors', async () => {
+  const { page, context } = await open(URL_FAST);
+  await page.fill('#text', 'Too fast.');
+  await page.fill('#speed', '5');
+  await page.click('#speak');
+  await page.waitForSelector('#errors:not([hidden]) .error', WAIT);
+  let shown = await page.textContent('#errors');
+  assert.match(shown, /Invalid session config/);
+  assert.match(shown, /less than or equal to 4/);
+  let s = await until(page, (s) => s.utterances[0]?.status === 'failed');
+  assert.equal(s.bytesReceived, 0);
+  // A speed the config accepts but streaming does not.
+  await page.fill('#speed', '1.5');
+  await page.click('#speak');
+  await page.waitForFunction(() => /requires speed=1.0/.test(document.getElementById('errors').textContent), null, WAIT);
+  // Back to a valid configuration: it speaks again and the errors are gone.
+  await page.fill('#speed', '1');
+  await page.click('#speak');
+  s = await until(page, (s) => s.utterances[2]?.status === 'done');
+  assert.equal(await page.isHidden('#errors'), true);
+  await context.close();
+});
+
+test('downloads the text as a file from a non-streamed request', async () => {
+  const { page, context, problems } = await open(URL_FAST);
+  await page.fill('#text', 'Save me to a file.');
+  await page.fill('#seed', '42');
+  await page.selectOption('#format', 'wav');
+  const [download] = await Promise.all([page.waitForEvent('download', WAIT), page.click('#download')]);
+  assert.match(download.suggestedFilename(), /^speechstream-default-.*\.wav$/);
+  const dir = mkdtempSync(join(tmpdir(), 'speechstream-download-'));
+  const path = join(dir, 'out.wav');
+  await download.saveAs(path);
+  const bytes = readFileSync(path);
+  rmSync(dir, { recursive: true, force: true });
+  assert.equal(bytes.subarray(0, 4).toString('latin1'), 'RIFF');
+  assert.equal(bytes.subarray(8, 12).toString('latin1'), 'WAVE');
+  assert.ok(bytes.length > 44 + 1000);
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test('with --api-key: refused without the key, works with it', { skip: !URL_KEYED && 'no PLAYGROUND_KEYED_URL' }, async () => {
+  const { page, context } = await open(URL_KEYED);
+  await page.fill('#text', 'Who goes there?');
+  await page.click('#speak');
+  await page.waitForSelector('#errors:not([hidden]) .error', WAIT);
+  assert.match(await page.textContent('#errors'), /API key/);
+  let s = await until(page, (s) => s.utterances[0]?.status === 'failed');
+  await page.fill('#api-key', `${API_KEY}-wrong`);
+  await page.click('#speak');
+  await page.waitForFunction(() => /API key was refused/.test(document.getElementById('errors').textContent), null, WAIT);
+  await page.fill('#api-key', API_KEY);
+  await page.click('#speak');
+  s = await until(page, (s) => s.utterances[2]?.status === 'done');
+  assert.ok(s.utterances[2].bytes > 0);
+  await context.close();
+});
+
+test('screenshot of the page mid-utterance', { skip: !SCREENSHOT && 'no PLAYGROUND_SCREENSHOT' }, async () => {
+  const { page, context } = await open(URL_FAST);
+  await page.fill('#voice', 'vivian');
+  await page.click('#speak');
+  await until(page, (s) => s.utterances[0]?.status === 'done');
+  await page.fill('#text', 'Words light up on the audio clock, one after another, as they are heard.');
+  await page.click('#speak');
+  await until(page, (s) => s.utterances[1]?.words && s.utterances[1].spoken.length >= 7);
+  await page.click('details.log summary');
+  mkdirSync(dirname(SCREENSHOT), { recursive: true });
+  await page.screenshot({ path: SCREENSHOT, fullPage: true });
+  await context.close();
+});

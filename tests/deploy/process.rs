@@ -1,0 +1,121 @@
+//! `speechstream serve` as a child process on a loopback port it picks itself.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The repository root (where `.venv-clients` lives).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub struct Server {
+    pub addr: SocketAddr,
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    /// Start `speechstream serve --port 0 ARGS...` and wait until it listens.
+    pub fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_speechstream"))
+            .args(["serve", "--engine", "synthetic", "--host", "127.0.0.1", "--port", "0"])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start speechstream");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (found_tx, found) = std::sync::mpsc::channel();
+        let lines = log.clone();
+        // Keep reading the log so the child never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("listening") {
+                    if let Some(addr) = line.split("addr=").nth(1).and_then(|rest| rest.split_whitespace().next()) {
+                        let _ = found_tx.send(addr.to_owned());
+                    }
+                }
+                lines.lock().unwrap().push(line);
+            }
+        });
+        let addr = match found.recv_timeout(TIMEOUT) {
+            Ok(addr) => addr.parse().expect("listening address"),
+            Err(_) => panic!("speechstream did not start: {:?}", log.lock().unwrap()),
+        };
+        Server { addr, child, log }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM: the server drains and exits.
+    pub fn terminate(&self) {
+        let status = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status().expect("kill");
+        assert!(status.success(), "kill -TERM failed");
+    }
+
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// Wait for the process to exit; its status.
+    pub fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "server did not exit; log: {:?}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A blocking HTTP/1.1 GET; the status and body (bodies here are small and not chunked).
+/// Status 0 when the exchange failed (refused, reset: e.g. a server that just exited).
+pub fn get(addr: SocketAddr, path: &str, headers: &str) -> (u16, String) {
+    let exchange = || -> std::io::Result<String> {
+        let mut stream = TcpStream::connect(addr)?;
+        stream.set_read_timeout(Some(TIMEOUT))?;
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n{headers}Connection: close\r\n\r\n")?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        Ok(response)
+    };
+    let Ok(response) = exchange() else { return (0, String::new()) };
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, body.to_owned())
+}
+
+/// The Python of `.venv-clients`, or a clear failure saying how to make it.
+pub fn client_python() -> PathBuf {
+    let python = root().join(".venv-clients/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/setup.sh (or scripts/setup-clients.sh) to create the client venv",
+        python.display()
+    );
+    python
+}

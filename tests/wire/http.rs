@@ -1,0 +1,319 @@
+//! The OpenAI-compatible HTTP side and the operator features over loopback: speech in every
+//! delivery, errors, voices, readiness, metrics, the API key, the connection limit.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+use speechstream::synthetic::{SyntheticEngine, SyntheticOptions, DEFAULT_MODEL_NAME};
+use speechstream_core::engine::{Engine, SynthesisRequest};
+use speechstream_core::session::SessionOptions;
+use speechstream_transports::{ServerConfig, STREAM_PATH};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::{Received, Recorded, Scripted, Step, TestServer, TIMEOUT};
+
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("JSON body")
+    }
+}
+
+/// One HTTP/1.1 exchange on a fresh connection (chunked bodies are de-chunked).
+async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+        stream.write_all(head.as_bytes()).await?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await?;
+        std::io::Result::Ok(response)
+    };
+    let response = tokio::time::timeout(TIMEOUT, exchange).await.expect("http timed out").expect("http");
+    let split = response.windows(4).position(|w| w == b"\r\n\r\n").expect("response head");
+    let head = String::from_utf8_lossy(&response[..split]).into_owned();
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).expect("status");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let mut body = response[split + 4..].to_vec();
+    if headers.iter().any(|(n, v)| n == "transfer-encoding" && v == "chunked") {
+        body = dechunk(&body);
+    }
+    Reply { status, headers, body }
+}
+
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(line_end) = raw.windows(2).position(|w| w == b"\r\n") else { return out };
+        let size = usize::from_str_radix(std::str::from_utf8(&raw[..line_end]).unwrap_or("0").trim(), 16).unwrap_or(0);
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&raw[line_end + 2..line_end + 2 + size]);
+        raw = &raw[line_end + 2 + size + 2..];
+    }
+}
+
+const JSON: (&str, &str) = ("Content-Type", "application/json");
+
+fn synthetic() -> Arc<SyntheticEngine> {
+    Arc::new(SyntheticEngine::new(SyntheticOptions::default()))
+}
+
+fn expected_pcm(engine: &SyntheticEngine, text: &str) -> Vec<u8> {
+    let request = SynthesisRequest {
+        text: text.into(),
+        model: None,
+        voice: None,
+        language: None,
+        instructions: None,
+        task_type: None,
+        speed: 1.0,
+        seed: None,
+        stream: false,
+        word_timestamps: false,
+        codec_tokens: false,
+        max_new_tokens: None,
+        initial_codec_chunk_frames: None,
+    };
+    engine.render(&request).0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speech_in_every_format_and_delivery() {
+    let engine = synthetic();
+    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
+    let pcm = expected_pcm(&engine, "Hello over HTTP.");
+    for (format, media, magic) in [
+        ("wav", "audio/wav", &b"RIFF"[..]),
+        ("pcm", "audio/pcm", &pcm[..4]),
+        ("flac", "audio/flac", b"fLaC"),
+        ("mp3", "audio/mpeg", b""),
+        ("opus", "audio/ogg", b"OggS"),
+    ] {
+        let body = json!({"input": " Hello over HTTP. ", "response_format": format, "voice": "vivian"}).to_string();
+        let reply = request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body).await;
+        assert_eq!((reply.status, reply.header("content-type")), (200, Some(media)), "{format}");
+        assert!(reply.body.starts_with(magic) && reply.body.len() > 100, "{format}");
+        assert_eq!(reply.header("x-vllm-omni-input-tokens"), Some("3"));
+        assert!(reply.header("x-vllm-omni-output-tokens").is_some_and(|n| n != "0"));
+        if format == "wav" {
+            assert_eq!(&reply.body[44..], &pcm[..]);
+        }
+        if format == "pcm" {
+            assert_eq!(reply.body, pcm);
+        }
+    }
+    // Raw streams: the same samples; wav behind the 44-byte streaming header.
+    let body = json!({"input": "Hello over HTTP.", "response_format": "pcm", "stream_format": "audio"}).to_string();
+    let reply = request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body).await;
+    assert_eq!((reply.status, reply.header("transfer-encoding")), (200, Some("chunked")));
+    assert_eq!(reply.body, pcm);
+    let body = json!({"input": "Hello over HTTP.", "stream_format": "audio", "speed": 1.0}).to_string();
+    let reply = request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body).await;
+    assert_eq!(&reply.body[..4], b"RIFF");
+    assert_eq!(&reply.body[4..8], &[0xff; 4]);
+    assert_eq!(&reply.body[40..44], &[0xff; 4]);
+    assert_eq!(&reply.body[44..], &pcm[..]);
+    // SSE: deltas adding up to the audio, then done with usage.
+    let body = json!({"input": "Hello over HTTP.", "response_format": "pcm", "stream": true}).to_string();
+    let reply = request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body).await;
+    assert_eq!(reply.header("content-type"), Some("text/event-stream"));
+    let text = String::from_utf8(reply.body).expect("utf-8 events");
+    let events: Vec<(&str, Value)> = text
+        .split_terminator("\n\n")
+        .map(|event| {
+            let (name, data) = event.split_once('\n').expect("two lines");
+            let data = data.strip_prefix("data: ").expect("data line");
+            (name.strip_prefix("event: ").expect("event line"), serde_json::from_str(data).expect("JSON data"))
+        })
+        .collect();
+    let (last, deltas) = events.split_last().expect("events");
+    assert_eq!(last.0, "speech.audio.done");
+    assert_eq!(last.1["usage"]["input_tokens"], 3);
+    let mut audio = Vec::new();
+    for (name, data) in deltas {
+        assert_eq!(
+            (*name, &data["type"], &data["response_format"]),
+            ("speech.audio.delta", &json!(name), &json!("pcm"))
+        );
+        audio.extend(base64::engine::general_purpose::STANDARD.decode(data["audio"].as_str().unwrap()).unwrap());
+    }
+    assert_eq!(audio, pcm);
+    // Word timings ride a header on whole replies.
+    let body = json!({"input": "Hello over HTTP.", "word_timestamps": true}).to_string();
+    let reply = request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body).await;
+    let words: Value = serde_json::from_str(reply.header("x-word-timestamps").expect("timings")).unwrap();
+    assert_eq!(words[0]["word"], "Hello");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_openai_json() {
+    let server = TestServer::start(synthetic(), SessionOptions::default()).await;
+    let post = |body: Value| {
+        let addr = server.addr;
+        async move { request(addr, "POST", "/v1/audio/speech", &[JSON], &body.to_string()).await }
+    };
+    let reply = post(json!({"input": "x", "model": "nope"})).await;
+    assert_eq!(reply.status, 404);
+    assert_eq!(
+        reply.json(),
+        json!({"error": {"message": "The model `nope` does not exist.", "type": "NotFoundError", "param": "model", "code": 404}})
+    );
+    assert_eq!(post(json!({"input": "x", "model": DEFAULT_MODEL_NAME})).await.status, 200);
+    let reply = post(json!({"input": "x", "stream": true, "response_format": "mp3"})).await;
+    assert_eq!((reply.status, &reply.json()["error"]["type"]), (400, &json!("BadRequestError")));
+    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("requires response_format='pcm' or 'wav'"));
+    assert_eq!(post(json!({"input": "  "})).await.json()["error"]["message"], "Input text cannot be empty");
+    let reply = post(json!({"input": "x", "sample_rate": 16000})).await;
+    assert_eq!(
+        reply.json()["error"]["message"],
+        "sample_rate=16000 is not supported by the current TTS model; supported rates: 24000"
+    );
+    let reply = request(server.addr, "POST", "/v1/audio/speech", &[("Content-Type", "text/plain")], "{}").await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(request(server.addr, "GET", "/v1/audio/speech", &[], "").await.status, 405);
+
+    let reply = request(server.addr, "GET", "/v1/audio/voices", &[], "").await;
+    let voices = reply.json();
+    assert_eq!(voices["uploaded_voices"], json!([]));
+    let names: Vec<&str> = voices["voices"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(names.windows(2).all(|w| w[0] < w[1]) && names.contains(&"vivian") && names.contains(&"default"));
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_failures_and_disconnects() {
+    let engine = Recorded::new(Scripted::new(vec![Step::Fail("boom".into())]));
+    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
+    let body = json!({"input": "x", "stream_format": "audio", "response_format": "pcm"}).to_string();
+    let reply = request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body).await;
+    assert_eq!(reply.status, 500);
+    assert_eq!(reply.json()["error"]["message"], "Speech generation failed: boom");
+    server.shutdown().await;
+
+    // A client that leaves mid-stream gets its request aborted.
+    let engine = Recorded::new(Scripted::new(vec![Step::Audio(vec![0; 960], 24000), Step::HoldUntilAborted]));
+    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let body = json!({"input": "x", "stream": true, "response_format": "pcm"}).to_string();
+    let head = format!(
+        "POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut first = [0u8; 64];
+    let n = tokio::time::timeout(TIMEOUT, stream.read(&mut first)).await.unwrap().unwrap();
+    assert!(first[..n].starts_with(b"HTTP/1.1 200"));
+    drop(stream);
+    assert_eq!(engine.await_aborts(1).await.len(), 1);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_and_metrics() {
+    let server = TestServer::start(synthetic(), SessionOptions::default()).await;
+    assert_eq!(request(server.addr, "GET", "/ready", &[], "").await.status, 200);
+    let mut client = server.connect().await;
+    client.send(json!({"type": "session.config", "stream_audio": true, "response_format": "pcm"})).await;
+    client.send(json!({"type": "input.text", "text": "Count me."})).await;
+    client.send(json!({"type": "input.done"})).await;
+    client.until_session_done().await;
+    let reply = request(server.addr, "GET", "/metrics", &[], "").await;
+    assert!(reply.header("content-type").is_some_and(|t| t.starts_with("text/plain")));
+    let text = String::from_utf8(reply.body).unwrap();
+    for line in [
+        "speechstream_utterances_total{transport=\"websocket\"} 1",
+        "speechstream_time_to_first_audio_seconds_count 1",
+        "speechstream_real_time_factor_count 1",
+        "speechstream_engine_queue_depth 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+    }
+    assert!(text.contains("speechstream_connections_open 2"), "{text}");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_key_guards_everything_but_probes() {
+    let mut config = ServerConfig::new(SessionOptions::default());
+    config.api_key = Some("s3cret".into());
+    let server = TestServer::start_with(synthetic(), config).await;
+    assert_eq!(request(server.addr, "GET", "/health", &[], "").await.status, 200);
+    assert_eq!(request(server.addr, "GET", "/ready", &[], "").await.status, 200);
+    let reply = request(server.addr, "GET", "/v1/models", &[], "").await;
+    assert_eq!((reply.status, reply.header("www-authenticate")), (401, Some("Bearer")));
+    assert_eq!(reply.json()["error"]["code"], 401);
+    assert_eq!(request(server.addr, "GET", "/v1/models", &[("Authorization", "Bearer nope")], "").await.status, 401);
+    assert_eq!(request(server.addr, "GET", "/v1/models", &[("Authorization", "Bearer s3cret")], "").await.status, 200);
+    assert_eq!(request(server.addr, "GET", "/metrics?api_key=s3cret", &[], "").await.status, 200);
+    let body = json!({"input": "x"}).to_string();
+    assert_eq!(request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body).await.status, 401);
+
+    // The WebSocket upgrade: refused without the key; with it as header or query parameter, on.
+    let url = format!("ws://{}{STREAM_PATH}", server.addr);
+    match tokio_tungstenite::connect_async(url.as_str()).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => assert_eq!(response.status(), 401),
+        other => panic!("upgrade without a key: {other:?}"),
+    }
+    assert!(tokio_tungstenite::connect_async(format!("{url}?api_key=s3cret")).await.is_ok());
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut with_header = url.into_client_request().unwrap();
+    with_header.headers_mut().insert("Authorization", "Bearer s3cret".parse().unwrap());
+    assert!(tokio_tungstenite::connect_async(with_header).await.is_ok());
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_limit_refuses_clearly() {
+    let mut config = ServerConfig::new(SessionOptions::default());
+    config.max_connections = Some(1);
+    let engine: Arc<dyn Engine> = synthetic();
+    let server = TestServer::start_with(engine, config).await;
+    let mut first = server.connect().await;
+    first.send(json!({"type": "session.config"})).await;
+    // Full: a second WebSocket is accepted, then closed with 1013 and a reason.
+    let mut second = server.connect().await;
+    match second.recv().await {
+        Received::Closed(code) => assert_eq!(code, Some(1013)),
+        other => panic!("expected a 1013 close, got {other:?}"),
+    }
+    let body = json!({"input": "x"}).to_string();
+    let reply = request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body).await;
+    assert_eq!(reply.status, 503);
+    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("capacity (1 connections)"));
+    // Probes still answer on a full server.
+    assert_eq!(request(server.addr, "GET", "/health", &[], "").await.status, 200);
+    drop(first);
+    // Once the first leaves there is room again.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        if request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body).await.status == 200 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "capacity never freed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    server.shutdown().await;
+}

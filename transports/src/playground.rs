@@ -1,0 +1,104 @@
+//! The browser playground: one static page (HTML, JS and CSS embedded in the binary, no CDN)
+//! that speaks to the server's own WebSocket endpoint, plus a small JSON description of the
+//! engine (its voices, sample rate and whether it reports word timings) for the page's form.
+//!
+//! The page itself carries no secret and is served without the API key: the user types the key
+//! into the page, which then passes it on the WebSocket URL. The page's code is in
+//! `transports/assets/`.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use speechstream_core::engine::EngineCapabilities;
+
+use crate::routes::STREAM_PATH;
+use crate::server::Shared;
+
+const INDEX_HTML: &str = include_str!("../assets/playground.html");
+const PLAYGROUND_JS: &str = include_str!("../assets/playground.js");
+const PLAYGROUND_CSS: &str = include_str!("../assets/playground.css");
+
+/// Scripts, styles and images only from this server; the WebSocket to this server (`'self'`
+/// covers ws: to the same host in CSP 3, the explicit schemes cover older browsers); downloads
+/// are blob: URLs.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self' ws: wss:; media-src 'self' blob:; base-uri 'none'; form-action 'none'; \
+                   frame-ancestors 'none'";
+
+/// The playground's response to `request`, or `None` when the request is not for it.
+pub(crate) fn route(request: &Request<Incoming>, shared: &Shared) -> Option<Response<Full<Bytes>>> {
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        return None;
+    }
+    let (body, content_type) = match request.uri().path() {
+        "/" | "/playground" => (Bytes::from_static(INDEX_HTML.as_bytes()), "text/html; charset=utf-8"),
+        "/playground.js" => (Bytes::from_static(PLAYGROUND_JS.as_bytes()), "text/javascript; charset=utf-8"),
+        "/playground.css" => (Bytes::from_static(PLAYGROUND_CSS.as_bytes()), "text/css; charset=utf-8"),
+        "/playground.json" => (Bytes::from(info(&shared.capabilities)), "application/json"),
+        _ => return None,
+    };
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    // Small and embedded: always revalidate, so a new binary's page is never mixed with an old script.
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    headers.insert(HeaderName::from_static("x-content-type-options"), HeaderValue::from_static("nosniff"));
+    Some(response)
+}
+
+/// What the page needs to build its form; nothing here is secret.
+fn info(capabilities: &EngineCapabilities) -> String {
+    serde_json::json!({
+        "stream_path": STREAM_PATH,
+        "models": capabilities.models,
+        "voices": capabilities.voices,
+        "sample_rate": capabilities.sample_rate,
+        "word_timestamps": capabilities.word_timestamps,
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assets_reference_each_other() {
+        assert!(INDEX_HTML.contains("src=\"/playground.js\""));
+        assert!(INDEX_HTML.contains("href=\"/playground.css\""));
+        assert!(PLAYGROUND_JS.contains("/playground.json"));
+    }
+
+    #[test]
+    fn page_loads_nothing_from_elsewhere() {
+        for asset in [INDEX_HTML, PLAYGROUND_JS, PLAYGROUND_CSS] {
+            assert!(!asset.contains("http://") && !asset.contains("https://"), "an external URL in an asset");
+        }
+    }
+
+    #[test]
+    fn info_describes_the_engine() {
+        let capabilities = EngineCapabilities {
+            models: vec!["m".into()],
+            sample_rate: 24000,
+            voices: vec!["a".into(), "b".into()],
+            word_timestamps: true,
+            codec: None,
+        };
+        let info: serde_json::Value = serde_json::from_str(&info(&capabilities)).unwrap();
+        assert_eq!(
+            info,
+            serde_json::json!({
+                "stream_path": STREAM_PATH,
+                "models": ["m"],
+                "voices": ["a", "b"],
+                "sample_rate": 24000,
+                "word_timestamps": true,
+            })
+        );
+    }
+}
