@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use speechstream_core::engine::{
     CodecSpec, Engine, EngineCapabilities, EngineEvent, EngineEventKind, EngineLoad, EventSink, RequestId,
-    SynthesisRequest, WordTiming,
+    SynthesisRequest, TrySendError, WordTiming,
 };
 
 pub const SAMPLE_RATE: u32 = 24_000;
@@ -109,6 +109,42 @@ impl SyntheticEngine {
         (plan.render(0..plan.total), plan.words())
     }
 
+    /// Hand computed events over without blocking; the rest, if the consumer's queue fills,
+    /// follow from a thread that waits for room (and stops if the request is aborted).
+    fn deliver(&self, id: RequestId, mut events: std::collections::VecDeque<EngineEvent>, sink: Box<dyn EventSink>) {
+        while let Some(event) = events.pop_front() {
+            match sink.try_send(event) {
+                Ok(()) => {}
+                Err(TrySendError::Closed) => return,
+                Err(TrySendError::Full(event)) => {
+                    events.push_front(event);
+                    break;
+                }
+            }
+        }
+        if events.is_empty() {
+            return;
+        }
+        let aborted = Arc::new(AtomicBool::new(false));
+        self.running().insert(id, aborted.clone());
+        let running = self.running.clone();
+        let work = Box::new(move || {
+            for event in events {
+                if aborted.load(Ordering::Relaxed) || !sink.send(event) {
+                    break;
+                }
+            }
+            let mut running = running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if running.get(&id).is_some_and(|flag| Arc::ptr_eq(flag, &aborted)) {
+                running.remove(&id);
+            }
+        });
+        if let Err(e) = Threads::run(&self.threads, work) {
+            self.running().remove(&id);
+            tracing::error!(request = %id, error = %e, "could not start a synthesis thread");
+        }
+    }
+
     fn running(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, Arc<AtomicBool>>> {
         self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -120,6 +156,22 @@ impl Engine for SyntheticEngine {
     }
 
     fn submit(&self, id: RequestId, request: SynthesisRequest, sink: Box<dyn EventSink>) {
+        let unpaced = self.options.chunk_delay.is_zero() && self.options.real_time_factor.is_none();
+        if unpaced && Plan::new(&request, &self.options).total <= CACHE_MAX_SAMPLES {
+            // A short utterance with no pace to keep is computed right here and handed over
+            // without waiting, as the reference's null engine does in its event loop: no thread
+            // hop per utterance. What doesn't fit the consumer's queue goes on a thread.
+            let collected = Arc::new(Mutex::new(Vec::new()));
+            let job = Job {
+                id,
+                aborted: Arc::new(AtomicBool::new(false)),
+                sink: Box::new(Collect(collected.clone())),
+                renders: self.renders.clone(),
+            };
+            job.run(&request, &self.options);
+            let events = std::mem::take(&mut *collected.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+            return self.deliver(id, events.into(), sink);
+        }
         let aborted = Arc::new(AtomicBool::new(false));
         if let Some(previous) = self.running().insert(id, aborted.clone()) {
             // A caller bug (ids are unique per connection and utterance); stop the older one.
@@ -158,6 +210,16 @@ impl Engine for SyntheticEngine {
 }
 
 type Work = Box<dyn FnOnce() + Send>;
+
+/// Gathers a request's events when it is computed in `submit`.
+struct Collect(Arc<Mutex<Vec<EngineEvent>>>);
+
+impl EventSink for Collect {
+    fn send(&self, event: EngineEvent) -> bool {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(event);
+        true
+    }
+}
 
 /// Each request runs on a thread of its own (it may sleep to keep the pace, or block while
 /// its client is slow, without holding up anyone else); finished threads wait a while for
@@ -591,6 +653,52 @@ mod tests {
             }
         }
         kinds
+    }
+
+    /// Takes `room` events without waiting, then reports Full; `send` always delivers.
+    struct Narrow {
+        tx: mpsc::Sender<EngineEvent>,
+        room: std::sync::atomic::AtomicUsize,
+        inline: Arc<std::sync::atomic::AtomicUsize>,
+    }
+    impl EventSink for Narrow {
+        fn send(&self, event: EngineEvent) -> bool {
+            self.tx.send(event).is_ok()
+        }
+        fn try_send(&self, event: EngineEvent) -> Result<(), TrySendError> {
+            if self.room.load(Ordering::Relaxed) == 0 {
+                return Err(TrySendError::Full(event));
+            }
+            self.room.fetch_sub(1, Ordering::Relaxed);
+            self.inline.fetch_add(1, Ordering::Relaxed);
+            self.tx.send(event).map_err(|_| TrySendError::Closed)
+        }
+    }
+
+    #[test]
+    fn short_utterances_are_handed_over_in_submit_and_the_rest_follows_in_order() {
+        let engine = SyntheticEngine::new(SyntheticOptions::default());
+        let text = "Hello big world";
+        let (whole, _) = engine.render(&request(text));
+        for room in [0, 3, 1000] {
+            let (tx, rx) = mpsc::channel();
+            let inline = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let sink = Narrow { tx, room: room.into(), inline: inline.clone() };
+            engine.submit(id(), request(text), Box::new(sink));
+            // What fit was delivered before submit returned.
+            let delivered_in_submit = inline.load(Ordering::Relaxed);
+            assert_eq!(delivered_in_submit, room.min(13), "room {room}");
+            let mut pcm = Vec::new();
+            loop {
+                let event = rx.recv_timeout(Duration::from_secs(30)).expect("an event");
+                match event.kind {
+                    EngineEventKind::Audio { pcm: chunk, .. } => pcm.extend(chunk),
+                    EngineEventKind::Finished => break,
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            assert_eq!(pcm, whole, "room {room}");
+        }
     }
 
     #[test]

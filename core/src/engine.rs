@@ -105,7 +105,9 @@ pub trait EventSink: Send {
     /// Deliver without waiting. `Full` hands the event back while the consumer's queue is
     /// full: an engine that serves many requests from one thread keeps it and pauses that
     /// request (and only that one) until a retry succeeds. `Closed` once the consumer is gone.
-    /// The default waits, as `send` does; sinks that can tell "full" override it.
+    /// The default calls `send`, which is right only for a sink that never waits (an
+    /// unbounded queue); a sink that can be full, or wraps one that can, must override it.
+    /// Engines may call it from any thread, including the caller of `submit`.
     fn try_send(&self, event: EngineEvent) -> Result<(), TrySendError> {
         if self.send(event) {
             Ok(())

@@ -11,7 +11,7 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use speechstream_core::engine::{
     CodecSpec, Engine, EngineCapabilities, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest,
-    WordTiming,
+    TrySendError, WordTiming,
 };
 use speechstream_core::session::SessionOptions;
 use speechstream_transports::{serve, ServerConfig, STREAM_PATH};
@@ -186,10 +186,26 @@ impl EventSink for NotingSink {
     fn send(&self, event: EngineEvent) -> bool {
         // Noted before delivery: once delivered, the client may see session.done (and the test
         // look at this list) before this thread gets to run again.
+        self.note(&event);
+        self.inner.send(event)
+    }
+
+    fn try_send(&self, event: EngineEvent) -> Result<(), TrySendError> {
+        let finished = (event.kind == EngineEventKind::Finished).then_some(event.id);
+        let sent = self.inner.try_send(event);
+        // A Full event comes back to the engine and will be offered again: note it once, sent.
+        if let (Some(id), Ok(())) = (finished, &sent) {
+            self.finished.lock().expect("lock").push(id);
+        }
+        sent
+    }
+}
+
+impl NotingSink {
+    fn note(&self, event: &EngineEvent) {
         if event.kind == EngineEventKind::Finished {
             self.finished.lock().expect("lock").push(event.id);
         }
-        self.inner.send(event)
     }
 }
 
