@@ -30,7 +30,7 @@ struct Server {
 impl Server {
     fn start(extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_speechstream"))
-            .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+            .args(["serve", "--engine", "synthetic", "--host", "127.0.0.1", "--port", "0"])
             .args(extra)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

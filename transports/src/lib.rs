@@ -1,11 +1,11 @@
 //! speechstream-transports: the sockets around a speechstream-core `Session`.
 //!
 //! An HTTP/1.1 server (hyper 1) that serves the OpenAI-compatible `POST /v1/audio/speech`, the
-//! operator endpoints (`/health`, `/ready`, `/metrics`, `/v1/models`, `/v1/audio/voices`) and
-//! upgrades `/v1/audio/speech/stream` to a WebSocket (fastwebsockets). Each TCP connection is one tokio
-//! task; a WebSocket connection drives one `Session`, moving client frames, engine events and
-//! timer expiries into it and executing what it asks for: frames to write, engine requests to
-//! submit or abort, the close.
+//! operator endpoints (`/health`, `/ready`, `/metrics`, `/v1/models`, `/v1/audio/voices`), the
+//! browser playground (`/`, embedded static files) and upgrades `/v1/audio/speech/stream` to a
+//! WebSocket (fastwebsockets). Each TCP connection is one tokio task; a WebSocket connection
+//! drives one `Session`, moving client frames, engine events and timer expiries into it and
+//! executing what it asks for: frames to write, engine requests to submit or abort, the close.
 //!
 //! What it is not: it holds no protocol state (ordering, indexes, limits, error strings all live
 //! in the core) and it is not an engine. It only adapts a synchronous [`Engine`] to tokio.
