@@ -42,6 +42,9 @@ scripts/setup-browser-tests.sh
 say "libtorch and the hibari voice (.cache: libtorch, hibari)"
 scripts/setup-voice.sh
 
+say "speech recogniser venv for the intelligibility test (.venv-asr: pocketsphinx)"
+scripts/setup-asr.sh
+
 say "building target/release/speechstream"
 cargo build --release --quiet --bin speechstream
 say "ready: target/release/speechstream serve --help"

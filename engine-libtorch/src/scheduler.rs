@@ -349,7 +349,18 @@ impl Scheduler {
         let ids: Vec<Vec<i64>> = sentences.iter().map(|s| model.ids(&s.phonemes)).collect();
         let items: Vec<(&[i64], f32)> =
             ids.iter().zip(batch).map(|(ids, &i)| (ids.as_slice(), self.jobs[i].speed)).collect();
-        let prosodies = model.prosody_batch(&items);
+        // tch turns libtorch's C++ exceptions (e.g. out of device memory) into panics: fail the
+        // requests concerned instead of losing the scheduler and every other request with it.
+        let prosodies = match guarded(|| model.prosody_batch(&items)) {
+            Ok(prosodies) => prosodies,
+            Err(message) => {
+                for &i in batch {
+                    self.jobs[i].finish(EngineEventKind::Failed(message.clone()));
+                    self.jobs[i].flush();
+                }
+                return;
+            }
+        };
         self.stats.record_batch(batch.len());
         for ((&i, sentence), prosody) in batch.iter().zip(sentences).zip(prosodies) {
             let job = &mut self.jobs[i];
@@ -377,25 +388,33 @@ impl Scheduler {
         }
     }
 
-    /// Computes and sends one chunk for the next ready job after the cursor.
+    /// Computes and sends one chunk: an utterance's first chunk before anything else (it is what
+    /// the client waits for; the others have audio to play), else the next ready job after the
+    /// cursor.
     fn step(&mut self) -> bool {
         let n = self.jobs.len();
-        let Some(i) = (0..n).map(|k| (self.cursor + k) % n).find(|&i| {
-            let job = &self.jobs[i];
-            job.ready() && job.current.is_some()
-        }) else {
+        let ready = |job: &Job| job.ready() && job.current.is_some();
+        let first = self.jobs.iter().position(|job| {
+            ready(job) && job.started_sentences == 1 && job.current.as_ref().is_some_and(|c| c.next == 0)
+        });
+        let Some(i) = first.or_else(|| (0..n).map(|k| (self.cursor + k) % n).find(|&i| ready(&self.jobs[i]))) else {
             return false;
         };
-        self.cursor = i + 1;
+        if first.is_none() {
+            self.cursor = i + 1;
+        }
         let job = &mut self.jobs[i];
         let model = &self.voices[job.voice].model;
         let Some(current) = job.current.as_mut() else { return false };
         let range = current.ranges[current.next].clone();
-        let audio = model.synthesize_chunk(&current.prosody, range.start, range.end, &current.noise);
-        let samples: Vec<f32> = match Vec::try_from(&audio.to_device(tch::Device::Cpu)) {
+        let audio = guarded(|| {
+            let audio = model.synthesize_chunk(&current.prosody, range.start, range.end, &current.noise);
+            Vec::<f32>::try_from(&audio.to_device(tch::Device::Cpu)).map_err(|e| e.to_string())
+        });
+        let samples = match audio.and_then(|r| r.map_err(|e| format!("hibari: reading the audio failed: {e}"))) {
             Ok(samples) => samples,
-            Err(e) => {
-                job.finish(EngineEventKind::Failed(format!("hibari: reading the audio failed: {e}")));
+            Err(message) => {
+                job.finish(EngineEventKind::Failed(message));
                 job.flush();
                 return true;
             }
@@ -425,6 +444,18 @@ impl Scheduler {
             self.cursor = 0;
         }
     }
+}
+
+/// Runs model code, turning a panic into an error message.
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("unknown error");
+        format!("hibari failed: {}", what.lines().next().unwrap_or(what))
+    })
 }
 
 /// As hibari's `write_wav`: clip to [-1, 1], scale by 32767, truncate toward zero.
