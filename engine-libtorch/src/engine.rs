@@ -40,7 +40,8 @@ pub struct HibariOptions {
     /// Fine frames in every other chunk: larger, since each chunk decodes 27 frames of context on
     /// each side and the client already has audio to play.
     pub chunk_frames: usize,
-    /// Most sentences whose prosody runs in one forward pass.
+    /// Most sentences whose prosody, and most requests whose decoder chunks, run in one forward
+    /// pass (on CPU, chunks after the first are batched by at most 4: see scheduler.rs).
     pub max_batch: usize,
 }
 

@@ -7,7 +7,9 @@
 //! decoder on the range plus [`DECODER_CONTEXT`] frames of context each side) or
 //! [`Hibari::synthesize_chunk`] for the audio of a frame range, so the first chunk's audio can be
 //! sent before the rest of the sentence is decoded. Batched prosody (several sentences padded,
-//! with the masks of the architecture doc §7) is [`Hibari::prosody_batch`].
+//! with the masks of the architecture doc §7) is [`Hibari::prosody_batch`]; batched decoding
+//! (frame ranges of several sentences in one pass) is [`Hibari::decode_batch`] and
+//! [`Hibari::synthesize_chunks`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,6 +25,14 @@ use crate::quant::parameters;
 
 /// Fine frames of context each side that make a decoder window exact (9 k7 convs: 9 × 3).
 pub const DECODER_CONTEXT: usize = 27;
+/// Zero frames between two windows packed into one decoder pass ([`Hibari::decode_batch`]): the
+/// half-width of the decoder's k7 convs, so no conv reads across into the next window.
+pub const PACK_GAP: usize = 3;
+/// Rows below which libtorch's CPU GEMM (MKL) takes another path whose rounding differs (M of
+/// 1–3, 5–7, 9–11 here); with at least this many, a row's result does not depend on the others.
+/// The decoder pads its Linear inputs to this, so a window decodes bit for bit the same alone
+/// as in any batch (CPU; measured, not promised by libtorch).
+const MIN_GEMM_ROWS: usize = 12;
 /// Samples per fine frame (12.5 ms at 24 kHz).
 pub const SAMPLES_PER_FRAME: usize = HOP as usize;
 const PRO_DILATIONS: [i64; 6] = [1, 2, 4, 8, 1, 2];
@@ -451,42 +461,103 @@ impl Hibari {
 
     /// The network's outputs for fine frames [a, b) (exact: the decoder runs on [a−27, b+27)).
     pub fn decode(&self, p: &Prosody, a: usize, b: usize) -> Spectra {
+        self.decode_batch(&[(p, a, b)]).pop().expect("one item")
+    }
+
+    /// [`Hibari::decode`] for several (sentence, frames [a, b)) items in one forward pass. The
+    /// decoder windows [a−27, b+27) are packed along time into one sequence, [`PACK_GAP`] zero
+    /// frames apart, and the residual stream is masked to zero in the gaps before every k7 conv
+    /// (architecture doc §7, fine axis). The decoder is convolutional with per-frame norms only
+    /// (§4.7, §8), so each window sees exactly the zeros it sees alone: equal to one call of
+    /// [`Hibari::decode`] per item (bit for bit on the CPU, see `MIN_GEMM_ROWS`). The norm and
+    /// head run on the kept frames only.
+    pub fn decode_batch(&self, items: &[(&Prosody, usize, usize)]) -> Vec<Spectra> {
         let _g = tch::no_grad_guard();
-        assert!(a < b && b <= p.frames, "frames [{a}, {b}) of {}", p.frames);
-        let wa = a.saturating_sub(DECODER_CONTEXT);
-        let wb = (b + DECODER_CONTEXT).min(p.frames);
-        let z = p.z.narrow(2, wa as i64, (wb - wa) as i64);
-        let mut x = z.conv1d(self.param("m.dec_in.weight"), Some(self.param("m.dec_in.bias")), [1], [3], [1], 1);
+        if items.is_empty() {
+            return Vec::new();
+        }
+        let gap = |n: usize| Tensor::zeros([1, 256, n as i64], (Kind::Float, self.device));
+        // dec_in per window (libtorch's dense conv picks its algorithm, and so its rounding, by
+        // length: over the packed windows it would differ from a window alone by ~5e-5).
+        let mut parts = Vec::with_capacity(2 * items.len() + 1);
+        let mut mask: Vec<f32> = Vec::new();
+        let mut keep: Vec<i64> = Vec::new();
+        for (k, &(p, a, b)) in items.iter().enumerate() {
+            assert!(a < b && b <= p.frames, "frames [{a}, {b}) of {}", p.frames);
+            let wa = a.saturating_sub(DECODER_CONTEXT);
+            let wb = (b + DECODER_CONTEXT).min(p.frames);
+            if k > 0 {
+                parts.push(gap(PACK_GAP));
+                mask.extend(std::iter::repeat_n(0f32, PACK_GAP));
+            }
+            let pos = mask.len();
+            let z = p.z.narrow(2, wa as i64, (wb - wa) as i64);
+            parts.push(z.conv1d(self.param("m.dec_in.weight"), Some(self.param("m.dec_in.bias")), [1], [3], [1], 1));
+            mask.extend(std::iter::repeat_n(1f32, wb - wa));
+            keep.extend((pos + a - wa..pos + b - wa).map(|j| j as i64));
+        }
+        // The Linear layers see at least MIN_GEMM_ROWS rows (see there), alone as in a batch.
+        if mask.len() < MIN_GEMM_ROWS {
+            parts.push(gap(MIN_GEMM_ROWS - mask.len()));
+            mask.resize(MIN_GEMM_ROWS, 0.0);
+        }
+        let n_out = keep.len();
+        keep.resize(n_out.max(MIN_GEMM_ROWS), 0);
+        let mut x = if parts.len() == 1 { parts.remove(0) } else { Tensor::cat(&parts, 2) };
+        let masked = mask.contains(&0.0);
+        let m = masked.then(|| Tensor::from_slice(&mask).view([1, 1, -1]).to_device(self.device));
         for i in 0..8 {
-            x = self.cnx(&format!("m.dec.{i}"), &x, 7, 1, None);
+            x = self.cnx(&format!("m.dec.{i}"), &x, 7, 1, m.as_ref());
         }
-        let x = x.narrow(2, (a - wa) as i64, (b - a) as i64).transpose(1, 2);
-        let x = ln(&x, self.param("m.dec_norm.weight"), self.param("m.dec_norm.bias"));
-        let o = x.linear(self.param("m.head.weight"), Some(self.param("m.head.bias"))).squeeze_dim(0);
-        let part = |i: i64| o.narrow(1, i * N_BINS, N_BINS).contiguous();
-        Spectra {
-            start: a,
-            lh: part(0),
-            theta: part(1),
-            ln: part(2),
-            lr: part(3),
-            phi: part(4),
-            f0: p.f0.narrow(0, a as i64, (b - a) as i64),
-        }
+        let x = x.squeeze_dim(0).index_select(1, &Tensor::from_slice(&keep).to_device(self.device));
+        let x = ln(&x.transpose(0, 1), self.param("m.dec_norm.weight"), self.param("m.dec_norm.bias"));
+        let o = x.linear(self.param("m.head.weight"), Some(self.param("m.head.bias")));
+        let mut start = 0i64;
+        items
+            .iter()
+            .map(|&(p, a, b)| {
+                let n = (b - a) as i64;
+                let oi = o.narrow(0, start, n);
+                start += n;
+                let part = |i: i64| oi.narrow(1, i * N_BINS, N_BINS).contiguous();
+                Spectra {
+                    start: a,
+                    lh: part(0),
+                    theta: part(1),
+                    ln: part(2),
+                    lr: part(3),
+                    phi: part(4),
+                    f0: p.f0.narrow(0, a as i64, n),
+                }
+            })
+            .collect()
     }
 
     /// Audio samples [300a, 300b) of the sentence (float32 tensor on the model's device). Decodes
     /// frames [a−1, b+2) (the inverse STFT's overlap), so chunks concatenate to the whole sentence.
     pub fn synthesize_chunk(&self, p: &Prosody, a: usize, b: usize, noise: &NoiseSource) -> Tensor {
+        self.synthesize_chunks(&[(p, a, b, noise)]).pop().expect("one item")
+    }
+
+    /// [`Hibari::synthesize_chunk`] for several items: their decoder windows in one
+    /// [`Hibari::decode_batch`] pass, then the DSP per item (it is per sentence: its own noise,
+    /// pulse spectrum and overlap-add).
+    pub fn synthesize_chunks(&self, items: &[(&Prosody, usize, usize, &NoiseSource)]) -> Vec<Tensor> {
         let _g = tch::no_grad_guard();
-        let k0 = a.saturating_sub(1);
-        let k1 = (b + 2).min(p.frames);
-        let sp = self.decode(p, k0, k1);
-        let n = (k1 - k0) as i64;
-        let pr = p.pulse.0.narrow(0, k0 as i64, n);
-        let pi = p.pulse.1.narrow(0, k0 as i64, n);
-        let (re, im) = self.dsp.spectrum(&sp.frames(), (&pr, &pi), noise, k0);
-        self.dsp.ola((&re, &im), k0, p.frames, a, b)
+        let windows: Vec<(&Prosody, usize, usize)> =
+            items.iter().map(|&(p, a, b, _)| (p, a.saturating_sub(1), (b + 2).min(p.frames))).collect();
+        let spectra = self.decode_batch(&windows);
+        items
+            .iter()
+            .zip(spectra)
+            .map(|(&(p, a, b, noise), sp)| {
+                let (k0, n) = (sp.start, sp.lh.size()[0]);
+                let pr = p.pulse.0.narrow(0, k0 as i64, n);
+                let pi = p.pulse.1.narrow(0, k0 as i64, n);
+                let (re, im) = self.dsp.spectrum(&sp.frames(), (&pr, &pi), noise, k0);
+                self.dsp.ola((&re, &im), k0, p.frames, a, b)
+            })
+            .collect()
     }
 
     /// The whole sentence's audio (F · 300 samples), as a host vector.

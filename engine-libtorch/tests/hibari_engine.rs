@@ -310,6 +310,38 @@ fn batched_prosody_equals_unbatched() {
     assert!(!engine().load().batch_sizes.is_empty());
 }
 
+/// Concurrent multi-chunk requests have their chunks decoded together (one decoder pass per
+/// scheduler round): each gets the audio it gets alone.
+#[test]
+fn batched_decoding_equals_alone() {
+    let texts = [
+        "Several requests at once are decoded together, chunk by chunk, in one pass.",
+        "A short one.",
+        "This third request is longer than the second, so its chunks and windows differ in length.",
+        "Four.",
+    ];
+    let mut alone: Vec<Vec<i16>> = texts.iter().map(|t| run(request(t)).pcm()).collect();
+    let mut other = request(texts[0]);
+    other.seed = Some(11);
+    other.speed = 1.4;
+    alone.push(run(other.clone()).pcm());
+    let mut together: Vec<Submitted> = texts.iter().map(|t| submit(request(t), true)).collect();
+    together.push(submit(other, true));
+    for (s, a) in together.iter().zip(&alone) {
+        let out = collect(s);
+        assert_eq!(out.failed, None);
+        let pcm = out.pcm();
+        assert_eq!(pcm.len(), a.len());
+        let worst = pcm.iter().zip(a).map(|(x, y)| (i32::from(*x) - i32::from(*y)).abs()).max().unwrap_or(0);
+        // 1e-3 of full scale; the decoder batch itself is exact on the CPU (tests/hibari_native.rs),
+        // the prosody batch equal up to float rounding.
+        eprintln!("batched vs alone: {worst} LSB");
+        assert!(worst <= 33, "batched vs alone: {worst} LSB");
+    }
+    let load = engine().load();
+    assert!(load.batch_sizes.iter().any(|&(size, n)| size > 1 && n > 0), "{:?}", load.batch_sizes);
+}
+
 #[test]
 fn invalid_requests_fail_clearly() {
     let mut r = request("Hello.");

@@ -1,11 +1,12 @@
 //! The native tch implementation against onnxruntime on the dequantized fp32 graph and hibari's own
-//! dsp.py (fixtures from fixtures/make_fixtures.py), plus chunked == whole and batched == single.
+//! dsp.py (fixtures from fixtures/make_fixtures.py), plus chunked == whole and batched == single
+//! (prosody and decoder).
 //! Needs `.cache` from scripts/setup-voice.sh (fails with a message when it is missing).
 
 mod common;
 
 use common::*;
-use speechstream_engine_libtorch::{chunk_ranges, Hibari, NoiseSource, Spectra};
+use speechstream_engine_libtorch::{chunk_ranges, Hibari, NoiseSource, Prosody, Spectra};
 use tch::{Device, Tensor};
 
 const OUTPUTS: [&str; 5] = ["lh", "theta", "ln", "lr", "phi"];
@@ -234,4 +235,75 @@ fn batched_equals_single() {
     eprintln!("batched vs single: max abs {worst:.2e} (spectra), {worst_f0:.2e} (f0, Hz)");
     // f0 is a x100-scaled output (up to ~300 Hz): 1e-4 there is a few float32 ulps.
     assert!(worst <= 1e-4 && worst_f0 <= 1e-3, "{worst} {worst_f0}");
+}
+
+/// Decoder windows of several sentences in one pass equal each decoded alone: first chunks,
+/// middle chunks, last partial chunks, ranges inside the context of either end, a whole sentence.
+#[test]
+fn decoder_batch_equals_single() {
+    let h = model();
+    let m = manifest();
+    let names = ["yes", "hello", "question", "science", "long1", "hi_fast"];
+    let cases: Vec<&serde_json::Value> =
+        m["cases"].as_array().unwrap().iter().filter(|c| names.contains(&c["name"].as_str().unwrap())).collect();
+    assert_eq!(cases.len(), names.len());
+    let ps: Vec<Prosody> = cases.iter().map(|c| h.prosody(&ids_of(c), c["speed"].as_f64().unwrap() as f32)).collect();
+    let mut items: Vec<(&Prosody, usize, usize)> = Vec::new();
+    for (k, p) in ps.iter().enumerate() {
+        let ranges = chunk_ranges(p.frames, 16, 80);
+        let last = ranges.last().unwrap();
+        assert!(last.len() < 80 || ranges.len() == 1, "a last partial chunk");
+        items.push((p, ranges[0].start, ranges[0].end));
+        items.push((p, last.start, last.end));
+        if ranges.len() > 2 {
+            items.push((p, ranges[1].start, ranges[1].end));
+        }
+        // Uneven lengths, near the ends (the window clipped on one side only).
+        items.push((p, 3 + k, 10 + 7 * k));
+        items.push((p, p.frames - 1 - k, p.frames));
+        items.push((p, p.frames / 2 - 20, (p.frames / 2 + 13 * k + 1).min(p.frames)));
+    }
+    items.push((&ps[0], 0, ps[0].frames));
+    let singles: Vec<Spectra> = items.iter().map(|&(p, a, b)| h.decode(p, a, b)).collect();
+    let mut worst = 0f32;
+    for order in [false, true] {
+        let mut batch = items.clone();
+        if order {
+            batch.reverse();
+        }
+        let out = h.decode_batch(&batch);
+        assert_eq!(out.len(), batch.len());
+        for (k, sp) in out.iter().enumerate() {
+            let j = if order { items.len() - 1 - k } else { k };
+            let (single, (_, a, b)) = (&singles[j], items[j]);
+            assert_eq!((sp.start, sp.lh.size()), (a, vec![(b - a) as i64, 601]));
+            assert_eq!(to_vec(&sp.f0), to_vec(&single.f0));
+            for o in 0..5 {
+                worst = worst.max(max_abs_diff(&to_vec(sp.outputs()[o]), &to_vec(single.outputs()[o])));
+            }
+        }
+    }
+    // A batch of two equal-length first chunks (no padding needed between different lengths).
+    let two = h.decode_batch(&[(&ps[1], 0, 16), (&ps[2], 0, 16)]);
+    for (sp, p) in two.iter().zip(&ps[1..3]) {
+        let single = h.decode(p, 0, 16);
+        for o in 0..5 {
+            worst = worst.max(max_abs_diff(&to_vec(sp.outputs()[o]), &to_vec(single.outputs()[o])));
+        }
+    }
+    eprintln!("decoder batched vs single: {} windows, max abs {worst:e}", items.len());
+    assert!(worst <= 1e-4, "{worst}");
+    // The audio of batched chunks: each with its own noise, pulses and overlap-add.
+    let noises: Vec<NoiseSource> = (0..items.len() as u64).map(|k| NoiseSource::new(5, k)).collect();
+    let audio_items: Vec<(&Prosody, usize, usize, &NoiseSource)> =
+        items.iter().zip(&noises).map(|(&(p, a, b), n)| (p, a, b, n)).collect();
+    let mut worst_audio = 0f32;
+    for (&(p, a, b, n), x) in audio_items.iter().zip(h.synthesize_chunks(&audio_items)) {
+        let single = to_vec(&h.synthesize_chunk(p, a, b, n));
+        let x = to_vec(&x);
+        assert_eq!(x.len(), (b - a) * 300);
+        worst_audio = worst_audio.max(max_abs_diff(&x, &single));
+    }
+    eprintln!("audio of batched chunks vs single: max abs {worst_audio:e}");
+    assert!(worst_audio <= 1e-4, "{worst_audio}");
 }
