@@ -12,7 +12,7 @@
 #      reference's is its streaming API's first sentence (Hibari.stream), taken in step 1;
 #   4. peak memory of the long-running processes (our server's VmHWM, both in-process helpers).
 #
-#   benches/hibari-bench.sh                      # 1 thread, ~2-3 minutes on 2 CPUs
+#   benches/hibari-bench.sh                      # 1 thread, ~3.5 minutes on 2 CPUs
 #   THREADS="1 2" REPEAT=5 RUNS=10 benches/hibari-bench.sh
 #
 # Environment knobs (defaults in brackets):

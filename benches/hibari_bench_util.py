@@ -107,6 +107,8 @@ def report(a):
         m["total_ms_min"] = min(h["total_ms_min"] for h in hits)
         m["first_audio_ms"] = statistics.median(h["first_audio_ms"] for h in hits)
         m["g2p_ms"] = statistics.median(h["g2p_ms"] for h in hits)
+        if all("cpu_ms" in h for h in hits):
+            m["cpu_ms"] = statistics.median(h["cpu_ms"] for h in hits)
         m["x_realtime"] = m["audio_s"] / m["total_ms"] * 1e3
         m["repeat"] = sum(h["repeat"] for h in hits)
         m["max_rss_kib"] = max(h["max_rss_kib"] for h in hits)
@@ -117,8 +119,9 @@ def report(a):
     p("### Real-time factor (in process, from text: G2P + network + DSP)\n")
     p("Wall time to synthesise each text once (median of the runs), after one warm-up. ours streamed = "
       "each sentence in frame chunks as the server sends it; ours whole = each sentence decoded at once, "
-      "as the Python package does. x realtime = audio seconds / wall seconds (higher is better); the "
-      "ratios are ours' wall time / the reference's on every row (below 1 = ours faster).\n")
+      "as the Python package does. CPU ms = the process's user + system time over the same span "
+      "(all threads; less sensitive to other load than wall time). x realtime = audio seconds / wall "
+      "seconds (higher is better); the ratios are ours' wall time / the reference's on every row (below 1 = ours faster).\n")
     p("| text | threads | audio s | metric | ours streamed | ours whole | reference "
       "| streamed/reference | whole/reference |")
     p("|---|---:|---:|---|---:|---:|---:|---:|---:|")
@@ -130,8 +133,9 @@ def report(a):
             if not (ref or os_):
                 continue
             any_ = ref or os_
-            g = lambda r, k: r[k] if r else None  # noqa: E731
+            g = lambda r, k: r.get(k) if r else None  # noqa: E731
             for k, name, nd in (("total_ms", "wall ms, median", 1), ("total_ms_min", "wall ms, min", 1),
+                                ("cpu_ms", "CPU ms (user+sys), median", 1),
                                 ("x_realtime", "x realtime (median)", 1)):
                 inv = k == "x_realtime"
                 rs = lambda o: _ratio(g(ref, k), g(o, k)) if inv else _ratio(g(o, k), g(ref, k))  # noqa: E731
@@ -170,8 +174,8 @@ def report(a):
       "reference = from the call to the first audio of the first sentence (the reference's "
       "`Hibari.stream`, which yields one array per sentence; it phonemises the whole text first).\n")
     p("| text | threads | ours server p50 ms | ours server p99 ms | utterances | ours in process ms "
-      "| reference ms | ours server p50/reference |")
-    p("|---|---:|---:|---:|---:|---:|---:|---:|")
+      "| reference ms | ours server p50/reference | ours in process/reference |")
+    p("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for t in threads:
         for text in texts:
             srv = next((r for r in rows if r.get("kind") == "run" and r.get("label") == f"ours:{text}:{t}"), None)
@@ -179,11 +183,15 @@ def report(a):
             ref = find("rtf", "reference", text, t)
             if not (srv or ref):
                 continue
+            measured = any(r.get("kind") == "run" and str(r.get("label", "")).endswith(f":{t}") for r in rows)
+            na = lambda v, nd: _f(v, nd) if (v is not None or not measured) else "n/a"  # noqa: E731
             sp50 = srv["ttfa_ms"]["p50"] if srv else None
             sp99 = srv["ttfa_ms"]["p99"] if srv else None
-            n = srv["utterances_ok"] if srv else "TBD"
-            p(f"| {text} | {t} | {_f(sp50, 2)} | {_f(sp99, 2)} | {n} | {_f(os_ and os_['first_audio_ms'])} | "
-              f"{_f(ref and ref['first_audio_ms'])} | {_ratio(sp50, ref and ref['first_audio_ms'])} |")
+            n = srv["utterances_ok"] if srv else ("n/a" if measured else "TBD")
+            ratio = _ratio(sp50, ref and ref["first_audio_ms"]) if srv or not measured else "n/a"
+            p(f"| {text} | {t} | {na(sp50, 2)} | {na(sp99, 2)} | {n} | {_f(os_ and os_['first_audio_ms'])} | "
+              f"{_f(ref and ref['first_audio_ms'])} | {ratio} | "
+              f"{_ratio(os_ and os_['first_audio_ms'], ref and ref['first_audio_ms'])} |")
     p("")
 
     p("### Peak memory of the long-running processes\n")

@@ -47,7 +47,7 @@ def main():
             text = f.read().strip()
         name = os.path.splitext(os.path.basename(path))[0]
         list(tts.stream(text, a.speed, a.seed))  # warm-up
-        firsts, totals, g2ps = [], [], []
+        firsts, totals, g2ps, cpus = [], [], [], []
         samples = sentences = 0
         for _ in range(a.repeat):
             t = time.perf_counter()
@@ -55,6 +55,7 @@ def main():
             g2ps.append(time.perf_counter() - t)
             first = None
             n = k = 0
+            c = time.process_time()
             t = time.perf_counter()
             for chunk in tts.stream(text, a.speed, a.seed):
                 if first is None:
@@ -62,6 +63,7 @@ def main():
                 n += len(chunk)
                 k += 1
             totals.append(time.perf_counter() - t)
+            cpus.append(time.process_time() - c)
             firsts.append(first)
             samples, sentences = n, k
         audio_s = samples / tts.sample_rate
@@ -79,6 +81,7 @@ def main():
             "total_ms_min": round(min(totals) * 1e3, 3),
             "first_audio_ms": round(statistics.median(firsts) * 1e3, 3),
             "g2p_ms": round(statistics.median(g2ps) * 1e3, 3),
+            "cpu_ms": round(statistics.median(cpus) * 1e3, 3),
             "rtf": round(total / audio_s, 5),
             "x_realtime": round(audio_s / total, 2),
             "load_s": round(load_s, 3),

@@ -12,6 +12,7 @@
 //!   server streams; time to first audio = to the first chunk of the first sentence.
 //! - `whole`: each sentence decoded at once (`Hibari::synthesize`), as the Python package does.
 //!
+//! Per run also the process CPU time (user + system, all threads) over the same span.
 //! One JSON object per text and way on stdout (medians over the runs), schema shared with
 //! hibari_ref.py; a summary on stderr.
 
@@ -57,6 +58,7 @@ struct Args {
 struct Run {
     first: f64,
     total: f64,
+    cpu: f64,
     samples: usize,
     sentences: usize,
 }
@@ -69,6 +71,18 @@ fn median(v: &mut [f64]) -> f64 {
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
+}
+
+/// User + system CPU seconds of this process so far (all threads).
+fn cpu_s() -> f64 {
+    // SAFETY: getrusage writes into the struct we pass.
+    let u = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(u.ru_utime) + tv(u.ru_stime)
 }
 
 fn max_rss_kib() -> i64 {
@@ -106,6 +120,7 @@ fn main() -> ExitCode {
     eprintln!("[{}] loaded in {load_s:.2} s, {} libtorch thread(s)", a.label, a.threads);
 
     let once = |text: &str, streamed: bool| -> Run {
+        let c = cpu_s();
         let t = Instant::now();
         let sentences = fe.sentences(text);
         let mut first = None;
@@ -124,7 +139,8 @@ fn main() -> ExitCode {
                 first.get_or_insert_with(|| t.elapsed().as_secs_f64());
             }
         }
-        Run { first: first.unwrap_or(0.0), total: t.elapsed().as_secs_f64(), samples, sentences: sentences.len() }
+        let total = t.elapsed().as_secs_f64();
+        Run { first: first.unwrap_or(0.0), total, cpu: cpu_s() - c, samples, sentences: sentences.len() }
     };
 
     for path in &a.files {
@@ -138,7 +154,7 @@ fn main() -> ExitCode {
         let name = path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
         for streamed in [true, false] {
             once(&text, streamed); // warm-up
-            let (mut firsts, mut totals, mut g2ps) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut firsts, mut totals, mut g2ps, mut cpus) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             let (mut samples, mut sentences) = (0, 0);
             for _ in 0..a.repeat.max(1) {
                 let t = Instant::now();
@@ -147,6 +163,7 @@ fn main() -> ExitCode {
                 let r = once(&text, streamed);
                 firsts.push(r.first);
                 totals.push(r.total);
+                cpus.push(r.cpu);
                 (samples, sentences) = (r.samples, r.sentences);
             }
             let min = totals.iter().copied().fold(f64::INFINITY, f64::min);
@@ -168,6 +185,7 @@ fn main() -> ExitCode {
                 "total_ms_min": (min * 1e6).round() / 1e3,
                 "first_audio_ms": (median(&mut firsts) * 1e6).round() / 1e3,
                 "g2p_ms": (median(&mut g2ps) * 1e6).round() / 1e3,
+                "cpu_ms": (median(&mut cpus) * 1e6).round() / 1e3,
                 "rtf": (total / audio_s * 1e5).round() / 1e5,
                 "x_realtime": (audio_s / total * 100.0).round() / 100.0,
                 "load_s": (load_s * 1e3).round() / 1e3,
