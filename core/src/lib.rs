@@ -12,6 +12,7 @@ pub mod config;
 pub mod encode;
 pub mod engine;
 pub mod json;
+mod messages;
 pub mod parse;
 mod pydantic;
 pub mod session;

@@ -12,6 +12,9 @@ use crate::config::{validate_session_config, OutputMode, ResponseFormat, Session
 use crate::encode::encode_s16le;
 use crate::engine::{EngineCapabilities, EngineEvent, EngineEventKind, RequestId, SynthesisRequest, WordTiming};
 use crate::json::Value;
+use crate::messages::{
+    AudioChunk, AudioDone, AudioStart, CodecDone, CodecStart, ErrorMessage, InputCancelled, SessionDone,
+};
 use crate::parse::{parse_client_text, ClientMessage, Limits, ParseError};
 use crate::text::py_strip;
 
@@ -159,93 +162,6 @@ enum Mode {
         seq: u64,
         eos_sent: bool,
     },
-}
-
-#[derive(Serialize)]
-struct AudioStart<'a> {
-    r#type: &'static str,
-    utterance_index: u64,
-    sentence_index: u32,
-    sentence_text: &'a str,
-    format: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sample_rate: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    word_timestamps: Option<bool>,
-}
-
-#[derive(Serialize)]
-struct AudioChunk<'a> {
-    r#type: &'static str,
-    utterance_index: u64,
-    sentence_index: u32,
-    chunk_id: u64,
-    chunk_start_ms: i64,
-    chunk_end_ms: i64,
-    sample_rate: u32,
-    audio_b64: &'a str,
-    timestamps: Option<&'a [WordTiming]>,
-}
-
-#[derive(Serialize)]
-struct AudioDone {
-    r#type: &'static str,
-    utterance_index: u64,
-    sentence_index: u32,
-    total_bytes: u64,
-    error: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cancelled: Option<bool>,
-}
-
-#[derive(Serialize)]
-struct CodecStart<'a> {
-    r#type: &'static str,
-    version: u32,
-    utterance_index: u64,
-    sentence_index: u32,
-    sentence_text: &'a str,
-    model: Option<&'a str>,
-    codebooks: u32,
-    codebook_size: u32,
-    frame_rate_hz: f64,
-    sample_rate: u32,
-    decoder_id: Option<&'a str>,
-    header_format: &'static str,
-}
-
-#[derive(Serialize)]
-struct CodecDone {
-    r#type: &'static str,
-    utterance_index: u64,
-    sentence_index: u32,
-    total_frames: u64,
-    seq_last: i64,
-    error: bool,
-    cancelled: bool,
-}
-
-#[derive(Serialize)]
-struct SessionDone {
-    r#type: &'static str,
-    utterance_index: u64,
-    total_sentences: u32,
-}
-
-#[derive(Serialize)]
-struct InputCancelled {
-    r#type: &'static str,
-    utterance_index: u64,
-}
-
-#[derive(Serialize)]
-struct ErrorMessage<'a> {
-    r#type: &'static str,
-    message: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    partial_audio: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    action: Option<&'static str>,
 }
 
 /// Milliseconds of s16le audio, as the reference computes them (Python float

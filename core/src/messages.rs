@@ -1,0 +1,93 @@
+//! The JSON messages a session sends, with their fields in the reference's emission order
+//! (protocol.md §c.1): serialised as declared, so the order on the wire is the order here.
+
+use serde::Serialize;
+
+use crate::engine::WordTiming;
+
+#[derive(Serialize)]
+pub(crate) struct AudioStart<'a> {
+    pub(crate) r#type: &'static str,
+    pub(crate) utterance_index: u64,
+    pub(crate) sentence_index: u32,
+    pub(crate) sentence_text: &'a str,
+    pub(crate) format: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) sample_rate: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) word_timestamps: Option<bool>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct AudioChunk<'a> {
+    pub(crate) r#type: &'static str,
+    pub(crate) utterance_index: u64,
+    pub(crate) sentence_index: u32,
+    pub(crate) chunk_id: u64,
+    pub(crate) chunk_start_ms: i64,
+    pub(crate) chunk_end_ms: i64,
+    pub(crate) sample_rate: u32,
+    pub(crate) audio_b64: &'a str,
+    pub(crate) timestamps: Option<&'a [WordTiming]>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct AudioDone {
+    pub(crate) r#type: &'static str,
+    pub(crate) utterance_index: u64,
+    pub(crate) sentence_index: u32,
+    pub(crate) total_bytes: u64,
+    pub(crate) error: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cancelled: Option<bool>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct CodecStart<'a> {
+    pub(crate) r#type: &'static str,
+    pub(crate) version: u32,
+    pub(crate) utterance_index: u64,
+    pub(crate) sentence_index: u32,
+    pub(crate) sentence_text: &'a str,
+    pub(crate) model: Option<&'a str>,
+    pub(crate) codebooks: u32,
+    pub(crate) codebook_size: u32,
+    pub(crate) frame_rate_hz: f64,
+    pub(crate) sample_rate: u32,
+    pub(crate) decoder_id: Option<&'a str>,
+    pub(crate) header_format: &'static str,
+}
+
+#[derive(Serialize)]
+pub(crate) struct CodecDone {
+    pub(crate) r#type: &'static str,
+    pub(crate) utterance_index: u64,
+    pub(crate) sentence_index: u32,
+    pub(crate) total_frames: u64,
+    pub(crate) seq_last: i64,
+    pub(crate) error: bool,
+    pub(crate) cancelled: bool,
+}
+
+#[derive(Serialize)]
+pub(crate) struct SessionDone {
+    pub(crate) r#type: &'static str,
+    pub(crate) utterance_index: u64,
+    pub(crate) total_sentences: u32,
+}
+
+#[derive(Serialize)]
+pub(crate) struct InputCancelled {
+    pub(crate) r#type: &'static str,
+    pub(crate) utterance_index: u64,
+}
+
+#[derive(Serialize)]
+pub(crate) struct ErrorMessage<'a> {
+    pub(crate) r#type: &'static str,
+    pub(crate) message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) partial_audio: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) action: Option<&'static str>,
+}
