@@ -322,19 +322,10 @@ fn run_say(args: SayArgs) -> Result<(), String> {
     let engine = args.voice_args.engine(None)?;
     let loaded = started.elapsed();
     let request = SynthesisRequest {
-        text: text.to_owned(),
-        model: None,
         voice: Some(args.voice.clone()),
-        language: None,
-        instructions: None,
-        task_type: None,
         speed: args.speed,
         seed: args.seed,
-        stream: false,
-        word_timestamps: false,
-        codec_tokens: false,
-        max_new_tokens: None,
-        initial_codec_chunk_frames: None,
+        ..SynthesisRequest::new(text)
     };
     let (tx, rx) = std::sync::mpsc::channel();
     engine.submit(RequestId { connection: 0, utterance: 0 }, request, Box::new(SaySink(tx)));

@@ -125,15 +125,26 @@ impl SyntheticEngine {
         if events.is_empty() {
             return;
         }
-        let aborted = Arc::new(AtomicBool::new(false));
-        self.running().insert(id, aborted.clone());
-        let running = self.running.clone();
-        let work = Box::new(move || {
+        self.on_thread(id, move |aborted| {
             for event in events {
                 if aborted.load(Ordering::Relaxed) || !sink.send(event) {
                     break;
                 }
             }
+        });
+    }
+
+    /// Run a request's work on a thread of its own, with an abort flag registered under its id
+    /// for as long as it runs.
+    fn on_thread(&self, id: RequestId, work: impl FnOnce(Arc<AtomicBool>) + Send + 'static) {
+        let aborted = Arc::new(AtomicBool::new(false));
+        if let Some(previous) = self.running().insert(id, aborted.clone()) {
+            // A caller bug (ids are unique per connection and utterance); stop the older one.
+            previous.store(true, Ordering::Relaxed);
+        }
+        let running = self.running.clone();
+        let work = Box::new(move || {
+            work(aborted.clone());
             let mut running = running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             if running.get(&id).is_some_and(|flag| Arc::ptr_eq(flag, &aborted)) {
                 running.remove(&id);
@@ -142,6 +153,9 @@ impl SyntheticEngine {
         if let Err(e) = Threads::run(&self.threads, work) {
             self.running().remove(&id);
             tracing::error!(request = %id, error = %e, "could not start a synthesis thread");
+            // The sink went into the closure that failed to spawn; nothing can be reported.
+            // The session sees neither audio nor an end; its request is stuck until the
+            // connection ends. Spawning only fails when the process is out of threads.
         }
     }
 
@@ -172,29 +186,12 @@ impl Engine for SyntheticEngine {
             let events = std::mem::take(&mut *collected.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
             return self.deliver(id, events.into(), sink);
         }
-        let aborted = Arc::new(AtomicBool::new(false));
-        if let Some(previous) = self.running().insert(id, aborted.clone()) {
-            // A caller bug (ids are unique per connection and utterance); stop the older one.
-            previous.store(true, Ordering::Relaxed);
-        }
         let options = self.options.clone();
-        let running = self.running.clone();
         let renders = self.renders.clone();
-        let work = Box::new(move || {
-            let job = Job { id, aborted: aborted.clone(), sink, renders };
+        self.on_thread(id, move |aborted| {
+            let job = Job { id, aborted, sink, renders };
             job.run(&request, &options);
-            let mut running = running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            if running.get(&id).is_some_and(|flag| Arc::ptr_eq(flag, &aborted)) {
-                running.remove(&id);
-            }
         });
-        if let Err(e) = Threads::run(&self.threads, work) {
-            self.running().remove(&id);
-            tracing::error!(request = %id, error = %e, "could not start a synthesis thread");
-            // The sink went into the closure that failed to spawn; nothing can be reported.
-            // The session sees neither audio nor an end; its request is stuck until the
-            // connection ends. Spawning only fails when the process is out of threads.
-        }
     }
 
     fn abort(&self, id: RequestId) {
@@ -613,21 +610,7 @@ mod tests {
     use std::sync::mpsc;
 
     fn request(text: &str) -> SynthesisRequest {
-        SynthesisRequest {
-            text: text.to_owned(),
-            model: None,
-            voice: None,
-            language: None,
-            instructions: None,
-            task_type: None,
-            speed: 1.0,
-            seed: None,
-            stream: true,
-            word_timestamps: false,
-            codec_tokens: false,
-            max_new_tokens: None,
-            initial_codec_chunk_frames: None,
-        }
+        SynthesisRequest { stream: true, ..SynthesisRequest::new(text) }
     }
 
     fn id() -> RequestId {

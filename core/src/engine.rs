@@ -43,6 +43,28 @@ pub struct SynthesisRequest {
     pub initial_codec_chunk_frames: Option<u64>,
 }
 
+impl SynthesisRequest {
+    /// A request for `text` with every option at its default: the voice's natural pace, no
+    /// seed, not streamed, audio (not codec frames), no word timings.
+    pub fn new(text: impl Into<String>) -> SynthesisRequest {
+        SynthesisRequest {
+            text: text.into(),
+            model: None,
+            voice: None,
+            language: None,
+            instructions: None,
+            task_type: None,
+            speed: 1.0,
+            seed: None,
+            stream: false,
+            word_timestamps: false,
+            codec_tokens: false,
+            max_new_tokens: None,
+            initial_codec_chunk_frames: None,
+        }
+    }
+}
+
 /// One word's position in the utterance's audio, in milliseconds from its start.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct WordTiming {

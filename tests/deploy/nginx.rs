@@ -139,21 +139,7 @@ fn start_nginx(upstreams: &[SocketAddr]) -> (Nginx, SocketAddr) {
 
 /// The PCM the synthetic engine makes for `text` (every instance makes the same).
 fn expected_audio(text: &str) -> Vec<u8> {
-    let request = SynthesisRequest {
-        text: text.to_owned(),
-        model: None,
-        voice: Some("vivian".into()),
-        language: None,
-        instructions: None,
-        task_type: None,
-        speed: 1.0,
-        seed: None,
-        stream: true,
-        word_timestamps: false,
-        codec_tokens: false,
-        max_new_tokens: None,
-        initial_codec_chunk_frames: None,
-    };
+    let request = SynthesisRequest { voice: Some("vivian".into()), stream: true, ..SynthesisRequest::new(text) };
     SyntheticEngine::new(SyntheticOptions::default()).render(&request).0
 }
 

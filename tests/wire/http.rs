@@ -81,22 +81,7 @@ fn synthetic() -> Arc<SyntheticEngine> {
 }
 
 fn expected_pcm(engine: &SyntheticEngine, text: &str) -> Vec<u8> {
-    let request = SynthesisRequest {
-        text: text.into(),
-        model: None,
-        voice: None,
-        language: None,
-        instructions: None,
-        task_type: None,
-        speed: 1.0,
-        seed: None,
-        stream: false,
-        word_timestamps: false,
-        codec_tokens: false,
-        max_new_tokens: None,
-        initial_codec_chunk_frames: None,
-    };
-    engine.render(&request).0
+    engine.render(&SynthesisRequest::new(text)).0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
