@@ -139,6 +139,10 @@ struct VoiceArgs {
     /// so one thread gave the best latency here; more help only large batches on many cores.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=1024))]
     threads: i32,
+    /// Arithmetic of the network's Linear layers: fp32 (exact) or int8 (CPU only; faster, not
+    /// exact: the shipped int8 weights with per-frame int8 activations).
+    #[arg(long, value_name = "PRECISION", default_value = "fp32")]
+    precision: speechstream_engine_libtorch::Precision,
 }
 
 impl VoiceArgs {
@@ -147,6 +151,7 @@ impl VoiceArgs {
         let mut options = HibariOptions::new(self.assets()?);
         options.device = device;
         options.threads = Some(self.threads);
+        options.precision = self.precision;
         if let Some(name) = model_name {
             options.model_name = name;
         }

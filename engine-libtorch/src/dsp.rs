@@ -122,10 +122,9 @@ impl Dsp {
         let ri = c.sin() * &a;
         let mut re = pr * &rr - pi * &ri;
         let mut im = pr * &ri + pi * &rr;
-        let (zr, zi) = noise.frames(k0, n as usize);
+        let (zr, zi) = noise.frames_tensor(k0, n as usize);
         let en = ex(out.ln);
-        let zr = Tensor::from_slice(&zr).view([n, N_BINS]).to_device(self.device);
-        let zi = Tensor::from_slice(&zi).view([n, N_BINS]).to_device(self.device);
+        let (zr, zi) = (zr.to_device(self.device), zi.to_device(self.device));
         re += zr * &en;
         im += zi * &en;
         let er = ex(out.lr);

@@ -16,7 +16,7 @@ use tch::Device;
 
 use crate::dsp::SAMPLE_RATE;
 use crate::g2p::FrontEnd;
-use crate::hibari::Hibari;
+use crate::hibari::{Hibari, Precision};
 use crate::scheduler::{Command, Scheduler, VoiceModel};
 use crate::voices::{check_voice_file, read_voice_list};
 
@@ -40,6 +40,12 @@ pub struct HibariOptions {
     /// Fine frames in every other chunk: larger, since each chunk decodes 27 frames of context on
     /// each side and the client already has audio to play.
     pub chunk_frames: usize,
+    /// Fine frames in every chunk after the second (at least `chunk_frames`): fewer chunks, so
+    /// less decoder context computed twice, once the client has a second of audio.
+    pub max_chunk_frames: usize,
+    /// Arithmetic of the network's Linear layers. Int8 (CPU only) is faster but not exact:
+    /// see [`Precision::Int8`].
+    pub precision: Precision,
     /// Most sentences whose prosody, and most requests whose decoder chunks, run in one forward
     /// pass (on CPU, chunks after the first are batched by at most 4: see scheduler.rs).
     pub max_batch: usize,
@@ -54,6 +60,8 @@ impl HibariOptions {
             threads: None,
             first_chunk_frames: 16,
             chunk_frames: 80,
+            max_chunk_frames: 200,
+            precision: Precision::Fp32,
             max_batch: 16,
         }
     }
@@ -85,6 +93,7 @@ impl HibariEngine {
     /// Loads every voice whose file is present (checked against `voices.json`) and the front ends
     /// they need, then starts the scheduler thread. Errors say what is missing.
     pub fn new(options: HibariOptions) -> Result<HibariEngine, String> {
+        crate::keep_freed_memory();
         if let Some(threads) = options.threads {
             tch::set_num_threads(threads);
         }
@@ -117,6 +126,7 @@ impl HibariEngine {
                 }
             };
             let model = Hibari::load_voice(dir, &entry.file, options.device)
+                .and_then(|m| m.with_precision(options.precision))
                 .map_err(|e| format!("voice {} ({}): {e}", entry.name, entry.file))?;
             voices.push(VoiceModel { name: entry.name, model, front_end });
         }

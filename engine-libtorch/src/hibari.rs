@@ -15,13 +15,14 @@ use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::path::Path;
+use std::str::FromStr;
 
 use tch::{Device, Kind, Tensor};
 
 use crate::dsp::{Dsp, SpectralFrames, HOP, N_BINS};
 use crate::noise::NoiseSource;
 use crate::onnx::{Model, OnnxError};
-use crate::quant::parameters;
+use crate::quant::{linear_weights, parameters};
 
 /// Fine frames of context each side that make a decoder window exact (9 k7 convs: 9 × 3).
 pub const DECODER_CONTEXT: usize = 27;
@@ -151,10 +152,122 @@ pub fn chunk_ranges(frames: usize, first: usize, size: usize) -> Vec<Range<usize
     out
 }
 
+/// Arithmetic of the network's Linear layers (45 matrices, 77 uses; everything else is fp32).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    /// The shipped int8 weights with int8 activations (`_int_mm`, int32 accumulation), as the
+    /// packaged onnxruntime graph computes them, but with one activation scale per row (frame or
+    /// token) instead of per tensor, so a frame's output depends on that frame's inputs only. CPU
+    /// only; its Linear layers are ~3x cheaper there. Not exact: like onnxruntime's int8 graph it
+    /// is chaotic in the rounding of activations, so float32 round-off differences (a chunk
+    /// against the whole sentence, a padded batch against one item) come out as up to ~0.2 on
+    /// the log-magnitudes instead of 1e-5 (NOTES.md, "int8 path").
+    Int8,
+    /// Weights dequantized to float32 (W = q·scale), float activations: the exact target of the
+    /// fp32 graph (hibari-architecture.md §6).
+    Fp32,
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Precision::Int8 => "int8",
+            Precision::Fp32 => "fp32",
+        })
+    }
+}
+
+impl FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Precision, String> {
+        match s {
+            "int8" => Ok(Precision::Int8),
+            "fp32" => Ok(Precision::Fp32),
+            _ => Err(format!("precision {s:?}: int8 or fp32")),
+        }
+    }
+}
+
+/// Whether this libtorch runs the int8 × int8 → int32 matmul on the CPU (tried once).
+pub fn int8_available() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OK.get_or_init(|| {
+        let a = Tensor::ones([4, 32], (Kind::Int8, Device::Cpu));
+        let b = Tensor::ones([32, 8], (Kind::Int8, Device::Cpu));
+        a.f_internal_int_mm(&b).ok().and_then(|c| c.f_int64_value(&[0, 0]).ok()) == Some(32)
+    })
+}
+
+/// One Linear layer in int8: y = ((q_x − zp_x) · q_w) · (s_x s_w) + b with q_x the activations
+/// quantized per row to uint8 as onnxruntime's DynamicQuantizeLinear does per tensor (range
+/// including 0, s_x = (max − min)/255, zp = round(−min/s_x), q = clamp(round(x/s_x) + zp, 0, 255)).
+/// The matmul takes int8, so it runs on q_x − 128 and adds (128 − zp)·Σ_k q_w back, in int32 (exact).
+struct QLinear {
+    /// q_w, int8 [in, out]
+    wt: Tensor,
+    /// Σ_k q_w[k, j], int32 [out]
+    colsum: Tensor,
+    scale: f64,
+    bias: Tensor,
+}
+
+impl QLinear {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        let mut shape = x.size();
+        let k = *shape.last().expect("rank >= 1");
+        let x2 = x.reshape([-1, k]);
+        // (amin and amax: libtorch's aminmax over the inner axis is a slow scalar loop)
+        let mn = x2.amin(1, false).clamp_max(0.0); // [M]
+        let mx = x2.amax(1, false).clamp_min(0.0);
+        let s = (mx - &mn) / 255.0;
+        // an all-zero row (padding) has no range: any scale quantizes it to its zero point
+        let s = &s + s.eq(0.0).to_kind(Kind::Float);
+        let zp = (-mn / &s).round().clamp(0.0, 255.0);
+        let q = ((&x2 / s.unsqueeze(1)).round() + (&zp - 128.0).unsqueeze(1)).clamp(-128.0, 127.0).to_kind(Kind::Int8);
+        let s = s.unsqueeze(1);
+        let zp = zp.unsqueeze(1);
+        let mut acc = q.internal_int_mm(&self.wt); // [M, out] int32
+        let corr = (zp.neg() + 128.0).to_kind(Kind::Int).squeeze_dim(1);
+        let _ = acc.addr_(&corr, &self.colsum);
+        let mut y = acc.to_kind(Kind::Float);
+        let _ = y.g_mul_(&(s * self.scale));
+        let _ = y.g_add_(&self.bias);
+        *shape.last_mut().expect("rank >= 1") = self.bias.size()[0];
+        y.view(shape.as_slice())
+    }
+}
+
+/// Frame ranges for streaming with growing chunks: `first` frames, then `size`, then `max` frames
+/// per chunk (`max` below `size` counts as `size`). Each chunk decodes [`DECODER_CONTEXT`] extra
+/// frames on each side, so the fewer chunks after the first, the less is decoded twice; the
+/// client already has audio to play by then.
+pub fn stream_ranges(frames: usize, first: usize, size: usize, max: usize) -> Vec<Range<usize>> {
+    let (first, size) = (first.max(1), size.max(1));
+    let max = max.max(size);
+    let mut out: Vec<Range<usize>> = Vec::new();
+    let mut a = 0;
+    while a < frames {
+        let n = match out.len() {
+            0 => first,
+            1 => size,
+            _ => max,
+        };
+        let b = (a + n).min(frames);
+        out.push(a..b);
+        a = b;
+    }
+    out
+}
+
 /// The hibari network's weights on one device.
 pub struct Hibari {
     device: Device,
+    precision: Precision,
     params: HashMap<String, Tensor>,
+    /// int8 Linear layers by weight name (empty in fp32)
+    qlinear: HashMap<String, QLinear>,
+    /// weight scale and bias name of each quantized Linear weight of the voice file, by weight name
+    weight_scales: HashMap<String, (f64, String)>,
     vocab: HashMap<char, i64>,
     dsp: Dsp,
 }
@@ -195,6 +308,20 @@ impl Hibari {
     pub fn from_onnx(path: impl AsRef<Path>, device: Device) -> Result<Hibari, HibariError> {
         let model = Model::load(path)?;
         let raw = parameters(&model)?;
+        let inits = model.initializer_map();
+        let mut weight_scales = HashMap::new();
+        for l in linear_weights(&model)? {
+            if let (Some(name), Some(scale), Some(bias)) = (&l.logical, &l.scale, &l.bias) {
+                let zero = match l.zero_point.as_deref().map(|z| inits[z].to_i64()) {
+                    Some(z) => z?.iter().all(|&v| v == 0),
+                    None => true,
+                };
+                let s = inits[scale.as_str()].to_f32()?;
+                if zero && s.len() == 1 {
+                    weight_scales.insert(name.clone(), (f64::from(s[0]), bias.clone()));
+                }
+            }
+        }
         let mut params = HashMap::new();
         let mut count = 0;
         for (name, t) in raw {
@@ -206,9 +333,74 @@ impl Hibari {
         if count != N_PARAMETERS {
             return Err(HibariError::Invalid(format!("{count} parameters, not hibari's {N_PARAMETERS}")));
         }
-        let h = Hibari { device, params, vocab: HashMap::new(), dsp: Dsp::new(device) };
+        let h = Hibari {
+            device,
+            precision: Precision::Fp32,
+            params,
+            qlinear: HashMap::new(),
+            weight_scales,
+            vocab: HashMap::new(),
+            dsp: Dsp::new(device),
+        };
         h.check_names()?;
         Ok(h)
+    }
+
+    /// The same network in another precision (loading gives [`Precision::Fp32`]). Int8 needs the
+    /// CPU, [`int8_available`], and a voice file with int8 weights (zero points 0); otherwise this
+    /// is an error.
+    pub fn set_precision(&mut self, precision: Precision) -> Result<(), HibariError> {
+        let _g = tch::no_grad_guard();
+        self.qlinear.clear();
+        self.precision = Precision::Fp32;
+        if precision == Precision::Fp32 {
+            return Ok(());
+        }
+        if self.device != Device::Cpu || !int8_available() {
+            return Err(HibariError::Invalid(format!(
+                "int8 needs the CPU with libtorch's int8 matmul, not {:?}",
+                self.device
+            )));
+        }
+        if self.weight_scales.len() < 45 {
+            return Err(HibariError::Invalid(format!("{} int8 Linear weights, not 45", self.weight_scales.len())));
+        }
+        for (name, (scale, bias)) in &self.weight_scales {
+            let scale = *scale;
+            let w = self.param(name); // [out, in] = q · scale
+            let q = (w / scale).round();
+            let err = (&q * scale - w).abs().max().double_value(&[]);
+            let qmax = q.abs().max().double_value(&[]);
+            if err > 0.0 || qmax > 127.0 {
+                return Err(HibariError::Invalid(format!("{name} is not int8 × {scale}")));
+            }
+            let Some(bias) = self.params.get(bias) else {
+                return Err(HibariError::Invalid(format!("{name}: bias {bias} missing")));
+            };
+            let wt = q.transpose(0, 1).contiguous().to_kind(Kind::Int8);
+            let colsum = q.sum_dim_intlist(1, false, Kind::Float).to_kind(Kind::Int);
+            self.qlinear.insert(name.clone(), QLinear { wt, colsum, scale, bias: bias.shallow_clone() });
+        }
+        self.precision = precision;
+        Ok(())
+    }
+
+    /// [`Hibari::set_precision`] by value.
+    pub fn with_precision(mut self, precision: Precision) -> Result<Hibari, HibariError> {
+        self.set_precision(precision)?;
+        Ok(self)
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// nn.Linear `w` (+ `b`) on the last axis of x, in the model's precision.
+    fn linear(&self, x: &Tensor, w: &str, b: &str) -> Tensor {
+        match self.qlinear.get(w) {
+            Some(q) => q.forward(x),
+            None => x.linear(self.param(w), Some(self.param(b))),
+        }
     }
 
     fn check_names(&self) -> Result<(), HibariError> {
@@ -286,8 +478,8 @@ impl Hibari {
         };
         let u = xin.conv1d(self.p(pre, "dw.weight"), Some(self.p(pre, "dw.bias")), [1], [dil * (k - 1) / 2], [dil], c);
         let u = ln(&u.transpose(1, 2), self.p(pre, "norm.weight"), self.p(pre, "norm.bias"));
-        let u = u.linear(self.p(pre, "pw1.weight"), Some(self.p(pre, "pw1.bias"))).gelu("none");
-        let u = u.linear(self.p(pre, "pw2.weight"), Some(self.p(pre, "pw2.bias"))) * self.p(pre, "gamma");
+        let u = self.linear(&u, &format!("{pre}.pw1.weight"), &format!("{pre}.pw1.bias")).gelu("none");
+        let u = self.linear(&u, &format!("{pre}.pw2.weight"), &format!("{pre}.pw2.bias")) * self.p(pre, "gamma");
         x + u.transpose(1, 2)
     }
 
@@ -296,7 +488,7 @@ impl Hibari {
         let (b, l, c) = x.size3().expect("[B, L, C]");
         let hd = c / 2;
         let h = ln(x, self.p(pre, "norm1.weight"), self.p(pre, "norm1.bias"));
-        let qkv = h.linear(self.p(pre, "self_attn.in_proj_weight"), Some(self.p(pre, "self_attn.in_proj_bias")));
+        let qkv = self.linear(&h, &format!("{pre}.self_attn.in_proj_weight"), &format!("{pre}.self_attn.in_proj_bias"));
         let heads = |i: i64| qkv.narrow(2, i * c, c).view([b, l, 2, hd]).transpose(1, 2);
         let (q, k, v) = (heads(0), heads(1), heads(2));
         let mut s = q.matmul(&k.transpose(-2, -1)) / (hd as f64).sqrt();
@@ -304,10 +496,11 @@ impl Hibari {
             s = s.masked_fill(m, f64::NEG_INFINITY);
         }
         let o = s.softmax(-1, Kind::Float).matmul(&v).transpose(1, 2).contiguous().view([b, l, c]);
-        let x = x + o.linear(self.p(pre, "self_attn.out_proj.weight"), Some(self.p(pre, "self_attn.out_proj.bias")));
+        let x =
+            x + self.linear(&o, &format!("{pre}.self_attn.out_proj.weight"), &format!("{pre}.self_attn.out_proj.bias"));
         let h = ln(&x, self.p(pre, "norm2.weight"), self.p(pre, "norm2.bias"));
-        let f = h.linear(self.p(pre, "linear1.weight"), Some(self.p(pre, "linear1.bias"))).gelu("none");
-        &x + f.linear(self.p(pre, "linear2.weight"), Some(self.p(pre, "linear2.bias")))
+        let f = self.linear(&h, &format!("{pre}.linear1.weight"), &format!("{pre}.linear1.bias")).gelu("none");
+        &x + self.linear(&f, &format!("{pre}.linear2.weight"), &format!("{pre}.linear2.bias"))
     }
 
     /// Text encoder `pre` ("m.text" or "pn.text") on ids [B, L]; `mask` [B, L] float (1 = valid).
@@ -511,7 +704,7 @@ impl Hibari {
         }
         let x = x.squeeze_dim(0).index_select(1, &Tensor::from_slice(&keep).to_device(self.device));
         let x = ln(&x.transpose(0, 1), self.param("m.dec_norm.weight"), self.param("m.dec_norm.bias"));
-        let o = x.linear(self.param("m.head.weight"), Some(self.param("m.head.bias")));
+        let o = self.linear(&x, "m.head.weight", "m.head.bias");
         let mut start = 0i64;
         items
             .iter()

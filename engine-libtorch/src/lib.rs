@@ -19,7 +19,7 @@ pub mod timing;
 pub mod voices;
 
 pub use engine::{HibariEngine, HibariOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE};
-pub use hibari::{chunk_ranges, Hibari, HibariError, Prosody, Spectra};
+pub use hibari::{chunk_ranges, int8_available, stream_ranges, Hibari, HibariError, Precision, Prosody, Spectra};
 pub use noise::NoiseSource;
 pub use onnx::{read_initializers, DataType, Model, OnnxError, Tensor};
 pub use quant::{linear_weights, parameters, LinearWeight};
@@ -69,4 +69,17 @@ pub fn parse_device(spec: &str) -> Result<tch::Device, String> {
         return Err(format!("device `{spec}`: there are {count} CUDA device(s)"));
     }
     Ok(tch::Device::Cuda(index))
+}
+
+/// Keeps freed memory in the process (glibc: no mmap below 64 MiB, trim above 256 MiB free).
+/// libtorch frees and reallocates its per-op tensors all the time; with glibc's defaults the
+/// larger ones are fresh mmaps whose pages are faulted in and zeroed each time (~8% of the 1-thread
+/// CPU time here). Process-wide; a no-op outside glibc.
+pub fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator thresholds.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+    }
 }

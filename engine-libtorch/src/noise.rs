@@ -39,20 +39,29 @@ impl NoiseSource {
     /// Complex standard-normal noise (real and imaginary parts each N(0, 1)) for frames
     /// `k0..k0 + n`: returns (re, im), each `n * BINS` values, frame-major.
     pub fn frames(&self, k0: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
+        let (re, im) = self.frames_tensor(k0, n);
+        (Vec::try_from(&re.view([-1])).expect("f32"), Vec::try_from(&im.view([-1])).expect("f32"))
+    }
+
+    /// [`NoiseSource::frames`] as CPU tensors [n, BINS] float32: the uniforms come from the counter
+    /// here, the Box-Muller transform (log, sqrt, cos, sin in float64) runs vectorized in libtorch.
+    pub fn frames_tensor(&self, k0: usize, n: usize) -> (tch::Tensor, tch::Tensor) {
         let key = self.key();
-        let mut re = Vec::with_capacity(n * BINS);
-        let mut im = Vec::with_capacity(n * BINS);
+        let mut u1 = Vec::with_capacity(n * BINS);
+        let mut u2 = Vec::with_capacity(n * BINS);
         for k in k0..k0 + n {
             for b in 0..BINS {
                 let x = splitmix64(key.wrapping_add((k as u64).wrapping_mul(1024).wrapping_add(b as u64)));
-                let u1 = ((x >> 40) as f64 + 0.5) / 16_777_216.0;
-                let u2 = (((x >> 16) & 0xFF_FFFF) as f64 + 0.5) / 16_777_216.0;
-                let r = (-2.0 * u1.ln()).sqrt();
-                let a = 2.0 * PI * u2;
-                re.push((r * a.cos()) as f32);
-                im.push((r * a.sin()) as f32);
+                u1.push(((x >> 40) as f64 + 0.5) / 16_777_216.0);
+                u2.push((((x >> 16) & 0xFF_FFFF) as f64 + 0.5) / 16_777_216.0);
             }
         }
+        let _g = tch::no_grad_guard();
+        let shape = [n as i64, BINS as i64];
+        let r = (tch::Tensor::from_slice(&u1).log() * -2.0).sqrt().view(shape);
+        let a = (tch::Tensor::from_slice(&u2) * (2.0 * PI)).view(shape);
+        let re = (&r * a.cos()).to_kind(tch::Kind::Float);
+        let im = (r * a.sin()).to_kind(tch::Kind::Float);
         (re, im)
     }
 }

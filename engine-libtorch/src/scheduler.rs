@@ -25,7 +25,7 @@ use speechstream_core::engine::{EngineEvent, EngineEventKind, EventSink, Request
 use crate::dsp::SAMPLE_RATE;
 use crate::engine::{HibariOptions, LoadStats, DEFAULT_VOICE};
 use crate::g2p::{FrontEnd, Sentence};
-use crate::hibari::{chunk_ranges, Hibari, Prosody};
+use crate::hibari::{stream_ranges, Hibari, Prosody};
 use crate::noise::NoiseSource;
 use crate::timing::word_timings;
 
@@ -124,6 +124,7 @@ pub(crate) struct Scheduler {
     default_voice: usize,
     first_chunk: usize,
     chunk: usize,
+    max_chunk: usize,
     max_batch: usize,
     commands: Receiver<Command>,
     stats: Arc<LoadStats>,
@@ -151,6 +152,7 @@ impl Scheduler {
             default_voice,
             first_chunk: options.first_chunk_frames.max(1),
             chunk: options.chunk_frames.max(1),
+            max_chunk: options.max_chunk_frames,
             max_batch: options.max_batch.max(1),
             commands,
             stats,
@@ -386,7 +388,7 @@ impl Scheduler {
             // Only the utterance's first chunk needs to be small: later sentences start while the
             // client still has the previous ones to play.
             let first = if job.started_sentences == 0 { self.first_chunk } else { self.chunk };
-            let ranges = chunk_ranges(prosody.frames, first, self.chunk);
+            let ranges = stream_ranges(prosody.frames, first, self.chunk, self.max_chunk);
             let noise = NoiseSource::new(job.seed, job.started_sentences);
             job.started_sentences += 1;
             job.current = Some(Current { prosody, ranges, next: 0, noise });

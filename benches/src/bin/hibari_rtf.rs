@@ -8,7 +8,8 @@
 //! For each text file: one warm-up, then `--repeat` timed runs of the whole chain from text: the Rust
 //! front end (sentence split, G2P), then per sentence the prosody pass and the decoder + DSP.
 //! Two ways per run:
-//! - `streamed`: each sentence in frame chunks (`--first-frames`, then `--chunk-frames`), the way the
+//! - `streamed`: each sentence in frame chunks (`--first-frames`, `--chunk-frames`, then
+//!   `--max-chunk-frames`), the way the
 //!   server streams; time to first audio = to the first chunk of the first sentence.
 //! - `whole`: each sentence decoded at once (`Hibari::synthesize`), as the Python package does.
 //!
@@ -23,7 +24,7 @@ use std::time::Instant;
 use clap::Parser;
 use serde_json::json;
 use speechstream_engine_libtorch::g2p::FrontEnd;
-use speechstream_engine_libtorch::{chunk_ranges, Hibari, NoiseSource};
+use speechstream_engine_libtorch::{keep_freed_memory, stream_ranges, Hibari, NoiseSource, Precision};
 use tch::Device;
 
 #[derive(Parser)]
@@ -45,11 +46,18 @@ struct Args {
     /// Frames (12.5 ms) in the first streamed chunk of a sentence.
     #[arg(long, default_value_t = 16)]
     first_frames: usize,
-    /// Frames in each later streamed chunk.
+    /// Frames in the second streamed chunk.
     #[arg(long, default_value_t = 80)]
     chunk_frames: usize,
+    /// Frames in each later streamed chunk (as the server: `HibariOptions::max_chunk_frames`).
+    #[arg(long, default_value_t = 200)]
+    max_chunk_frames: usize,
     #[arg(long, default_value = "ours")]
     label: String,
+    /// Arithmetic of the Linear layers: fp32 (exact, the default) or int8 (as `--precision` of
+    /// `speechstream serve` / `say`).
+    #[arg(long, default_value = "fp32")]
+    precision: Precision,
     /// hibari assets directory (default: `$SPEECHSTREAM_CACHE/hibari` or `<repo>/.cache/hibari`).
     #[arg(long)]
     assets: Option<PathBuf>,
@@ -101,10 +109,13 @@ fn main() -> ExitCode {
             .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache"), PathBuf::from)
             .join("hibari")
     });
+    keep_freed_memory(); // as the server does (HibariEngine::new)
     tch::set_num_threads(a.threads);
     tch::set_num_interop_threads(a.threads);
     let t = Instant::now();
-    let (fe, h) = match (FrontEnd::load(&assets, Device::Cpu), Hibari::load(&assets, Device::Cpu)) {
+    let precision = a.precision;
+    let model = Hibari::load(&assets, Device::Cpu).and_then(|h| h.with_precision(precision));
+    let (fe, h) = match (FrontEnd::load(&assets, Device::Cpu), model) {
         (Ok(fe), Ok(h)) => (fe, h),
         (Err(e), _) => {
             eprintln!("hibari-rtf: front end from {}: {e} (run scripts/setup-voice.sh)", assets.display());
@@ -117,7 +128,7 @@ fn main() -> ExitCode {
     };
     fe.sentences("Load the G2P.");
     let load_s = t.elapsed().as_secs_f64();
-    eprintln!("[{}] loaded in {load_s:.2} s, {} libtorch thread(s)", a.label, a.threads);
+    eprintln!("[{}] loaded in {load_s:.2} s, {} libtorch thread(s), {precision}", a.label, a.threads);
 
     let once = |text: &str, streamed: bool| -> Run {
         let c = cpu_s();
@@ -130,7 +141,7 @@ fn main() -> ExitCode {
             let noise = NoiseSource::new(a.seed, i as u64);
             let p = h.prosody(&ids, a.speed);
             if streamed {
-                for r in chunk_ranges(p.frames, a.first_frames, a.chunk_frames) {
+                for r in stream_ranges(p.frames, a.first_frames, a.chunk_frames, a.max_chunk_frames) {
                     samples += h.synthesize_chunk(&p, r.start, r.end, &noise).size()[0] as usize;
                     first.get_or_insert_with(|| t.elapsed().as_secs_f64());
                 }
