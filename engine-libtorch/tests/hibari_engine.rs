@@ -48,21 +48,7 @@ fn next_id() -> RequestId {
 }
 
 fn request(text: &str) -> SynthesisRequest {
-    SynthesisRequest {
-        text: text.to_owned(),
-        model: None,
-        voice: None,
-        language: None,
-        instructions: None,
-        task_type: None,
-        speed: 1.0,
-        seed: Some(7),
-        stream: true,
-        word_timestamps: true,
-        codec_tokens: false,
-        max_new_tokens: None,
-        initial_codec_chunk_frames: None,
-    }
+    SynthesisRequest { seed: Some(7), stream: true, word_timestamps: true, ..SynthesisRequest::new(text) }
 }
 
 /// A sink into a channel; `try_send` answers Full while `gate` is closed once `allow` events went

@@ -141,26 +141,9 @@ fn int8_chunked_equals_whole() {
 fn int8_batched_equals_single() {
     let h = model(Precision::Int8);
     let m = manifest();
-    let pick: Vec<&serde_json::Value> = m["cases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| ["hello", "numbers", "yes", "fox_fast"].contains(&c["name"].as_str().unwrap()))
-        .collect();
-    let ids: Vec<Vec<i64>> = pick.iter().map(|c| ints(&c["ids"])).collect();
-    let items: Vec<(&[i64], f32)> =
-        ids.iter().zip(&pick).map(|(i, c)| (i.as_slice(), c["speed"].as_f64().unwrap() as f32)).collect();
-    let batch = h.prosody_batch(&items);
-    let (mut worst, mut worst_f0) = (0f32, 0f32);
-    for (b, (ids, speed)) in items.iter().enumerate() {
-        let single = h.prosody(ids, *speed);
-        assert_eq!(batch[b].durations, single.durations);
-        worst_f0 = worst_f0.max(max_abs_diff(&to_vec(&batch[b].f0), &to_vec(&single.f0)));
-        let (x, y) = (h.decode(&batch[b], 0, single.frames), h.decode(&single, 0, single.frames));
-        for o in 0..5 {
-            worst = worst.max(max_abs_diff(&to_vec(x.outputs()[o]), &to_vec(y.outputs()[o])));
-        }
-    }
+    let cases = batch_cases(&m);
+    let items: Vec<(&[i64], f32)> = cases.iter().map(|(ids, speed)| (ids.as_slice(), *speed)).collect();
+    let (worst, worst_f0) = prosody_batch_vs_single(&h, &items);
     eprintln!("int8 batched vs single: max abs {worst:.2e} (spectra), {worst_f0:.2e} (f0, Hz)");
     assert!(worst <= 0.5 && worst_f0 <= 2.0, "{worst} {worst_f0}");
 

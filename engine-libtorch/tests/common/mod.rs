@@ -61,3 +61,34 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
+
+/// The ids and speeds of the four fixture cases the batching tests put in one batch.
+pub fn batch_cases(manifest: &serde_json::Value) -> Vec<(Vec<i64>, f32)> {
+    manifest["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| ["hello", "numbers", "yes", "fox_fast"].contains(&c["name"].as_str().unwrap()))
+        .map(|c| {
+            let ids = c["ids"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect();
+            (ids, c["speed"].as_f64().unwrap() as f32)
+        })
+        .collect()
+}
+
+/// Prosody of `items` in one padded batch against each alone: durations must be equal; returns
+/// the largest differences of the decoded spectra and of f0 (Hz).
+pub fn prosody_batch_vs_single(h: &speechstream_engine_libtorch::Hibari, items: &[(&[i64], f32)]) -> (f32, f32) {
+    let batch = h.prosody_batch(items);
+    let (mut worst, mut worst_f0) = (0f32, 0f32);
+    for (b, (ids, speed)) in items.iter().enumerate() {
+        let single = h.prosody(ids, *speed);
+        assert_eq!(batch[b].durations, single.durations);
+        worst_f0 = worst_f0.max(max_abs_diff(&to_vec(&batch[b].f0), &to_vec(&single.f0)));
+        let (x, y) = (h.decode(&batch[b], 0, single.frames), h.decode(&single, 0, single.frames));
+        for o in 0..5 {
+            worst = worst.max(max_abs_diff(&to_vec(x.outputs()[o]), &to_vec(y.outputs()[o])));
+        }
+    }
+    (worst, worst_f0)
+}
