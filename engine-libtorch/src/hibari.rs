@@ -20,6 +20,7 @@ use std::str::FromStr;
 use tch::{Device, Kind, Tensor};
 
 use crate::dsp::{Dsp, SpectralFrames, HOP, N_BINS};
+use crate::kernels::{dwconv, f32s, f32s_mut, layernorm_quantize, quantize, Epilogue, Out, QWeight};
 use crate::noise::NoiseSource;
 use crate::onnx::{Model, OnnxError};
 use crate::quant::{linear_weights, parameters};
@@ -89,7 +90,7 @@ pub struct Prosody {
     pub f0: Tensor,
     /// [F] the internal noise-level channel n
     pub n: Tensor,
-    /// decoder input [1, 130, F]
+    /// decoder input [F, 130] (time-major)
     z: Tensor,
     /// STFT of the pulse train of the whole sentence, (re, im) [F, 601]
     pulse: (Tensor, Tensor),
@@ -198,45 +199,6 @@ pub fn int8_available() -> bool {
     })
 }
 
-/// One Linear layer in int8: y = ((q_x − zp_x) · q_w) · (s_x s_w) + b with q_x the activations
-/// quantized per row to uint8 as onnxruntime's DynamicQuantizeLinear does per tensor (range
-/// including 0, s_x = (max − min)/255, zp = round(−min/s_x), q = clamp(round(x/s_x) + zp, 0, 255)).
-/// The matmul takes int8, so it runs on q_x − 128 and adds (128 − zp)·Σ_k q_w back, in int32 (exact).
-struct QLinear {
-    /// q_w, int8 [in, out]
-    wt: Tensor,
-    /// Σ_k q_w[k, j], int32 [out]
-    colsum: Tensor,
-    scale: f64,
-    bias: Tensor,
-}
-
-impl QLinear {
-    fn forward(&self, x: &Tensor) -> Tensor {
-        let mut shape = x.size();
-        let k = *shape.last().expect("rank >= 1");
-        let x2 = x.reshape([-1, k]);
-        // (amin and amax: libtorch's aminmax over the inner axis is a slow scalar loop)
-        let mn = x2.amin(1, false).clamp_max(0.0); // [M]
-        let mx = x2.amax(1, false).clamp_min(0.0);
-        let s = (mx - &mn) / 255.0;
-        // an all-zero row (padding) has no range: any scale quantizes it to its zero point
-        let s = &s + s.eq(0.0).to_kind(Kind::Float);
-        let zp = (-mn / &s).round().clamp(0.0, 255.0);
-        let q = ((&x2 / s.unsqueeze(1)).round() + (&zp - 128.0).unsqueeze(1)).clamp(-128.0, 127.0).to_kind(Kind::Int8);
-        let s = s.unsqueeze(1);
-        let zp = zp.unsqueeze(1);
-        let mut acc = q.internal_int_mm(&self.wt); // [M, out] int32
-        let corr = (zp.neg() + 128.0).to_kind(Kind::Int).squeeze_dim(1);
-        let _ = acc.addr_(&corr, &self.colsum);
-        let mut y = acc.to_kind(Kind::Float);
-        let _ = y.g_mul_(&(s * self.scale));
-        let _ = y.g_add_(&self.bias);
-        *shape.last_mut().expect("rank >= 1") = self.bias.size()[0];
-        y.view(shape.as_slice())
-    }
-}
-
 /// Frame ranges for streaming with growing chunks: `first` frames, then `size`, then `max` frames
 /// per chunk (`max` below `size` counts as `size`). Each chunk decodes [`DECODER_CONTEXT`] extra
 /// frames on each side, so the fewer chunks after the first, the less is decoded twice; the
@@ -264,8 +226,8 @@ pub struct Hibari {
     device: Device,
     precision: Precision,
     params: HashMap<String, Tensor>,
-    /// int8 Linear layers by weight name (empty in fp32)
-    qlinear: HashMap<String, QLinear>,
+    /// the int8 path's weights (None in fp32)
+    int8: Option<Int8>,
     /// weight scale and bias name of each quantized Linear weight of the voice file, by weight name
     weight_scales: HashMap<String, (f64, String)>,
     vocab: HashMap<char, i64>,
@@ -337,7 +299,7 @@ impl Hibari {
             device,
             precision: Precision::Fp32,
             params,
-            qlinear: HashMap::new(),
+            int8: None,
             weight_scales,
             vocab: HashMap::new(),
             dsp: Dsp::new(device),
@@ -351,7 +313,7 @@ impl Hibari {
     /// is an error.
     pub fn set_precision(&mut self, precision: Precision) -> Result<(), HibariError> {
         let _g = tch::no_grad_guard();
-        self.qlinear.clear();
+        self.int8 = None;
         self.precision = Precision::Fp32;
         if precision == Precision::Fp32 {
             return Ok(());
@@ -365,22 +327,7 @@ impl Hibari {
         if self.weight_scales.len() < 45 {
             return Err(HibariError::Invalid(format!("{} int8 Linear weights, not 45", self.weight_scales.len())));
         }
-        for (name, (scale, bias)) in &self.weight_scales {
-            let scale = *scale;
-            let w = self.param(name); // [out, in] = q · scale
-            let q = (w / scale).round();
-            let err = (&q * scale - w).abs().max().double_value(&[]);
-            let qmax = q.abs().max().double_value(&[]);
-            if err > 0.0 || qmax > 127.0 {
-                return Err(HibariError::Invalid(format!("{name} is not int8 × {scale}")));
-            }
-            let Some(bias) = self.params.get(bias) else {
-                return Err(HibariError::Invalid(format!("{name}: bias {bias} missing")));
-            };
-            let wt = q.transpose(0, 1).contiguous().to_kind(Kind::Int8);
-            let colsum = q.sum_dim_intlist(1, false, Kind::Float).to_kind(Kind::Int);
-            self.qlinear.insert(name.clone(), QLinear { wt, colsum, scale, bias: bias.shallow_clone() });
-        }
+        self.int8 = Some(Int8::new(self)?);
         self.precision = precision;
         Ok(())
     }
@@ -397,10 +344,7 @@ impl Hibari {
 
     /// nn.Linear `w` (+ `b`) on the last axis of x, in the model's precision.
     fn linear(&self, x: &Tensor, w: &str, b: &str) -> Tensor {
-        match self.qlinear.get(w) {
-            Some(q) => q.forward(x),
-            None => x.linear(self.param(w), Some(self.param(b))),
-        }
+        x.linear(self.param(w), Some(self.param(b)))
     }
 
     fn check_names(&self) -> Result<(), HibariError> {
@@ -540,6 +484,9 @@ impl Hibari {
     pub fn prosody_with_durations(&self, ids: &[i64], speed: f32, durations: &[i64]) -> Prosody {
         let _g = tch::no_grad_guard();
         assert_eq!(ids.len(), durations.len());
+        if let Some(q) = &self.int8 {
+            return self.prosody_int8(q, &[(ids, speed)], Some(durations)).pop().expect("one");
+        }
         let t = Tensor::from_slice(ids).to_device(self.device).unsqueeze(0);
         let hm = self.encoder("m.text", &t, 4, None).squeeze_dim(0);
         let hp = self.encoder("pn.text", &t, 6, None);
@@ -555,6 +502,9 @@ impl Hibari {
         let _g = tch::no_grad_guard();
         if items.is_empty() {
             return Vec::new();
+        }
+        if let Some(q) = &self.int8 {
+            return self.prosody_int8(q, items, None);
         }
         let lmax = items.iter().map(|(ids, _)| ids.len()).max().unwrap_or(0);
         assert!(lmax > 0, "empty id list");
@@ -622,30 +572,37 @@ impl Hibari {
         let mut out = Vec::new();
         for (b, ((ids, speed), (s, d))) in items.iter().zip(reg).enumerate() {
             let tb: i64 = d.iter().sum();
-            let pb = p.get(b as i64).narrow(1, 0, tb); // [4, T]
-            let f0 = pb.narrow(0, 0, 2).transpose(0, 1).reshape([-1]) * 100.0;
-            let n = pb.narrow(0, 2, 2).transpose(0, 1).reshape([-1]) * 5.0;
-            let fine = idx_rows.get(b as i64).narrow(0, 0, tb).repeat_interleave_self_int(2, 0, None);
-            let hmf = hm_flat.index_select(0, &fine); // [F, 128]
-            let f0feat = ((f0.relu() + 1.0).log() / 5.0).unsqueeze(1);
-            let nfeat = (&n / 5.0).unsqueeze(1);
-            let z = Tensor::cat(&[hmf, f0feat, nfeat], 1).transpose(0, 1).unsqueeze(0).contiguous();
-            let frames = 2 * tb as usize;
-            let pulses = self.dsp.pulses(&f0);
-            let pulse = self.dsp.pulse_spectrum(&pulses, frames as i64);
-            out.push(Prosody {
-                ids: ids.to_vec(),
-                speed: *speed,
-                log_durations: s,
-                durations: d,
-                frames,
-                f0,
-                n,
-                z,
-                pulse,
-            });
+            let pb = p.get(b as i64).narrow(1, 0, tb).transpose(0, 1); // [T, 4]
+            let idx = idx_rows.get(b as i64).narrow(0, 0, tb);
+            out.push(self.assemble(ids, *speed, s, d, &pb, &idx, |fine| hm_flat.index_select(0, fine)));
         }
         out
+    }
+
+    /// A sentence's [`Prosody`] from the prosody net's output `p` [T, 4] and `idx` [T], the row of
+    /// `hm_rows`'s H_m of each coarse frame: f0 and n at the fine rate, the decoder input z, the
+    /// pulse spectrum.
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        &self,
+        ids: &[i64],
+        speed: f32,
+        s: Vec<f32>,
+        d: Vec<i64>,
+        p: &Tensor,
+        idx: &Tensor,
+        hm_rows: impl Fn(&Tensor) -> Tensor,
+    ) -> Prosody {
+        let f0 = p.narrow(1, 0, 2).reshape([-1]) * 100.0;
+        let n = p.narrow(1, 2, 2).reshape([-1]) * 5.0;
+        let hmf = hm_rows(&idx.repeat_interleave_self_int(2, 0, None)); // [F, 128]
+        let f0feat = ((f0.relu() + 1.0).log() / 5.0).unsqueeze(1);
+        let nfeat = (&n / 5.0).unsqueeze(1);
+        let z = Tensor::cat(&[hmf, f0feat, nfeat], 1);
+        let frames = f0.size()[0] as usize;
+        let pulses = self.dsp.pulses(&f0);
+        let pulse = self.dsp.pulse_spectrum(&pulses, frames as i64);
+        Prosody { ids: ids.to_vec(), speed, log_durations: s, durations: d, frames, f0, n, z, pulse }
     }
 
     fn regulate(&self, ids: &[i64], speed: f32, s: Vec<f32>, d: Vec<i64>, hm: &Tensor, hp: &Tensor) -> Prosody {
@@ -669,6 +626,9 @@ impl Hibari {
         if items.is_empty() {
             return Vec::new();
         }
+        if let Some(q) = &self.int8 {
+            return self.decode_int8(q, items);
+        }
         let gap = |n: usize| Tensor::zeros([1, 256, n as i64], (Kind::Float, self.device));
         // dec_in per window (libtorch's dense conv picks its algorithm, and so its rounding, by
         // length: over the packed windows it would differ from a window alone by ~5e-5).
@@ -684,7 +644,7 @@ impl Hibari {
                 mask.extend(std::iter::repeat_n(0f32, PACK_GAP));
             }
             let pos = mask.len();
-            let z = p.z.narrow(2, wa as i64, (wb - wa) as i64);
+            let z = p.z.narrow(0, wa as i64, (wb - wa) as i64).transpose(0, 1).unsqueeze(0).contiguous();
             parts.push(z.conv1d(self.param("m.dec_in.weight"), Some(self.param("m.dec_in.bias")), [1], [3], [1], 1));
             mask.extend(std::iter::repeat_n(1f32, wb - wa));
             keep.extend((pos + a - wa..pos + b - wa).map(|j| j as i64));
@@ -769,6 +729,252 @@ impl Hibari {
         let (pr, pi) = (pr.narrow(0, sp.start as i64, n), pi.narrow(0, sp.start as i64, n));
         let (re, im) = self.dsp.spectrum(&sp.frames(), (&pr, &pi), noise, sp.start);
         self.dsp.ola((&re, &im), sp.start, frames, 0, frames)
+    }
+}
+
+/// The int8 path's weights (CPU), in the layouts of [`crate::kernels`].
+struct Int8 {
+    /// ConvNeXt blocks by prefix (m.text.convs.i, pn.text.convs.i, pn.pro.i, m.dec.i)
+    blocks: HashMap<String, QBlock>,
+    /// the two weight-tied transformer layers by prefix (m.text.attn, pn.text.attn)
+    layers: HashMap<String, QLayer>,
+    /// m.dec_in as a Linear on im2col rows: [256, 130 · 7]
+    dec_in: Tensor,
+    dec_norm: (Tensor, Tensor),
+    head: QWeight,
+}
+
+/// A ConvNeXt block of the int8 path.
+struct QBlock {
+    /// the depthwise weight as [K, C]
+    wk: Tensor,
+    db: Tensor,
+    norm: (Tensor, Tensor),
+    gamma: Tensor,
+    pw1: QWeight,
+    pw2: QWeight,
+}
+
+/// A transformer pass of the int8 path.
+struct QLayer {
+    norm1: (Tensor, Tensor),
+    in_proj: QWeight,
+    out_proj: QWeight,
+    norm2: (Tensor, Tensor),
+    linear1: QWeight,
+    linear2: QWeight,
+}
+
+impl Int8 {
+    fn new(h: &Hibari) -> Result<Int8, HibariError> {
+        let qw = |name: &str| -> Result<QWeight, HibariError> {
+            let (scale, bias) =
+                h.weight_scales.get(name).ok_or_else(|| HibariError::Invalid(format!("{name}: no int8 weights")))?;
+            let b = h.params.get(bias).ok_or_else(|| HibariError::Invalid(format!("{name}: bias {bias} missing")))?;
+            QWeight::new(h.param(name), *scale, b).map_err(|e| HibariError::Invalid(format!("{name}: {e}")))
+        };
+        let c = |t: &Tensor| t.to_device(Device::Cpu).to_kind(Kind::Float).contiguous();
+        let mut blocks = HashMap::new();
+        let prefixes = (0..2)
+            .map(|i| format!("m.text.convs.{i}"))
+            .chain((0..2).map(|i| format!("pn.text.convs.{i}")))
+            .chain((0..6).map(|i| format!("pn.pro.{i}")))
+            .chain((0..8).map(|i| format!("m.dec.{i}")));
+        for pre in prefixes {
+            let p = |n: &str| h.param(&format!("{pre}.{n}"));
+            let block = QBlock {
+                wk: c(&p("dw.weight").squeeze_dim(1).transpose(0, 1)),
+                db: c(p("dw.bias")),
+                norm: (c(p("norm.weight")), c(p("norm.bias"))),
+                gamma: c(p("gamma")),
+                pw1: qw(&format!("{pre}.pw1.weight"))?,
+                pw2: qw(&format!("{pre}.pw2.weight"))?,
+            };
+            blocks.insert(pre, block);
+        }
+        let mut layers = HashMap::new();
+        for pre in ["m.text.attn", "pn.text.attn"] {
+            let p = |n: &str| c(h.param(&format!("{pre}.{n}")));
+            let layer = QLayer {
+                norm1: (p("norm1.weight"), p("norm1.bias")),
+                in_proj: qw(&format!("{pre}.self_attn.in_proj_weight"))?,
+                out_proj: qw(&format!("{pre}.self_attn.out_proj.weight"))?,
+                norm2: (p("norm2.weight"), p("norm2.bias")),
+                linear1: qw(&format!("{pre}.linear1.weight"))?,
+                linear2: qw(&format!("{pre}.linear2.weight"))?,
+            };
+            layers.insert(pre.to_owned(), layer);
+        }
+        Ok(Int8 {
+            blocks,
+            layers,
+            dec_in: c(&h.param("m.dec_in.weight").reshape([256, -1])),
+            dec_norm: (c(h.param("m.dec_norm.weight")), c(h.param("m.dec_norm.bias"))),
+            head: qw("m.head.weight")?,
+        })
+    }
+
+    fn block(&self, pre: &str) -> &QBlock {
+        &self.blocks[pre]
+    }
+}
+
+/// A float Linear (libtorch's GEMM) on x [M, K], run on at least [`MIN_GEMM_ROWS`] rows (zero
+/// rows added) so that each row's result does not depend on how many others there are.
+fn linear_rows(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
+    let (m, k) = x.size2().expect("[M, K]");
+    if m >= MIN_GEMM_ROWS as i64 {
+        return x.linear(w, Some(b));
+    }
+    let pad = Tensor::zeros([MIN_GEMM_ROWS as i64 - m, k], (x.kind(), x.device()));
+    Tensor::cat(&[x, &pad], 0).linear(w, Some(b)).narrow(0, 0, m).contiguous()
+}
+
+/// A ConvNeXt block of the int8 path on x [n · t, C] (n sequences of t frames, time-major),
+/// updated in place (x must not share its storage); `mask` [n · t] is 0 at frames that don't
+/// exist (padding, gaps), which the depthwise conv reads as zeros.
+fn cnx_int8(b: &QBlock, x: &mut Tensor, t: usize, dil: usize, mask: Option<&[f32]>) {
+    let c = b.db.size()[0] as usize;
+    let mut u = Tensor::empty(x.size(), (Kind::Float, Device::Cpu));
+    {
+        let (xs, us) = (f32s(x), f32s_mut(&mut u));
+        for (i, (xi, ui)) in xs.chunks(t * c).zip(us.chunks_mut(t * c)).enumerate() {
+            let m = mask.map(|m| &m[i * t..(i + 1) * t]);
+            dwconv(xi, c, f32s(&b.wk), f32s(&b.db), dil, m, ui);
+        }
+    }
+    let q = layernorm_quantize(f32s(&u), f32s(&b.norm.0), f32s(&b.norm.1));
+    let Out::Quant(h) = b.pw1.forward(&q, Epilogue::GeluQuantize) else { unreachable!("quantized rows") };
+    b.pw2.forward(&h, Epilogue::Residual { x: f32s_mut(x), gamma: Some(f32s(&b.gamma)) });
+}
+
+/// One transformer pass of the int8 path on x [L, C] (one sentence), updated in place. The
+/// attention itself (scores, softmax, weighted sum) is float, as in onnxruntime's int8 graph.
+fn tl_int8(l: &QLayer, x: &mut Tensor) {
+    let (len, c) = x.size2().expect("[L, C]");
+    let hd = c / 2;
+    let q = layernorm_quantize(f32s(x), f32s(&l.norm1.0), f32s(&l.norm1.1));
+    let Out::Float(qkv) = l.in_proj.forward(&q, Epilogue::Bias) else { unreachable!("floats") };
+    let heads = |i: i64| qkv.narrow(1, i * c, c).view([len, 2, hd]).transpose(0, 1);
+    let (qh, kh, vh) = (heads(0), heads(1), heads(2));
+    let s = qh.matmul(&kh.transpose(-2, -1)) / (hd as f64).sqrt();
+    let o = s.softmax(-1, Kind::Float).matmul(&vh).transpose(0, 1).contiguous().view([len, c]);
+    let qo = quantize(f32s(&o), c as usize);
+    l.out_proj.forward(&qo, Epilogue::Residual { x: f32s_mut(x), gamma: None });
+    let q = layernorm_quantize(f32s(x), f32s(&l.norm2.0), f32s(&l.norm2.1));
+    let Out::Quant(h) = l.linear1.forward(&q, Epilogue::GeluQuantize) else { unreachable!("quantized rows") };
+    l.linear2.forward(&h, Epilogue::Residual { x: f32s_mut(x), gamma: None });
+}
+
+/// The int8 path ([`Precision::Int8`]): the same network with int8 Linear layers and the
+/// row-wise kernels of [`crate::kernels`] in time-major layout. Sentences are encoded one at a
+/// time (attention mixes a sentence's tokens, so padding could change its float round-off);
+/// the prosody net and the decoder are row-local, so batches and chunks give every row bit for
+/// bit what it gets alone.
+impl Hibari {
+    /// Text encoder `pre` on one sentence's ids: [L, C].
+    fn encoder_int8(&self, q: &Int8, pre: &str, ids: &[i64], passes: usize) -> Tensor {
+        let t = Tensor::from_slice(ids);
+        let mut x = Tensor::embedding(self.p(pre, "emb.weight"), &t, -1, false, false).contiguous();
+        for i in 0..2 {
+            cnx_int8(q.block(&format!("{pre}.convs.{i}")), &mut x, ids.len(), 1, None);
+        }
+        let layer = &q.layers[&format!("{pre}.attn")];
+        for _ in 0..passes {
+            tl_int8(layer, &mut x);
+        }
+        ln(&x, self.p(pre, "norm.weight"), self.p(pre, "norm.bias"))
+    }
+
+    fn prosody_int8(&self, q: &Int8, items: &[(&[i64], f32)], forced: Option<&[i64]>) -> Vec<Prosody> {
+        let (mut hms, mut hps, mut reg) = (Vec::new(), Vec::new(), Vec::new());
+        for (ids, speed) in items {
+            let hm = self.encoder_int8(q, "m.text", ids, 4);
+            let hp = self.encoder_int8(q, "pn.text", ids, 6);
+            let s: Vec<f32> = Vec::try_from(&self.log_durations(&hp.unsqueeze(0), None).squeeze_dim(0)).expect("f32");
+            let d = forced.map_or_else(|| durations(&s, *speed), <[i64]>::to_vec);
+            hms.push(hm);
+            hps.push(hp);
+            reg.push((s, d));
+        }
+        let ts: Vec<usize> = reg.iter().map(|(_, d)| d.iter().sum::<i64>() as usize).collect();
+        let tmax = *ts.iter().max().expect("items");
+        let c = hps[0].size()[1];
+        let (mut g, mut mask, mut idxs) = (Vec::new(), Vec::new(), Vec::new());
+        for (b, (_, d)) in reg.iter().enumerate() {
+            let idx: Vec<i64> =
+                d.iter().enumerate().flat_map(|(i, &di)| std::iter::repeat_n(i as i64, di as usize)).collect();
+            let idx = Tensor::from_slice(&idx);
+            g.push(hps[b].index_select(0, &idx));
+            if ts[b] < tmax {
+                g.push(Tensor::zeros([(tmax - ts[b]) as i64, c], (Kind::Float, Device::Cpu)));
+            }
+            mask.extend((0..tmax).map(|t| if t < ts[b] { 1f32 } else { 0f32 }));
+            idxs.push(idx);
+        }
+        let w = self.param("pn.pro_in.weight").squeeze_dim(2);
+        let mut g = linear_rows(&Tensor::cat(&g, 0), &w, self.param("pn.pro_in.bias"));
+        let m = mask.contains(&0.0).then_some(mask.as_slice());
+        for (i, dil) in PRO_DILATIONS.iter().enumerate() {
+            cnx_int8(q.block(&format!("pn.pro.{i}")), &mut g, tmax, *dil as usize, m);
+        }
+        let w = self.param("pn.pro_out.weight").squeeze_dim(2);
+        let p = linear_rows(&g, &w, self.param("pn.pro_out.bias")); // [B · tmax, 4]
+        let mut out = Vec::new();
+        for (b, ((ids, speed), (s, d))) in items.iter().zip(reg).enumerate() {
+            let pb = p.narrow(0, (b * tmax) as i64, ts[b] as i64);
+            let hm = &hms[b];
+            out.push(self.assemble(ids, *speed, s, d, &pb, &idxs[b], |fine| hm.index_select(0, fine)));
+        }
+        out
+    }
+
+    fn decode_int8(&self, q: &Int8, items: &[(&Prosody, usize, usize)]) -> Vec<Spectra> {
+        let cin = items[0].0.z.size()[1];
+        let (mut cols, mut mask, mut keep) = (Vec::new(), Vec::<f32>::new(), Vec::<i64>::new());
+        let edge = Tensor::zeros([3, cin], (Kind::Float, Device::Cpu));
+        for (k, &(p, a, b)) in items.iter().enumerate() {
+            assert!(a < b && b <= p.frames, "frames [{a}, {b}) of {}", p.frames);
+            let wa = a.saturating_sub(DECODER_CONTEXT);
+            let wb = (b + DECODER_CONTEXT).min(p.frames);
+            if k > 0 {
+                cols.push(Tensor::zeros([PACK_GAP as i64, 7 * cin], (Kind::Float, Device::Cpu)));
+                mask.extend(std::iter::repeat_n(0f32, PACK_GAP));
+            }
+            let pos = mask.len();
+            // im2col of m.dec_in (k7, "same" zero padding at the window's edges)
+            let zw = Tensor::cat(&[&edge, &p.z.narrow(0, wa as i64, (wb - wa) as i64), &edge], 0);
+            cols.push(zw.unfold(0, 7, 1).reshape([(wb - wa) as i64, -1]));
+            mask.extend(std::iter::repeat_n(1f32, wb - wa));
+            keep.extend((pos + a - wa..pos + b - wa).map(|j| j as i64));
+        }
+        let mut x = linear_rows(&Tensor::cat(&cols, 0), &q.dec_in, self.param("m.dec_in.bias"));
+        let m = mask.contains(&0.0).then_some(mask.as_slice());
+        for i in 0..8 {
+            cnx_int8(q.block(&format!("m.dec.{i}")), &mut x, mask.len(), 1, m);
+        }
+        let x = x.index_select(0, &Tensor::from_slice(&keep));
+        let qx = layernorm_quantize(f32s(&x), f32s(&q.dec_norm.0), f32s(&q.dec_norm.1));
+        let Out::Parts(parts) = q.head.forward(&qx, Epilogue::Split(5)) else { unreachable!("five parts") };
+        let mut start = 0i64;
+        items
+            .iter()
+            .map(|&(p, a, b)| {
+                let n = (b - a) as i64;
+                let part = |i: usize| parts[i].narrow(0, start, n);
+                let sp = Spectra {
+                    start: a,
+                    lh: part(0),
+                    theta: part(1),
+                    ln: part(2),
+                    lr: part(3),
+                    phi: part(4),
+                    f0: p.f0.narrow(0, a as i64, n),
+                };
+                start += n;
+                sp
+            })
+            .collect()
     }
 }
 

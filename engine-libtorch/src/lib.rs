@@ -10,6 +10,7 @@
 pub mod dsp;
 pub mod engine;
 pub mod hibari;
+pub mod kernels;
 pub mod noise;
 pub mod onnx;
 pub mod proto;

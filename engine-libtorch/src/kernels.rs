@@ -1,0 +1,509 @@
+//! Row-wise CPU kernels of the int8 path ([`crate::hibari::Precision::Int8`]): everything
+//! between the int8 matmuls (libtorch's `_int_mm`) of a ConvNeXt block or transformer pass, fused
+//! into one pass per row over time-major [rows, channels] data.
+//!
+//! Two properties matter more than speed:
+//! - **A row's result depends on that row only**, computed in the same order whatever the number
+//!   of rows: no libtorch elementwise op (whose vector/scalar split and thread split depend on the
+//!   tensor's size) touches int8-path activations. So a chunk of a sentence, or a sentence in a
+//!   padded batch, gets bit for bit the activations it gets alone; int8 rounding can't amplify
+//!   round-off differences that don't exist.
+//! - **Same results on every x86-64 CPU**: the AVX2 versions only vectorize the same operations
+//!   (Rust never fuses a multiply and an add), and reductions use fixed lanes.
+
+use tch::{Device, Kind, Tensor};
+
+/// Lanes of the fixed-order partial sums (a multiple of every vector width used).
+const LANES: usize = 16;
+
+/// Defines `fn $name(..)` that runs its body compiled for AVX2 where the CPU has it, else for the
+/// baseline target: same arithmetic, only wider vectors.
+macro_rules! multiversion {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$m])* $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn imp($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2")]
+                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? { imp($($arg),*) }
+                if std::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU has AVX2.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            imp($($arg),*)
+        }
+    };
+}
+
+/// The f32 data of a contiguous CPU float tensor.
+pub fn f32s(t: &Tensor) -> &[f32] {
+    assert!(t.kind() == Kind::Float && t.device() == Device::Cpu && t.is_contiguous(), "f32 CPU contiguous");
+    let n = t.numel();
+    if n == 0 {
+        return &[];
+    }
+    // SAFETY: a contiguous float tensor of n elements; the slice borrows the tensor.
+    unsafe { std::slice::from_raw_parts(t.data_ptr() as *const f32, n) }
+}
+
+/// The f32 data of a contiguous CPU float tensor, mutable. The tensor must not share its storage
+/// with another live tensor that is read meanwhile (use it on tensors made for the purpose).
+pub fn f32s_mut(t: &mut Tensor) -> &mut [f32] {
+    assert!(t.kind() == Kind::Float && t.device() == Device::Cpu && t.is_contiguous(), "f32 CPU contiguous");
+    let n = t.numel();
+    if n == 0 {
+        return &mut [];
+    }
+    // SAFETY: as above; `&mut Tensor` keeps other uses of this handle out while the slice lives.
+    unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut f32, n) }
+}
+
+fn i8s_mut(t: &mut Tensor) -> &mut [i8] {
+    assert!(t.kind() == Kind::Int8 && t.device() == Device::Cpu && t.is_contiguous(), "i8 CPU contiguous");
+    // SAFETY: a contiguous int8 tensor of numel elements.
+    unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut i8, t.numel()) }
+}
+
+fn i32s(t: &Tensor) -> &[i32] {
+    assert!(t.kind() == Kind::Int && t.device() == Device::Cpu && t.is_contiguous(), "i32 CPU contiguous");
+    // SAFETY: a contiguous int32 tensor of numel elements.
+    unsafe { std::slice::from_raw_parts(t.data_ptr() as *const i32, t.numel()) }
+}
+
+/// Round half to even for |v| < 2^22 (adding and removing 1.5 · 2^23 leaves no fraction bits).
+#[inline(always)]
+fn round_even(v: f32) -> f32 {
+    const M: f32 = 12_582_912.0;
+    (v + M) - M
+}
+
+/// An integer-valued float with |v| < 2^22 as an integer, through its bits (vectorizes, unlike
+/// the saturating `as` cast).
+#[inline(always)]
+fn to_int(v: f32) -> i32 {
+    const M: f32 = 12_582_912.0;
+    (v + M).to_bits() as i32 - M.to_bits() as i32
+}
+
+#[inline(always)]
+fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] += f(c[i]);
+        }
+    }
+    for (i, &v) in rest.iter().enumerate() {
+        acc[i] += f(v);
+    }
+    acc.iter().sum()
+}
+
+/// erf(x) to 3.5e-7 (absolute, float32): x·P(x²)/Q(x²) on [−4, 4], ±1 beyond. A rational fit
+/// of our own (least squares on x·P − erf·Q, reweighted toward the worst errors).
+#[inline(always)]
+fn erf(x: f32) -> f32 {
+    const P: [f32; 6] = [
+        std::f32::consts::FRAC_2_SQRT_PI,
+        0.196_255_36,
+        0.053_468_235,
+        0.004_003_883,
+        0.000_288_040_76,
+        1.974_713_3e-6,
+    ];
+    const Q: [f32; 6] = [1.0, 0.507_257_9, 0.116_478_98, 0.015_444_918, 0.001_216_405, 3.747_959e-5];
+    let x = x.clamp(-4.0, 4.0);
+    let t = x * x;
+    let mut p = P[5];
+    let mut q = Q[5];
+    for i in (0..5).rev() {
+        p = p * t + P[i];
+        q = q * t + Q[i];
+    }
+    (x * p / q).clamp(-1.0, 1.0)
+}
+
+/// GELU, the exact (erf) form.
+#[inline(always)]
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// Quantizes one row as onnxruntime's DynamicQuantizeLinear quantizes a tensor (range including
+/// 0, s = (max − min)/255, zp = round(−min/s), q = clamp(round(x/s) + zp, 0, 255)), stored as
+/// int8 q − 128. Returns (s, 128 − zp), the row's scale and its zero-point correction.
+#[inline(always)]
+fn quantize_row(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+    let mut mn = [0f32; LANES];
+    let mut mx = [0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..LANES {
+            mn[i] = if c[i] < mn[i] { c[i] } else { mn[i] };
+            mx[i] = if c[i] > mx[i] { c[i] } else { mx[i] };
+        }
+    }
+    for &v in rest {
+        mn[0] = if v < mn[0] { v } else { mn[0] };
+        mx[0] = if v > mx[0] { v } else { mx[0] };
+    }
+    let mn = mn.iter().fold(0f32, |a, &b| if b < a { b } else { a });
+    let mx = mx.iter().fold(0f32, |a, &b| if b > a { b } else { a });
+    let mut s = (mx - mn) / 255.0;
+    if s == 0.0 || !s.is_finite() {
+        s = 1.0; // an all-zero row (padding): any scale gives its zero point
+    }
+    let zp = round_even(-mn / s).clamp(0.0, 255.0);
+    let off = zp - 128.0;
+    for (o, &v) in q.iter_mut().zip(x) {
+        *o = to_int((round_even(v / s) + off).clamp(-128.0, 127.0)) as i8;
+    }
+    (s, 128 - to_int(zp))
+}
+
+/// Int8 activations of a matrix: the int8 rows, and per row its scale and zero-point correction.
+pub struct QRows {
+    pub q: Tensor,
+    pub scale: Vec<f32>,
+    pub corr: Vec<i32>,
+}
+
+impl QRows {
+    fn new(m: usize, k: usize) -> QRows {
+        QRows {
+            q: Tensor::empty([m as i64, k as i64], (Kind::Int8, Device::Cpu)),
+            scale: vec![0.0; m],
+            corr: vec![0; m],
+        }
+    }
+}
+
+multiversion! {
+    fn quantize_impl(x: &[f32], k: usize, q: &mut [i8], scale: &mut [f32], corr: &mut [i32]) {
+        for (m, (xr, qr)) in x.chunks_exact(k).zip(q.chunks_exact_mut(k)).enumerate() {
+            (scale[m], corr[m]) = quantize_row(xr, qr);
+        }
+    }
+}
+
+/// Per-row int8 quantization of x [M, K].
+pub fn quantize(x: &[f32], k: usize) -> QRows {
+    let m = x.len() / k;
+    let mut r = QRows::new(m, k);
+    let q = i8s_mut(&mut r.q);
+    quantize_impl(x, k, q, &mut r.scale, &mut r.corr);
+    r
+}
+
+multiversion! {
+    fn layernorm_quantize_impl(x: &[f32], w: &[f32], b: &[f32], q: &mut [i8], scale: &mut [f32], corr: &mut [i32]) {
+        let k = w.len();
+        let mut y = vec![0f32; k];
+        for (m, (xr, qr)) in x.chunks_exact(k).zip(q.chunks_exact_mut(k)).enumerate() {
+            let n = k as f32;
+            let mean = lane_sum(xr, |v| v) / n;
+            let var = lane_sum(xr, |v| (v - mean) * (v - mean)) / n;
+            let r = 1.0 / (var + 1e-5).sqrt();
+            for j in 0..k {
+                y[j] = (xr[j] - mean) * r * w[j] + b[j];
+            }
+            (scale[m], corr[m]) = quantize_row(&y, qr);
+        }
+    }
+}
+
+/// LayerNorm (eps 1e-5, over the K channels of each row) of x [M, K], then per-row int8.
+pub fn layernorm_quantize(x: &[f32], w: &[f32], b: &[f32]) -> QRows {
+    let k = w.len();
+    let m = x.len() / k;
+    let mut r = QRows::new(m, k);
+    let q = i8s_mut(&mut r.q);
+    layernorm_quantize_impl(x, w, b, q, &mut r.scale, &mut r.corr);
+    r
+}
+
+/// One Linear layer's int8 weights: y = ((q_x − zp_x) · q_w) · (s_x s_w) + b. The matmul runs on
+/// the stored q_x − 128, and (128 − zp_x) · Σ_k q_w[k, j] is added back in int32 (exact).
+pub struct QWeight {
+    /// q_w, int8 [in, out]
+    pub wt: Tensor,
+    /// Σ_k q_w[k, j] [out]
+    pub colsum: Vec<i32>,
+    pub scale: f32,
+    pub bias: Vec<f32>,
+}
+
+/// How the int32 results of a [`QWeight`] become floats.
+pub enum Epilogue<'a> {
+    /// y = dequant + bias, into a new [M, N] tensor
+    Bias,
+    /// gelu(dequant + bias), quantized per row for the next int8 matmul
+    GeluQuantize,
+    /// x[m] += gamma ⊙ (dequant + bias), in place (gamma None: plain residual add)
+    Residual { x: &'a mut [f32], gamma: Option<&'a [f32]> },
+    /// dequant + bias split along N into equal parts, each a new [M, N / parts] tensor
+    Split(usize),
+}
+
+/// The result of [`QWeight::forward`] for each [`Epilogue`].
+pub enum Out {
+    Float(Tensor),
+    Quant(QRows),
+    Done,
+    Parts(Vec<Tensor>),
+}
+
+#[inline(always)]
+fn dequant_row(acc: &[i32], corr: i32, colsum: &[i32], s: f32, bias: &[f32], out: &mut [f32]) {
+    for j in 0..out.len() {
+        out[j] = (acc[j] + corr * colsum[j]) as f32 * s + bias[j];
+    }
+}
+
+multiversion! {
+    fn bias_impl(acc: &[i32], w: &QWeight, x: &QRows, out: &mut [f32]) {
+        let n = w.colsum.len();
+        for (m, (a, o)) in acc.chunks_exact(n).zip(out.chunks_exact_mut(n)).enumerate() {
+            dequant_row(a, x.corr[m], &w.colsum, x.scale[m] * w.scale, &w.bias, o);
+        }
+    }
+}
+
+multiversion! {
+    fn gelu_quantize_impl(acc: &[i32], w: &QWeight, x: &QRows, q: &mut [i8], scale: &mut [f32], corr: &mut [i32]) {
+        let n = w.colsum.len();
+        let mut y = vec![0f32; n];
+        for (m, (a, qr)) in acc.chunks_exact(n).zip(q.chunks_exact_mut(n)).enumerate() {
+            dequant_row(a, x.corr[m], &w.colsum, x.scale[m] * w.scale, &w.bias, &mut y);
+            for v in y.iter_mut() {
+                *v = gelu(*v);
+            }
+            (scale[m], corr[m]) = quantize_row(&y, qr);
+        }
+    }
+}
+
+multiversion! {
+    fn residual_impl(acc: &[i32], w: &QWeight, x: &QRows, res: &mut [f32], gamma: Option<&[f32]>) {
+        let n = w.colsum.len();
+        let mut y = vec![0f32; n];
+        for (m, (a, r)) in acc.chunks_exact(n).zip(res.chunks_exact_mut(n)).enumerate() {
+            dequant_row(a, x.corr[m], &w.colsum, x.scale[m] * w.scale, &w.bias, &mut y);
+            match gamma {
+                Some(g) => {
+                    for j in 0..n {
+                        r[j] += g[j] * y[j];
+                    }
+                }
+                None => {
+                    for j in 0..n {
+                        r[j] += y[j];
+                    }
+                }
+            }
+        }
+    }
+}
+
+multiversion! {
+    fn split_impl(acc: &[i32], w: &QWeight, x: &QRows, outs: &mut [&mut [f32]]) {
+        let n = w.colsum.len();
+        let part = n / outs.len();
+        for (m, a) in acc.chunks_exact(n).enumerate() {
+            let s = x.scale[m] * w.scale;
+            for (p, o) in outs.iter_mut().enumerate() {
+                let r = p * part..(p + 1) * part;
+                dequant_row(&a[r.clone()], x.corr[m], &w.colsum[r.clone()], s, &w.bias[r], &mut o[m * part..(m + 1) * part]);
+            }
+        }
+    }
+}
+
+impl QWeight {
+    /// From nn.Linear's dequantized weight [out, in] (= q · scale, checked) and bias [out].
+    pub fn new(w: &Tensor, scale: f64, bias: &Tensor) -> Result<QWeight, String> {
+        let q = (w.to_device(Device::Cpu) / scale).round();
+        let err = (&q * scale - w.to_device(Device::Cpu)).abs().max().double_value(&[]);
+        let qmax = q.abs().max().double_value(&[]);
+        if err > 0.0 || qmax > 127.0 {
+            return Err(format!("not int8 × {scale}"));
+        }
+        let colsum = Vec::<i32>::try_from(&q.sum_dim_intlist(1, false, Kind::Float).to_kind(Kind::Int))
+            .map_err(|e| e.to_string())?;
+        let bias =
+            Vec::<f32>::try_from(&bias.to_device(Device::Cpu).to_kind(Kind::Float)).map_err(|e| e.to_string())?;
+        Ok(QWeight { wt: q.transpose(0, 1).contiguous().to_kind(Kind::Int8), colsum, scale: scale as f32, bias })
+    }
+
+    pub fn out_features(&self) -> usize {
+        self.colsum.len()
+    }
+
+    /// The int8 matmul of the quantized rows `x` with these weights, then `epilogue`.
+    pub fn forward(&self, x: &QRows, epilogue: Epilogue<'_>) -> Out {
+        let acc = x.q.internal_int_mm(&self.wt); // [M, N] int32
+        let a = i32s(&acc);
+        let m = x.scale.len() as i64;
+        let n = self.out_features() as i64;
+        match epilogue {
+            Epilogue::Bias => {
+                let mut out = Tensor::empty([m, n], (Kind::Float, Device::Cpu));
+                bias_impl(a, self, x, f32s_mut(&mut out));
+                Out::Float(out)
+            }
+            Epilogue::GeluQuantize => {
+                let mut r = QRows::new(m as usize, n as usize);
+                let q = i8s_mut(&mut r.q);
+                gelu_quantize_impl(a, self, x, q, &mut r.scale, &mut r.corr);
+                Out::Quant(r)
+            }
+            Epilogue::Residual { x: res, gamma } => {
+                assert_eq!(res.len(), a.len(), "residual shape");
+                residual_impl(a, self, x, res, gamma);
+                Out::Done
+            }
+            Epilogue::Split(parts) => {
+                assert_eq!(n % parts as i64, 0, "{n} outputs in {parts} parts");
+                let mut ts: Vec<Tensor> =
+                    (0..parts).map(|_| Tensor::empty([m, n / parts as i64], (Kind::Float, Device::Cpu))).collect();
+                let mut views: Vec<&mut [f32]> = ts.iter_mut().map(f32s_mut).collect();
+                split_impl(a, self, x, &mut views);
+                Out::Parts(ts)
+            }
+        }
+    }
+}
+
+multiversion! {
+    fn dwconv_impl(x: &[f32], c: usize, wk: &[f32], b: &[f32], dil: usize, mask: Option<&[f32]>, y: &mut [f32]) {
+        let t_len = x.len() / c;
+        let k = wk.len() / c;
+        let pad = dil * (k - 1) / 2;
+        for t in 0..t_len {
+            let out = &mut y[t * c..(t + 1) * c];
+            out.copy_from_slice(b);
+            for kk in 0..k {
+                let src = t + kk * dil;
+                if src < pad || src - pad >= t_len {
+                    continue;
+                }
+                let s = src - pad;
+                if mask.is_some_and(|m| m[s] == 0.0) {
+                    continue;
+                }
+                let (xr, wr) = (&x[s * c..(s + 1) * c], &wk[kk * c..(kk + 1) * c]);
+                for j in 0..c {
+                    out[j] += wr[j] * xr[j];
+                }
+            }
+        }
+    }
+}
+
+/// Depthwise Conv1d ("same" zero padding, dilation `dil`) of one time-major sequence x [T, C]:
+/// y[t] = b + Σ_k w[k] ⊙ x[t + k·dil − pad], with x taken as zero outside 0..T and at frames where
+/// `mask` is 0. `wk` is the weight as [K, C] (the conv's [C, 1, K] transposed).
+pub fn dwconv(x: &[f32], c: usize, wk: &[f32], b: &[f32], dil: usize, mask: Option<&[f32]>, y: &mut [f32]) {
+    assert_eq!(x.len(), y.len());
+    if let Some(m) = mask {
+        assert_eq!(m.len() * c, x.len());
+    }
+    dwconv_impl(x, c, wk, b, dil, mask, y);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_is_accurate() {
+        let worst = (-6000..=6000)
+            .map(|i| {
+                let x = i as f64 / 1000.0;
+                (f64::from(erf(x as f32)) - libm_erf(x)).abs()
+            })
+            .fold(0f64, f64::max);
+        assert!(worst < 5e-7, "{worst}");
+    }
+
+    /// libtorch's float64 erf, the test oracle.
+    fn libm_erf(x: f64) -> f64 {
+        let t = Tensor::from_slice(&[x]).erf();
+        t.double_value(&[0])
+    }
+
+    #[test]
+    fn quantize_matches_the_tensor_formula() {
+        let x = Tensor::randn([37, 48], (Kind::Float, Device::Cpu)) * 3.0;
+        let r = quantize(f32s(&x), 48);
+        let mn = x.amin(1, false).clamp_max(0.0);
+        let mx = x.amax(1, false).clamp_min(0.0);
+        let s = (mx - &mn) / 255.0;
+        let zp = (-mn / &s).round().clamp(0.0, 255.0);
+        let q = ((&x / s.unsqueeze(1)).round() + (&zp - 128.0).unsqueeze(1)).clamp(-128.0, 127.0).to_kind(Kind::Int8);
+        assert!(q.equal(&r.q));
+        assert_eq!(Vec::<f32>::try_from(&s).unwrap(), r.scale);
+        let corr: Vec<i32> = Vec::<f32>::try_from(&zp).unwrap().iter().map(|z| 128 - *z as i32).collect();
+        assert_eq!(corr, r.corr);
+    }
+
+    #[test]
+    fn rows_do_not_depend_on_other_rows() {
+        let x = Tensor::randn([40, 64], (Kind::Float, Device::Cpu));
+        let w = Tensor::randn([64], (Kind::Float, Device::Cpu));
+        let b = Tensor::randn([64], (Kind::Float, Device::Cpu));
+        let all = layernorm_quantize(f32s(&x), f32s(&w), f32s(&b));
+        let part = layernorm_quantize(&f32s(&x)[5 * 64..9 * 64], f32s(&w), f32s(&b));
+        assert!(all.q.narrow(0, 5, 4).equal(&part.q));
+        assert_eq!(&all.scale[5..9], &part.scale[..]);
+    }
+
+    #[test]
+    fn dwconv_matches_libtorch() {
+        let (c, t, k) = (32usize, 50usize, 7usize);
+        for dil in [1usize, 2, 4] {
+            let x = Tensor::randn([t as i64, c as i64], (Kind::Float, Device::Cpu));
+            let w = Tensor::randn([c as i64, 1, k as i64], (Kind::Float, Device::Cpu));
+            let b = Tensor::randn([c as i64], (Kind::Float, Device::Cpu));
+            let want =
+                x.transpose(0, 1).unsqueeze(0).conv1d(&w, Some(&b), [1], [(dil * 3) as i64], [dil as i64], c as i64);
+            let want = want.squeeze_dim(0).transpose(0, 1).contiguous();
+            let wk = w.squeeze_dim(1).transpose(0, 1).contiguous();
+            let mut y = Tensor::empty([t as i64, c as i64], (Kind::Float, Device::Cpu));
+            dwconv(f32s(&x), c, f32s(&wk), f32s(&b), dil, None, f32s_mut(&mut y));
+            let err = (&y - want).abs().max().double_value(&[]);
+            assert!(err < 1e-5, "dil {dil}: {err}");
+        }
+    }
+
+    #[test]
+    fn qweight_matches_float_linear_on_quantized_input() {
+        let w = (Tensor::randint_low(-127, 128, [24, 32], (Kind::Float, Device::Cpu))) * 0.01;
+        let b = Tensor::randn([24], (Kind::Float, Device::Cpu));
+        let qw = QWeight::new(&w, 0.01, &b).unwrap();
+        let x = Tensor::randn([13, 32], (Kind::Float, Device::Cpu));
+        let qx = quantize(f32s(&x), 32);
+        // the dequantized activations, through a float Linear
+        let s = Tensor::from_slice(&qx.scale).unsqueeze(1);
+        let zp: Vec<f32> = qx.corr.iter().map(|c| (128 - c) as f32).collect();
+        let xd = (qx.q.to_kind(Kind::Float) + 128.0 - Tensor::from_slice(&zp).unsqueeze(1)) * s;
+        let want = xd.linear(&w, Some(&b));
+        let Out::Float(y) = qw.forward(&qx, Epilogue::Bias) else { panic!() };
+        let err = (&y - &want).abs().max().double_value(&[]);
+        assert!(err < 1e-4, "{err}");
+        let Out::Parts(p) = qw.forward(&qx, Epilogue::Split(3)) else { panic!() };
+        assert!(Tensor::cat(&p, 1).equal(&y));
+        let mut res = Tensor::zeros([13, 24], (Kind::Float, Device::Cpu));
+        qw.forward(&qx, Epilogue::Residual { x: f32s_mut(&mut res), gamma: None });
+        assert!(res.equal(&y));
+        let Out::Quant(g) = qw.forward(&qx, Epilogue::GeluQuantize) else { panic!() };
+        let want = quantize(f32s(&y.gelu("none").contiguous()), 24);
+        let diff = (g.q.to_kind(Kind::Int) - want.q.to_kind(Kind::Int)).abs().max().int64_value(&[]);
+        assert!(diff <= 1, "{diff}");
+    }
+}
