@@ -139,10 +139,23 @@ struct VoiceArgs {
     /// so one thread gave the best latency here; more help only large batches on many cores.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=1024))]
     threads: i32,
-    /// Arithmetic of the network's Linear layers: fp32 (exact) or int8 (CPU only; faster, not
-    /// exact: the shipped int8 weights with per-frame int8 activations).
-    #[arg(long, value_name = "PRECISION", default_value = "fp32")]
-    precision: speechstream_engine_libtorch::Precision,
+    /// Arithmetic of the network's Linear layers: auto (int8 on the CPU, fp32 on CUDA), int8
+    /// (CPU only: the voice's own int8 weights with int8 activations per frame, as the reference
+    /// runs it) or fp32 (the weights dequantized: the exact math of the float graph, ~2x slower
+    /// on the CPU).
+    #[arg(long, value_name = "PRECISION", default_value = "auto", value_parser = parse_precision)]
+    precision: PrecisionArg,
+}
+
+/// `--precision`: None for auto.
+#[derive(Clone, Copy, Debug)]
+struct PrecisionArg(Option<speechstream_engine_libtorch::Precision>);
+
+fn parse_precision(s: &str) -> Result<PrecisionArg, String> {
+    match s {
+        "auto" => Ok(PrecisionArg(None)),
+        _ => s.parse().map(|p| PrecisionArg(Some(p))).map_err(|_| format!("{s:?}: auto, int8 or fp32")),
+    }
 }
 
 impl VoiceArgs {
@@ -151,7 +164,9 @@ impl VoiceArgs {
         let mut options = HibariOptions::new(self.assets()?);
         options.device = device;
         options.threads = Some(self.threads);
-        options.precision = self.precision;
+        let precision = self.precision.0.unwrap_or(speechstream_engine_libtorch::Precision::default_for(device));
+        options.precision = Some(precision);
+        info!(?device, %precision, threads = self.threads, "loading the hibari voice");
         if let Some(name) = model_name {
             options.model_name = name;
         }

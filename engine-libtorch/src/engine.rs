@@ -43,9 +43,9 @@ pub struct HibariOptions {
     /// Fine frames in every chunk after the second (at least `chunk_frames`): fewer chunks, so
     /// less decoder context computed twice, once the client has a second of audio.
     pub max_chunk_frames: usize,
-    /// Arithmetic of the network's Linear layers. Int8 (CPU only) is faster but not exact:
-    /// see [`Precision::Int8`].
-    pub precision: Precision,
+    /// Arithmetic of the network's Linear layers; `None`: [`Precision::default_for`] the device
+    /// (int8 on the CPU, see [`Precision::Int8`]; fp32 on CUDA).
+    pub precision: Option<Precision>,
     /// Most sentences whose prosody, and most requests whose decoder chunks, run in one forward
     /// pass (on CPU, chunks after the first are batched by at most 4: see scheduler.rs).
     pub max_batch: usize,
@@ -61,7 +61,7 @@ impl HibariOptions {
             first_chunk_frames: 16,
             chunk_frames: 80,
             max_chunk_frames: 200,
-            precision: Precision::Fp32,
+            precision: None,
             max_batch: 16,
         }
     }
@@ -126,7 +126,7 @@ impl HibariEngine {
                 }
             };
             let model = Hibari::load_voice(dir, &entry.file, options.device)
-                .and_then(|m| m.with_precision(options.precision))
+                .and_then(|m| m.with_precision(options.precision.unwrap_or(Precision::default_for(options.device))))
                 .map_err(|e| format!("voice {} ({}): {e}", entry.name, entry.file))?;
             voices.push(VoiceModel { name: entry.name, model, front_end });
         }

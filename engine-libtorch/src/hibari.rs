@@ -11,6 +11,7 @@
 //! (frame ranges of several sentences in one pass) is [`Hibari::decode_batch`] and
 //! [`Hibari::synthesize_chunks`].
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
@@ -94,6 +95,8 @@ pub struct Prosody {
     z: Tensor,
     /// STFT of the pulse train of the whole sentence, (re, im) [F, 601]
     pulse: (Tensor, Tensor),
+    /// the int8 decoder's rows kept for this sentence's next chunk
+    dec: RefCell<Option<DecState>>,
 }
 
 impl Prosody {
@@ -158,11 +161,12 @@ pub fn chunk_ranges(frames: usize, first: usize, size: usize) -> Vec<Range<usize
 pub enum Precision {
     /// The shipped int8 weights with int8 activations (`_int_mm`, int32 accumulation), as the
     /// packaged onnxruntime graph computes them, but with one activation scale per row (frame or
-    /// token) instead of per tensor, so a frame's output depends on that frame's inputs only. CPU
-    /// only; its Linear layers are ~3x cheaper there. Not exact: like onnxruntime's int8 graph it
-    /// is chaotic in the rounding of activations, so float32 round-off differences (a chunk
-    /// against the whole sentence, a padded batch against one item) come out as up to ~0.2 on
-    /// the log-magnitudes instead of 1e-5 (NOTES.md, "int8 path").
+    /// token) instead of per tensor, so a frame's output depends on that frame's inputs only.
+    /// CPU only; the default there (2x faster than fp32). Not the fp32 graph's math (like
+    /// onnxruntime's int8 graph, it is as far from it as it is from onnxruntime's int8 output,
+    /// see `tests/hibari_int8.rs`), but exact with itself: the row-wise kernels of
+    /// [`crate::kernels`] compute every row as they would alone, so chunks equal the whole
+    /// sentence and batches equal single items bit for bit.
     Int8,
     /// Weights dequantized to float32 (W = q·scale), float activations: the exact target of the
     /// fp32 graph (hibari-architecture.md §6).
@@ -185,6 +189,18 @@ impl FromStr for Precision {
             "int8" => Ok(Precision::Int8),
             "fp32" => Ok(Precision::Fp32),
             _ => Err(format!("precision {s:?}: int8 or fp32")),
+        }
+    }
+}
+
+impl Precision {
+    /// The default on `device`: int8 on the CPU where libtorch has its int8 matmul (faster, and
+    /// what the reference runs), else fp32.
+    pub fn default_for(device: Device) -> Precision {
+        if device == Device::Cpu && int8_available() {
+            Precision::Int8
+        } else {
+            Precision::Fp32
         }
     }
 }
@@ -602,7 +618,18 @@ impl Hibari {
         let frames = f0.size()[0] as usize;
         let pulses = self.dsp.pulses(&f0);
         let pulse = self.dsp.pulse_spectrum(&pulses, frames as i64);
-        Prosody { ids: ids.to_vec(), speed, log_durations: s, durations: d, frames, f0, n, z, pulse }
+        Prosody {
+            ids: ids.to_vec(),
+            speed,
+            log_durations: s,
+            durations: d,
+            frames,
+            f0,
+            n,
+            z,
+            pulse,
+            dec: RefCell::new(None),
+        }
     }
 
     fn regulate(&self, ids: &[i64], speed: f32, s: Vec<f32>, d: Vec<i64>, hm: &Tensor, hp: &Tensor) -> Prosody {
@@ -830,17 +857,22 @@ fn linear_rows(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
     Tensor::cat(&[x, &pad], 0).linear(w, Some(b)).narrow(0, 0, m).contiguous()
 }
 
-/// A ConvNeXt block of the int8 path on x [n · t, C] (n sequences of t frames, time-major),
-/// updated in place (x must not share its storage); `mask` [n · t] is 0 at frames that don't
-/// exist (padding, gaps), which the depthwise conv reads as zeros.
-fn cnx_int8(b: &QBlock, x: &mut Tensor, t: usize, dil: usize, mask: Option<&[f32]>) {
+/// A ConvNeXt block of the int8 path on x [Σ seqs, C]: sequences of `seqs` frames one after the
+/// other, time-major, updated in place (x must not share its storage); `mask` (one value per
+/// row) is 0 at frames that don't exist (padding), which the depthwise conv reads as zeros, as
+/// it reads the frames outside each sequence.
+fn cnx_int8(b: &QBlock, x: &mut Tensor, seqs: &[usize], dil: usize, mask: Option<&[f32]>) {
     let c = b.db.size()[0] as usize;
     let mut u = Tensor::empty(x.size(), (Kind::Float, Device::Cpu));
     {
         let (xs, us) = (f32s(x), f32s_mut(&mut u));
-        for (i, (xi, ui)) in xs.chunks(t * c).zip(us.chunks_mut(t * c)).enumerate() {
-            let m = mask.map(|m| &m[i * t..(i + 1) * t]);
-            dwconv(xi, c, f32s(&b.wk), f32s(&b.db), dil, m, ui);
+        assert_eq!(seqs.iter().sum::<usize>() * c, xs.len(), "sequence lengths");
+        let mut row = 0;
+        for &t in seqs {
+            let r = row * c..(row + t) * c;
+            let m = mask.map(|m| &m[row..row + t]);
+            dwconv(&xs[r.clone()], c, f32s(&b.wk), f32s(&b.db), dil, m, &mut us[r]);
+            row += t;
         }
     }
     let q = layernorm_quantize(f32s(&u), f32s(&b.norm.0), f32s(&b.norm.1));
@@ -877,7 +909,7 @@ impl Hibari {
         let t = Tensor::from_slice(ids);
         let mut x = Tensor::embedding(self.p(pre, "emb.weight"), &t, -1, false, false).contiguous();
         for i in 0..2 {
-            cnx_int8(q.block(&format!("{pre}.convs.{i}")), &mut x, ids.len(), 1, None);
+            cnx_int8(q.block(&format!("{pre}.convs.{i}")), &mut x, &[ids.len()], 1, None);
         }
         let layer = &q.layers[&format!("{pre}.attn")];
         for _ in 0..passes {
@@ -915,8 +947,9 @@ impl Hibari {
         let w = self.param("pn.pro_in.weight").squeeze_dim(2);
         let mut g = linear_rows(&Tensor::cat(&g, 0), &w, self.param("pn.pro_in.bias"));
         let m = mask.contains(&0.0).then_some(mask.as_slice());
+        let seqs = vec![tmax; items.len()];
         for (i, dil) in PRO_DILATIONS.iter().enumerate() {
-            cnx_int8(q.block(&format!("pn.pro.{i}")), &mut g, tmax, *dil as usize, m);
+            cnx_int8(q.block(&format!("pn.pro.{i}")), &mut g, &seqs, *dil as usize, m);
         }
         let w = self.param("pn.pro_out.weight").squeeze_dim(2);
         let p = linear_rows(&g, &w, self.param("pn.pro_out.bias")); // [B · tmax, 4]
@@ -929,35 +962,109 @@ impl Hibari {
         out
     }
 
+    /// The int8 decoder as a staircase: each of its 9 layers (m.dec_in, 8 blocks) keeps the rows
+    /// of its output that the next chunk of the same sentence needs (`Prosody::dec`), so a
+    /// sentence decoded chunk after chunk computes every layer's row once, instead of 27 frames
+    /// of context on each side of every chunk. Layer L's rows up to b + 3·(9 − L) are computed for
+    /// output frames up to b (the k7 convs' radius), each from the previous layer's rows around it
+    /// (3 each side) only, so every row is exact and bit for bit the row of a whole-sentence
+    /// pass. Items that don't continue their sentence's previous item start a new staircase at
+    /// their first frame.
     fn decode_int8(&self, q: &Int8, items: &[(&Prosody, usize, usize)]) -> Vec<Spectra> {
+        const LAYERS: usize = 9;
+        let mut states: Vec<DecState> = items
+            .iter()
+            .map(|&(p, a, b)| {
+                assert!(a < b && b <= p.frames, "frames [{a}, {b}) of {}", p.frames);
+                match p.dec.take() {
+                    Some(s) if s.rows[LAYERS - 1].0 <= a && a <= s.hi(LAYERS - 1) => s,
+                    _ => DecState::starting_at(a, LAYERS),
+                }
+            })
+            .collect();
         let cin = items[0].0.z.size()[1];
-        let (mut cols, mut mask, mut keep) = (Vec::new(), Vec::<f32>::new(), Vec::<i64>::new());
-        let edge = Tensor::zeros([3, cin], (Kind::Float, Device::Cpu));
-        for (k, &(p, a, b)) in items.iter().enumerate() {
-            assert!(a < b && b <= p.frames, "frames [{a}, {b}) of {}", p.frames);
-            let wa = a.saturating_sub(DECODER_CONTEXT);
-            let wb = (b + DECODER_CONTEXT).min(p.frames);
-            if k > 0 {
-                cols.push(Tensor::zeros([PACK_GAP as i64, 7 * cin], (Kind::Float, Device::Cpu)));
-                mask.extend(std::iter::repeat_n(0f32, PACK_GAP));
+        let zeros = |n: usize, c: i64| Tensor::zeros([n as i64, c], (Kind::Float, Device::Cpu));
+        for l in 0..LAYERS {
+            // rows [hi, t) of layer l, per item that needs them
+            let todo: Vec<(usize, usize, usize)> = items
+                .iter()
+                .zip(&states)
+                .enumerate()
+                .filter_map(|(i, (&(p, _, b), s))| {
+                    let t = (b + 3 * (LAYERS - 1 - l)).min(p.frames);
+                    (s.hi(l) < t).then(|| (i, s.hi(l), t))
+                })
+                .collect();
+            if todo.is_empty() {
+                continue;
             }
-            let pos = mask.len();
-            // im2col of m.dec_in (k7, "same" zero padding at the window's edges)
-            let zw = Tensor::cat(&[&edge, &p.z.narrow(0, wa as i64, (wb - wa) as i64), &edge], 0);
-            cols.push(zw.unfold(0, 7, 1).reshape([(wb - wa) as i64, -1]));
-            mask.extend(std::iter::repeat_n(1f32, wb - wa));
-            keep.extend((pos + a - wa..pos + b - wa).map(|j| j as i64));
+            let mut new_rows: Vec<Tensor> = if l == 0 {
+                // m.dec_in through im2col: z rows [hi − 3, t + 3), zero outside the sentence
+                let cols: Vec<Tensor> = todo
+                    .iter()
+                    .map(|&(i, hi, t)| {
+                        let p = items[i].0;
+                        let (za, zb) = (hi.saturating_sub(3), (t + 3).min(p.frames));
+                        let z = Tensor::cat(
+                            &[
+                                zeros(za + 3 - hi, cin),
+                                p.z.narrow(0, za as i64, (zb - za) as i64),
+                                zeros(t + 3 - zb, cin),
+                            ],
+                            0,
+                        );
+                        z.unfold(0, 7, 1).reshape([(t - hi) as i64, -1])
+                    })
+                    .collect();
+                let x = linear_rows(&Tensor::cat(&cols, 0), &q.dec_in, self.param("m.dec_in.bias"));
+                let sizes: Vec<i64> = todo.iter().map(|&(_, hi, t)| (t - hi) as i64).collect();
+                x.split_with_sizes(&sizes, 0)
+            } else {
+                // block l − 1 on the previous layer's rows [hi − 3, t + 3) (clipped to the sentence)
+                let mut windows = Vec::new();
+                let mut seqs = Vec::new();
+                for &(i, hi, t) in &todo {
+                    let (lo, prev) = &states[i].rows[l - 1];
+                    let (wa, wb) = (hi.saturating_sub(3), (t + 3).min(items[i].0.frames));
+                    assert!(*lo <= wa && wb <= lo + prev.size()[0] as usize, "layer {l} rows missing");
+                    windows.push(prev.narrow(0, (wa - lo) as i64, (wb - wa) as i64));
+                    seqs.push(wb - wa);
+                }
+                let mut x = Tensor::cat(&windows, 0);
+                cnx_int8(q.block(&format!("m.dec.{}", l - 1)), &mut x, &seqs, 1, None);
+                let mut start = 0;
+                todo.iter()
+                    .zip(&seqs)
+                    .map(|(&(_, hi, t), &n)| {
+                        let wa = hi.saturating_sub(3);
+                        let r = x.narrow(0, (start + hi - wa) as i64, (t - hi) as i64);
+                        start += n;
+                        r
+                    })
+                    .collect()
+            };
+            for (&(i, _, t), rows) in todo.iter().zip(new_rows.drain(..)) {
+                let s = &mut states[i];
+                s.append(l, rows);
+                if l > 0 {
+                    s.keep_from(l - 1, t.saturating_sub(3)); // what layer l's next rows read
+                }
+            }
         }
-        let mut x = linear_rows(&Tensor::cat(&cols, 0), &q.dec_in, self.param("m.dec_in.bias"));
-        let m = mask.contains(&0.0).then_some(mask.as_slice());
-        for i in 0..8 {
-            cnx_int8(q.block(&format!("m.dec.{i}")), &mut x, mask.len(), 1, m);
-        }
-        let x = x.index_select(0, &Tensor::from_slice(&keep));
+        // dec_norm and the head on the last layer's rows [a, b)
+        let last: Vec<Tensor> = items
+            .iter()
+            .zip(&states)
+            .map(|(&(_, a, b), s)| {
+                let (lo, rows) = &s.rows[LAYERS - 1];
+                rows.narrow(0, (a - lo) as i64, (b - a) as i64)
+            })
+            .collect();
+        let x = Tensor::cat(&last, 0);
         let qx = layernorm_quantize(f32s(&x), f32s(&q.dec_norm.0), f32s(&q.dec_norm.1));
         let Out::Parts(parts) = q.head.forward(&qx, Epilogue::Split(5)) else { unreachable!("five parts") };
         let mut start = 0i64;
-        items
+        let out = items
             .iter()
             .map(|&(p, a, b)| {
                 let n = (b - a) as i64;
@@ -974,7 +1081,51 @@ impl Hibari {
                 start += n;
                 sp
             })
-            .collect()
+            .collect();
+        // Keep each sentence's staircase for its next chunk, whose first frame is b − 3 when the
+        // chunks are synthesized (frames [a − 1, b + 2), see synthesize_chunks).
+        for (&(p, _, b), mut s) in items.iter().zip(states) {
+            s.keep_from(LAYERS - 1, b.saturating_sub(3));
+            p.dec.replace(Some(s));
+        }
+        out
+    }
+}
+
+/// The rows an int8 decoder staircase keeps per layer: (first row, rows [n, 256]).
+#[derive(Debug)]
+pub(crate) struct DecState {
+    rows: Vec<(usize, Tensor)>,
+}
+
+impl DecState {
+    /// An empty staircase whose last layer starts at frame `a`: layer l starts 3 rows earlier per
+    /// layer above it.
+    fn starting_at(a: usize, layers: usize) -> DecState {
+        let rows = (0..layers)
+            .map(|l| (a.saturating_sub(3 * (layers - 1 - l)), Tensor::zeros([0, 256], (Kind::Float, Device::Cpu))))
+            .collect();
+        DecState { rows }
+    }
+
+    fn hi(&self, l: usize) -> usize {
+        self.rows[l].0 + self.rows[l].1.size()[0] as usize
+    }
+
+    fn append(&mut self, l: usize, new: Tensor) {
+        let (_, rows) = &mut self.rows[l];
+        *rows = if rows.size()[0] == 0 { new.contiguous() } else { Tensor::cat(&[&*rows, &new], 0) };
+    }
+
+    /// Drops layer l's rows before `from`.
+    fn keep_from(&mut self, l: usize, from: usize) {
+        let hi = self.hi(l);
+        let (lo, rows) = &mut self.rows[l];
+        if from > *lo {
+            let from = from.min(hi);
+            *rows = rows.narrow(0, (from - *lo) as i64, (hi - from) as i64).contiguous();
+            *lo = from;
+        }
     }
 }
 

@@ -54,9 +54,9 @@ struct Args {
     max_chunk_frames: usize,
     #[arg(long, default_value = "ours")]
     label: String,
-    /// Arithmetic of the Linear layers: fp32 (exact, the default) or int8 (as `--precision` of
-    /// `speechstream serve` / `say`).
-    #[arg(long, default_value = "fp32")]
+    /// Arithmetic of the Linear layers: int8 (the default on the CPU, as `speechstream serve` /
+    /// `say`) or fp32 (exact).
+    #[arg(long, default_value = "int8")]
     precision: Precision,
     /// hibari assets directory (default: `$SPEECHSTREAM_CACHE/hibari` or `<repo>/.cache/hibari`).
     #[arg(long)]
