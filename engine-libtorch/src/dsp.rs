@@ -514,6 +514,7 @@ const INV_FACT: [f32; 14] = [
 ];
 
 /// ln 2 in two parts: the first with few significant bits, so n·LN2_HI is exact for |n| < 2^8.
+#[allow(clippy::excessive_precision)] // an exact binary value, written in full
 const LN2_HI: f32 = 0.693_359_375;
 const LN2_LO: f32 = (std::f64::consts::LN_2 - 0.693_359_375) as f32;
 
@@ -551,6 +552,7 @@ fn tanh(x: f32) -> f32 {
 /// π/4 in three parts, each with few enough significant bits that y·part is exact for the
 /// quadrant counts used here (Cody and Waite's reduction).
 const PI4_A: f32 = 0.785_156_25;
+#[allow(clippy::excessive_precision)] // an exact binary value, written in full
 const PI4_B: f32 = 2.418_756_484_985_351_6e-4;
 const PI4_C: f32 = (std::f64::consts::FRAC_PI_4 - 0.785_156_25 - 2.418_756_484_985_351_6e-4) as f32;
 
