@@ -303,10 +303,18 @@ impl Hibari {
         let mut params = HashMap::new();
         let mut count = 0;
         for (name, t) in raw {
-            let data = t.to_f32()?;
-            count += data.len();
+            if t.dtype != crate::onnx::DataType::Float || t.data.len() != t.numel() * 4 {
+                return Err(HibariError::Invalid(format!("{name} is not a float tensor of its shape")));
+            }
+            count += t.numel();
             let dims: Vec<i64> = t.dims.iter().map(|&d| d as i64).collect();
-            params.insert(name, Tensor::from_slice(&data).view(dims.as_slice()).to_device(device));
+            // The file's little-endian floats (x86, ARM) copied as they are: one copy, no Vec<f32>.
+            let tensor = if cfg!(target_endian = "little") {
+                Tensor::from_data_size(&t.data, &dims, Kind::Float)
+            } else {
+                Tensor::from_slice(&t.to_f32()?).view(dims.as_slice())
+            };
+            params.insert(name, tensor.to_device(device));
         }
         if count != N_PARAMETERS {
             return Err(HibariError::Invalid(format!("{count} parameters, not hibari's {N_PARAMETERS}")));
@@ -862,6 +870,12 @@ fn linear_rows(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
 /// row) is 0 at frames that don't exist (padding), which the depthwise conv reads as zeros, as
 /// it reads the frames outside each sequence.
 fn cnx_int8(b: &QBlock, x: &mut Tensor, seqs: &[usize], dil: usize, mask: Option<&[f32]>) {
+    let u = depthwise_int8(b, x, seqs, dil, mask);
+    pointwise_int8(b, &u, x);
+}
+
+/// The depthwise conv of a ConvNeXt block (see [`cnx_int8`]): u [Σ seqs, C].
+fn depthwise_int8(b: &QBlock, x: &Tensor, seqs: &[usize], dil: usize, mask: Option<&[f32]>) -> Tensor {
     let c = b.db.size()[0] as usize;
     let mut u = Tensor::empty(x.size(), (Kind::Float, Device::Cpu));
     {
@@ -875,7 +889,12 @@ fn cnx_int8(b: &QBlock, x: &mut Tensor, seqs: &[usize], dil: usize, mask: Option
             row += t;
         }
     }
-    let q = layernorm_quantize(f32s(&u), f32s(&b.norm.0), f32s(&b.norm.1));
+    u
+}
+
+/// The rest of a ConvNeXt block, row by row: x += gamma ⊙ pw2(gelu(pw1(LN(u)))), in place.
+fn pointwise_int8(b: &QBlock, u: &Tensor, x: &mut Tensor) {
+    let q = layernorm_quantize(f32s(u), f32s(&b.norm.0), f32s(&b.norm.1));
     let Out::Quant(h) = b.pw1.forward(&q, Epilogue::GeluQuantize) else { unreachable!("quantized rows") };
     b.pw2.forward(&h, Epilogue::Residual { x: f32s_mut(x), gamma: Some(f32s(&b.gamma)) });
 }
@@ -1030,18 +1049,22 @@ impl Hibari {
                     windows.push(prev.narrow(0, (wa - lo) as i64, (wb - wa) as i64));
                     seqs.push(wb - wa);
                 }
-                let mut x = Tensor::cat(&windows, 0);
-                cnx_int8(q.block(&format!("m.dec.{}", l - 1)), &mut x, &seqs, 1, None);
+                // the depthwise conv reads the window; the rest of the block runs on the new rows only
+                let block = q.block(&format!("m.dec.{}", l - 1));
+                let xw = Tensor::cat(&windows, 0);
+                let u = depthwise_int8(block, &xw, &seqs, 1, None);
+                let mut rows = Vec::new();
                 let mut start = 0;
-                todo.iter()
-                    .zip(&seqs)
-                    .map(|(&(_, hi, t), &n)| {
-                        let wa = hi.saturating_sub(3);
-                        let r = x.narrow(0, (start + hi - wa) as i64, (t - hi) as i64);
-                        start += n;
-                        r
-                    })
-                    .collect()
+                for (&(_, hi, t), &n) in todo.iter().zip(&seqs) {
+                    let first = start + hi - hi.saturating_sub(3);
+                    rows.extend((first..first + t - hi).map(|r| r as i64));
+                    start += n;
+                }
+                let rows = Tensor::from_slice(&rows);
+                let mut x = xw.index_select(0, &rows);
+                pointwise_int8(block, &u.index_select(0, &rows), &mut x);
+                let sizes: Vec<i64> = todo.iter().map(|&(_, hi, t)| (t - hi) as i64).collect();
+                x.split_with_sizes(&sizes, 0)
             };
             for (&(i, _, t), rows) in todo.iter().zip(new_rows.drain(..)) {
                 let s = &mut states[i];

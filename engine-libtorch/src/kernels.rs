@@ -324,20 +324,41 @@ multiversion! {
     }
 }
 
+multiversion! {
+    /// q = round(x / s) of a weight row into `q` and Σ q, or None unless every q · s is x again
+    /// and |q| ≤ 127.
+    fn quantize_weight_row(x: &[f32], s: f32, q: &mut [i8]) -> Option<i32> {
+        let (mut sum, mut exact) = (0i32, true);
+        for (&v, q) in x.iter().zip(q.iter_mut()) {
+            let r = round_even(v / s);
+            exact &= r * s == v && r.abs() <= 127.0;
+            // (garbage, but no overflow, where the row is not int8: then it is dropped)
+            let i = to_int(r);
+            sum = sum.wrapping_add(i);
+            *q = i as i8;
+        }
+        exact.then_some(sum)
+    }
+}
+
 impl QWeight {
     /// From nn.Linear's dequantized weight [out, in] (= q · scale, checked) and bias [out].
     pub fn new(w: &Tensor, scale: f64, bias: &Tensor) -> Result<QWeight, String> {
-        let q = (w.to_device(Device::Cpu) / scale).round();
-        let err = (&q * scale - w.to_device(Device::Cpu)).abs().max().double_value(&[]);
-        let qmax = q.abs().max().double_value(&[]);
-        if err > 0.0 || qmax > 127.0 {
-            return Err(format!("not int8 × {scale}"));
+        let w = w.to_device(Device::Cpu).to_kind(Kind::Float).contiguous();
+        let &[n_out, n_in] = &w.size()[..] else { return Err("not a matrix".into()) };
+        let (n_out, n_in) = (n_out as usize, n_in as usize);
+        // One pass over the rows (libtorch took a pass per op): q = round(w / scale) in float32, as
+        // the tensor ops did, checked to give w back exactly and to fit in int8.
+        let s = scale as f32;
+        let mut q = vec![0i8; n_in * n_out];
+        let mut colsum = Vec::with_capacity(n_out);
+        for (row, q) in f32s(&w).chunks_exact(n_in.max(1)).zip(q.chunks_exact_mut(n_in.max(1))) {
+            colsum.push(quantize_weight_row(row, s, q).ok_or_else(|| format!("not int8 × {scale}"))?);
         }
-        let colsum = Vec::<i32>::try_from(&q.sum_dim_intlist(1, false, Kind::Float).to_kind(Kind::Int))
-            .map_err(|e| e.to_string())?;
+        let wt = Tensor::from_slice(&q).view([n_out as i64, n_in as i64]).transpose(0, 1).contiguous();
         let bias =
             Vec::<f32>::try_from(&bias.to_device(Device::Cpu).to_kind(Kind::Float)).map_err(|e| e.to_string())?;
-        Ok(QWeight { wt: q.transpose(0, 1).contiguous().to_kind(Kind::Int8), colsum, scale: scale as f32, bias })
+        Ok(QWeight { wt, colsum, scale: s, bias })
     }
 
     pub fn out_features(&self) -> usize {

@@ -181,6 +181,17 @@ pub fn linear_weights(model: &Model) -> Result<Vec<LinearWeight>, OnnxError> {
 /// `(q - zp) * scale` as a float tensor of the same shape ([in, out]). The scale and zero point may
 /// be scalars (per tensor) or have one entry per output column (per channel, the last axis).
 pub fn dequantize(q: &Tensor, scale: &Tensor, zero_point: Option<&Tensor>) -> Result<Tensor, OnnxError> {
+    dequantize_as(q, scale, zero_point, None)
+}
+
+/// [`dequantize`], and with `transposed_name` the result transposed ([out, in]) under that name, in
+/// the same pass (as [`transpose_2d`] of the dequantized matrix, without the intermediate copy).
+fn dequantize_as(
+    q: &Tensor,
+    scale: &Tensor,
+    zero_point: Option<&Tensor>,
+    transposed_name: Option<String>,
+) -> Result<Tensor, OnnxError> {
     if !matches!(q.dtype, DataType::Int8 | DataType::Uint8) {
         return Err(invalid(format!("{} is {:?}, not int8/uint8", q.name, q.dtype)));
     }
@@ -199,19 +210,40 @@ pub fn dequantize(q: &Tensor, scale: &Tensor, zero_point: Option<&Tensor>) -> Re
         None => vec![0],
     };
     let z_per_col = per(z.len(), "zero point")?;
-    let qv = q.to_i64()?;
-    let data = qv
-        .iter()
-        .enumerate()
-        .flat_map(|(i, &v)| {
-            let c = i % cols;
-            let zp = z[if z_per_col { c } else { 0 }];
-            let sc = s[if s_per_col { c } else { 0 }];
-            (((v - zp) as f32) * sc).to_le_bytes()
-        })
-        .collect();
-    let name = q.name.strip_suffix("_quantized").unwrap_or(&q.name).to_string();
-    Ok(Tensor { name, dtype: DataType::Float, dims: q.dims.clone(), data })
+    let signed = q.dtype == DataType::Int8;
+    let column: Vec<(i64, f32)> =
+        (0..cols).map(|c| (z[if z_per_col { c } else { 0 }], s[if s_per_col { c } else { 0 }])).collect();
+    let value = |b: u8, c: usize| {
+        let v = if signed { i64::from(b as i8) } else { i64::from(b) };
+        let (zp, sc) = column[c];
+        (((v - zp) as f32) * sc).to_le_bytes()
+    };
+    let rows = q.data.len() / cols;
+    let mut data = vec![0u8; q.data.len() * 4];
+    match transposed_name {
+        None => {
+            for (out, row) in data.chunks_exact_mut(cols * 4).zip(q.data.chunks_exact(cols)) {
+                for (c, (o, &b)) in out.chunks_exact_mut(4).zip(row).enumerate() {
+                    o.copy_from_slice(&value(b, c));
+                }
+            }
+            let name = q.name.strip_suffix("_quantized").unwrap_or(&q.name).to_string();
+            Ok(Tensor { name, dtype: DataType::Float, dims: q.dims.clone(), data })
+        }
+        Some(name) => {
+            if q.dims.len() != 2 {
+                return Err(invalid(format!("{} is not 2-D", q.name)));
+            }
+            // Output row by output row (column by column of q): the rows of q being read stay in
+            // cache from one column to the next.
+            for (c, out) in data.chunks_exact_mut(rows.max(1) * 4).enumerate() {
+                for (o, &b) in out.chunks_exact_mut(4).zip(q.data[c..].iter().step_by(cols)) {
+                    o.copy_from_slice(&value(b, c));
+                }
+            }
+            Ok(Tensor { name, dtype: DataType::Float, dims: vec![cols, rows], data })
+        }
+    }
 }
 
 /// Transposes a 2-D tensor of any fixed-width type.
@@ -221,11 +253,10 @@ pub fn transpose_2d(t: &Tensor, name: String) -> Result<Tensor, OnnxError> {
     };
     let size = t.dtype.size().ok_or_else(|| invalid(format!("{} has no fixed element size", t.name)))?;
     let mut data = vec![0u8; t.data.len()];
-    for r in 0..rows {
-        for c in 0..cols {
+    for (c, out) in data.chunks_exact_mut(rows.max(1) * size).enumerate() {
+        for (r, o) in out.chunks_exact_mut(size).enumerate() {
             let src = (r * cols + c) * size;
-            let dst = (c * rows + r) * size;
-            data[dst..dst + size].copy_from_slice(&t.data[src..src + size]);
+            o.copy_from_slice(&t.data[src..src + size]);
         }
     }
     Ok(Tensor { name, dtype: t.dtype, dims: vec![cols, rows], data })
@@ -258,13 +289,12 @@ pub fn parameters(model: &Model) -> Result<BTreeMap<String, Tensor>, OnnxError> 
     }
     for l in &linears {
         let w = inits[l.weight.as_str()];
-        let float = match &l.scale {
-            Some(s) => dequantize(w, inits[s.as_str()], l.zero_point.as_deref().map(|z| inits[z]))?,
-            None => w.clone(),
-        };
-        insert(match &l.logical {
-            Some(name) => transpose_2d(&float, name.clone())?,
-            None => float,
+        let zero_point = l.zero_point.as_deref().map(|z| inits[z]);
+        insert(match (&l.scale, &l.logical) {
+            // dequantized and, when named, transposed in one pass
+            (Some(s), logical) => dequantize_as(w, inits[s.as_str()], zero_point, logical.clone())?,
+            (None, Some(name)) => transpose_2d(w, name.clone())?,
+            (None, None) => w.clone(),
         })?;
     }
     Ok(out)
@@ -353,6 +383,18 @@ mod tests {
         assert_eq!(d.to_f32().unwrap(), vec![1.0, 20.0, 3.0, 40.0]);
         let bad = Tensor { dims: vec![3], data: f32_bytes(&[1.0; 3]), ..s };
         assert!(dequantize(&q, &bad, None).is_err());
+    }
+
+    #[test]
+    fn fused_dequantize_and_transpose_is_the_two_steps() {
+        // per-column scales and zero points, int8 and uint8
+        let s = Tensor { name: "s".into(), dtype: DataType::Float, dims: vec![2], data: f32_bytes(&[0.5, 3.0]) };
+        for (dtype, z) in [(DataType::Int8, vec![1, 0xff]), (DataType::Uint8, vec![128, 3])] {
+            let q = Tensor { name: "q".into(), dtype, dims: vec![3, 2], data: vec![1, 0xfe, 3, 4, 0x80, 127] };
+            let z = Tensor { name: "z".into(), dtype, dims: vec![2], data: z };
+            let two_steps = transpose_2d(&dequantize(&q, &s, Some(&z)).unwrap(), "w".into()).unwrap();
+            assert_eq!(dequantize_as(&q, &s, Some(&z), Some("w".into())).unwrap(), two_steps);
+        }
     }
 
     #[test]

@@ -3,10 +3,13 @@
 //! and acronyms.
 
 use std::collections::HashMap;
+use std::fmt;
 
-use serde_json::Value;
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
 use unicode_normalization::UnicodeNormalization;
 
+use super::assets::{Str, StrMap};
 use super::numbers as num;
 use super::pystr::{capitalize, clen, drop_last, is_alpha};
 
@@ -131,35 +134,93 @@ pub fn parent_tag(tag: &str) -> &str {
     }
 }
 
-#[derive(Debug, Clone)]
-pub enum Entry {
-    Word(String),
-    Pos(HashMap<String, Option<String>>),
+/// A dictionary entry: a phoneme string, or phonemes by tag (`None`: null in the file).
+#[derive(Debug, Clone, Copy)]
+pub enum Entry<'a> {
+    Word(&'a str),
+    Pos(&'a HashMap<String, Option<String>>),
 }
 
-/// A misaki dictionary; `grow_dictionary`'s case variants are answered at lookup time.
-pub struct Dict(HashMap<String, Entry>);
+/// An entry as a [`Dict`] keeps it: a range of its `phonemes`, or an index into its `pos`.
+enum Stored {
+    Word(u32, u32),
+    Pos(u32),
+}
 
-impl Dict {
-    pub fn from_json(v: Value) -> Dict {
-        let mut map = HashMap::new();
-        if let Value::Object(obj) = v {
-            for (k, v) in obj {
-                let e = match v {
-                    Value::String(s) => Entry::Word(s),
-                    Value::Object(o) => {
-                        Entry::Pos(o.into_iter().map(|(t, p)| (t, p.as_str().map(str::to_string))).collect())
-                    }
-                    _ => continue,
-                };
-                map.insert(k, e);
+/// A misaki dictionary; `grow_dictionary`'s case variants are answered at lookup time. The ~90k
+/// words and their phonemes lie in two strings (see [`StrMap`]): a few allocations, not 180k.
+pub struct Dict {
+    entries: StrMap<Stored>,
+    /// Every word entry's phonemes, back to back.
+    phonemes: String,
+    /// The entries with phonemes by tag (a few hundred).
+    pos: Vec<HashMap<String, Option<String>>>,
+}
+
+/// `{word: phonemes or {tag: phonemes or null}}`.
+impl<'de> Deserialize<'de> for Dict {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Dict, D::Error> {
+        /// One entry's value, stored in the dictionary being built.
+        struct EntrySeed<'d>(&'d mut Dict);
+        impl<'de> DeserializeSeed<'de> for EntrySeed<'_> {
+            type Value = Stored;
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Stored, D::Error> {
+                d.deserialize_any(self)
             }
         }
-        Dict(map)
+        impl<'de> Visitor<'de> for EntrySeed<'_> {
+            type Value = Stored;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a phoneme string or an object of them by tag")
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Stored, E> {
+                let start = self.0.phonemes.len() as u32;
+                self.0.phonemes.push_str(s);
+                Ok(Stored::Word(start, self.0.phonemes.len() as u32))
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Stored, M::Error> {
+                let mut pos = HashMap::new();
+                while let Some((tag, ps)) = m.next_entry()? {
+                    pos.insert(tag, ps);
+                }
+                self.0.pos.push(pos);
+                Ok(Stored::Pos(self.0.pos.len() as u32 - 1))
+            }
+        }
+        struct Words;
+        impl<'de> Visitor<'de> for Words {
+            type Value = Dict;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object of words")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Dict, M::Error> {
+                let mut dict = Dict { entries: StrMap::default(), phonemes: String::new(), pos: Vec::new() };
+                while let Some(word) = m.next_key::<Str>()? {
+                    let entry = m.next_value_seed(EntrySeed(&mut dict))?;
+                    dict.entries.insert(&word.0, entry);
+                }
+                Ok(dict)
+            }
+        }
+        d.deserialize_map(Words)
+    }
+}
+
+impl Dict {
+    /// From a lexicon's JSON text.
+    pub fn from_json(text: &str) -> Result<Dict, serde_json::Error> {
+        serde_json::from_str(text)
     }
 
-    pub fn get(&self, w: &str) -> Option<&Entry> {
-        if let Some(v) = self.0.get(w) {
+    fn entry(&self, w: &str) -> Option<Entry<'_>> {
+        Some(match *self.entries.get(w)? {
+            Stored::Word(start, end) => Entry::Word(&self.phonemes[start as usize..end as usize]),
+            Stored::Pos(i) => Entry::Pos(&self.pos[i as usize]),
+        })
+    }
+
+    pub fn get(&self, w: &str) -> Option<Entry<'_>> {
+        if let Some(v) = self.entry(w) {
             return Some(v);
         }
         if clen(w) < 2 {
@@ -168,10 +229,10 @@ impl Dict {
         let lower = w.to_lowercase();
         if w == lower {
             let c = capitalize(w);
-            return if c != w { self.0.get(&c) } else { None };
+            return if c != w { self.entry(&c) } else { None };
         }
         if w == capitalize(&lower) {
-            return self.0.get(&lower);
+            return self.entry(&lower);
         }
         None
     }
@@ -182,7 +243,7 @@ impl Dict {
 
     fn word(&self, w: &str) -> Option<String> {
         match self.get(w)? {
-            Entry::Word(s) => Some(s.clone()),
+            Entry::Word(s) => Some(s.to_string()),
             Entry::Pos(d) => d.get("DEFAULT").cloned().flatten(),
         }
     }
@@ -284,7 +345,7 @@ impl Lexicon {
             let key = if matches!(tag, "VBD" | "JJ") && ctx.future_to { "VBD" } else { "DEFAULT" };
             return match self.golds.get("used") {
                 Some(Entry::Pos(d)) => d.get(key).cloned().flatten(),
-                Some(Entry::Word(s)) => Some(s.clone()),
+                Some(Entry::Word(s)) => Some(s.to_string()),
                 None => None,
             };
         }
@@ -321,7 +382,7 @@ impl Lexicon {
         }
         let ps: Option<String> = match entry {
             None => None,
-            Some(Entry::Word(s)) => Some(s.clone()),
+            Some(Entry::Word(s)) => Some(s.to_string()),
             Some(Entry::Pos(d)) => {
                 let key: Option<&str> = if ctx.is_some_and(|c| c.future_vowel.is_none()) && d.contains_key("None") {
                     Some("None")

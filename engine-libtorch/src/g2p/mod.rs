@@ -11,6 +11,7 @@
 //! }
 //! ```
 
+pub mod assets;
 pub mod lexicon;
 pub mod normalize;
 pub mod numbers;
@@ -21,7 +22,6 @@ pub mod tagger;
 pub mod tokenize;
 
 use std::collections::{HashMap, HashSet};
-use std::io::Read;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -269,22 +269,13 @@ pub struct FrontEnd {
     link: Regex,
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>, G2pError> {
-    std::fs::read(path).map_err(|e| G2pError::Io(path.display().to_string(), e))
+fn read_json(path: &Path) -> Result<Value, G2pError> {
+    assets::parse(path, &assets::read_text(path)?)
 }
 
-fn read_json(path: &Path) -> Result<Value, G2pError> {
-    let bytes = read_file(path)?;
-    let text = if path.extension().is_some_and(|e| e == "gz") {
-        let mut s = String::new();
-        flate2::read::GzDecoder::new(&bytes[..])
-            .read_to_string(&mut s)
-            .map_err(|e| G2pError::Io(path.display().to_string(), e))?;
-        s
-    } else {
-        String::from_utf8(bytes).map_err(|e| G2pError::Data(format!("{}: {e}", path.display())))?
-    };
-    serde_json::from_str(&text).map_err(|e| G2pError::Data(format!("{}: {e}", path.display())))
+/// A lexicon file.
+fn read_dict(path: &Path) -> Result<Dict, G2pError> {
+    Dict::from_json(&assets::read_text(path)?).map_err(|e| G2pError::Data(format!("{}: {e}", path.display())))
 }
 
 impl FrontEnd {
@@ -297,9 +288,7 @@ impl FrontEnd {
     pub fn load_accent(assets: impl AsRef<Path>, device: tch::Device, british: bool) -> Result<FrontEnd, G2pError> {
         let dir: PathBuf = assets.as_ref().to_path_buf();
         let acc = if british { "gb" } else { "us" };
-        let raw_norm = String::from_utf8(read_file(&dir.join("normalize.json"))?)
-            .map_err(|e| G2pError::Data(format!("normalize.json: {e}")))?;
-        let normalizer = Normalizer::new(&raw_norm)?;
+        let normalizer = Normalizer::new(&assets::read_text(&dir.join("normalize.json"))?)?;
         let titles = normalize::title_set(&normalizer);
         let exc = read_json(&dir.join("tokenizer_exceptions.json"))?;
         let special: HashMap<String, Vec<String>> = exc
@@ -312,9 +301,9 @@ impl FrontEnd {
             })
             .collect();
         let tokenizer = Tokenizer::new(special)?;
-        let tagger = Tagger::from_json(&read_json(&dir.join("tagger.json.gz"))?)?;
-        let gold = Dict::from_json(read_json(&dir.join(format!("lexicon_{acc}_gold.json.gz")))?);
-        let silver = Dict::from_json(read_json(&dir.join(format!("lexicon_{acc}_silver.json.gz")))?);
+        let tagger = Tagger::from_json(&assets::read_text(&dir.join("tagger.json.gz"))?)?;
+        let gold = read_dict(&dir.join(format!("lexicon_{acc}_gold.json.gz")))?;
+        let silver = read_dict(&dir.join(format!("lexicon_{acc}_silver.json.gz")))?;
         let oov_path = dir.join(if british { "oov_gb.onnx" } else { "oov.onnx" });
         let oov = Some(std::sync::Mutex::new(Oov::load(&oov_path, device)?));
         let re = |p: &str| Regex::new(p).map_err(|e| G2pError::Data(format!("regex: {e}")));

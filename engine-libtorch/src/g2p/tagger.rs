@@ -1,17 +1,22 @@
 //! Averaged-perceptron part-of-speech tagger (hibari `g2p/tagger.py`, weights in `tagger.json.gz`).
 
-use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::ops::Range;
 
-use serde_json::Value;
+use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, Visitor};
+use serde::Deserialize;
 
+use super::assets::{Str, StrMap, StrSet};
 use super::pystr::{is_alpha, is_digit_str, is_lower, is_upper, last_chars};
 use super::G2pError;
 
 pub struct Tagger {
-    tagdict: HashMap<String, String>,
+    tagdict: StrMap<String>,
     tags: Vec<String>,
-    vocab: Option<HashSet<String>>,
-    weights: HashMap<String, Vec<(u16, f64)>>,
+    vocab: Option<StrSet>,
+    /// Each feature's `(tag index, weight)` pairs, as a range of `pairs`.
+    weights: StrMap<Range<u32>>,
+    pairs: Vec<(u16, f64)>,
 }
 
 fn norm(w: &str) -> String {
@@ -60,51 +65,110 @@ fn shape(w: &str) -> String {
         .collect()
 }
 
-impl Tagger {
-    pub fn from_json(v: &Value) -> Result<Tagger, G2pError> {
-        let bad = |k: &str| G2pError::Data(format!("tagger.json.gz: missing {k}"));
-        let tags: Vec<String> = v
-            .get("tags")
-            .and_then(Value::as_array)
-            .ok_or_else(|| bad("tags"))?
-            .iter()
-            .filter_map(|t| t.as_str().map(str::to_string))
-            .collect();
-        let tag_ix: HashMap<&str, u16> = tags.iter().enumerate().map(|(i, t)| (t.as_str(), i as u16)).collect();
-        let tagdict = v
-            .get("tagdict")
-            .and_then(Value::as_object)
-            .ok_or_else(|| bad("tagdict"))?
-            .iter()
-            .map(|(k, t)| (k.clone(), t.as_str().unwrap_or("NN").to_string()))
-            .collect();
-        let vocab = v
-            .get("vocab")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect());
-        let mut weights = HashMap::new();
-        for (f, ws) in v.get("weights").and_then(Value::as_object).ok_or_else(|| bad("weights"))? {
-            let Some(ws) = ws.as_object() else { continue };
-            let mut list = Vec::with_capacity(ws.len());
-            for (t, w) in ws {
-                if let (Some(&i), Some(w)) = (tag_ix.get(t.as_str()), w.as_f64()) {
-                    list.push((i, w));
-                }
+/// `weights` of `tagger.json.gz`, `{feature: {tag: weight}}`, as the tagger keeps it: every
+/// feature's `(tag, weight)` pairs in one list, each feature with its range of the list. Tags are
+/// numbered in order of first appearance while the text is read (`names`), and renumbered as in
+/// `tags` afterwards: one lookup in a small map per pair while the text is still in cache.
+#[derive(Default)]
+struct WeightsFile {
+    weights: StrMap<Range<u32>>,
+    pairs: Vec<(u16, f64)>,
+    names: StrMap<u16>,
+}
+
+impl<'de> Deserialize<'de> for WeightsFile {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<WeightsFile, D::Error> {
+        /// One feature's `{tag: weight}`, appended to the pairs.
+        struct Feature<'w>(&'w mut WeightsFile);
+        impl<'de> DeserializeSeed<'de> for Feature<'_> {
+            type Value = ();
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+                d.deserialize_map(self)
             }
-            weights.insert(f.clone(), list);
         }
-        Ok(Tagger { tagdict, tags, vocab, weights })
+        impl<'de> Visitor<'de> for Feature<'_> {
+            type Value = ();
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object of weights by tag")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<(), M::Error> {
+                let w = self.0;
+                while let Some(tag) = m.next_key::<Str>()? {
+                    let weight: f64 = m.next_value()?;
+                    let id = match w.names.get(&tag.0) {
+                        Some(&id) => id,
+                        None => {
+                            let id = u16::try_from(w.names.len()).map_err(|_| M::Error::custom("too many tags"))?;
+                            w.names.insert(&tag.0, id);
+                            id
+                        }
+                    };
+                    w.pairs.push((id, weight));
+                }
+                Ok(())
+            }
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = WeightsFile;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object of features")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<WeightsFile, M::Error> {
+                let mut w = WeightsFile::default();
+                while let Some(feature) = m.next_key::<Str>()? {
+                    let start = w.pairs.len() as u32;
+                    m.next_value_seed(Feature(&mut w))?;
+                    let end = w.pairs.len() as u32;
+                    w.weights.insert(&feature.0, start..end);
+                }
+                Ok(w)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// `tagger.json.gz`.
+#[derive(Deserialize)]
+struct TaggerFile {
+    tags: Vec<String>,
+    tagdict: StrMap<String>,
+    vocab: Option<StrSet>,
+    weights: WeightsFile,
+}
+
+/// Tag number of the weights of a tag the model doesn't have (skipped).
+const NO_TAG: u16 = u16::MAX;
+
+impl Tagger {
+    /// From the text of `tagger.json.gz` (`{"tags": [..], "tagdict": {word: tag}, "vocab": [..],
+    /// "weights": {feature: {tag: weight}}}`).
+    pub fn from_json(text: &str) -> Result<Tagger, G2pError> {
+        let file: TaggerFile =
+            serde_json::from_str(text).map_err(|e| G2pError::Data(format!("tagger.json.gz: {e}")))?;
+        let WeightsFile { weights, mut pairs, names } = file.weights;
+        let mut renumber = vec![NO_TAG; names.len()];
+        for (name, &id) in names.iter() {
+            if let Some(i) = file.tags.iter().position(|t| t == name) {
+                renumber[id as usize] = i as u16;
+            }
+        }
+        for (t, _) in &mut pairs {
+            *t = renumber[*t as usize];
+        }
+        Ok(Tagger { tagdict: file.tagdict, tags: file.tags, vocab: file.vocab, weights, pairs })
     }
 
     fn predict(&self, feats: &[String]) -> String {
         let mut scores: Vec<Option<f64>> = vec![None; self.tags.len()];
         let mut any = false;
         for f in feats {
-            if let Some(ws) = self.weights.get(f) {
-                if ws.is_empty() {
-                    continue;
-                }
-                for &(t, w) in ws {
+            if let Some(r) = self.weights.get(f) {
+                for &(t, w) in &self.pairs[r.start as usize..r.end as usize] {
+                    if t == NO_TAG {
+                        continue;
+                    }
                     any = true;
                     let s = &mut scores[t as usize];
                     *s = Some(s.unwrap_or(0.0) + w);
@@ -141,7 +205,7 @@ impl Tagger {
         let (mut prev, mut prev2) = ("-START-".to_string(), "-START2-".to_string());
         let mut tags = Vec::with_capacity(words.len());
         for (i, w) in words.iter().enumerate() {
-            let tag = match self.tagdict.get(*w) {
+            let tag = match self.tagdict.get(w) {
                 Some(t) => t.clone(),
                 None => {
                     let j = i + 2;
