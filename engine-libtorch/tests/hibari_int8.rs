@@ -1,8 +1,7 @@
 //! The int8 path (`Precision::Int8`) against onnxruntime running the shipped int8 graph
 //! (`<case>.int8.f32` and the manifest's `"int8"`, from fixtures/make_fixtures.py), and chunked ==
-//! whole, batched == alone in int8: only approximately (activations are quantized per row, so a
-//! frame depends on its own inputs only, but float32 round-off differences upstream flip
-//! activation rounding steps; measured bounds, NOTES.md "int8 path").
+//! whole, batched == alone in int8: exactly (activations are quantized per row and every row is
+//! computed as it is alone, see src/kernels.rs; NOTES.md "The int8 path").
 //! Needs `.cache` from scripts/setup-voice.sh (fails with a message when it is missing).
 
 mod common;
