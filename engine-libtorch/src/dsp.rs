@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use tch::{Device, Kind, Tensor};
 
+use crate::kernels::{f32s as values, f32s_mut as values_mut};
 use crate::noise::{NoiseSource, BINS};
 
 pub const N_FFT: i64 = 1200;
@@ -366,26 +367,6 @@ fn host(t: &Tensor) -> Tensor {
     t.to_device(Device::Cpu).to_kind(Kind::Float).contiguous()
 }
 
-/// The values of a tensor made by [`host`] or [`Tensor::zeros`] on the CPU.
-fn values(t: &Tensor) -> &[f32] {
-    assert!(t.device() == Device::Cpu && t.kind() == Kind::Float && t.is_contiguous());
-    if t.numel() == 0 {
-        return &[];
-    }
-    // SAFETY: a contiguous float32 CPU tensor holds numel() floats from data_ptr(), alive while `t`.
-    unsafe { std::slice::from_raw_parts(t.data_ptr() as *const f32, t.numel()) }
-}
-
-/// [`values`], writable: for tensors made here, which nothing else refers to.
-fn values_mut(t: &mut Tensor) -> &mut [f32] {
-    assert!(t.device() == Device::Cpu && t.kind() == Kind::Float && t.is_contiguous());
-    if t.numel() == 0 {
-        return &mut [];
-    }
-    // SAFETY: as in `values`, borrowed mutably through `t`.
-    unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut f32, t.numel()) }
-}
-
 /// The widest instructions [`simd_fn!`] functions may use: 2 AVX-512, 1 AVX2, 0 the crate's
 /// target (tests lower it to compare the versions).
 static SIMD_CAP: AtomicU8 = AtomicU8::new(2);
@@ -395,20 +376,20 @@ static SIMD_CAP: AtomicU8 = AtomicU8::new(2);
 /// element by element with no FMA and no reassociation, so LLVM vectorizes them and every version
 /// gives the same bits.
 macro_rules! simd_fn {
-    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$doc])*
-        fn $name($($arg: $ty),*) {
+        fn $name($($arg: $ty),*) $(-> $ret)? {
             #[inline(always)]
-            fn imp($($arg: $ty),*) $body
+            fn imp($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             {
                 use std::arch::is_x86_feature_detected as has;
                 #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx512bw")]
-                fn avx512($($arg: $ty),*) {
+                fn avx512($($arg: $ty),*) $(-> $ret)? {
                     imp($($arg),*)
                 }
                 #[target_feature(enable = "avx2")]
-                fn avx2($($arg: $ty),*) {
+                fn avx2($($arg: $ty),*) $(-> $ret)? {
                     imp($($arg),*)
                 }
                 let cap = $crate::dsp::simd_cap();

@@ -8,34 +8,16 @@
 //!   tensor's size) touches int8-path activations. So a chunk of a sentence, or a sentence in a
 //!   padded batch, gets bit for bit the activations it gets alone; int8 rounding can't amplify
 //!   round-off differences that don't exist.
-//! - **Same results on every x86-64 CPU**: the AVX2 versions only vectorize the same operations
-//!   (Rust never fuses a multiply and an add), and reductions use fixed lanes.
+//! - **Same results on every x86-64 CPU**: the AVX2 and AVX-512 versions (`dsp::simd_fn!`) only
+//!   vectorize the same operations (Rust never fuses a multiply and an add), and reductions use
+//!   fixed lanes.
 
 use tch::{Device, Kind, Tensor};
 
+use crate::dsp::simd_fn;
+
 /// Lanes of the fixed-order partial sums (a multiple of every vector width used).
 const LANES: usize = 16;
-
-/// Defines `fn $name(..)` that runs its body compiled for AVX2 where the CPU has it, else for the
-/// baseline target: same arithmetic, only wider vectors.
-macro_rules! multiversion {
-    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
-        $(#[$m])* $vis fn $name($($arg: $ty),*) $(-> $ret)? {
-            #[inline(always)]
-            fn imp($($arg: $ty),*) $(-> $ret)? $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx2")]
-                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? { imp($($arg),*) }
-                if std::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU has AVX2.
-                    return unsafe { avx2($($arg),*) };
-                }
-            }
-            imp($($arg),*)
-        }
-    };
-}
 
 /// The f32 data of a contiguous CPU float tensor.
 pub fn f32s(t: &Tensor) -> &[f32] {
@@ -183,7 +165,7 @@ impl QRows {
     }
 }
 
-multiversion! {
+simd_fn! {
     fn quantize_impl(x: &[f32], k: usize, q: &mut [i8], scale: &mut [f32], corr: &mut [i32]) {
         for (m, (xr, qr)) in x.chunks_exact(k).zip(q.chunks_exact_mut(k)).enumerate() {
             (scale[m], corr[m]) = quantize_row(xr, qr);
@@ -200,7 +182,7 @@ pub fn quantize(x: &[f32], k: usize) -> QRows {
     r
 }
 
-multiversion! {
+simd_fn! {
     fn layernorm_quantize_impl(x: &[f32], w: &[f32], b: &[f32], q: &mut [i8], scale: &mut [f32], corr: &mut [i32]) {
         let k = w.len();
         let mut y = vec![0f32; k];
@@ -265,7 +247,7 @@ fn dequant_row(acc: &[i32], corr: i32, colsum: &[i32], s: f32, bias: &[f32], out
     }
 }
 
-multiversion! {
+simd_fn! {
     fn bias_impl(acc: &[i32], w: &QWeight, x: &QRows, out: &mut [f32]) {
         let n = w.colsum.len();
         for (m, (a, o)) in acc.chunks_exact(n).zip(out.chunks_exact_mut(n)).enumerate() {
@@ -274,7 +256,7 @@ multiversion! {
     }
 }
 
-multiversion! {
+simd_fn! {
     fn gelu_quantize_impl(acc: &[i32], w: &QWeight, x: &QRows, q: &mut [i8], scale: &mut [f32], corr: &mut [i32]) {
         let n = w.colsum.len();
         let mut y = vec![0f32; n];
@@ -288,7 +270,7 @@ multiversion! {
     }
 }
 
-multiversion! {
+simd_fn! {
     fn residual_impl(acc: &[i32], w: &QWeight, x: &QRows, res: &mut [f32], gamma: Option<&[f32]>) {
         let n = w.colsum.len();
         let mut y = vec![0f32; n];
@@ -310,7 +292,7 @@ multiversion! {
     }
 }
 
-multiversion! {
+simd_fn! {
     fn split_impl(acc: &[i32], w: &QWeight, x: &QRows, outs: &mut [&mut [f32]]) {
         let n = w.colsum.len();
         let part = n / outs.len();
@@ -324,7 +306,7 @@ multiversion! {
     }
 }
 
-multiversion! {
+simd_fn! {
     /// q = round(x / s) of a weight row into `q` and Σ q, or None unless every q · s is x again
     /// and |q| ≤ 127.
     fn quantize_weight_row(x: &[f32], s: f32, q: &mut [i8]) -> Option<i32> {
@@ -400,7 +382,7 @@ impl QWeight {
     }
 }
 
-multiversion! {
+simd_fn! {
     fn dwconv_impl(x: &[f32], c: usize, wk: &[f32], b: &[f32], dil: usize, mask: Option<&[f32]>, y: &mut [f32]) {
         let t_len = x.len() / c;
         let k = wk.len() / c;
