@@ -138,6 +138,19 @@ impl Spectra {
         [&self.lh, &self.theta, &self.ln, &self.lr, &self.phi]
     }
 
+    /// Frames a..a + n of sentence `p`, output i (in [`Spectra::outputs`] order) from `part(i)`.
+    fn from_parts(p: &Prosody, a: usize, n: i64, part: impl Fn(usize) -> Tensor) -> Spectra {
+        Spectra {
+            start: a,
+            lh: part(0),
+            theta: part(1),
+            ln: part(2),
+            lr: part(3),
+            phi: part(4),
+            f0: p.f0.narrow(0, a as i64, n),
+        }
+    }
+
     fn frames(&self) -> SpectralFrames<'_> {
         SpectralFrames { lh: &self.lh, theta: &self.theta, ln: &self.ln, lr: &self.lr, phi: &self.phi }
     }
@@ -707,16 +720,7 @@ impl Hibari {
                 let n = (b - a) as i64;
                 let oi = o.narrow(0, start, n);
                 start += n;
-                let part = |i: i64| oi.narrow(1, i * N_BINS, N_BINS).contiguous();
-                Spectra {
-                    start: a,
-                    lh: part(0),
-                    theta: part(1),
-                    ln: part(2),
-                    lr: part(3),
-                    phi: part(4),
-                    f0: p.f0.narrow(0, a as i64, n),
-                }
+                Spectra::from_parts(p, a, n, |i| oi.narrow(1, i as i64 * N_BINS, N_BINS).contiguous())
             })
             .collect()
     }
@@ -1091,16 +1095,7 @@ impl Hibari {
             .iter()
             .map(|&(p, a, b)| {
                 let n = (b - a) as i64;
-                let part = |i: usize| parts[i].narrow(0, start, n);
-                let sp = Spectra {
-                    start: a,
-                    lh: part(0),
-                    theta: part(1),
-                    ln: part(2),
-                    lr: part(3),
-                    phi: part(4),
-                    f0: p.f0.narrow(0, a as i64, n),
-                };
+                let sp = Spectra::from_parts(p, a, n, |i| parts[i].narrow(0, start, n));
                 start += n;
                 sp
             })
