@@ -7,18 +7,14 @@
 mod common;
 
 use common::*;
-use speechstream_engine_libtorch::{chunk_ranges, int8_available, Hibari, NoiseSource, Precision, Prosody, Spectra};
-use tch::{Device, Tensor};
+use speechstream_engine_libtorch::{chunk_ranges, int8_available, stream_ranges, Hibari, Precision, Prosody};
+use tch::Device;
 
 const OUTPUTS: [&str; 5] = ["lh", "theta", "ln", "lr", "phi"];
 
 fn model(precision: Precision) -> Hibari {
     assert!(int8_available(), "this libtorch has no CPU int8 matmul");
     Hibari::load(hibari_assets(), Device::Cpu).expect("loading hibari").with_precision(precision).expect("precision")
-}
-
-fn ints(v: &serde_json::Value) -> Vec<i64> {
-    v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect()
 }
 
 /// Errors of one precision against onnxruntime's int8 graph over all cases.
@@ -108,31 +104,11 @@ fn int8_tracks_onnxruntime_int8() {
 
 #[test]
 fn int8_chunked_equals_whole() {
-    let h = model(Precision::Int8);
-    let m = manifest();
-    let case = m["cases"].as_array().unwrap().iter().find(|c| c["name"] == "science").unwrap();
-    let p = h.prosody(&ints(&case["ids"]), 1.0);
-    let whole = h.decode(&p, 0, p.frames);
-    let mut worst = 0f32;
-    for (first, size) in [(8, 40), (1, 29), (60, 100)] {
-        let chunks: Vec<Spectra> =
-            chunk_ranges(p.frames, first, size).into_iter().map(|r| h.decode(&p, r.start, r.end)).collect();
-        for o in 0..5 {
-            let parts: Vec<&Tensor> = chunks.iter().map(|c| c.outputs()[o]).collect();
-            worst = worst.max(max_abs_diff(&to_vec(&Tensor::cat(&parts, 0)), &to_vec(whole.outputs()[o])));
-        }
-    }
+    let (worst, e) = science_chunked_vs_whole(&model(Precision::Int8), |f| stream_ranges(f, 10, 48, 100));
     // Exact: every row of the int8 path is computed as it is alone (kernels.rs), so no round-off
     // difference exists for the activation rounding to amplify.
     eprintln!("int8 decoder chunked vs whole: max abs {worst:.2e}");
     assert!(worst <= 1e-5, "{worst}");
-    let noise = NoiseSource::new(99, 1);
-    let audio = h.synthesize(&p, &noise);
-    let mut streamed = Vec::new();
-    for r in speechstream_engine_libtorch::stream_ranges(p.frames, 10, 48, 100) {
-        streamed.extend(to_vec(&h.synthesize_chunk(&p, r.start, r.end, &noise)));
-    }
-    let e = max_abs_diff(&streamed, &audio);
     eprintln!("int8 audio chunked vs whole: max abs {e:.2e}");
     assert!(e <= 1e-3, "{e}");
 }

@@ -16,10 +16,6 @@ fn model() -> Hibari {
     Hibari::load(hibari_assets(), Device::Cpu).expect("loading hibari")
 }
 
-fn ids_of(case: &serde_json::Value) -> Vec<i64> {
-    case["ids"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect()
-}
-
 #[test]
 fn network_matches_onnxruntime() {
     let h = model();
@@ -31,7 +27,7 @@ fn network_matches_onnxruntime() {
     let mut failures = Vec::new();
     for case in cases {
         let name = case["name"].as_str().unwrap();
-        let ids = ids_of(case);
+        let ids = ints(&case["ids"]);
         let speed = case["speed"].as_f64().unwrap() as f32;
         let fr = case["frames_total"].as_u64().unwrap() as usize;
         let p = h.prosody(&ids, speed);
@@ -167,7 +163,7 @@ fn waveform_end_to_end() {
     for case in m["cases"].as_array().unwrap() {
         let Some(seed) = case["wave_seed"].as_u64() else { continue };
         let name = case["name"].as_str().unwrap();
-        let p = h.prosody(&ids_of(case), case["speed"].as_f64().unwrap() as f32);
+        let p = h.prosody(&ints(&case["ids"]), case["speed"].as_f64().unwrap() as f32);
         let ours = h.synthesize(&p, &NoiseSource::new(seed, 0));
         let wav = read_f32(&fixtures().join(format!("{name}.wav.f32")));
         let e = max_abs_diff(&ours, &wav);
@@ -180,30 +176,9 @@ fn waveform_end_to_end() {
 
 #[test]
 fn chunked_equals_whole() {
-    let h = model();
-    let m = manifest();
-    let case = m["cases"].as_array().unwrap().iter().find(|c| c["name"] == "science").unwrap();
-    let p = h.prosody(&ids_of(case), 1.0);
-    let whole = h.decode(&p, 0, p.frames);
-    let mut worst = 0f32;
-    for (first, size) in [(8, 40), (1, 29), (60, 100)] {
-        let chunks: Vec<Spectra> =
-            chunk_ranges(p.frames, first, size).into_iter().map(|r| h.decode(&p, r.start, r.end)).collect();
-        for o in 0..5 {
-            let parts: Vec<&Tensor> = chunks.iter().map(|c| c.outputs()[o]).collect();
-            let cat = Tensor::cat(&parts, 0);
-            worst = worst.max(max_abs_diff(&to_vec(&cat), &to_vec(whole.outputs()[o])));
-        }
-    }
+    let (worst, e) = science_chunked_vs_whole(&model(), |f| chunk_ranges(f, 10, 48));
     eprintln!("decoder chunked vs whole: max abs {worst:.2e}");
     assert!(worst <= TOL, "{worst}");
-    let noise = NoiseSource::new(99, 1);
-    let audio = h.synthesize(&p, &noise);
-    let mut streamed = Vec::new();
-    for r in chunk_ranges(p.frames, 10, 48) {
-        streamed.extend(to_vec(&h.synthesize_chunk(&p, r.start, r.end, &noise)));
-    }
-    let e = max_abs_diff(&streamed, &audio);
     eprintln!("audio chunked vs whole: max abs {e:.2e}");
     assert!(e <= TOL, "{e}");
 }
@@ -230,7 +205,8 @@ fn decoder_batch_equals_single() {
     let cases: Vec<&serde_json::Value> =
         m["cases"].as_array().unwrap().iter().filter(|c| names.contains(&c["name"].as_str().unwrap())).collect();
     assert_eq!(cases.len(), names.len());
-    let ps: Vec<Prosody> = cases.iter().map(|c| h.prosody(&ids_of(c), c["speed"].as_f64().unwrap() as f32)).collect();
+    let ps: Vec<Prosody> =
+        cases.iter().map(|c| h.prosody(&ints(&c["ids"]), c["speed"].as_f64().unwrap() as f32)).collect();
     let mut items: Vec<(&Prosody, usize, usize)> = Vec::new();
     for (k, p) in ps.iter().enumerate() {
         let ranges = chunk_ranges(p.frames, 16, 80);

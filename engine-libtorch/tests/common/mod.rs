@@ -62,6 +62,11 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
+/// A JSON array of integers (a fixture case's ids or durations).
+pub fn ints(v: &serde_json::Value) -> Vec<i64> {
+    v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect()
+}
+
 /// The ids and speeds of the four fixture cases the batching tests put in one batch.
 pub fn batch_cases(manifest: &serde_json::Value) -> Vec<(Vec<i64>, f32)> {
     manifest["cases"]
@@ -69,10 +74,7 @@ pub fn batch_cases(manifest: &serde_json::Value) -> Vec<(Vec<i64>, f32)> {
         .unwrap()
         .iter()
         .filter(|c| ["hello", "numbers", "yes", "fox_fast"].contains(&c["name"].as_str().unwrap()))
-        .map(|c| {
-            let ids = c["ids"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect();
-            (ids, c["speed"].as_f64().unwrap() as f32)
-        })
+        .map(|c| (ints(&c["ids"]), c["speed"].as_f64().unwrap() as f32))
         .collect()
 }
 
@@ -91,4 +93,34 @@ pub fn prosody_batch_vs_single(h: &speechstream_engine_libtorch::Hibari, items: 
         }
     }
     (worst, worst_f0)
+}
+
+/// The fixture case "science" decoded in chunks (three chunkings) against the whole sentence, and
+/// its audio synthesized chunk by chunk over `audio_ranges` against the whole: the largest
+/// differences of the spectra and of the samples.
+pub fn science_chunked_vs_whole(
+    h: &speechstream_engine_libtorch::Hibari,
+    audio_ranges: impl Fn(usize) -> Vec<std::ops::Range<usize>>,
+) -> (f32, f32) {
+    use speechstream_engine_libtorch::{chunk_ranges, NoiseSource, Spectra};
+    let m = manifest();
+    let case = m["cases"].as_array().unwrap().iter().find(|c| c["name"] == "science").unwrap();
+    let p = h.prosody(&ints(&case["ids"]), 1.0);
+    let whole = h.decode(&p, 0, p.frames);
+    let mut worst = 0f32;
+    for (first, size) in [(8, 40), (1, 29), (60, 100)] {
+        let chunks: Vec<Spectra> =
+            chunk_ranges(p.frames, first, size).into_iter().map(|r| h.decode(&p, r.start, r.end)).collect();
+        for o in 0..5 {
+            let parts: Vec<&tch::Tensor> = chunks.iter().map(|c| c.outputs()[o]).collect();
+            worst = worst.max(max_abs_diff(&to_vec(&tch::Tensor::cat(&parts, 0)), &to_vec(whole.outputs()[o])));
+        }
+    }
+    let noise = NoiseSource::new(99, 1);
+    let audio = h.synthesize(&p, &noise);
+    let mut streamed = Vec::new();
+    for r in audio_ranges(p.frames) {
+        streamed.extend(to_vec(&h.synthesize_chunk(&p, r.start, r.end, &noise)));
+    }
+    (worst, max_abs_diff(&streamed, &audio))
 }
