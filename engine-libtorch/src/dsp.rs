@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use tch::{Device, Kind, Tensor};
 
-use crate::kernels::{f32s as values, f32s_mut as values_mut};
+use crate::kernels::{f32s as values, f32s_mut as values_mut, round_even, to_int};
 use crate::noise::{NoiseSource, BINS};
 
 pub const N_FFT: i64 = 1200;
@@ -421,7 +421,7 @@ simd_fn! {
         for (&f, t) in f.iter().zip(t.iter_mut()) {
             let fc = if f < 40.0 { 40.0 } else { f };
             let d = 11000.0 / fc;
-            let h = round_m(d) - M;
+            let h = round_even(d);
             let h = if h > d { h - 1.0 } else { h } + 0.5;
             let s = sin_cos(*t * 0.5).0 * 2.0;
             let e = if s.abs() <= 2e-3 { h } else { sin_cos(h * *t).0 / s };
@@ -451,17 +451,6 @@ simd_fn! {
             (re[i], im[i]) = (r, m);
         }
     }
-}
-
-/// 1.5 · 2^23: x + M rounds x to an integer (ties to even) for |x| < 2^22, and the low bits of
-/// x + M are that integer. Used instead of `as i32` (checked per lane, so not vectorized) and of
-/// `round` (SSE4.1).
-const M: f32 = 12_582_912.0;
-
-/// x + M (see [`M`]): the rounded x is `r - M`, as an integer `r.to_bits() - M.to_bits()`.
-#[inline(always)]
-fn round_m(x: f32) -> f32 {
-    x + M
 }
 
 /// exp(min(x, 7)), the reference's `ex`.
@@ -505,13 +494,12 @@ const LN2_LO: f32 = (std::f64::consts::LN_2 - 0.693_359_375) as f32;
 #[inline(always)]
 fn exp(x: f32) -> f32 {
     let x = if x < -87.0 { -87.0 } else { x };
-    let nm = round_m(x * std::f32::consts::LOG2_E);
-    let n = nm - M;
+    let n = round_even(x * std::f32::consts::LOG2_E);
     let r = (x - n * LN2_HI) - n * LN2_LO;
     // 1 + r + r²(1/2 + r/6 + ...): the small terms summed first
     let y = poly(r, &INV_FACT[2..8]) * (r * r) + r + 1.0;
     // 2^n: n + 127 in the exponent bits
-    y * f32::from_bits(nm.to_bits().wrapping_sub(M.to_bits()).wrapping_add(127) << 23)
+    y * f32::from_bits(((to_int(n) + 127) as u32) << 23)
 }
 
 /// tanh in float32: (e^{2x} − 1) / (e^{2x} + 1), with e^{2x} − 1 by its Taylor series to the 13th
@@ -545,9 +533,9 @@ fn sin_cos(x: f32) -> (f32, f32) {
     const C: [f32; 6] = [1.0, -0.5, 1.0 / 24.0, -1.0 / 720.0, 1.0 / 40_320.0, -1.0 / 3_628_800.0];
     let ax = x.abs();
     // the nearest quarter turn q (an even octant y = 2q)
-    let qm = round_m(ax * (4.0 / PI) * 0.5);
-    let q = qm.to_bits().wrapping_sub(M.to_bits());
-    let y = 2.0 * (qm - M);
+    let qf = round_even(ax * (4.0 / PI) * 0.5);
+    let q = to_int(qf);
+    let y = 2.0 * qf;
     let r = ((ax - y * PI4_A) - y * PI4_B) - y * PI4_C;
     let z = r * r;
     let sp = r * poly(z, &S);

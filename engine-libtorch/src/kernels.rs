@@ -54,9 +54,10 @@ fn i32s(t: &Tensor) -> &[i32] {
     unsafe { std::slice::from_raw_parts(t.data_ptr() as *const i32, t.numel()) }
 }
 
-/// Round half to even for |v| < 2^22 (adding and removing 1.5 · 2^23 leaves no fraction bits).
+/// Round half to even for |v| < 2^22 (adding and removing 1.5 · 2^23 leaves no fraction bits);
+/// unlike `round_ties_even` it vectorizes without SSE4.1.
 #[inline(always)]
-fn round_even(v: f32) -> f32 {
+pub(crate) fn round_even(v: f32) -> f32 {
     const M: f32 = 12_582_912.0;
     (v + M) - M
 }
@@ -64,7 +65,7 @@ fn round_even(v: f32) -> f32 {
 /// An integer-valued float with |v| < 2^22 as an integer, through its bits (vectorizes, unlike
 /// the saturating `as` cast).
 #[inline(always)]
-fn to_int(v: f32) -> i32 {
+pub(crate) fn to_int(v: f32) -> i32 {
     const M: f32 = 12_582_912.0;
     (v + M).to_bits() as i32 - M.to_bits() as i32
 }
