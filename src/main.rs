@@ -164,9 +164,11 @@ impl VoiceArgs {
         let mut options = HibariOptions::new(self.assets()?);
         options.device = device;
         options.threads = Some(self.threads);
-        let precision = self.precision.0.unwrap_or(speechstream_engine_libtorch::Precision::default_for(device));
-        options.precision = Some(precision);
-        info!(?device, %precision, threads = self.threads, "loading the hibari voice");
+        options.precision = self.precision.0;
+        let precision = self.precision.0.map_or("auto".to_owned(), |p| p.to_string());
+        let simd = speechstream_engine_libtorch::cpu::env_cap()?;
+        let level = speechstream_engine_libtorch::cpu::level();
+        info!(?device, %precision, threads = self.threads, cpu_kernels = %level, simd_cap = ?simd, "loading the hibari voice");
         if let Some(name) = model_name {
             options.model_name = name;
         }
@@ -307,7 +309,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => run_serve(args),
         Command::Say(args) => match run_say(args) {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(()) => speechstream_engine_libtorch::exit_now(0),
             Err(message) => {
                 error!("{message}");
                 ExitCode::FAILURE

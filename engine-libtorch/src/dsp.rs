@@ -13,10 +13,10 @@
 //! decoder runs.
 
 use std::f32::consts::PI;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use tch::{Device, Kind, Tensor};
 
+use crate::cpu::simd_fn;
 use crate::kernels::{f32s as values, f32s_mut as values_mut, round_even, to_int};
 use crate::noise::{NoiseSource, BINS};
 
@@ -367,52 +367,6 @@ fn host(t: &Tensor) -> Tensor {
     t.to_device(Device::Cpu).to_kind(Kind::Float).contiguous()
 }
 
-/// The widest instructions [`simd_fn!`] functions may use: 2 AVX-512, 1 AVX2, 0 the crate's
-/// target (tests lower it to compare the versions).
-static SIMD_CAP: AtomicU8 = AtomicU8::new(2);
-
-/// Defines `fn NAME(args)` whose body is compiled three times, for the crate's target (SSE2 on
-/// x86-64), for AVX2 and for AVX-512, picked at run time. The loops in such bodies are written
-/// element by element with no FMA and no reassociation, so LLVM vectorizes them and every version
-/// gives the same bits.
-macro_rules! simd_fn {
-    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
-        $(#[$doc])*
-        fn $name($($arg: $ty),*) $(-> $ret)? {
-            #[inline(always)]
-            fn imp($($arg: $ty),*) $(-> $ret)? $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                use std::arch::is_x86_feature_detected as has;
-                #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx512bw")]
-                fn avx512($($arg: $ty),*) $(-> $ret)? {
-                    imp($($arg),*)
-                }
-                #[target_feature(enable = "avx2")]
-                fn avx2($($arg: $ty),*) $(-> $ret)? {
-                    imp($($arg),*)
-                }
-                let cap = $crate::dsp::simd_cap();
-                if cap >= 2 && has!("avx512f") && has!("avx512dq") && has!("avx512vl") && has!("avx512bw") {
-                    // SAFETY: the CPU has these features.
-                    return unsafe { avx512($($arg),*) };
-                }
-                if cap >= 1 && has!("avx2") {
-                    // SAFETY: the CPU has AVX2.
-                    return unsafe { avx2($($arg),*) };
-                }
-            }
-            imp($($arg),*)
-        }
-    };
-}
-pub(crate) use simd_fn;
-
-/// [`SIMD_CAP`]'s value.
-pub(crate) fn simd_cap() -> u8 {
-    SIMD_CAP.load(Ordering::Relaxed)
-}
-
 simd_fn! {
     /// Pulse values from the interpolated f0 `f` and the phase `t` (overwritten): with
     /// h = floor(11000 / max(f, 40)) + ½, sin(h t) / (2 sin(t/2)) − ½, or its limit h − ½ where
@@ -550,6 +504,7 @@ fn sin_cos(x: f32) -> (f32, f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::{set_cap, Level};
 
     #[test]
     fn float32_functions_match_libm() {
@@ -646,10 +601,10 @@ mod tests {
             [p, re, im, y].map(|t| Vec::<f32>::try_from(t.reshape([-1])).unwrap())
         };
         let all = run();
-        for cap in [1, 0] {
-            SIMD_CAP.store(cap, Ordering::Relaxed);
+        for cap in [Level::Avx2, Level::Baseline] {
+            set_cap(cap);
             let lower = run();
-            SIMD_CAP.store(2, Ordering::Relaxed);
+            set_cap(Level::Avx512Vnni);
             for (a, b) in all.iter().zip(&lower) {
                 assert!(a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits()), "cap {cap}");
             }

@@ -43,8 +43,8 @@ pub struct HibariOptions {
     /// Fine frames in every chunk after the second (at least `chunk_frames`): fewer chunks, so
     /// less decoder context computed twice, once the client has a second of audio.
     pub max_chunk_frames: usize,
-    /// Arithmetic of the network's Linear layers; `None`: [`Precision::default_for`] the device
-    /// (int8 on the CPU, see [`Precision::Int8`]; fp32 on CUDA).
+    /// Arithmetic of the network's Linear layers; `None`: the faster on this machine, measured
+    /// at load ([`Hibari::set_fastest_precision`]; fp32 on CUDA).
     pub precision: Option<Precision>,
     /// Most sentences whose prosody, and most requests whose decoder chunks, run in one forward
     /// pass (on CPU, chunks after the first are batched by at most 4: see scheduler.rs).
@@ -86,6 +86,7 @@ pub struct HibariEngine {
     capabilities: EngineCapabilities,
     commands: mpsc::Sender<Command>,
     stats: Arc<LoadStats>,
+    precision: Precision,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -106,6 +107,7 @@ impl HibariEngine {
         let list = read_voice_list(dir)?;
         let mut voices = Vec::new();
         let mut front_ends: Vec<(bool, Arc<FrontEnd>)> = Vec::new();
+        let mut precision = options.precision;
         for entry in list {
             match check_voice_file(dir, &entry) {
                 Ok(true) => {}
@@ -125,9 +127,26 @@ impl HibariEngine {
                     fe
                 }
             };
-            let model = Hibari::load_voice(dir, &entry.file, options.device)
-                .and_then(|m| m.with_precision(options.precision.unwrap_or(Precision::default_for(options.device))))
-                .map_err(|e| format!("voice {} ({}): {e}", entry.name, entry.file))?;
+            let load = |precision: Option<Precision>| {
+                let mut m = Hibari::load_voice(dir, &entry.file, options.device)?;
+                match precision {
+                    Some(p) => m.set_precision(p).map(|()| (m, p)),
+                    None => {
+                        let choice = m.set_fastest_precision()?;
+                        let ms = |s: Option<f64>| s.map_or("-".to_owned(), |s| format!("{:.2} ms", s * 1e3));
+                        tracing::info!(
+                            precision = %choice.precision,
+                            int8_kernels = %choice.level,
+                            probe_int8 = %ms(choice.int8_s),
+                            probe_fp32 = %ms(choice.fp32_s),
+                            "precision auto: the faster on this machine"
+                        );
+                        Ok((m, choice.precision))
+                    }
+                }
+            };
+            let (model, chosen) = load(precision).map_err(|e| format!("voice {} ({}): {e}", entry.name, entry.file))?;
+            precision = Some(chosen);
             voices.push(VoiceModel { name: entry.name, model, front_end });
         }
         let Some(default) = voices.iter().position(|v| v.name == DEFAULT_VOICE) else {
@@ -140,6 +159,7 @@ impl HibariEngine {
             word_timestamps: true,
             codec: None,
         };
+        let precision = precision.unwrap_or(Precision::Fp32);
         let stats = Arc::new(LoadStats::default());
         let (commands, receiver) = mpsc::channel();
         let scheduler = Scheduler::new(voices, default, &options, receiver, stats.clone());
@@ -159,7 +179,12 @@ impl HibariEngine {
             .map_err(|e| format!("cannot start the scheduler thread: {e}"))?;
         // Ready to serve only once warm: the first request's latency is then the steady one.
         warm_rx.recv().map_err(|_| "the hibari scheduler failed while warming up".to_owned())?;
-        Ok(HibariEngine { capabilities, commands, stats, thread: Some(thread) })
+        Ok(HibariEngine { capabilities, commands, stats, precision, thread: Some(thread) })
+    }
+
+    /// The precision the voices run in (what `auto` chose, when it was asked to).
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 }
 

@@ -172,14 +172,14 @@ pub fn chunk_ranges(frames: usize, first: usize, size: usize) -> Vec<Range<usize
 /// Arithmetic of the network's Linear layers (45 matrices, 77 uses; everything else is fp32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Precision {
-    /// The shipped int8 weights with int8 activations (`_int_mm`, int32 accumulation), as the
-    /// packaged onnxruntime graph computes them, but with one activation scale per row (frame or
-    /// token) instead of per tensor, so a frame's output depends on that frame's inputs only.
-    /// CPU only; the default there (2x faster than fp32). Not the fp32 graph's math (like
+    /// The shipped int8 weights with int8 activations (our own kernels, [`crate::gemm`], exact
+    /// int32 accumulation), as the packaged onnxruntime graph computes them, but with one
+    /// activation scale per row (frame or token) instead of per tensor, so a frame's output
+    /// depends on that frame's inputs only. CPU only. Not the fp32 graph's math (like
     /// onnxruntime's int8 graph, it is as far from it as it is from onnxruntime's int8 output,
     /// see `tests/hibari_int8.rs`), but exact with itself: the row-wise kernels of
     /// [`crate::kernels`] compute every row as they would alone, so chunks equal the whole
-    /// sentence and batches equal single items bit for bit.
+    /// sentence and batches equal single items bit for bit, on every CPU level ([`crate::cpu`]).
     Int8,
     /// Weights dequantized to float32 (W = q·scale), float activations: the exact target of the
     /// fp32 graph (hibari-architecture.md §6).
@@ -206,26 +206,16 @@ impl FromStr for Precision {
     }
 }
 
-impl Precision {
-    /// The default on `device`: int8 on the CPU where libtorch has its int8 matmul (faster, and
-    /// what the reference runs), else fp32.
-    pub fn default_for(device: Device) -> Precision {
-        if device == Device::Cpu && int8_available() {
-            Precision::Int8
-        } else {
-            Precision::Fp32
-        }
-    }
-}
-
-/// Whether this libtorch runs the int8 × int8 → int32 matmul on the CPU (tried once).
-pub fn int8_available() -> bool {
-    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OK.get_or_init(|| {
-        let a = Tensor::ones([4, 32], (Kind::Int8, Device::Cpu));
-        let b = Tensor::ones([32, 8], (Kind::Int8, Device::Cpu));
-        a.f_internal_int_mm(&b).ok().and_then(|c| c.f_int64_value(&[0, 0]).ok()) == Some(32)
-    })
+/// What [`Hibari::set_fastest_precision`] measured and chose.
+#[derive(Clone, Copy, Debug)]
+pub struct PrecisionChoice {
+    pub precision: Precision,
+    /// The int8 kernels' level ([`crate::cpu::level`]).
+    pub level: crate::cpu::Level,
+    /// Best time of the probe (one decoder block on 128 frames) in each precision; None where
+    /// not measured (CUDA: fp32 without measuring).
+    pub int8_s: Option<f64>,
+    pub fp32_s: Option<f64>,
 }
 
 /// Frame ranges for streaming with growing chunks: `first` frames, then `size`, then `max` frames
@@ -346,8 +336,7 @@ impl Hibari {
     }
 
     /// The same network in another precision (loading gives [`Precision::Fp32`]). Int8 needs the
-    /// CPU, [`int8_available`], and a voice file with int8 weights (zero points 0); otherwise this
-    /// is an error.
+    /// CPU and a voice file with int8 weights (zero points 0); otherwise this is an error.
     pub fn set_precision(&mut self, precision: Precision) -> Result<(), HibariError> {
         let _g = tch::no_grad_guard();
         self.int8 = None;
@@ -355,11 +344,8 @@ impl Hibari {
         if precision == Precision::Fp32 {
             return Ok(());
         }
-        if self.device != Device::Cpu || !int8_available() {
-            return Err(HibariError::Invalid(format!(
-                "int8 needs the CPU with libtorch's int8 matmul, not {:?}",
-                self.device
-            )));
+        if self.device != Device::Cpu {
+            return Err(HibariError::Invalid(format!("int8 needs the CPU, not {:?}", self.device)));
         }
         if self.weight_scales.len() < 45 {
             return Err(HibariError::Invalid(format!("{} int8 Linear weights, not 45", self.weight_scales.len())));
@@ -377,6 +363,49 @@ impl Hibari {
 
     pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// `--precision auto`: on the CPU, times one decoder block (the network's dominant cost:
+    /// the decoder's 8 blocks are ~80% of its multiply-adds) on 128 frames in int8 and in fp32,
+    /// best of 5 each, and keeps the faster; on CUDA, fp32 (int8 is CPU only). Which one wins
+    /// depends on the CPU's instructions and on libtorch's build for it, so it is measured, not
+    /// assumed (a few ms at start-up).
+    pub fn set_fastest_precision(&mut self) -> Result<PrecisionChoice, HibariError> {
+        let _g = tch::no_grad_guard();
+        let level = crate::cpu::level();
+        if self.device != Device::Cpu || self.weight_scales.len() < 45 {
+            self.set_precision(Precision::Fp32)?;
+            return Ok(PrecisionChoice { precision: Precision::Fp32, level, int8_s: None, fp32_s: None });
+        }
+        self.set_precision(Precision::Int8)?;
+        let Some(int8) = self.int8.take() else { unreachable!("int8 weights were just built") };
+        let x = Tensor::randn([128, 256], (Kind::Float, Device::Cpu));
+        let fp32_x = x.transpose(0, 1).unsqueeze(0).contiguous();
+        let time = |f: &dyn Fn()| {
+            let t = std::time::Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        };
+        let (mut int8_s, mut fp32_s) = (f64::INFINITY, f64::INFINITY);
+        // Round 0 warms both up (allocator, libtorch's first-call set-up) and is not counted.
+        for round in 0..6 {
+            let f = time(&|| {
+                let _ = self.cnx("m.dec.0", &fp32_x, 7, 1, None);
+            });
+            let i = time(&|| {
+                let mut y = x.copy();
+                cnx_int8(int8.block("m.dec.0"), &mut y, &[128], 1, None);
+            });
+            if round > 0 {
+                (fp32_s, int8_s) = (fp32_s.min(f), int8_s.min(i));
+            }
+        }
+        let precision = if int8_s <= fp32_s { Precision::Int8 } else { Precision::Fp32 };
+        (self.int8, self.precision) = match precision {
+            Precision::Int8 => (Some(int8), precision),
+            Precision::Fp32 => (None, precision),
+        };
+        Ok(PrecisionChoice { precision, level, int8_s: Some(int8_s), fp32_s: Some(fp32_s) })
     }
 
     /// nn.Linear `w` (+ `b`) on the last axis of x, in the model's precision.

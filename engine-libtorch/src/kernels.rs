@@ -1,5 +1,5 @@
-//! Row-wise CPU kernels of the int8 path ([`crate::hibari::Precision::Int8`]): everything
-//! between the int8 matmuls (libtorch's `_int_mm`) of a ConvNeXt block or transformer pass, fused
+//! Row-wise CPU kernels of the int8 path ([`crate::hibari::Precision::Int8`]): the int8 matmuls
+//! ([`crate::gemm`]) and everything between them in a ConvNeXt block or transformer pass, fused
 //! into one pass per row over time-major [rows, channels] data.
 //!
 //! Two properties matter more than speed:
@@ -8,13 +8,14 @@
 //!   tensor's size) touches int8-path activations. So a chunk of a sentence, or a sentence in a
 //!   padded batch, gets bit for bit the activations it gets alone; int8 rounding can't amplify
 //!   round-off differences that don't exist.
-//! - **Same results on every x86-64 CPU**: the AVX2 and AVX-512 versions (`dsp::simd_fn!`) only
+//! - **Same results on every x86-64 CPU**: the AVX2 and AVX-512 versions (`cpu::simd_fn!`) only
 //!   vectorize the same operations (Rust never fuses a multiply and an add), and reductions use
 //!   fixed lanes.
 
 use tch::{Device, Kind, Tensor};
 
-use crate::dsp::simd_fn;
+use crate::cpu::{simd_fn, Level};
+use crate::gemm::Packed;
 
 /// Lanes of the fixed-order partial sums (a multiple of every vector width used).
 const LANES: usize = 16;
@@ -40,18 +41,6 @@ pub fn f32s_mut(t: &mut Tensor) -> &mut [f32] {
     }
     // SAFETY: as above; `&mut Tensor` keeps other uses of this handle out while the slice lives.
     unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut f32, n) }
-}
-
-fn i8s_mut(t: &mut Tensor) -> &mut [i8] {
-    assert!(t.kind() == Kind::Int8 && t.device() == Device::Cpu && t.is_contiguous(), "i8 CPU contiguous");
-    // SAFETY: a contiguous int8 tensor of numel elements.
-    unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut i8, t.numel()) }
-}
-
-fn i32s(t: &Tensor) -> &[i32] {
-    assert!(t.kind() == Kind::Int && t.device() == Device::Cpu && t.is_contiguous(), "i32 CPU contiguous");
-    // SAFETY: a contiguous int32 tensor of numel elements.
-    unsafe { std::slice::from_raw_parts(t.data_ptr() as *const i32, t.numel()) }
 }
 
 /// Round half to even for |v| < 2^22 (adding and removing 1.5 · 2^23 leaves no fraction bits);
@@ -149,20 +138,17 @@ fn quantize_row(x: &[f32], q: &mut [i8]) -> (f32, i32) {
     (s, 128 - to_int(zp))
 }
 
-/// Int8 activations of a matrix: the int8 rows, and per row its scale and zero-point correction.
+/// Int8 activations of a matrix: the int8 rows [M, K], and per row its scale and zero-point
+/// correction.
 pub struct QRows {
-    pub q: Tensor,
+    pub q: Vec<i8>,
     pub scale: Vec<f32>,
     pub corr: Vec<i32>,
 }
 
 impl QRows {
     fn new(m: usize, k: usize) -> QRows {
-        QRows {
-            q: Tensor::empty([m as i64, k as i64], (Kind::Int8, Device::Cpu)),
-            scale: vec![0.0; m],
-            corr: vec![0; m],
-        }
+        QRows { q: vec![0; m * k], scale: vec![0.0; m], corr: vec![0; m] }
     }
 }
 
@@ -178,8 +164,7 @@ simd_fn! {
 pub fn quantize(x: &[f32], k: usize) -> QRows {
     let m = x.len() / k;
     let mut r = QRows::new(m, k);
-    let q = i8s_mut(&mut r.q);
-    quantize_impl(x, k, q, &mut r.scale, &mut r.corr);
+    quantize_impl(x, k, &mut r.q, &mut r.scale, &mut r.corr);
     r
 }
 
@@ -205,16 +190,15 @@ pub fn layernorm_quantize(x: &[f32], w: &[f32], b: &[f32]) -> QRows {
     let k = w.len();
     let m = x.len() / k;
     let mut r = QRows::new(m, k);
-    let q = i8s_mut(&mut r.q);
-    layernorm_quantize_impl(x, w, b, q, &mut r.scale, &mut r.corr);
+    layernorm_quantize_impl(x, w, b, &mut r.q, &mut r.scale, &mut r.corr);
     r
 }
 
 /// One Linear layer's int8 weights: y = ((q_x − zp_x) · q_w) · (s_x s_w) + b. The matmul runs on
 /// the stored q_x − 128, and (128 − zp_x) · Σ_k q_w[k, j] is added back in int32 (exact).
 pub struct QWeight {
-    /// q_w, int8 [in, out]
-    pub wt: Tensor,
+    /// q_w [out, in], packed for the kernel
+    pub w: Packed,
     /// Σ_k q_w[k, j] [out]
     pub colsum: Vec<i32>,
     pub scale: f32,
@@ -325,8 +309,14 @@ simd_fn! {
 }
 
 impl QWeight {
-    /// From nn.Linear's dequantized weight [out, in] (= q · scale, checked) and bias [out].
+    /// From nn.Linear's dequantized weight [out, in] (= q · scale, checked) and bias [out], packed
+    /// for the kernels of [`crate::cpu::level`].
     pub fn new(w: &Tensor, scale: f64, bias: &Tensor) -> Result<QWeight, String> {
+        QWeight::new_at(w, scale, bias, crate::cpu::level())
+    }
+
+    /// [`QWeight::new`] for the kernels of `level` (or the best one below it that the CPU has).
+    pub fn new_at(w: &Tensor, scale: f64, bias: &Tensor, level: Level) -> Result<QWeight, String> {
         let w = w.to_device(Device::Cpu).to_kind(Kind::Float).contiguous();
         let &[n_out, n_in] = &w.size()[..] else { return Err("not a matrix".into()) };
         let (n_out, n_in) = (n_out as usize, n_in as usize);
@@ -338,10 +328,12 @@ impl QWeight {
         for (row, q) in f32s(&w).chunks_exact(n_in.max(1)).zip(q.chunks_exact_mut(n_in.max(1))) {
             colsum.push(quantize_weight_row(row, s, q).ok_or_else(|| format!("not int8 × {scale}"))?);
         }
-        let wt = Tensor::from_slice(&q).view([n_out as i64, n_in as i64]).transpose(0, 1).contiguous();
         let bias =
             Vec::<f32>::try_from(&bias.to_device(Device::Cpu).to_kind(Kind::Float)).map_err(|e| e.to_string())?;
-        Ok(QWeight { wt, colsum, scale: s, bias })
+        if bias.len() != n_out {
+            return Err(format!("{} biases for {n_out} outputs", bias.len()));
+        }
+        Ok(QWeight { w: Packed::new(&q, n_out, n_in, level), colsum, scale: s, bias })
     }
 
     pub fn out_features(&self) -> usize {
@@ -350,10 +342,11 @@ impl QWeight {
 
     /// The int8 matmul of the quantized rows `x` with these weights, then `epilogue`.
     pub fn forward(&self, x: &QRows, epilogue: Epilogue<'_>) -> Out {
-        let acc = x.q.internal_int_mm(&self.wt); // [M, N] int32
-        let a = i32s(&acc);
         let m = x.scale.len() as i64;
         let n = self.out_features() as i64;
+        let mut acc = vec![0i32; (m * n) as usize];
+        self.w.matmul(&x.q, &mut acc);
+        let a = &acc[..];
         match epilogue {
             Epilogue::Bias => {
                 let mut out = Tensor::empty([m, n], (Kind::Float, Device::Cpu));
@@ -362,8 +355,7 @@ impl QWeight {
             }
             Epilogue::GeluQuantize => {
                 let mut r = QRows::new(m as usize, n as usize);
-                let q = i8s_mut(&mut r.q);
-                gelu_quantize_impl(a, self, x, q, &mut r.scale, &mut r.corr);
+                gelu_quantize_impl(a, self, x, &mut r.q, &mut r.scale, &mut r.corr);
                 Out::Quant(r)
             }
             Epilogue::Residual { x: res, gamma } => {
@@ -450,7 +442,7 @@ mod tests {
         let s = (mx - &mn) / 255.0;
         let zp = (-mn / &s).round().clamp(0.0, 255.0);
         let q = ((&x / s.unsqueeze(1)).round() + (&zp - 128.0).unsqueeze(1)).clamp(-128.0, 127.0).to_kind(Kind::Int8);
-        assert!(q.equal(&r.q));
+        assert!(q.equal(&Tensor::from_slice(&r.q).view([37, 48])));
         assert_eq!(Vec::<f32>::try_from(&s).unwrap(), r.scale);
         let corr: Vec<i32> = Vec::<f32>::try_from(&zp).unwrap().iter().map(|z| 128 - *z as i32).collect();
         assert_eq!(corr, r.corr);
@@ -463,7 +455,7 @@ mod tests {
         let b = Tensor::randn([64], (Kind::Float, Device::Cpu));
         let all = layernorm_quantize(f32s(&x), f32s(&w), f32s(&b));
         let part = layernorm_quantize(&f32s(&x)[5 * 64..9 * 64], f32s(&w), f32s(&b));
-        assert!(all.q.narrow(0, 5, 4).equal(&part.q));
+        assert_eq!(&all.q[5 * 64..9 * 64], &part.q[..]);
         assert_eq!(&all.scale[5..9], &part.scale[..]);
     }
 
@@ -495,7 +487,7 @@ mod tests {
         // the dequantized activations, through a float Linear
         let s = Tensor::from_slice(&qx.scale).unsqueeze(1);
         let zp: Vec<f32> = qx.corr.iter().map(|c| (128 - c) as f32).collect();
-        let xd = (qx.q.to_kind(Kind::Float) + 128.0 - Tensor::from_slice(&zp).unsqueeze(1)) * s;
+        let xd = (Tensor::from_slice(&qx.q).view([13, 32]).to_kind(Kind::Float) + 128.0 - Tensor::from_slice(&zp).unsqueeze(1)) * s;
         let want = xd.linear(&w, Some(&b));
         let Out::Float(y) = qw.forward(&qx, Epilogue::Bias) else { panic!() };
         let err = (&y - &want).abs().max().double_value(&[]);
@@ -507,7 +499,7 @@ mod tests {
         assert!(res.equal(&y));
         let Out::Quant(g) = qw.forward(&qx, Epilogue::GeluQuantize) else { panic!() };
         let want = quantize(f32s(&y.gelu("none").contiguous()), 24);
-        let diff = (g.q.to_kind(Kind::Int) - want.q.to_kind(Kind::Int)).abs().max().int64_value(&[]);
+        let diff = g.q.iter().zip(&want.q).map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs()).max().unwrap();
         assert!(diff <= 1, "{diff}");
     }
 }

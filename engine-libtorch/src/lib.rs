@@ -7,8 +7,10 @@
 //! int8 Linear weights ([`quant`]), which together give the model's float parameters by their
 //! PyTorch names. See `NOTES.md` for what the Python reference does around the network.
 
+pub mod cpu;
 pub mod dsp;
 pub mod engine;
+pub mod gemm;
 pub mod hibari;
 pub mod kernels;
 pub mod noise;
@@ -20,7 +22,8 @@ pub mod timing;
 pub mod voices;
 
 pub use engine::{HibariEngine, HibariOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE};
-pub use hibari::{chunk_ranges, int8_available, stream_ranges, Hibari, HibariError, Precision, Prosody, Spectra};
+pub use cpu::Level;
+pub use hibari::{chunk_ranges, stream_ranges, Hibari, HibariError, Precision, PrecisionChoice, Prosody, Spectra};
 pub use noise::NoiseSource;
 pub use onnx::{read_initializers, DataType, Model, OnnxError, Tensor};
 pub use quant::{linear_weights, parameters, LinearWeight};
@@ -70,6 +73,17 @@ pub fn parse_device(spec: &str) -> Result<tch::Device, String> {
         return Err(format!("device `{spec}`: there are {count} CUDA device(s)"));
     }
     Ok(tch::Device::Cuda(index))
+}
+
+/// Ends the process with `code` at once, after flushing stdout and stderr, without running
+/// libtorch's static destructors: they unregister its thousands of operators one by one, ~50 ms
+/// of a one-shot command's time. For a process that is done (files written and closed).
+pub fn exit_now(code: i32) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit only ends the process; nothing of ours is left to flush.
+    unsafe { libc::_exit(code) }
 }
 
 /// Keeps freed memory in the process (glibc: no mmap below 64 MiB, trim above 256 MiB free).

@@ -8,13 +8,13 @@
 //!
 //! The float64 log, sin and cos are ours (range reduction, then their series to float64
 //! precision), written branch-free so that the loop vectorizes (AVX2 / AVX-512 where the CPU has them, see
-//! `dsp::simd_fn`). The float32 results are libm's: none of the 1.2 million values the tests compare
+//! `cpu::simd_fn`). The float32 results are libm's: none of the 1.2 million values the tests compare
 //! differs; one could only where a float64 result lies within a few float64 ulps of a float32
 //! rounding boundary, and then by one float32 ulp.
 
 use std::f64::consts::FRAC_PI_4;
 
-use crate::dsp::simd_fn;
+use crate::cpu::simd_fn;
 
 /// Number of frequency bins (n_fft / 2 + 1).
 pub const BINS: usize = 601;

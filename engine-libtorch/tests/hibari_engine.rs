@@ -16,7 +16,7 @@ use speechstream_core::engine::{
 };
 use speechstream_engine_libtorch::g2p::FrontEnd;
 use speechstream_engine_libtorch::timing::clean_word;
-use speechstream_engine_libtorch::{chunk_ranges, Hibari, HibariEngine, HibariOptions, NoiseSource, Precision};
+use speechstream_engine_libtorch::{chunk_ranges, Hibari, HibariEngine, HibariOptions, NoiseSource};
 use tch::Device;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -35,10 +35,8 @@ fn engine() -> &'static HibariEngine {
 fn reference() -> MutexGuard<'static, (Hibari, FrontEnd)> {
     static REF: OnceLock<Mutex<(Hibari, FrontEnd)>> = OnceLock::new();
     REF.get_or_init(|| {
-        // in the engine's default precision (int8 on the CPU), so the engine's audio can be compared
-        let model = Hibari::load(hibari_assets(), Device::Cpu)
-            .and_then(|h| h.with_precision(Precision::default_for(Device::Cpu)))
-            .unwrap();
+        // in the precision the engine chose, so the engine's audio can be compared
+        let model = Hibari::load(hibari_assets(), Device::Cpu).and_then(|h| h.with_precision(engine().precision())).unwrap();
         Mutex::new((model, FrontEnd::load(hibari_assets(), Device::Cpu).unwrap()))
     })
     .lock()

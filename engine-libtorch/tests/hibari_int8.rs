@@ -7,13 +7,12 @@
 mod common;
 
 use common::*;
-use speechstream_engine_libtorch::{chunk_ranges, int8_available, stream_ranges, Hibari, Precision, Prosody};
+use speechstream_engine_libtorch::{chunk_ranges, stream_ranges, Hibari, Precision, Prosody};
 use tch::Device;
 
 const OUTPUTS: [&str; 5] = ["lh", "theta", "ln", "lr", "phi"];
 
 fn model(precision: Precision) -> Hibari {
-    assert!(int8_available(), "this libtorch has no CPU int8 matmul");
     Hibari::load(hibari_assets(), Device::Cpu).expect("loading hibari").with_precision(precision).expect("precision")
 }
 

@@ -1,0 +1,330 @@
+//! int8 × int8 → int32 matrix products for the int8 path ([`crate::kernels::QWeight`]):
+//! C[m, j] = Σ_k A[m, k] · W[j, k], exactly (int32 accumulation, nothing saturates), with A the
+//! int8 activations [M, K] and W a Linear weight [N, K] (nn.Linear's layout, |w| ≤ 127).
+//!
+//! W is packed once, at load, for one [`Level`]'s kernel. Every level computes the same integers,
+//! so the choice changes speed only. The kernels, after onnxruntime's MLAS and oneDNN:
+//! - **Panels.** W is stored as panels of 8 (256-bit) or 16 (512-bit) columns; inside a panel,
+//!   each group of 4 bytes per column is one step of K, so one vector load gives a whole panel's
+//!   step and the activations' 4 bytes of the same step are broadcast to every lane.
+//! - **Register tiles.** 6 rows × 2 (256-bit) or 4 (512-bit) panels of int32 sums stay in
+//!   registers across all of K; W's panels stay in L1 while the tile walks down the rows. Our M
+//!   is small (16-200 frames of a chunk, tens of tokens), so there is no blocking along K or M.
+//! - **VNNI** (`vpdpbusd`, u8 × s8 sums of 4 into int32, non-saturating): the activations are fed
+//!   as A + 128 (u8) and 128 · Σ_k W[j, k] is subtracted once at the end.
+//! - **AVX2 / AVX-512BW without VNNI**: `vpmaddwd` on 16-bit values (pairs of products summed
+//!   into int32, exact), W widened to 16 bits at packing. `vpmaddubsw` is not used: its 16-bit
+//!   sums saturate.
+//! - **Baseline**: plain dot products the compiler vectorizes for the target.
+
+use crate::cpu::Level;
+
+/// A weight matrix W [N, K] in the layout of one level's kernel.
+pub struct Packed {
+    level: Level,
+    k: usize,
+    n: usize,
+    /// 4-byte steps of K per row of A (K/4 for the byte kernels, K/2 for the 16-bit ones, rounded up)
+    groups: usize,
+    /// Columns per panel (0 for the baseline, which keeps W as it is)
+    lanes: usize,
+    /// The panels, one after the other: [panel][group][lane][4 bytes], zero beyond N and K; the
+    /// baseline: W [N, K] as int8.
+    data: Vec<u8>,
+    /// What to subtract from each column's sums (128 · Σ_k W[j, k] for the VNNI kernels, which see
+    /// A + 128; 0 for the others), padded to whole panels.
+    offset: Vec<i32>,
+}
+
+impl Packed {
+    /// Packs W (`w`, [N, K] row-major) for `level`'s kernel; a level this CPU lacks packs for the
+    /// best one below it.
+    pub fn new(w: &[i8], n: usize, k: usize, level: Level) -> Packed {
+        assert_eq!(w.len(), n * k, "W is [N, K]");
+        let level = Level::best_at_most(level);
+        let (lanes, per_group) = match level {
+            Level::Baseline => (0, 0),
+            Level::Avx2 => (8, 2),
+            Level::Avx512 => (16, 2),
+            Level::AvxVnni => (8, 4),
+            Level::Avx512Vnni => (16, 4),
+        };
+        if lanes == 0 {
+            let data = w.iter().map(|&v| v as u8).collect();
+            return Packed { level, k, n, groups: 0, lanes, data, offset: Vec::new() };
+        }
+        let groups = k.div_ceil(per_group);
+        let panels = n.div_ceil(lanes);
+        let mut data = vec![0u8; panels * groups * lanes * 4];
+        let mut offset = vec![0i32; panels * lanes];
+        for j in 0..n {
+            let row = &w[j * k..(j + 1) * k];
+            let (panel, lane) = (j / lanes, j % lanes);
+            for (kk, &v) in row.iter().enumerate() {
+                let (g, i) = (kk / per_group, kk % per_group);
+                let at = ((panel * groups + g) * lanes + lane) * 4;
+                if per_group == 4 {
+                    data[at + i] = v as u8;
+                } else {
+                    data[at + 2 * i..at + 2 * i + 2].copy_from_slice(&i16::from(v).to_le_bytes());
+                }
+            }
+            if per_group == 4 {
+                offset[j] = 128 * row.iter().map(|&v| i32::from(v)).sum::<i32>();
+            }
+        }
+        Packed { level, k, n, groups, lanes, data, offset }
+    }
+
+    pub fn level(&self) -> Level {
+        self.level
+    }
+
+    /// C = A · Wᵀ: `a` [M, K] int8 rows, `c` [M, N].
+    pub fn matmul(&self, a: &[i8], c: &mut [i32]) {
+        let (k, n) = (self.k, self.n);
+        if k == 0 {
+            c.fill(0);
+            return;
+        }
+        assert_eq!(a.len() % k, 0, "A is [M, K]");
+        let m = a.len() / k;
+        assert_eq!(c.len(), m * n, "C is [M, N]");
+        if m == 0 || n == 0 {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.level != Level::Baseline {
+            let a = self.prepare(a, m);
+            // SAFETY: the level is one this CPU supports (`new` chose it with `best_at_most`), and
+            // `a`, `self.data`, `self.offset` and `c` have the sizes the kernels read and write.
+            unsafe {
+                match self.level {
+                    Level::Avx2 => x86::avx2::run(&a, m, self, c),
+                    Level::AvxVnni => x86::avxvnni::run(&a, m, self, c),
+                    Level::Avx512 => x86::avx512::run(&a, m, self, c),
+                    Level::Avx512Vnni => x86::avx512vnni::run(&a, m, self, c),
+                    Level::Baseline => unreachable!("handled below"),
+                }
+            }
+            return;
+        }
+        for (ar, cr) in a.chunks_exact(k).zip(c.chunks_exact_mut(n)) {
+            for (cv, wr) in cr.iter_mut().zip(self.data.chunks_exact(k)) {
+                *cv = ar.iter().zip(wr).map(|(&x, &w)| i32::from(x) * i32::from(w as i8)).sum();
+            }
+        }
+    }
+
+    /// A's rows in the kernel's form, each `groups` 4-byte steps long (zero-padded): A + 128 as u8
+    /// for the VNNI kernels, A widened to 16 bits for the others.
+    #[cfg(target_arch = "x86_64")]
+    fn prepare(&self, a: &[i8], m: usize) -> Vec<u8> {
+        let (k, row) = (self.k, self.groups * 4);
+        let mut out = vec![0u8; m * row];
+        let vnni = matches!(self.level, Level::AvxVnni | Level::Avx512Vnni);
+        for (src, dst) in a.chunks_exact(k).zip(out.chunks_exact_mut(row)) {
+            if vnni {
+                for (d, &s) in dst.iter_mut().zip(src) {
+                    *d = (s as u8) ^ 0x80;
+                }
+            } else {
+                for (d, &s) in dst.chunks_exact_mut(2).zip(src) {
+                    d.copy_from_slice(&i16::from(s).to_le_bytes());
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    /// One level's kernel: `run` walks W's panels in blocks of `NP` and, for each block, A's rows
+    /// in tiles of `MR`; `tile` keeps MR × NP vectors of sums in registers over all of K.
+    /// `mac(acc, a, b)` adds the products of one 4-byte step; `$vb` is a vector's size in bytes.
+    macro_rules! level {
+        ($name:ident, $feature:literal, $v:ty, $vb:literal, $mr:literal, $np:literal,
+         zero: $zero:path, load: $load:path, set1: $set1:path, sub: $sub:path, store: $store:path,
+         mac: |$acc:ident, $a:ident, $b:ident| $mac:expr) => {
+            pub mod $name {
+                #[allow(unused_imports)]
+                use std::arch::x86_64::*;
+
+                use super::super::Packed;
+
+                const LANES: usize = $vb / 4;
+
+                #[target_feature(enable = $feature)]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn tile<const MR: usize, const NP: usize>(
+                    a: *const u8,
+                    lda: usize,
+                    b: *const u8,
+                    panel_bytes: usize,
+                    groups: usize,
+                    offset: *const i32,
+                    c: *mut i32,
+                    ldc: usize,
+                    cols: usize,
+                ) {
+                    let mut acc = [[$zero(); NP]; MR];
+                    for g in 0..groups {
+                        let mut bv = [$zero(); NP];
+                        for (p, bv) in bv.iter_mut().enumerate() {
+                            *bv = $load(b.add(p * panel_bytes + g * $vb) as *const _);
+                        }
+                        for (r, acc) in acc.iter_mut().enumerate() {
+                            let av = $set1((a.add(r * lda + g * 4) as *const i32).read_unaligned());
+                            for (acc, &bv) in acc.iter_mut().zip(&bv) {
+                                let ($acc, $a, $b) = (*acc, av, bv);
+                                *acc = $mac;
+                            }
+                        }
+                    }
+                    for (r, acc) in acc.iter().enumerate() {
+                        for (p, &v) in acc.iter().enumerate() {
+                            let col = p * LANES;
+                            let v = $sub(v, $load(offset.add(col) as *const _));
+                            let dst = c.add(r * ldc + col);
+                            if col + LANES <= cols {
+                                $store(dst as *mut _, v);
+                            } else if col < cols {
+                                let mut t = [0i32; LANES];
+                                $store(t.as_mut_ptr() as *mut _, v);
+                                std::ptr::copy_nonoverlapping(t.as_ptr(), dst, cols - col);
+                            }
+                        }
+                    }
+                }
+
+                /// All of A's rows against NP panels starting at `panel`.
+                #[target_feature(enable = $feature)]
+                unsafe fn rows<const NP: usize>(a: &[u8], m: usize, w: &Packed, panel: usize, c: &mut [i32]) {
+                    let (lda, groups) = (w.groups * 4, w.groups);
+                    let panel_bytes = groups * $vb;
+                    let b = w.data.as_ptr().add(panel * panel_bytes);
+                    let offset = w.offset.as_ptr().add(panel * LANES);
+                    let col0 = panel * LANES;
+                    let cols = (w.n - col0).min(NP * LANES);
+                    let mut r = 0;
+                    while r < m {
+                        let mr = (m - r).min($mr);
+                        let (a, c) = (a.as_ptr().add(r * lda), c.as_mut_ptr().add(r * w.n + col0));
+                        let (pb, g, o, ldc) = (panel_bytes, groups, offset, w.n);
+                        match mr {
+                            1 => tile::<1, NP>(a, lda, b, pb, g, o, c, ldc, cols),
+                            2 => tile::<2, NP>(a, lda, b, pb, g, o, c, ldc, cols),
+                            3 => tile::<3, NP>(a, lda, b, pb, g, o, c, ldc, cols),
+                            4 => tile::<4, NP>(a, lda, b, pb, g, o, c, ldc, cols),
+                            5 => tile::<5, NP>(a, lda, b, pb, g, o, c, ldc, cols),
+                            _ => tile::<$mr, NP>(a, lda, b, pb, g, o, c, ldc, cols),
+                        }
+                        r += mr;
+                    }
+                }
+
+                /// C = A · Wᵀ with A prepared by [`Packed::prepare`].
+                #[target_feature(enable = $feature)]
+                pub unsafe fn run(a: &[u8], m: usize, w: &Packed, c: &mut [i32]) {
+                    debug_assert_eq!(w.lanes, LANES);
+                    debug_assert!(a.len() >= m * w.groups * 4 && c.len() >= m * w.n);
+                    let panels = w.n.div_ceil(LANES);
+                    let mut p = 0;
+                    while p < panels {
+                        let np = (panels - p).min($np);
+                        match np {
+                            1 => rows::<1>(a, m, w, p, c),
+                            2 => rows::<2>(a, m, w, p, c),
+                            3 => rows::<3>(a, m, w, p, c),
+                            _ => rows::<$np>(a, m, w, p, c),
+                        }
+                        p += np;
+                    }
+                }
+            }
+        };
+    }
+
+    level!(avx2, "avx2", __m256i, 32, 6, 2,
+        zero: _mm256_setzero_si256, load: _mm256_loadu_si256, set1: _mm256_set1_epi32,
+        sub: _mm256_sub_epi32, store: _mm256_storeu_si256,
+        mac: |acc, a, b| _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)));
+    level!(avxvnni, "avx2,avxvnni", __m256i, 32, 6, 2,
+        zero: _mm256_setzero_si256, load: _mm256_loadu_si256, set1: _mm256_set1_epi32,
+        sub: _mm256_sub_epi32, store: _mm256_storeu_si256,
+        mac: |acc, a, b| _mm256_dpbusd_avx_epi32(acc, a, b));
+    level!(avx512, "avx512f,avx512bw", __m512i, 64, 6, 4,
+        zero: _mm512_setzero_si512, load: _mm512_loadu_si512, set1: _mm512_set1_epi32,
+        sub: _mm512_sub_epi32, store: _mm512_storeu_si512,
+        mac: |acc, a, b| _mm512_add_epi32(acc, _mm512_madd_epi16(a, b)));
+    level!(avx512vnni, "avx512f,avx512bw,avx512vnni", __m512i, 64, 6, 4,
+        zero: _mm512_setzero_si512, load: _mm512_loadu_si512, set1: _mm512_set1_epi32,
+        sub: _mm512_sub_epi32, store: _mm512_storeu_si512,
+        mac: |acc, a, b| _mm512_dpbusd_epi32(acc, a, b));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator (xorshift), so failures reproduce.
+    fn bytes(n: usize, seed: u64, lo: i32, hi: i32) -> Vec<i8> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (lo + (s % (hi - lo + 1) as u64) as i32) as i8
+            })
+            .collect()
+    }
+
+    fn naive(a: &[i8], w: &[i8], m: usize, n: usize, k: usize) -> Vec<i32> {
+        let mut c = vec![0i32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k).map(|kk| i32::from(a[i * k + kk]) * i32::from(w[j * k + kk])).sum();
+            }
+        }
+        c
+    }
+
+    /// Every level this CPU has against the plain sum, on shapes around every tile and panel
+    /// edge and on the extremes (-128 activations, ±127 weights), where a saturating kernel fails.
+    #[test]
+    fn every_level_is_exact() {
+        let shapes = [(1, 1, 1), (1, 17, 3), (7, 33, 130), (6, 64, 256), (13, 3005, 256), (200, 24, 1024), (5, 9, 5)];
+        for (case, &(m, n, k)) in shapes.iter().enumerate() {
+            let a = bytes(m * k, case as u64 + 1, -128, 127);
+            let w = bytes(n * k, case as u64 + 100, -127, 127);
+            let want = naive(&a, &w, m, n, k);
+            let extremes = (vec![-128i8; m * k], vec![-127i8; n * k]);
+            let want_ext = naive(&extremes.0, &extremes.1, m, n, k);
+            for level in Level::available() {
+                let p = Packed::new(&w, n, k, level);
+                assert_eq!(p.level(), level);
+                let mut c = vec![i32::MIN; m * n];
+                p.matmul(&a, &mut c);
+                assert!(c == want, "{level} on {m}x{n}x{k}");
+                let p = Packed::new(&extremes.1, n, k, level);
+                p.matmul(&extremes.0, &mut c);
+                assert!(c == want_ext, "{level} on {m}x{n}x{k}, extremes");
+            }
+        }
+    }
+
+    #[test]
+    fn empty_shapes() {
+        for level in Level::available() {
+            let p = Packed::new(&[], 0, 4, level);
+            p.matmul(&[1, 2, 3, 4], &mut []);
+            let p = Packed::new(&[], 3, 0, level);
+            let mut c = vec![7; 6];
+            p.matmul(&[], &mut c[..0]);
+            let p = Packed::new(&[1; 12], 3, 4, level);
+            p.matmul(&[], &mut []);
+        }
+    }
+}
