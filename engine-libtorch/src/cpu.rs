@@ -87,9 +87,9 @@ impl fmt::Display for Level {
 impl FromStr for Level {
     type Err = String;
     fn from_str(s: &str) -> Result<Level, String> {
-        ALL.into_iter().find(|l| l.to_string() == s.trim().to_ascii_lowercase()).ok_or_else(|| {
-            format!("{SIMD_ENV}={s:?}: one of {}", ALL.map(|l| l.to_string()).join(", "))
-        })
+        ALL.into_iter()
+            .find(|l| l.to_string() == s.trim().to_ascii_lowercase())
+            .ok_or_else(|| format!("{SIMD_ENV}={s:?}: one of {}", ALL.map(|l| l.to_string()).join(", ")))
     }
 }
 

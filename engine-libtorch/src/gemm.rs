@@ -321,7 +321,7 @@ mod tests {
             let p = Packed::new(&[], 0, 4, level);
             p.matmul(&[1, 2, 3, 4], &mut []);
             let p = Packed::new(&[], 3, 0, level);
-            let mut c = vec![7; 6];
+            let mut c = [7; 6];
             p.matmul(&[], &mut c[..0]);
             let p = Packed::new(&[1; 12], 3, 4, level);
             p.matmul(&[], &mut []);

@@ -20,8 +20,9 @@ use std::str::FromStr;
 
 use tch::{Device, Kind, Tensor};
 
+use crate::cpu::Level;
 use crate::dsp::{Dsp, SpectralFrames, HOP, N_BINS};
-use crate::kernels::{dwconv, f32s, f32s_mut, layernorm_quantize, quantize, Epilogue, Out, QWeight};
+use crate::kernels::{dwconv, f32s, f32s_mut, layernorm_quantize, quantize, Epilogue, LinearF32, Out, QWeight};
 use crate::noise::NoiseSource;
 use crate::onnx::{Model, OnnxError};
 use crate::quant::{linear_weights, parameters};
@@ -350,7 +351,7 @@ impl Hibari {
         if self.weight_scales.len() < 45 {
             return Err(HibariError::Invalid(format!("{} int8 Linear weights, not 45", self.weight_scales.len())));
         }
-        self.int8 = Some(Int8::new(self)?);
+        self.int8 = Some(Int8::new(self, crate::cpu::level())?);
         self.precision = precision;
         Ok(())
     }
@@ -363,6 +364,14 @@ impl Hibari {
 
     pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// Int8 with its matmuls on `level`'s kernels (or the best the CPU has below it) instead of
+    /// [`crate::cpu::level`]'s: every level gives the same bits, which tests check with this.
+    pub fn set_int8_kernels(&mut self, level: Level) -> Result<(), HibariError> {
+        self.set_precision(Precision::Int8)?;
+        self.int8 = Some(Int8::new(self, level)?);
+        Ok(())
     }
 
     /// `--precision auto`: on the CPU, times one decoder block (the network's dominant cost:
@@ -806,8 +815,10 @@ struct Int8 {
     blocks: HashMap<String, QBlock>,
     /// the two weight-tied transformer layers by prefix (m.text.attn, pn.text.attn)
     layers: HashMap<String, QLayer>,
-    /// m.dec_in as a Linear on im2col rows: [256, 130 · 7]
-    dec_in: Tensor,
+    /// m.dec_in as a Linear on im2col rows ([256, 130 · 7]), pn.pro_in and pn.pro_out (K=1 convs)
+    dec_in: LinearF32,
+    pro_in: LinearF32,
+    pro_out: LinearF32,
     dec_norm: (Tensor, Tensor),
     head: QWeight,
 }
@@ -834,12 +845,12 @@ struct QLayer {
 }
 
 impl Int8 {
-    fn new(h: &Hibari) -> Result<Int8, HibariError> {
+    fn new(h: &Hibari, level: Level) -> Result<Int8, HibariError> {
         let qw = |name: &str| -> Result<QWeight, HibariError> {
             let (scale, bias) =
                 h.weight_scales.get(name).ok_or_else(|| HibariError::Invalid(format!("{name}: no int8 weights")))?;
             let b = h.params.get(bias).ok_or_else(|| HibariError::Invalid(format!("{name}: bias {bias} missing")))?;
-            QWeight::new(h.param(name), *scale, b).map_err(|e| HibariError::Invalid(format!("{name}: {e}")))
+            QWeight::new_at(h.param(name), *scale, b, level).map_err(|e| HibariError::Invalid(format!("{name}: {e}")))
         };
         let c = |t: &Tensor| t.to_device(Device::Cpu).to_kind(Kind::Float).contiguous();
         let mut blocks = HashMap::new();
@@ -876,7 +887,9 @@ impl Int8 {
         Ok(Int8 {
             blocks,
             layers,
-            dec_in: c(&h.param("m.dec_in.weight").reshape([256, -1])),
+            dec_in: LinearF32::new(&h.param("m.dec_in.weight").reshape([256, -1]), h.param("m.dec_in.bias")),
+            pro_in: LinearF32::new(h.param("pn.pro_in.weight"), h.param("pn.pro_in.bias")),
+            pro_out: LinearF32::new(h.param("pn.pro_out.weight"), h.param("pn.pro_out.bias")),
             dec_norm: (c(h.param("m.dec_norm.weight")), c(h.param("m.dec_norm.bias"))),
             head: qw("m.head.weight")?,
         })
@@ -885,17 +898,6 @@ impl Int8 {
     fn block(&self, pre: &str) -> &QBlock {
         &self.blocks[pre]
     }
-}
-
-/// A float Linear (libtorch's GEMM) on x [M, K], run on at least [`MIN_GEMM_ROWS`] rows (zero
-/// rows added) so that each row's result does not depend on how many others there are.
-fn linear_rows(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
-    let (m, k) = x.size2().expect("[M, K]");
-    if m >= MIN_GEMM_ROWS as i64 {
-        return x.linear(w, Some(b));
-    }
-    let pad = Tensor::zeros([MIN_GEMM_ROWS as i64 - m, k], (x.kind(), x.device()));
-    Tensor::cat(&[x, &pad], 0).linear(w, Some(b)).narrow(0, 0, m).contiguous()
 }
 
 /// A ConvNeXt block of the int8 path on x [Σ seqs, C]: sequences of `seqs` frames one after the
@@ -996,15 +998,13 @@ impl Hibari {
             mask.extend((0..tmax).map(|t| if t < ts[b] { 1f32 } else { 0f32 }));
             idxs.push(idx);
         }
-        let w = self.param("pn.pro_in.weight").squeeze_dim(2);
-        let mut g = linear_rows(&Tensor::cat(&g, 0), &w, self.param("pn.pro_in.bias"));
+        let mut g = q.pro_in.forward(&Tensor::cat(&g, 0));
         let m = mask.contains(&0.0).then_some(mask.as_slice());
         let seqs = vec![tmax; items.len()];
         for (i, dil) in PRO_DILATIONS.iter().enumerate() {
             cnx_int8(q.block(&format!("pn.pro.{i}")), &mut g, &seqs, *dil as usize, m);
         }
-        let w = self.param("pn.pro_out.weight").squeeze_dim(2);
-        let p = linear_rows(&g, &w, self.param("pn.pro_out.bias")); // [B · tmax, 4]
+        let p = q.pro_out.forward(&g); // [B · tmax, 4]
         let mut out = Vec::new();
         for (b, ((ids, speed), (s, d))) in items.iter().zip(reg).enumerate() {
             let pb = p.narrow(0, (b * tmax) as i64, ts[b] as i64);
@@ -1068,7 +1068,7 @@ impl Hibari {
                         z.unfold(0, 7, 1).reshape([(t - hi) as i64, -1])
                     })
                     .collect();
-                let x = linear_rows(&Tensor::cat(&cols, 0), &q.dec_in, self.param("m.dec_in.bias"));
+                let x = q.dec_in.forward(&Tensor::cat(&cols, 0));
                 let sizes: Vec<i64> = todo.iter().map(|&(_, hi, t)| (t - hi) as i64).collect();
                 x.split_with_sizes(&sizes, 0)
             } else {

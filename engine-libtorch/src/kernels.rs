@@ -375,6 +375,92 @@ impl QWeight {
     }
 }
 
+/// Columns per panel of [`LinearF32`] and rows per tile.
+const F32_LANES: usize = 16;
+const F32_ROWS: usize = 4;
+
+/// A float32 Linear (y = x·Wᵀ + b) for the int8 path's few float layers (m.dec_in, pn.pro_in,
+/// pn.pro_out), computed so that each row's result depends on that row only and is the same on
+/// every CPU level: every output is the sum over k in order, a multiply then an add (no FMA),
+/// then the bias. libtorch's GEMM promises neither (MKL picks kernels by M and by CPU: chunks and
+/// whole sentences then differ in the last bits, which int8 rounding amplifies).
+pub struct LinearF32 {
+    k: usize,
+    n: usize,
+    /// W as panels of 16 columns: [panel][k][16], zero past N
+    panels: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+simd_fn! {
+    fn linear_f32_impl(x: &[f32], k: usize, panels: &[f32], bias: &[f32], out: &mut [f32]) {
+        const L: usize = F32_LANES;
+        let n = bias.len();
+        let m = x.len() / k;
+        for (p, wp) in panels.chunks_exact(k * L).enumerate() {
+            let c0 = p * L;
+            let cols = (n - c0).min(L);
+            let mut r = 0;
+            while r < m {
+                let rows = (m - r).min(F32_ROWS);
+                // a short tile repeats its last row, so every row is computed the same way
+                let xr: [&[f32]; F32_ROWS] = std::array::from_fn(|i| &x[(r + i.min(rows - 1)) * k..][..k]);
+                let mut acc = [[0f32; L]; F32_ROWS];
+                for (kk, w) in wp.chunks_exact(L).enumerate() {
+                    for i in 0..F32_ROWS {
+                        let xv = xr[i][kk];
+                        for l in 0..L {
+                            acc[i][l] += xv * w[l];
+                        }
+                    }
+                }
+                for (i, acc) in acc.iter().enumerate().take(rows) {
+                    let o = &mut out[(r + i) * n + c0..][..cols];
+                    for l in 0..cols {
+                        o[l] = acc[l] + bias[c0 + l];
+                    }
+                }
+                r += rows;
+            }
+        }
+    }
+}
+
+impl LinearF32 {
+    /// From nn.Linear's weight [out, in] (or a K=1 conv's [out, in, 1]) and bias [out].
+    pub fn new(w: &Tensor, b: &Tensor) -> LinearF32 {
+        let w = w.to_device(Device::Cpu).to_kind(Kind::Float).contiguous();
+        let (n, k) = (w.size()[0] as usize, (w.numel() / w.size()[0].max(1) as usize));
+        let wv = f32s(&w);
+        let panels_n = n.div_ceil(F32_LANES);
+        let mut panels = vec![0f32; panels_n * k * F32_LANES];
+        for j in 0..n {
+            let (p, l) = (j / F32_LANES, j % F32_LANES);
+            for kk in 0..k {
+                panels[(p * k + kk) * F32_LANES + l] = wv[j * k + kk];
+            }
+        }
+        let bias = f32s(&b.to_device(Device::Cpu).to_kind(Kind::Float).contiguous()).to_vec();
+        assert_eq!(bias.len(), n, "one bias per output");
+        LinearF32 { k, n, panels, bias }
+    }
+
+    /// y [M, N] for x [M, K] (a contiguous float CPU tensor).
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let x = x.contiguous();
+        let xs = f32s(&x);
+        assert_eq!(xs.len() % self.k.max(1), 0, "x is [M, {}]", self.k);
+        let m = xs.len() / self.k.max(1);
+        let mut y = Tensor::empty([m as i64, self.n as i64], (Kind::Float, Device::Cpu));
+        if m > 0 && self.k > 0 {
+            linear_f32_impl(xs, self.k, &self.panels, &self.bias, f32s_mut(&mut y));
+        } else if m > 0 {
+            y.copy_(&Tensor::from_slice(&self.bias).expand([m as i64, self.n as i64], false));
+        }
+        y
+    }
+}
+
 simd_fn! {
     fn dwconv_impl(x: &[f32], c: usize, wk: &[f32], b: &[f32], dil: usize, mask: Option<&[f32]>, y: &mut [f32]) {
         let t_len = x.len() / c;
@@ -478,6 +564,22 @@ mod tests {
     }
 
     #[test]
+    fn linear_f32_is_row_local_and_matches_libtorch() {
+        let (n, k) = (37, 91);
+        let w = Tensor::randn([n, k], (Kind::Float, Device::Cpu));
+        let b = Tensor::randn([n], (Kind::Float, Device::Cpu));
+        let x = Tensor::randn([23, k], (Kind::Float, Device::Cpu));
+        let lin = LinearF32::new(&w, &b);
+        let y = lin.forward(&x);
+        let err = (&y - x.linear(&w, Some(&b))).abs().max().double_value(&[]);
+        assert!(err < 1e-4, "{err}");
+        for (a, len) in [(0, 1), (5, 3), (9, 14), (22, 1)] {
+            let part = lin.forward(&x.narrow(0, a, len));
+            assert!(part.equal(&y.narrow(0, a, len)), "rows {a}..+{len}");
+        }
+    }
+
+    #[test]
     fn qweight_matches_float_linear_on_quantized_input() {
         let w = (Tensor::randint_low(-127, 128, [24, 32], (Kind::Float, Device::Cpu))) * 0.01;
         let b = Tensor::randn([24], (Kind::Float, Device::Cpu));
@@ -487,7 +589,9 @@ mod tests {
         // the dequantized activations, through a float Linear
         let s = Tensor::from_slice(&qx.scale).unsqueeze(1);
         let zp: Vec<f32> = qx.corr.iter().map(|c| (128 - c) as f32).collect();
-        let xd = (Tensor::from_slice(&qx.q).view([13, 32]).to_kind(Kind::Float) + 128.0 - Tensor::from_slice(&zp).unsqueeze(1)) * s;
+        let xd = (Tensor::from_slice(&qx.q).view([13, 32]).to_kind(Kind::Float) + 128.0
+            - Tensor::from_slice(&zp).unsqueeze(1))
+            * s;
         let want = xd.linear(&w, Some(&b));
         let Out::Float(y) = qw.forward(&qx, Epilogue::Bias) else { panic!() };
         let err = (&y - &want).abs().max().double_value(&[]);

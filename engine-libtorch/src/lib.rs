@@ -21,8 +21,8 @@ mod scheduler;
 pub mod timing;
 pub mod voices;
 
-pub use engine::{HibariEngine, HibariOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE};
 pub use cpu::Level;
+pub use engine::{HibariEngine, HibariOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE};
 pub use hibari::{chunk_ranges, stream_ranges, Hibari, HibariError, Precision, PrecisionChoice, Prosody, Spectra};
 pub use noise::NoiseSource;
 pub use onnx::{read_initializers, DataType, Model, OnnxError, Tensor};

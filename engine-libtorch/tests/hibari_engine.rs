@@ -36,7 +36,8 @@ fn reference() -> MutexGuard<'static, (Hibari, FrontEnd)> {
     static REF: OnceLock<Mutex<(Hibari, FrontEnd)>> = OnceLock::new();
     REF.get_or_init(|| {
         // in the precision the engine chose, so the engine's audio can be compared
-        let model = Hibari::load(hibari_assets(), Device::Cpu).and_then(|h| h.with_precision(engine().precision())).unwrap();
+        let model =
+            Hibari::load(hibari_assets(), Device::Cpu).and_then(|h| h.with_precision(engine().precision())).unwrap();
         Mutex::new((model, FrontEnd::load(hibari_assets(), Device::Cpu).unwrap()))
     })
     .lock()

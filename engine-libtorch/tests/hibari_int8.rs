@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use speechstream_engine_libtorch::{chunk_ranges, stream_ranges, Hibari, Precision, Prosody};
+use speechstream_engine_libtorch::{chunk_ranges, stream_ranges, Hibari, Level, Precision, Prosody};
 use tch::Device;
 
 const OUTPUTS: [&str; 5] = ["lh", "theta", "ln", "lr", "phi"];
@@ -142,4 +142,40 @@ fn int8_batched_equals_single() {
     // Exact here as in fp32: the packed windows see bit for bit the inputs they see alone.
     eprintln!("int8 decoder batched vs single: {} windows, max abs {worst:e}", windows.len());
     assert!(worst <= 1e-4, "{worst}");
+}
+
+/// Every CPU level of the int8 matmuls (src/gemm.rs) gives the network's outputs bit for bit as
+/// the portable baseline does, on the model's own weights and shapes: prosody (encoders,
+/// durations, prosody net) and the decoder, whole and in chunks.
+#[test]
+fn every_cpu_level_gives_the_baseline_bits() {
+    let load = |level: Level| {
+        let mut h = Hibari::load(hibari_assets(), Device::Cpu).expect("loading hibari");
+        h.set_int8_kernels(level).expect("int8");
+        h
+    };
+    let base = load(Level::Baseline);
+    let m = manifest();
+    let cases: Vec<(Vec<i64>, f32)> = batch_cases(&m).into_iter().take(3).collect();
+    let bits = |t: &tch::Tensor| to_vec(t).iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+    let run = |h: &Hibari| {
+        let mut out = Vec::new();
+        for (ids, speed) in &cases {
+            let p = h.prosody(ids, *speed);
+            out.push(p.durations.iter().map(|&d| d as u32).collect());
+            out.push(bits(&p.f0));
+            for r in [0..p.frames, 0..p.frames.min(16), p.frames / 2..p.frames] {
+                for t in h.decode(&p, r.start, r.end).outputs() {
+                    out.push(bits(t));
+                }
+            }
+        }
+        out
+    };
+    let want = run(&base);
+    let levels = Level::available();
+    eprintln!("levels on this CPU: {levels:?}");
+    for level in levels.into_iter().filter(|&l| l != Level::Baseline) {
+        assert!(run(&load(level)) == want, "{level} differs from the baseline");
+    }
 }
