@@ -19,7 +19,7 @@ pub const SIMD_ENV: &str = "SPEECHSTREAM_SIMD";
 pub enum Level {
     /// Portable Rust, vectorized by the compiler for the crate's target (SSE2 on x86-64).
     Baseline,
-    /// AVX2 + FMA-class x86-64 (Haswell, Zen 1-3): int8 products through 16-bit multiply-adds.
+    /// AVX2 and FMA (Haswell, Zen 1-3): int8 products through 16-bit multiply-adds.
     Avx2,
     /// AVX2 with AVX-VNNI (256-bit dot products: Alder Lake and later client chips, Zen 5).
     AvxVnni,
@@ -40,8 +40,8 @@ impl Level {
             let avx512 = || has!("avx512f") && has!("avx512bw") && has!("avx512dq") && has!("avx512vl");
             match self {
                 Level::Baseline => true,
-                Level::Avx2 => has!("avx2"),
-                Level::AvxVnni => has!("avx2") && has!("avxvnni"),
+                Level::Avx2 => has!("avx2") && has!("fma"),
+                Level::AvxVnni => has!("avx2") && has!("fma") && has!("avxvnni"),
                 Level::Avx512 => avx512(),
                 Level::Avx512Vnni => avx512() && has!("avx512vnni"),
             }
@@ -128,9 +128,11 @@ pub fn set_cap(cap: Level) -> Level {
 }
 
 /// Defines `fn NAME(args)` whose body is compiled three times, for the crate's target (SSE2 on
-/// x86-64), for AVX2 and for AVX-512, picked at run time by [`level`]. The loops in such bodies
-/// are written element by element with no FMA and no reassociation, so LLVM vectorizes them and
-/// every version gives the same bits.
+/// x86-64), for AVX2 (with FMA) and for AVX-512, picked at run time by [`level`]. The loops in
+/// such bodies are written element by element with no reassociation, and fuse a multiply and an
+/// add only where they say so (`mul_add`, exact everywhere: an instruction where the level has
+/// one, libm's `fmaf` in the baseline), so LLVM vectorizes them and every version gives the same
+/// bits.
 macro_rules! simd_fn {
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$doc])*
@@ -143,7 +145,7 @@ macro_rules! simd_fn {
                 fn avx512($($arg: $ty),*) $(-> $ret)? {
                     imp($($arg),*)
                 }
-                #[target_feature(enable = "avx2")]
+                #[target_feature(enable = "avx2,fma")]
                 fn avx2($($arg: $ty),*) $(-> $ret)? {
                     imp($($arg),*)
                 }

@@ -17,7 +17,28 @@
 //!   sums saturate.
 //! - **Baseline**: plain dot products the compiler vectorizes for the target.
 
+use std::cell::RefCell;
+
 use crate::cpu::Level;
+
+thread_local! {
+    /// Per-thread buffers that only grow: the products' int32 sums and the kernels' form of A are
+    /// rewritten in full on every call, so neither needs zeroing or a fresh allocation each time
+    /// (the head's sums alone are 3 MB for a 254-row chunk).
+    static SCRATCH_I32: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+    static SCRATCH_A: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `f` on a per-thread buffer of `len` int32 values (contents unspecified: to be overwritten).
+/// Not re-entrant: `f` must not call it again.
+pub fn with_scratch_i32<R>(len: usize, f: impl FnOnce(&mut [i32]) -> R) -> R {
+    SCRATCH_I32.with_borrow_mut(|v| {
+        if v.len() < len {
+            v.resize(len, 0);
+        }
+        f(&mut v[..len])
+    })
+}
 
 /// A weight matrix W [N, K] in the layout of one level's kernel.
 pub struct Packed {
@@ -95,18 +116,20 @@ impl Packed {
         }
         #[cfg(target_arch = "x86_64")]
         if self.level != Level::Baseline {
-            let a = self.prepare(a, m);
-            // SAFETY: the level is one this CPU supports (`new` chose it with `best_at_most`), and
-            // `a`, `self.data`, `self.offset` and `c` have the sizes the kernels read and write.
-            unsafe {
-                match self.level {
-                    Level::Avx2 => x86::avx2::run(&a, m, self, c),
-                    Level::AvxVnni => x86::avxvnni::run(&a, m, self, c),
-                    Level::Avx512 => x86::avx512::run(&a, m, self, c),
-                    Level::Avx512Vnni => x86::avx512vnni::run(&a, m, self, c),
-                    Level::Baseline => unreachable!("handled below"),
+            SCRATCH_A.with_borrow_mut(|buf| {
+                let a = self.prepare(a, m, buf);
+                // SAFETY: the level is one this CPU supports (`new` chose it with `best_at_most`), and
+                // `a`, `self.data`, `self.offset` and `c` have the sizes the kernels read and write.
+                unsafe {
+                    match self.level {
+                        Level::Avx2 => x86::avx2::run(&a, m, self, c),
+                        Level::AvxVnni => x86::avxvnni::run(&a, m, self, c),
+                        Level::Avx512 => x86::avx512::run(&a, m, self, c),
+                        Level::Avx512Vnni => x86::avx512vnni::run(&a, m, self, c),
+                        Level::Baseline => unreachable!("handled below"),
+                    }
                 }
-            }
+            });
             return;
         }
         for (ar, cr) in a.chunks_exact(k).zip(c.chunks_exact_mut(n)) {
@@ -119,19 +142,26 @@ impl Packed {
     /// A's rows in the kernel's form, each `groups` 4-byte steps long (zero-padded): A + 128 as u8
     /// for the VNNI kernels, A widened to 16 bits for the others.
     #[cfg(target_arch = "x86_64")]
-    fn prepare(&self, a: &[i8], m: usize) -> Vec<u8> {
+    fn prepare<'b>(&self, a: &[i8], m: usize, buf: &'b mut Vec<u8>) -> &'b [u8] {
         let (k, row) = (self.k, self.groups * 4);
-        let mut out = vec![0u8; m * row];
+        if buf.len() < m * row {
+            buf.resize(m * row, 0);
+        }
+        let out = &mut buf[..m * row];
         let vnni = matches!(self.level, Level::AvxVnni | Level::Avx512Vnni);
         for (src, dst) in a.chunks_exact(k).zip(out.chunks_exact_mut(row)) {
+            // the padding past K multiplies W's zero padding: any value does, but it is written
+            // so that nothing depends on what the buffer held
             if vnni {
                 for (d, &s) in dst.iter_mut().zip(src) {
                     *d = (s as u8) ^ 0x80;
                 }
+                dst[k..].fill(0);
             } else {
                 for (d, &s) in dst.chunks_exact_mut(2).zip(src) {
                     d.copy_from_slice(&i16::from(s).to_le_bytes());
                 }
+                dst[2 * k..].fill(0);
             }
         }
         out
@@ -300,17 +330,18 @@ mod tests {
             let a = bytes(m * k, case as u64 + 1, -128, 127);
             let w = bytes(n * k, case as u64 + 100, -127, 127);
             let want = naive(&a, &w, m, n, k);
-            let extremes = (vec![-128i8; m * k], vec![-127i8; n * k]);
-            let want_ext = naive(&extremes.0, &extremes.1, m, n, k);
             for level in Level::available() {
                 let p = Packed::new(&w, n, k, level);
                 assert_eq!(p.level(), level);
                 let mut c = vec![i32::MIN; m * n];
                 p.matmul(&a, &mut c);
                 assert!(c == want, "{level} on {m}x{n}x{k}");
-                let p = Packed::new(&extremes.1, n, k, level);
-                p.matmul(&extremes.0, &mut c);
-                assert!(c == want_ext, "{level} on {m}x{n}x{k}, extremes");
+                // where 16-bit pair sums of u8 × s8 products would saturate (255 · 127 · 2)
+                for (x, y) in [(-128i8, -127i8), (127, 127), (127, -127), (-128, 127)] {
+                    let (ea, ew) = (vec![x; m * k], vec![y; n * k]);
+                    Packed::new(&ew, n, k, level).matmul(&ea, &mut c);
+                    assert!(c == naive(&ea, &ew, m, n, k), "{level} on {m}x{n}x{k}, {x} x {y}");
+                }
             }
         }
     }

@@ -344,9 +344,13 @@ impl QWeight {
     pub fn forward(&self, x: &QRows, epilogue: Epilogue<'_>) -> Out {
         let m = x.scale.len() as i64;
         let n = self.out_features() as i64;
-        let mut acc = vec![0i32; (m * n) as usize];
-        self.w.matmul(&x.q, &mut acc);
-        let a = &acc[..];
+        crate::gemm::with_scratch_i32((m * n) as usize, |acc| {
+            self.w.matmul(&x.q, acc);
+            self.epilogue(acc, x, m, n, epilogue)
+        })
+    }
+
+    fn epilogue(&self, a: &[i32], x: &QRows, m: i64, n: i64, epilogue: Epilogue<'_>) -> Out {
         match epilogue {
             Epilogue::Bias => {
                 let mut out = Tensor::empty([m, n], (Kind::Float, Device::Cpu));
@@ -377,12 +381,12 @@ impl QWeight {
 
 /// Columns per panel of [`LinearF32`] and rows per tile.
 const F32_LANES: usize = 16;
-const F32_ROWS: usize = 4;
+const F32_ROWS: usize = 6;
 
 /// A float32 Linear (y = x·Wᵀ + b) for the int8 path's few float layers (m.dec_in, pn.pro_in,
 /// pn.pro_out), computed so that each row's result depends on that row only and is the same on
-/// every CPU level: every output is the sum over k in order, a multiply then an add (no FMA),
-/// then the bias. libtorch's GEMM promises neither (MKL picks kernels by M and by CPU: chunks and
+/// every CPU level: every output is the sum over k in order, each step one fused multiply-add
+/// (exact on every level, see [`crate::cpu::simd_fn`]), then the bias. libtorch's GEMM promises neither (MKL picks kernels by M and by CPU: chunks and
 /// whole sentences then differ in the last bits, which int8 rounding amplifies).
 pub struct LinearF32 {
     k: usize,
@@ -410,7 +414,7 @@ simd_fn! {
                     for i in 0..F32_ROWS {
                         let xv = xr[i][kk];
                         for l in 0..L {
-                            acc[i][l] += xv * w[l];
+                            acc[i][l] = xv.mul_add(w[l], acc[i][l]);
                         }
                     }
                 }
@@ -576,6 +580,20 @@ mod tests {
         for (a, len) in [(0, 1), (5, 3), (9, 14), (22, 1)] {
             let part = lin.forward(&x.narrow(0, a, len));
             assert!(part.equal(&y.narrow(0, a, len)), "rows {a}..+{len}");
+        }
+        // every level the CPU has gives the baseline's bits (other tests may move the cap
+        // meanwhile; they only ever set levels that must give the same bits too)
+        let base = {
+            crate::cpu::set_cap(Level::Baseline);
+            let y = lin.forward(&x);
+            crate::cpu::set_cap(Level::Avx512Vnni);
+            y
+        };
+        for level in Level::available() {
+            crate::cpu::set_cap(level);
+            let y = lin.forward(&x);
+            crate::cpu::set_cap(Level::Avx512Vnni);
+            assert!(y.equal(&base), "{level}");
         }
     }
 
