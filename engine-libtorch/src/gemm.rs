@@ -122,10 +122,10 @@ impl Packed {
                 // `a`, `self.data`, `self.offset` and `c` have the sizes the kernels read and write.
                 unsafe {
                     match self.level {
-                        Level::Avx2 => x86::avx2::run(&a, m, self, c),
-                        Level::AvxVnni => x86::avxvnni::run(&a, m, self, c),
-                        Level::Avx512 => x86::avx512::run(&a, m, self, c),
-                        Level::Avx512Vnni => x86::avx512vnni::run(&a, m, self, c),
+                        Level::Avx2 => x86::avx2::run(a, m, self, c),
+                        Level::AvxVnni => x86::avxvnni::run(a, m, self, c),
+                        Level::Avx512 => x86::avx512::run(a, m, self, c),
+                        Level::Avx512Vnni => x86::avx512vnni::run(a, m, self, c),
                         Level::Baseline => unreachable!("handled below"),
                     }
                 }
