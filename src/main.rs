@@ -139,10 +139,12 @@ struct VoiceArgs {
     /// so one thread gave the best latency here; more help only large batches on many cores.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=1024))]
     threads: i32,
-    /// Arithmetic of the network's Linear layers: auto (int8 on the CPU, fp32 on CUDA), int8
-    /// (CPU only: the voice's own int8 weights with int8 activations per frame, as the reference
-    /// runs it) or fp32 (the weights dequantized: the exact math of the float graph, ~2x slower
-    /// on the CPU).
+    /// Arithmetic of the network's Linear layers: auto (times int8 and fp32 on one decoder block at
+    /// start-up and keeps the faster; fp32 on CUDA), int8 (CPU only: the voice's own int8 weights
+    /// with int8 activations per frame, as the reference runs it, on our own int8 kernels) or fp32
+    /// (the weights dequantized: the exact math of the float graph). The CPU kernels use the
+    /// widest instructions the CPU has (avx512vnni, avx512, avxvnni, avx2 or baseline, same bits
+    /// on all); SPEECHSTREAM_SIMD=LEVEL caps them.
     #[arg(long, value_name = "PRECISION", default_value = "auto", value_parser = parse_precision)]
     precision: PrecisionArg,
 }
