@@ -8,9 +8,9 @@
 //!   tensor's size) touches int8-path activations. So a chunk of a sentence, or a sentence in a
 //!   padded batch, gets bit for bit the activations it gets alone; int8 rounding can't amplify
 //!   round-off differences that don't exist.
-//! - **Same results on every x86-64 CPU**: the AVX2 and AVX-512 versions (`cpu::simd_fn!`) only
-//!   vectorize the same operations (Rust never fuses a multiply and an add), and reductions use
-//!   fixed lanes.
+//! - **Same results on every CPU level**: the AVX2 and AVX-512 versions (`cpu::simd_fn!`) only
+//!   vectorize the same operations (Rust never fuses a multiply and an add unless told to with
+//!   `mul_add`, which is exact everywhere), and reductions use fixed lanes.
 
 use tch::{Device, Kind, Tensor};
 
@@ -76,7 +76,8 @@ fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
 }
 
 /// erf(x) to 3.5e-7 (absolute, float32): x·P(x²)/Q(x²) on [−4, 4], ±1 beyond. A rational fit
-/// of our own (least squares on x·P − erf·Q, reweighted toward the worst errors).
+/// of our own (least squares on x·P − erf·Q, reweighted toward the worst errors); Horner with one
+/// fused multiply-add per step (exact on every level, see [`crate::cpu::simd_fn`]).
 #[inline(always)]
 fn erf(x: f32) -> f32 {
     const P: [f32; 6] = [
@@ -93,8 +94,8 @@ fn erf(x: f32) -> f32 {
     let mut p = P[5];
     let mut q = Q[5];
     for i in (0..5).rev() {
-        p = p * t + P[i];
-        q = q * t + Q[i];
+        p = p.mul_add(t, P[i]);
+        q = q.mul_add(t, Q[i]);
     }
     (x * p / q).clamp(-1.0, 1.0)
 }
