@@ -105,48 +105,67 @@ impl HibariEngine {
             return Err(format!("hibari's assets are not in {}: {}", dir.display(), missing()));
         }
         let list = read_voice_list(dir)?;
-        let mut voices = Vec::new();
-        let mut front_ends: Vec<(bool, Arc<FrontEnd>)> = Vec::new();
-        let mut precision = options.precision;
-        for entry in list {
-            match check_voice_file(dir, &entry) {
-                Ok(true) => {}
-                Ok(false) => continue,
+        let entries: Vec<_> = list
+            .into_iter()
+            .filter(|entry| match check_voice_file(dir, entry) {
+                Ok(present) => present,
                 Err(e) => {
                     tracing::warn!(voice = %entry.name, "voice left out: {e}");
-                    continue;
+                    false
+                }
+            })
+            .collect();
+        let mut accents: Vec<bool> = entries.iter().map(|e| e.british).collect();
+        accents.sort_unstable();
+        accents.dedup();
+        let device = options.device;
+        let (front_ends, models) = std::thread::scope(|scope| {
+            // The front ends (lexicons, tagger, OOV net: ~0.1 s) load on a second thread while
+            // the voices load on this one.
+            let front_ends = scope.spawn(|| {
+                accents
+                    .iter()
+                    .map(|&british| FrontEnd::load_accent(dir, device, british).map(|fe| (british, Arc::new(fe))))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("hibari's text front end: {e}"))
+            });
+            let mut precision = options.precision;
+            let mut models = Vec::new();
+            for entry in &entries {
+                let load = |precision: Option<Precision>| {
+                    let mut m = Hibari::load_voice(dir, &entry.file, device)?;
+                    match precision {
+                        Some(p) => m.set_precision(p).map(|()| (m, p)),
+                        None => {
+                            let choice = m.set_fastest_precision()?;
+                            let ms = |s: Option<f64>| s.map_or("-".to_owned(), |s| format!("{:.2} ms", s * 1e3));
+                            tracing::info!(
+                                precision = %choice.precision,
+                                int8_kernels = %choice.level,
+                                probe_int8 = %ms(choice.int8_s),
+                                probe_fp32 = %ms(choice.fp32_s),
+                                "precision auto: the faster on this machine"
+                            );
+                            Ok((m, choice.precision))
+                        }
+                    }
+                };
+                match load(precision) {
+                    Ok((model, chosen)) => {
+                        precision = Some(chosen);
+                        models.push(model);
+                    }
+                    Err(e) => return (front_ends.join(), Err(format!("voice {} ({}): {e}", entry.name, entry.file))),
                 }
             }
-            let front_end = match front_ends.iter().find(|(british, _)| *british == entry.british) {
-                Some((_, fe)) => fe.clone(),
-                None => {
-                    let fe = FrontEnd::load_accent(dir, options.device, entry.british)
-                        .map_err(|e| format!("hibari's text front end: {e}"))?;
-                    let fe = Arc::new(fe);
-                    front_ends.push((entry.british, fe.clone()));
-                    fe
-                }
-            };
-            let load = |precision: Option<Precision>| {
-                let mut m = Hibari::load_voice(dir, &entry.file, options.device)?;
-                match precision {
-                    Some(p) => m.set_precision(p).map(|()| (m, p)),
-                    None => {
-                        let choice = m.set_fastest_precision()?;
-                        let ms = |s: Option<f64>| s.map_or("-".to_owned(), |s| format!("{:.2} ms", s * 1e3));
-                        tracing::info!(
-                            precision = %choice.precision,
-                            int8_kernels = %choice.level,
-                            probe_int8 = %ms(choice.int8_s),
-                            probe_fp32 = %ms(choice.fp32_s),
-                            "precision auto: the faster on this machine"
-                        );
-                        Ok((m, choice.precision))
-                    }
-                }
-            };
-            let (model, chosen) = load(precision).map_err(|e| format!("voice {} ({}): {e}", entry.name, entry.file))?;
-            precision = Some(chosen);
+            (front_ends.join(), Ok((models, precision)))
+        });
+        let front_ends = front_ends.map_err(|_| "loading hibari's text front end panicked".to_owned())??;
+        let (models, precision) = models?;
+        let mut voices = Vec::new();
+        for (entry, model) in entries.into_iter().zip(models) {
+            let front_end = front_ends.iter().find(|(b, _)| *b == entry.british).map(|(_, fe)| fe.clone());
+            let front_end = front_end.ok_or_else(|| format!("no front end for voice {}", entry.name))?;
             voices.push(VoiceModel { name: entry.name, model, front_end });
         }
         let Some(default) = voices.iter().position(|v| v.name == DEFAULT_VOICE) else {
