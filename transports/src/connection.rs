@@ -87,7 +87,8 @@ async fn run(stream: TcpStream, context: Arc<ConnectionContext>, shared: Arc<Sha
         .timer(TokioTimer::new())
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
-    tokio::pin!(http);
+    // Boxed rather than pinned on the stack, so it can be dropped before the upgrade is awaited.
+    let mut http = Box::pin(http);
     let served = tokio::select! {
         served = http.as_mut() => served,
         // A refused connection answers its one request even while the server drains (that
@@ -100,6 +101,11 @@ async fn run(stream: TcpStream, context: Arc<ConnectionContext>, shared: Arc<Sha
     if let Err(e) = served {
         debug!(error = %e, "http connection ended with an error");
     }
+    // hyper's connection holds the sending side of a pending upgrade. Once it has ended, the
+    // upgrade is either handed over already or never will be; dropping the connection turns
+    // the latter into an error, where keeping it would leave the upgrade (and this task, and
+    // its socket) waiting forever, e.g. when the peer reset before the 101 was written.
+    drop(http);
     let upgrade = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
     if let Some(upgrade) = upgrade {
         match (upgrade.await, context.admission) {

@@ -1,0 +1,68 @@
+//! Raw peers that misbehave below what a WebSocket or HTTP client library allows, and the
+//! server-side counts the tests assert on.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::support::{Received, TestServer, TIMEOUT};
+
+/// A complete WebSocket upgrade request for the streaming endpoint.
+pub fn upgrade_request(key: &str) -> String {
+    format!(
+        "GET /v1/audio/speech/stream HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+}
+
+pub const GOOD_KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+
+/// Send `bytes`, then reset the connection (SO_LINGER 0) without reading anything.
+pub async fn send_and_reset(server: &TestServer, bytes: &[u8]) {
+    let mut stream = TcpStream::connect(server.addr).await.expect("connect");
+    stream.set_zero_linger().expect("SO_LINGER 0");
+    stream.write_all(bytes).await.expect("write");
+    drop(stream);
+}
+
+/// One value of the server's Prometheus exposition.
+pub async fn metric(server: &TestServer, name: &str) -> u64 {
+    let (status, body) = server.http("GET", "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    body.lines()
+        .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {body}"))
+}
+
+/// Wait (generously) until `speechstream_connections_open` is `expected`, counting the
+/// scrape's own connection; returns the last value seen.
+pub async fn await_open_connections(server: &TestServer, expected: u64) -> u64 {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let open = metric(server, "speechstream_connections_open").await;
+        if open == expected || tokio::time::Instant::now() >= deadline {
+            return open;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `n` WebSocket clients at once, each served a whole (empty) utterance: the server had `n`
+/// free slots.
+pub async fn serve_clients_at_once(server: &TestServer, n: usize) {
+    let mut clients = Vec::new();
+    for _ in 0..n {
+        clients.push(server.connect().await);
+    }
+    for client in &mut clients {
+        client.send(json!({"type": "session.config"})).await;
+        client.send(json!({"type": "input.done"})).await;
+        assert_eq!(
+            client.recv().await,
+            Received::Json(json!({"type": "session.done", "utterance_index": 0, "total_sentences": 0}))
+        );
+    }
+}
