@@ -101,6 +101,13 @@ struct ServeArgs {
     /// are refused clearly: HTTP 503, or a WebSocket closed with 1013 [default: no limit].
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = positive_count)]
     max_connections: Option<usize>,
+    /// Seconds a peer may take to send an HTTP request's head (the WebSocket handshake
+    /// included); also how long an idle keep-alive connection is kept.
+    #[arg(long, value_name = "SECONDS", default_value = "30", allow_negative_numbers = true, value_parser = positive_seconds)]
+    header_timeout: Duration,
+    /// Seconds a peer may take to send an HTTP request's whole body (else 408).
+    #[arg(long, value_name = "SECONDS", default_value = "30", allow_negative_numbers = true, value_parser = positive_seconds)]
+    body_timeout: Duration,
     /// On SIGINT/SIGTERM, seconds connections get to finish the utterance in flight before
     /// they are closed with 1001 (meanwhile /ready answers 503 and new work is refused).
     #[arg(long, value_name = "SECONDS", default_value = "10", allow_negative_numbers = true, value_parser = non_negative_seconds)]
@@ -417,6 +424,8 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
     config.shutdown_grace = args.shutdown_grace;
     config.api_key = args.api_key.clone();
     config.max_connections = args.max_connections;
+    config.header_timeout = args.header_timeout;
+    config.body_timeout = args.body_timeout;
 
     let address = format!("{}:{}", args.host, args.port);
     let listener =
@@ -493,6 +502,7 @@ mod tests {
         assert_eq!(args.max_text_message_chars, 131_072);
         assert_eq!(args.max_config_message_chars, 4_194_304);
         assert_eq!(args.shutdown_grace, Duration::from_secs(10));
+        assert_eq!((args.header_timeout, args.body_timeout), (Duration::from_secs(30), Duration::from_secs(30)));
     }
 
     #[test]
@@ -509,6 +519,8 @@ mod tests {
             &["--engine", "bogus"],
             &["--threads", "0"],
             &["--max-connections", "0"],
+            &["--header-timeout", "0"],
+            &["--body-timeout", "-1"],
             &["--api-key", ""],
             &["--api-key", "two words"],
         ] {

@@ -3,6 +3,7 @@
 //! engine requests) and still serves a normal client. Assertions are on counts, not times.
 
 mod handshake;
+mod http;
 mod peers;
 // The wire tests' server and clients; not every helper is used here.
 #[allow(dead_code)]

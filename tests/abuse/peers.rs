@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::{Received, TestServer, TIMEOUT};
@@ -65,4 +65,22 @@ pub async fn serve_clients_at_once(server: &TestServer, n: usize) {
             Received::Json(json!({"type": "session.done", "utterance_index": 0, "total_sentences": 0}))
         );
     }
+}
+
+/// Write `bytes` on a fresh connection and read until the server closes it; the response, as
+/// text. Panics if the server keeps the connection past the generous timeout.
+pub async fn exchange(server: &TestServer, bytes: &[u8]) -> String {
+    let mut stream = TcpStream::connect(server.addr).await.expect("connect");
+    stream.write_all(bytes).await.expect("write");
+    let mut response = Vec::new();
+    let read = tokio::time::timeout(TIMEOUT, stream.read_to_end(&mut response)).await;
+    read.expect("the server held the connection").expect("read");
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+/// The status code and JSON body of an HTTP response.
+pub fn status_and_json(response: &str) -> (u16, serde_json::Value) {
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no response head: {response:?}"));
+    let status = head.split_whitespace().nth(1).and_then(|code| code.parse().ok()).expect("status code");
+    (status, serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body:?}")))
 }

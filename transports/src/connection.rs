@@ -83,8 +83,9 @@ async fn run(stream: TcpStream, context: Arc<ConnectionContext>, shared: Arc<Sha
     };
     let http = http1::Builder::new()
         // The timer enables hyper's header read timeout, so a peer can't hold a
-        // connection open by trickling a request head.
+        // connection open by trickling a request head (or by sending nothing at all).
         .timer(TokioTimer::new())
+        .header_read_timeout(shared.header_timeout)
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
     // Boxed rather than pinned on the stack, so it can be dropped before the upgrade is awaited.

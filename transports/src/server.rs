@@ -41,6 +41,11 @@ pub struct ServerConfig {
     /// Connections served at once; past it a connection gets a clear refusal (HTTP 503, or a
     /// WebSocket closed with 1013) rather than a share of an overloaded engine.
     pub max_connections: Option<usize>,
+    /// How long a peer may take to send a request's head (and how long an idle keep-alive
+    /// connection is kept), so a peer can't hold a connection by trickling bytes.
+    pub header_timeout: Duration,
+    /// How long a peer may take to send a request's whole body.
+    pub body_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -57,6 +62,8 @@ impl ServerConfig {
             engine_event_queue: 16,
             api_key: None,
             max_connections: None,
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -74,6 +81,8 @@ pub(crate) struct Shared {
     pub(crate) started_unix: u64,
     pub(crate) api_key: Option<String>,
     pub(crate) max_connections: Option<usize>,
+    pub(crate) header_timeout: Duration,
+    pub(crate) body_timeout: Duration,
     pub(crate) metrics: Metrics,
     /// Set at the shutdown signal: `/ready` turns 503 and new work is refused.
     pub(crate) draining: AtomicBool,
@@ -110,6 +119,8 @@ pub async fn serve(
         started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         api_key: cfg.api_key.filter(|key| !key.is_empty()),
         max_connections: cfg.max_connections,
+        header_timeout: cfg.header_timeout,
+        body_timeout: cfg.body_timeout,
         metrics: Metrics::default(),
         draining: AtomicBool::new(false),
     });

@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Frame, Incoming};
-use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 use speechstream_core::config::ResponseFormat;
 use speechstream_core::encode::encode;
@@ -48,12 +48,22 @@ async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) 
     let content_type = request.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
     check_content_type(content_type)?;
     let limit = shared.max_message_bytes;
-    let body = match Limited::new(request.into_body(), limit).collect().await {
-        Ok(body) => body.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(HttpError::new(413, "BadRequestError", format!("Request body too large (max {limit} bytes)")));
+    let too_large = || HttpError::new(413, "BadRequestError", format!("Request body too large (max {limit} bytes)"));
+    // A declared length over the limit is refused before a byte of the body is read.
+    let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(too_large());
+    }
+    let timeout = shared.body_timeout;
+    let read = tokio::time::timeout(timeout, Limited::new(request.into_body(), limit).collect());
+    let body = match read.await {
+        Ok(Ok(body)) => body.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
+        Ok(Err(e)) => return Err(HttpError::bad_request(format!("Could not read the request body: {e}"))),
+        Err(_) => {
+            let message = format!("Request body not received within {} seconds", timeout.as_secs_f64());
+            return Err(HttpError::new(408, "RequestTimeoutError", message));
         }
-        Err(e) => return Err(HttpError::bad_request(format!("Could not read the request body: {e}"))),
     };
     let body = std::str::from_utf8(&body).map_err(|_| HttpError::bad_request("JSON decode error"))?;
     let request = parse_speech_request(body, &shared.capabilities)?;
