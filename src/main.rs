@@ -101,6 +101,12 @@ struct ServeArgs {
     /// are refused clearly: HTTP 503, or a WebSocket closed with 1013 [default: no limit].
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = positive_count)]
     max_connections: Option<usize>,
+    /// TCP connections held at once, counting those being refused; past it a new connection
+    /// is answered at accept with a fixed HTTP 503 and closed, nothing read, so floods of idle
+    /// connections can't exhaust descriptors [default: --max-connections + 64, else the
+    /// descriptor limit (ulimit -n) less 64].
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = positive_count)]
+    max_sockets: Option<usize>,
     /// Seconds a peer may take to send an HTTP request's head (the WebSocket handshake
     /// included); also how long an idle keep-alive connection is kept.
     #[arg(long, value_name = "SECONDS", default_value = "30", allow_negative_numbers = true, value_parser = positive_seconds)]
@@ -424,6 +430,7 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
     config.shutdown_grace = args.shutdown_grace;
     config.api_key = args.api_key.clone();
     config.max_connections = args.max_connections;
+    config.max_sockets = args.max_sockets;
     config.header_timeout = args.header_timeout;
     config.body_timeout = args.body_timeout;
 
@@ -519,6 +526,7 @@ mod tests {
             &["--engine", "bogus"],
             &["--threads", "0"],
             &["--max-connections", "0"],
+            &["--max-sockets", "0"],
             &["--header-timeout", "0"],
             &["--body-timeout", "-1"],
             &["--api-key", ""],

@@ -8,7 +8,9 @@ use speechstream::synthetic::{SyntheticEngine, SyntheticOptions};
 use speechstream_core::session::SessionOptions;
 use speechstream_transports::ServerConfig;
 
-use crate::peers::{await_open_connections, exchange, serve_clients_at_once, status_and_json};
+use tokio::net::TcpStream;
+
+use crate::peers::{await_open_connections, exchange, metric, serve_clients_at_once, status_and_json};
 use crate::support::{TestServer, TIMEOUT};
 
 fn server(configure: impl FnOnce(&mut ServerConfig)) -> impl std::future::Future<Output = TestServer> {
@@ -38,7 +40,7 @@ async fn a_stalled_body_gets_408_and_frees_its_slot() {
     let (a, b) = tokio::join!(exchange(&server, short.as_bytes()), exchange(&server, endless.as_bytes()));
     assert_eq!(status_and_json(&a), (408, expected.clone()));
     assert_eq!(status_and_json(&b), (408, expected));
-    assert_eq!(await_open_connections(&server, 1).await, 1);
+    assert_eq!(await_open_connections(&server, 1).await, Some(1));
     serve_clients_at_once(&server, 2).await;
     server.shutdown().await;
 }
@@ -64,6 +66,32 @@ async fn a_trickled_request_head_is_dropped() {
     let (partial, silent) =
         tokio::join!(exchange(&server, b"GET /health HTTP/1.1\r\nHost: localhost\r\n"), exchange(&server, b""));
     assert!(!partial.contains("200 OK") && !silent.contains("200 OK"), "{partial:?} {silent:?}");
-    assert_eq!(await_open_connections(&server, 1).await, 1);
+    assert_eq!(await_open_connections(&server, 1).await, Some(1));
+    server.shutdown().await;
+}
+
+// Issue 9, defect 5: idle TCP connections used to be taken on without limit (descriptors ran
+// out at ~20,000). Past --max-sockets they get a fixed 503 at accept and are closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_flood_is_turned_away_at_accept() {
+    const HELD: usize = 6;
+    let server = server(|config| config.max_sockets = Some(HELD)).await;
+    let mut idle = Vec::new();
+    for _ in 0..HELD {
+        idle.push(TcpStream::connect(server.addr).await.expect("connect"));
+    }
+    // The server accepts in order, so these are the ones past the cap.
+    for _ in 0..10 {
+        let (status, body) = status_and_json(&exchange(&server, b"").await);
+        assert_eq!(
+            (status, &body["error"]["message"]),
+            (503, &json!("Server has too many open connections; retry later"))
+        );
+    }
+    drop(idle);
+    assert_eq!(await_open_connections(&server, 1).await, Some(1));
+    assert_eq!(metric(&server, "speechstream_sockets_open").await, 1);
+    assert_eq!(metric(&server, "speechstream_connections_refused_total{reason=\"sockets\"}").await, 10);
+    serve_clients_at_once(&server, 2).await;
     server.shutdown().await;
 }

@@ -27,23 +27,28 @@ pub async fn send_and_reset(server: &TestServer, bytes: &[u8]) {
     drop(stream);
 }
 
-/// One value of the server's Prometheus exposition.
-pub async fn metric(server: &TestServer, name: &str) -> u64 {
+/// One value of the server's Prometheus exposition; `None` if the scrape itself was refused
+/// (a full server answers 503).
+pub async fn try_metric(server: &TestServer, name: &str) -> Option<u64> {
     let (status, body) = server.http("GET", "/metrics").await;
-    assert_eq!(status, 200, "{body}");
-    body.lines()
-        .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {body}"))
+    if status != 200 {
+        return None;
+    }
+    let value = body.lines().find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')));
+    Some(value.and_then(|value| value.trim().parse().ok()).unwrap_or_else(|| panic!("no {name} in {body}")))
+}
+
+pub async fn metric(server: &TestServer, name: &str) -> u64 {
+    try_metric(server, name).await.expect("/metrics refused")
 }
 
 /// Wait (generously) until `speechstream_connections_open` is `expected`, counting the
 /// scrape's own connection; returns the last value seen.
-pub async fn await_open_connections(server: &TestServer, expected: u64) -> u64 {
+pub async fn await_open_connections(server: &TestServer, expected: u64) -> Option<u64> {
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     loop {
-        let open = metric(server, "speechstream_connections_open").await;
-        if open == expected || tokio::time::Instant::now() >= deadline {
+        let open = try_metric(server, "speechstream_connections_open").await;
+        if open == Some(expected) || tokio::time::Instant::now() >= deadline {
             return open;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -60,13 +60,32 @@ pub(crate) async fn serve_connection(
     admission: Admission,
     shared: Arc<Shared>,
     stop: watch::Receiver<bool>,
+    socket: SocketCount,
 ) {
+    let _socket = socket;
     let span = info_span!("conn", id, %peer);
     let context = Arc::new(ConnectionContext { id, admission, next_request: AtomicU64::new(0) });
     let admitted = admission == Admission::Admitted;
     run(stream, context, shared.clone(), stop).instrument(span).await;
     if admitted {
         shared.metrics.connection_closed();
+    }
+}
+
+/// One accepted socket in `sockets_open`, from its accept until its task ends or is dropped
+/// (at shutdown).
+pub(crate) struct SocketCount(Arc<Shared>);
+
+impl SocketCount {
+    pub(crate) fn held(shared: &Arc<Shared>) -> SocketCount {
+        shared.metrics.sockets_open.fetch_add(1, Ordering::Relaxed);
+        SocketCount(shared.clone())
+    }
+}
+
+impl Drop for SocketCount {
+    fn drop(&mut self) {
+        self.0.metrics.sockets_open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

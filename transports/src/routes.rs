@@ -139,8 +139,10 @@ fn metrics(shared: &Shared) -> Response<Body> {
 fn refused(why: Refusal, shared: &Shared) -> Response<Body> {
     let message = match (why, shared.max_connections) {
         (Refusal::Draining, _) => "Server is shutting down; retry on another instance".to_owned(),
-        (Refusal::Capacity, Some(max)) => format!("Server at capacity ({max} connections); retry later"),
-        (Refusal::Capacity, None) => "Server at capacity; retry later".to_owned(),
+        (Refusal::Capacity | Refusal::Sockets, Some(max)) => {
+            format!("Server at capacity ({max} connections); retry later")
+        }
+        (Refusal::Capacity | Refusal::Sockets, None) => "Server at capacity; retry later".to_owned(),
     };
     let body = error_json(&message, "ServiceUnavailableError", None, 503);
     json(StatusCode::SERVICE_UNAVAILABLE, body)
