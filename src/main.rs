@@ -114,6 +114,11 @@ struct ServeArgs {
     /// Seconds a peer may take to send an HTTP request's whole body (else 408).
     #[arg(long, value_name = "SECONDS", default_value = "30", allow_negative_numbers = true, value_parser = positive_seconds)]
     body_timeout: Duration,
+    /// Seconds a write may wait for a client that has stopped reading (a WebSocket mid-
+    /// utterance, a streamed or whole HTTP response) before the connection is dropped and its
+    /// engine request aborted.
+    #[arg(long, value_name = "SECONDS", default_value = "30", allow_negative_numbers = true, value_parser = positive_seconds)]
+    write_timeout: Duration,
     /// On SIGINT/SIGTERM, seconds connections get to finish the utterance in flight before
     /// they are closed with 1001 (meanwhile /ready answers 503 and new work is refused).
     #[arg(long, value_name = "SECONDS", default_value = "10", allow_negative_numbers = true, value_parser = non_negative_seconds)]
@@ -433,6 +438,7 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
     config.max_sockets = args.max_sockets;
     config.header_timeout = args.header_timeout;
     config.body_timeout = args.body_timeout;
+    config.write_timeout = args.write_timeout;
 
     let address = format!("{}:{}", args.host, args.port);
     let listener =
@@ -509,7 +515,10 @@ mod tests {
         assert_eq!(args.max_text_message_chars, 131_072);
         assert_eq!(args.max_config_message_chars, 4_194_304);
         assert_eq!(args.shutdown_grace, Duration::from_secs(10));
-        assert_eq!((args.header_timeout, args.body_timeout), (Duration::from_secs(30), Duration::from_secs(30)));
+        assert_eq!(
+            (args.header_timeout, args.body_timeout, args.write_timeout),
+            (Duration::from_secs(30), Duration::from_secs(30), Duration::from_secs(30))
+        );
     }
 
     #[test]
@@ -529,6 +538,7 @@ mod tests {
             &["--max-sockets", "0"],
             &["--header-timeout", "0"],
             &["--body-timeout", "-1"],
+            &["--write-timeout", "0"],
             &["--api-key", ""],
             &["--api-key", "two words"],
         ] {

@@ -5,6 +5,7 @@
 mod handshake;
 mod http;
 mod peers;
+mod stalls;
 // The wire tests' server and clients; not every helper is used here.
 #[allow(dead_code)]
 #[path = "../wire/support.rs"]

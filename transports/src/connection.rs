@@ -19,6 +19,7 @@ use crate::metrics::Refusal;
 use crate::routes;
 use crate::server::Shared;
 use crate::websocket;
+use crate::write_timeout::WriteTimeout;
 
 /// Whether the server took this connection on or only answers it with a refusal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,7 +106,7 @@ async fn run(stream: TcpStream, context: Arc<ConnectionContext>, shared: Arc<Sha
         // connection open by trickling a request head (or by sending nothing at all).
         .timer(TokioTimer::new())
         .header_read_timeout(shared.header_timeout)
-        .serve_connection(TokioIo::new(stream), service)
+        .serve_connection(TokioIo::new(WriteTimeout::new(stream, shared.write_timeout)), service)
         .with_upgrades();
     // Boxed rather than pinned on the stack, so it can be dropped before the upgrade is awaited.
     let mut http = Box::pin(http);

@@ -57,6 +57,9 @@ pub struct ServerConfig {
     /// gets a fixed 503 at accept and is closed, so idle floods can't exhaust descriptors.
     /// `None`: `max_connections` plus a small margin, else the descriptor limit less a reserve.
     pub max_sockets: Option<usize>,
+    /// How long a write may wait for a peer that has stopped reading before the connection is
+    /// dropped (and its engine request aborted).
+    pub write_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -76,6 +79,7 @@ impl ServerConfig {
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(30),
             max_sockets: None,
+            write_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -95,6 +99,7 @@ pub(crate) struct Shared {
     pub(crate) max_connections: Option<usize>,
     pub(crate) header_timeout: Duration,
     pub(crate) body_timeout: Duration,
+    pub(crate) write_timeout: Duration,
     pub(crate) max_sockets: usize,
     /// The whole response written to a connection past `max_sockets`.
     turned_away: Vec<u8>,
@@ -136,6 +141,7 @@ pub async fn serve(
         max_connections: cfg.max_connections,
         header_timeout: cfg.header_timeout,
         body_timeout: cfg.body_timeout,
+        write_timeout: cfg.write_timeout,
         max_sockets: socket_cap(cfg.max_sockets, cfg.max_connections),
         turned_away: turned_away_response(),
         metrics: Metrics::default(),

@@ -239,6 +239,19 @@ impl Connection {
 
     /// Execute everything the session has queued, in order.
     async fn execute_outputs(&mut self) {
+        loop {
+            self.execute_queued().await;
+            let was_broken = self.broken;
+            self.flush().await;
+            // A failed flush told the session the peer is gone, which queued the abort of the
+            // request in flight: that must still reach the engine.
+            if self.broken == was_broken {
+                break;
+            }
+        }
+    }
+
+    async fn execute_queued(&mut self) {
         while let Some(output) = self.session.poll_output() {
             match output {
                 Output::Text(text) => {
@@ -260,7 +273,6 @@ impl Connection {
                 }
             }
         }
-        self.flush().await;
     }
 
     async fn flush(&mut self) {
