@@ -89,10 +89,10 @@ struct ServeArgs {
     /// Most text characters buffered for one utterance before input.done.
     #[arg(long, value_name = "CHARS", allow_negative_numbers = true, default_value = "1048576", value_parser = positive_count)]
     max_buffered_chars: usize,
-    /// Client messages held back while an utterance generates; past it the server stops
-    /// reading that connection until the utterance ends.
-    #[arg(long, value_name = "FRAMES", allow_negative_numbers = true, default_value = "64", value_parser = positive_count)]
-    max_deferred_frames: usize,
+    /// Bytes of client messages held back while an utterance generates (64 more counted per
+    /// message); a message past it is refused with an error and dropped.
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, default_value = "8388608", value_parser = positive_count)]
+    max_deferred_bytes: usize,
     /// Require this key on every endpoint but /health and /ready: `Authorization: Bearer KEY`,
     /// or `?api_key=KEY` in the URL (browsers' WebSocket API cannot set headers).
     #[arg(long, value_name = "KEY", value_parser = api_key)]
@@ -430,7 +430,7 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
         idle_timeout: args.idle_timeout,
         config_timeout: args.config_timeout,
         max_buffered_chars: args.max_buffered_chars,
-        max_deferred_frames: args.max_deferred_frames,
+        max_deferred_bytes: args.max_deferred_bytes,
     });
     config.shutdown_grace = args.shutdown_grace;
     config.api_key = args.api_key.clone();

@@ -4,6 +4,7 @@
 
 mod handshake;
 mod http;
+mod memory;
 mod peers;
 mod stalls;
 // The wire tests' server and clients; not every helper is used here.
