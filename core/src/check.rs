@@ -245,6 +245,10 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
                 if arg % 16 == 0 {
                     peer_gone |= !session.is_closed();
                     session.handle_client(now, ClientFrame::Closed);
+                } else if arg % 16 == 1 {
+                    // The server's shutdown: unlike a vanished peer, it must still end the
+                    // utterance in flight with its done.
+                    session.handle_shutdown(now);
                 } else {
                     session.handle_client(now, ClientFrame::Binary(vec![arg]));
                 }

@@ -82,6 +82,9 @@ pub const BINARY_FRAME_ERROR: &str = "Binary frames are not supported; send JSON
 /// floods of tiny messages are bounded too.
 pub const DEFERRED_MESSAGE_OVERHEAD: usize = 64;
 const NOMINAL_SAMPLE_RATE: u32 = 24_000;
+/// Why an utterance cut by the server's shutdown failed.
+pub const SHUTDOWN_MESSAGE: &str = "the server is shutting down";
+const CLOSE_GOING_AWAY: u16 = 1001;
 
 /// One WebSocket connection speaking the streaming speech protocol.
 ///
@@ -96,7 +99,8 @@ const NOMINAL_SAMPLE_RATE: u32 = 24_000;
 ///   asked for; an `Err` means the request is no longer this session's (it was
 ///   aborted), which the owner may log and must otherwise ignore;
 /// - [`handle_timeout`](Self::handle_timeout): when the deadline last returned by
-///   [`poll_timeout`](Self::poll_timeout) has passed.
+///   [`poll_timeout`](Self::poll_timeout) has passed;
+/// - [`handle_shutdown`](Self::handle_shutdown): when the server ends the session.
 ///
 /// After every input the owner drains [`poll_output`](Self::poll_output) until it
 /// returns `None`, in order: text and binary frames to write (awaiting each write is the
@@ -323,6 +327,25 @@ impl Session {
         };
         self.send_error(message, false);
         self.close();
+    }
+
+    /// The server is going away (its shutdown grace is over, or nothing is in flight): the
+    /// utterance in flight, if any, is aborted and still ended properly (an error, its
+    /// `audio.done`/`codec.done` marked `error`, `session.done`), then the session closes with
+    /// 1001 (going away).
+    pub fn handle_shutdown(&mut self, now: Instant) {
+        if self.closed {
+            return;
+        }
+        if let Some(id) = self.generation.as_ref().map(|g| g.id) {
+            // First, so a transport that can't write the rest in time has still stopped it.
+            self.push(Output::Engine(EngineCommand::Abort { id }));
+            self.end_generation(Ending::Failed(SHUTDOWN_MESSAGE.to_owned()));
+        }
+        self.clear_deferred();
+        self.rearm(now);
+        self.push(Output::Close(CLOSE_GOING_AWAY));
+        self.closed = true;
     }
 
     pub fn poll_output(&mut self) -> Option<Output> {

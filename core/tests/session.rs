@@ -564,3 +564,36 @@ fn held_back_messages_are_bounded_in_bytes() {
     assert_eq!(outs[2]["sentence_text"].as_str().map(str::len), Some(2 * (budget / 3)));
     assert!(h.session.wants_client_input());
 }
+
+// Issue 9: an utterance cut by the server's shutdown grace used to end without its
+// audio.done. It is aborted first, then ended as a failure, then the session closes with 1001.
+#[test]
+fn shutdown_mid_utterance_still_ends_it() {
+    let mut h = Harness::default();
+    h.send(STREAM_CONFIG).send(&text("x")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.audio(id, b"\x01\x02", 24_000);
+    h.take();
+    h.shutdown().shutdown();
+    assert_eq!(
+        h.take(),
+        vec![
+            Out::Abort(id),
+            json(
+                r#"{"type":"error","message":"Generation failed for utterance 0, sentence 0: the server is shutting down","partial_audio":true,"action":"discard"}"#
+            ),
+            json(r#"{"type":"audio.done","utterance_index":0,"sentence_index":0,"total_bytes":2,"error":true}"#),
+            json(r#"{"type":"session.done","utterance_index":0,"total_sentences":1}"#),
+            Out::Close(1001),
+        ]
+    );
+    assert!(h.session.is_closed());
+}
+
+#[test]
+fn shutdown_while_idle_just_closes() {
+    let mut h = Harness::default();
+    h.send(STREAM_CONFIG);
+    h.take();
+    assert_eq!(h.shutdown().take(), vec![Out::Close(1001)]);
+}

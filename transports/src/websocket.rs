@@ -267,7 +267,8 @@ impl Connection {
                 Output::Engine(command) => self.execute_command(command),
                 Output::Close(code) => {
                     if self.frames_allowed() {
-                        self.write(Frame::close(code, b"")).await;
+                        let reason: &[u8] = if code == CLOSE_GOING_AWAY { b"server shutting down" } else { b"" };
+                        self.write(Frame::close(code, reason)).await;
                     }
                     self.sent_close = true;
                 }
@@ -328,22 +329,15 @@ impl Connection {
         }
     }
 
-    /// End a connection the server is shutting down: abort what is still running, then say
-    /// goodbye with 1001.
+    /// End a connection the server is shutting down: the session aborts what is still running,
+    /// ends it with its `audio.done`, and says goodbye with 1001.
     async fn close_for_shutdown(&mut self) {
-        self.tell_closed();
-        self.execute_outputs().await;
-        if !self.sent_close && !self.broken {
-            let writer = &mut self.writer;
-            let close = async move {
-                writer.write_frame(Frame::close(CLOSE_GOING_AWAY, b"server shutting down")).await?;
-                writer.flush().await
-            };
-            match tokio::time::timeout(SHUTDOWN_WRITE, close).await {
-                Ok(Ok(())) => self.sent_close = true,
-                Ok(Err(e)) => debug!(error = %e, "close frame write failed"),
-                Err(_) => debug!("close frame write timed out"),
-            }
+        self.session.handle_shutdown(Instant::now());
+        if tokio::time::timeout(SHUTDOWN_WRITE, self.execute_outputs()).await.is_err() {
+            debug!("final frames at shutdown timed out");
+            // Whatever the session still queued is carried out without writing.
+            self.broken = true;
+            self.execute_outputs().await;
         }
     }
 }
