@@ -2,6 +2,7 @@
 //! sockets on loopback, then checks that the server let go of what it held (connections,
 //! engine requests) and still serves a normal client. Assertions are on counts, not times.
 
+mod access;
 mod handshake;
 mod http;
 mod memory;

@@ -30,9 +30,11 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Every response's body: whole (`full`) or streamed (the speech handler's).
 pub(crate) type Body = BoxBody<Bytes, BoxError>;
 
-/// Paths anyone may ask, key or not: probes must work without credentials.
+/// Paths anyone may ask, key or not: probes must work without credentials, and the
+/// playground's page carries no secret (the user types the key into it). Whatever reveals the
+/// configuration (`/playground.json` too) wants the key.
 fn is_open(path: &str) -> bool {
-    matches!(path, "/health" | "/ready")
+    matches!(path, "/health" | "/ready") || crate::playground::is_page(path)
 }
 
 pub(crate) async fn route(
@@ -62,17 +64,15 @@ async fn respond(
 ) -> Response<Body> {
     {
         debug!("request");
-        // The playground's static page carries no secret: it is served without the key, which
-        // the user types into the page.
-        if let Some(response) = crate::playground::route(&request, &shared) {
-            return response.map(|body| body.map_err(|never| match never {}).boxed());
-        }
         let path = request.uri().path().to_owned();
         if let Some(key) = shared.api_key.as_deref().filter(|_| !is_open(&path)) {
             if !auth::authorized(&request, key) {
                 shared.metrics.error(ErrorKind::Auth);
                 return unauthorized();
             }
+        }
+        if let Some(response) = crate::playground::route(&request, &shared) {
+            return response.map(|body| body.map_err(|never| match never {}).boxed());
         }
         let refusal = match context.admission {
             Admission::Refused(why) => Some(why),
