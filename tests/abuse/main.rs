@@ -3,6 +3,7 @@
 //! engine requests) and still serves a normal client. Assertions are on counts, not times.
 
 mod access;
+mod framing;
 mod handshake;
 mod http;
 mod memory;

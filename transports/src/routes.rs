@@ -5,6 +5,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -106,6 +108,16 @@ fn upgrade(request: &mut Request<Incoming>, slot: &UpgradeSlot) -> Response<Body
     if request.method() != Method::GET || !fastwebsockets::upgrade::is_upgrade_request(request) {
         let mut response = detail(StatusCode::UPGRADE_REQUIRED, "WebSocket upgrade required");
         response.headers_mut().insert(UPGRADE, HeaderValue::from_static("websocket"));
+        return response;
+    }
+    // RFC 6455 §4.2.1: the key is the base64 of 16 bytes; fastwebsockets takes any value.
+    // (A missing key is fastwebsockets' to refuse.)
+    let key = request.headers().get("sec-websocket-key");
+    if !key.is_none_or(|key| BASE64.decode(key.as_bytes()).is_ok_and(|bytes| bytes.len() == 16)) {
+        debug!("bad websocket key");
+        let mut response = detail(StatusCode::BAD_REQUEST, "Sec-WebSocket-Key must be the base64 encoding of 16 bytes");
+        // The peer asked to leave HTTP: it isn't waiting to send another request.
+        response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
         return response;
     }
     match fastwebsockets::upgrade::upgrade(request) {

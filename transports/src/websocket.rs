@@ -366,10 +366,14 @@ async fn read_messages(
         async move { replies.send(reply).await.map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe)) }
     };
     let end = loop {
-        let frame = match ws.read_frame(&mut send_reply).await {
+        let mut frame = match ws.read_frame(&mut send_reply).await {
             Ok(frame) => frame,
             Err(e) => break close_code_for(&e),
         };
+        // RFC 6455 §5.1: a server must close the connection on an unmasked client frame.
+        if !is_masked(&mut frame) {
+            break Some(CLOSE_PROTOCOL_ERROR);
+        }
         let fin = frame.fin;
         let message = match frame.opcode {
             OpCode::Text | OpCode::Binary if partial.is_some() => break Some(CLOSE_PROTOCOL_ERROR),
@@ -411,6 +415,14 @@ async fn read_messages(
         }
     };
     let _ = queue.send(Inbound::Ended(end)).await;
+}
+
+/// Whether a received frame came masked; fastwebsockets keeps the key but only shows it in the
+/// header it would write for the frame.
+fn is_masked(frame: &mut Frame<'_>) -> bool {
+    let mut head = [0; 16];
+    frame.fmt_head(&mut head);
+    head[1] & 0x80 != 0
 }
 
 /// The close code owed to a peer whose framing failed; `None` when the peer just went away.
