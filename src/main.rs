@@ -93,6 +93,11 @@ struct ServeArgs {
     /// message); a message past it is refused with an error and dropped.
     #[arg(long, value_name = "BYTES", allow_negative_numbers = true, default_value = "8388608", value_parser = positive_count)]
     max_deferred_bytes: usize,
+    /// Longest non-streamed audio, in seconds (a whole file is held in memory until its
+    /// utterance ends: 48 kB a second at 24 kHz); past it the utterance fails with an error
+    /// pointing to streaming. Streamed audio has no such limit.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, default_value = "600", value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    max_whole_audio_seconds: u32,
     /// Require this key on every endpoint but /health and /ready: `Authorization: Bearer KEY`,
     /// or `?api_key=KEY` in the URL (browsers' WebSocket API cannot set headers).
     #[arg(long, value_name = "KEY", value_parser = api_key)]
@@ -431,6 +436,7 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
         config_timeout: args.config_timeout,
         max_buffered_chars: args.max_buffered_chars,
         max_deferred_bytes: args.max_deferred_bytes,
+        max_whole_audio_seconds: args.max_whole_audio_seconds,
     });
     config.shutdown_grace = args.shutdown_grace;
     config.api_key = args.api_key.clone();

@@ -178,6 +178,7 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
         max_buffered_chars: 40,
         // Room for a few held-back messages, so that dropping what does not fit is driven too.
         max_deferred_bytes: 3 * (crate::session::DEFERRED_MESSAGE_OVERHEAD + 24),
+        max_whole_audio_seconds: 1,
     });
     let mut now = Instant::now();
     let mut session = Session::new(now, 1, caps, options);

@@ -30,6 +30,9 @@ pub struct SessionOptions {
     /// counted with [`DEFERRED_MESSAGE_OVERHEAD`]); a message that would go past it is
     /// refused with an error and dropped.
     pub max_deferred_bytes: usize,
+    /// Longest non-streamed audio, in seconds: a whole file is held in memory until its
+    /// utterance ends, so past it the utterance fails (streamed audio has no such limit).
+    pub max_whole_audio_seconds: u32,
 }
 
 impl Default for SessionOptions {
@@ -40,6 +43,7 @@ impl Default for SessionOptions {
             config_timeout: Duration::from_secs(10),
             max_buffered_chars: 1 << 20,
             max_deferred_bytes: 8 << 20,
+            max_whole_audio_seconds: 600,
         }
     }
 }
@@ -290,6 +294,9 @@ impl Session {
                 }
                 generation.sample_rate = Some(sample_rate);
                 self.on_audio(pcm, sample_rate);
+                if self.generation.is_none() {
+                    self.resume(now);
+                }
             }
             EngineEventKind::Words(words) => {
                 if let Mode::Words { words: all, any_words, .. } = &mut generation.mode {
@@ -619,7 +626,17 @@ impl Session {
         let Some(generation) = self.generation.as_mut() else { return };
         let u = generation.id.utterance;
         match &mut generation.mode {
-            Mode::Whole { pcm: all, .. } => all.extend_from_slice(&pcm),
+            Mode::Whole { pcm: all, .. } => {
+                let seconds = self.options.max_whole_audio_seconds;
+                let limit = u64::from(seconds) * u64::from(sample_rate) * 2;
+                if (all.len() + pcm.len()) as u64 > limit {
+                    let id = generation.id;
+                    self.push(Output::Engine(EngineCommand::Abort { id }));
+                    self.end_generation(Ending::Failed(whole_audio_too_long(seconds, "stream_audio=true")));
+                    return;
+                }
+                all.extend_from_slice(&pcm);
+            }
             Mode::Streamed => {
                 if !pcm.is_empty() {
                     generation.total += pcm.len() as u64;
@@ -744,6 +761,12 @@ impl Session {
         }
         self.session_done(1);
     }
+}
+
+/// Why a non-streamed utterance failed past `max_whole_audio_seconds`; `instead` names the
+/// streamed alternative of the caller's protocol.
+pub fn whole_audio_too_long(seconds: u32, instead: &str) -> String {
+    format!("audio longer than {seconds} seconds cannot be sent as one file; use {instead} for longer texts")
 }
 
 /// The per-utterance request, with the checks the reference makes when it builds

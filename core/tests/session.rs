@@ -597,3 +597,28 @@ fn shutdown_while_idle_just_closes() {
     h.take();
     assert_eq!(h.shutdown().take(), vec![Out::Close(1001)]);
 }
+
+// Issue 9: a non-streamed file is held whole until its utterance ends; past
+// max_whole_audio_seconds the utterance fails (and its request is aborted) instead.
+#[test]
+fn whole_audio_past_its_limit_fails_the_utterance() {
+    let options = SessionOptions { max_whole_audio_seconds: 1, ..SessionOptions::default() };
+    let mut h = Harness::new(capabilities(false, false), options);
+    h.send(CONFIG).send(&text("x")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.audio(id, &vec![0; 48_000], 24_000);
+    assert!(h.take().is_empty());
+    h.audio(id, &[0, 0], 24_000);
+    let message = "Generation failed for utterance 0, sentence 0: audio longer than 1 seconds cannot be sent as one \
+                   file; use stream_audio=true for longer texts";
+    assert_eq!(
+        h.take(),
+        vec![
+            Out::Abort(id),
+            json(&serde_json::json!({"type": "error", "message": message}).to_string()),
+            json(r#"{"type":"audio.done","utterance_index":0,"sentence_index":0,"total_bytes":0,"error":true}"#),
+            json(r#"{"type":"session.done","utterance_index":0,"total_sentences":1}"#),
+        ]
+    );
+    assert!(!h.session.is_closed());
+}

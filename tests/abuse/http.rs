@@ -95,3 +95,15 @@ async fn an_idle_flood_is_turned_away_at_accept() {
     serve_clients_at_once(&server, 2).await;
     server.shutdown().await;
 }
+
+// Issue 9: the HTTP input had no length cap (2,025,000 characters were taken); it is now the
+// WebSocket path's buffer limit (--max-buffered-chars, 1,048,576).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_input_is_capped_like_the_websocket_buffer() {
+    let server = server(|_| {}).await;
+    let body = json!({"input": "x".repeat((1 << 20) + 1)}).to_string();
+    let request = format!("{SPEECH_HEAD}Connection: close\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+    let (status, reply) = status_and_json(&exchange(&server, request.as_bytes()).await);
+    assert_eq!((status, &reply["error"]["message"]), (400, &json!("Input text too long (max 1048576 characters)")));
+    server.shutdown().await;
+}

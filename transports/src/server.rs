@@ -293,6 +293,7 @@ mod tests {
             config_timeout: Duration::from_secs(10),
             max_buffered_chars: 1 << 20,
             max_deferred_bytes: 8 << 20,
+            max_whole_audio_seconds: 600,
         }
     }
 

@@ -19,6 +19,7 @@ use hyper::{Request, Response, StatusCode};
 use speechstream_core::config::ResponseFormat;
 use speechstream_core::encode::encode;
 use speechstream_core::engine::{Engine, EngineCapabilities, EngineEvent, EngineEventKind, RequestId, WordTiming};
+use speechstream_core::session::whole_audio_too_long;
 use speechstream_core::speech_http::{
     check_content_type, media_type, parse_speech_request, sse_delta, sse_done, sse_error, streaming_wav_header,
     word_timestamps_header, Delivery, HttpError, SpeechRequest, Usage,
@@ -66,7 +67,7 @@ async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) 
         }
     };
     let body = std::str::from_utf8(&body).map_err(|_| HttpError::bad_request("JSON decode error"))?;
-    let request = parse_speech_request(body, &shared.capabilities)?;
+    let request = parse_speech_request(body, &shared.capabilities, shared.options.max_buffered_chars)?;
     info!(
         format = request.response_format.as_str(),
         delivery = ?request.delivery,
@@ -168,10 +169,19 @@ fn generation_failed(message: &str) -> HttpError {
 async fn whole(mut job: Job, request: &SpeechRequest, shared: &Shared) -> Result<Response<Body>, HttpError> {
     let mut pcm = Vec::new();
     let mut words = Vec::new();
+    let seconds = shared.options.max_whole_audio_seconds;
+    let limit = u64::from(seconds) * u64::from(request.sample_rate) * 2;
     loop {
         let event = job.events.recv().await;
         match job.on_event(event) {
-            Step::Audio(chunk) => pcm.extend_from_slice(&chunk),
+            Step::Audio(chunk) => {
+                if (pcm.len() + chunk.len()) as u64 > limit {
+                    // Dropping the job aborts its engine request.
+                    let message = whole_audio_too_long(seconds, "stream_format='audio' or 'sse'");
+                    return Err(HttpError::bad_request(format!("Speech generation failed: {message}")));
+                }
+                pcm.extend_from_slice(&chunk);
+            }
             Step::Words(more) => words.extend(more),
             Step::Finished => break,
             Step::Failed(message) => return Err(generation_failed(&message)),
