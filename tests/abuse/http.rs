@@ -91,7 +91,8 @@ async fn an_idle_flood_is_turned_away_at_accept() {
     drop(idle);
     assert_eq!(await_open_connections(&server, 1).await, Some(1));
     assert_eq!(metric(&server, "speechstream_sockets_open").await, 1);
-    assert_eq!(metric(&server, "speechstream_connections_refused_total{reason=\"sockets\"}").await, 10);
+    // Ten, plus any scrape above that came while the idle sockets were still being let go.
+    assert!(metric(&server, "speechstream_connections_refused_total{reason=\"sockets\"}").await >= 10);
     serve_clients_at_once(&server, 2).await;
     server.shutdown().await;
 }
