@@ -89,10 +89,15 @@ struct ServeArgs {
     /// Most text characters buffered for one utterance before input.done.
     #[arg(long, value_name = "CHARS", allow_negative_numbers = true, default_value = "1048576", value_parser = positive_count)]
     max_buffered_chars: usize,
-    /// Client messages held back while an utterance generates; past it the server stops
-    /// reading that connection until the utterance ends.
-    #[arg(long, value_name = "FRAMES", allow_negative_numbers = true, default_value = "64", value_parser = positive_count)]
-    max_deferred_frames: usize,
+    /// Bytes of client messages held back while an utterance generates (64 more counted per
+    /// message); a message past it is refused with an error and dropped.
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, default_value = "8388608", value_parser = positive_count)]
+    max_deferred_bytes: usize,
+    /// Longest non-streamed audio, in seconds (a whole file is held in memory until its
+    /// utterance ends: 48 kB a second at 24 kHz); past it the utterance fails with an error
+    /// pointing to streaming. Streamed audio has no such limit.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, default_value = "600", value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    max_whole_audio_seconds: u32,
     /// Require this key on every endpoint but /health and /ready: `Authorization: Bearer KEY`,
     /// or `?api_key=KEY` in the URL (browsers' WebSocket API cannot set headers).
     #[arg(long, value_name = "KEY", value_parser = api_key)]
@@ -101,6 +106,24 @@ struct ServeArgs {
     /// are refused clearly: HTTP 503, or a WebSocket closed with 1013 [default: no limit].
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = positive_count)]
     max_connections: Option<usize>,
+    /// TCP connections held at once, counting those being refused; past it a new connection
+    /// is answered at accept with a fixed HTTP 503 and closed, nothing read, so floods of idle
+    /// connections can't exhaust descriptors [default: --max-connections + 64, else the
+    /// descriptor limit (ulimit -n) less 64].
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = positive_count)]
+    max_sockets: Option<usize>,
+    /// Seconds a peer may take to send an HTTP request's head (the WebSocket handshake
+    /// included); also how long an idle keep-alive connection is kept.
+    #[arg(long, value_name = "SECONDS", default_value = "30", allow_negative_numbers = true, value_parser = positive_seconds)]
+    header_timeout: Duration,
+    /// Seconds a peer may take to send an HTTP request's whole body (else 408).
+    #[arg(long, value_name = "SECONDS", default_value = "30", allow_negative_numbers = true, value_parser = positive_seconds)]
+    body_timeout: Duration,
+    /// Seconds a write may wait for a client that has stopped reading (a WebSocket mid-
+    /// utterance, a streamed or whole HTTP response) before the connection is dropped and its
+    /// engine request aborted.
+    #[arg(long, value_name = "SECONDS", default_value = "30", allow_negative_numbers = true, value_parser = positive_seconds)]
+    write_timeout: Duration,
     /// On SIGINT/SIGTERM, seconds connections get to finish the utterance in flight before
     /// they are closed with 1001 (meanwhile /ready answers 503 and new work is refused).
     #[arg(long, value_name = "SECONDS", default_value = "10", allow_negative_numbers = true, value_parser = non_negative_seconds)]
@@ -416,11 +439,16 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
         idle_timeout: args.idle_timeout,
         config_timeout: args.config_timeout,
         max_buffered_chars: args.max_buffered_chars,
-        max_deferred_frames: args.max_deferred_frames,
+        max_deferred_bytes: args.max_deferred_bytes,
+        max_whole_audio_seconds: args.max_whole_audio_seconds,
     });
     config.shutdown_grace = args.shutdown_grace;
     config.api_key = args.api_key.clone();
     config.max_connections = args.max_connections;
+    config.max_sockets = args.max_sockets;
+    config.header_timeout = args.header_timeout;
+    config.body_timeout = args.body_timeout;
+    config.write_timeout = args.write_timeout;
 
     let address = format!("{}:{}", args.host, args.port);
     let listener =
@@ -497,6 +525,10 @@ mod tests {
         assert_eq!(args.max_text_message_chars, 131_072);
         assert_eq!(args.max_config_message_chars, 4_194_304);
         assert_eq!(args.shutdown_grace, Duration::from_secs(10));
+        assert_eq!(
+            (args.header_timeout, args.body_timeout, args.write_timeout),
+            (Duration::from_secs(30), Duration::from_secs(30), Duration::from_secs(30))
+        );
     }
 
     #[test]
@@ -513,6 +545,10 @@ mod tests {
             &["--engine", "bogus"],
             &["--threads", "0"],
             &["--max-connections", "0"],
+            &["--max-sockets", "0"],
+            &["--header-timeout", "0"],
+            &["--body-timeout", "-1"],
+            &["--write-timeout", "0"],
             &["--api-key", ""],
             &["--api-key", "two words"],
         ] {

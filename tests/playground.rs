@@ -207,17 +207,24 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 }
 
 /// Without a browser: the page and its files come with their content types, and without the
-/// API key on a server that wants one (the key is typed into the page).
+/// API key on a server that wants one (the key is typed into the page); the engine's
+/// description, `/playground.json`, wants the key there.
 #[test]
 fn playground_files_are_served_with_their_types() {
     let plain = Server::start(&[]);
     let keyed = wants_api_key_flag().then(|| Server::start(&["--api-key", API_KEY]));
     for server in [Some(&plain), keyed.as_ref()].into_iter().flatten() {
+        let json = if std::ptr::eq(server, &plain) {
+            "/playground.json".to_owned()
+        } else {
+            assert_eq!(get(server, "/playground.json").0, 401);
+            format!("/playground.json?api_key={API_KEY}")
+        };
         for (path, content_type, needle) in [
             ("/", "text/html; charset=utf-8", "<title>speechstream playground</title>"),
             ("/playground.js", "text/javascript; charset=utf-8", "window.playground"),
             ("/playground.css", "text/css; charset=utf-8", ".word.current"),
-            ("/playground.json", "application/json", "\"word_timestamps\":true"),
+            (json.as_str(), "application/json", "\"word_timestamps\":true"),
         ] {
             let (status, headers, body) = get(server, path);
             assert_eq!(status, 200, "GET {path}");

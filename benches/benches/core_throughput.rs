@@ -77,7 +77,8 @@ fn options() -> Arc<SessionOptions> {
         idle_timeout: Duration::from_secs(30),
         config_timeout: Duration::from_secs(10),
         max_buffered_chars: 1 << 20,
-        max_deferred_frames: 64,
+        max_deferred_bytes: 8 << 20,
+        max_whole_audio_seconds: 600,
     })
 }
 

@@ -176,7 +176,9 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
         idle_timeout: Duration::from_secs(3),
         config_timeout: Duration::from_secs(2),
         max_buffered_chars: 40,
-        max_deferred_frames: 4,
+        // Room for a few held-back messages, so that dropping what does not fit is driven too.
+        max_deferred_bytes: 3 * (crate::session::DEFERRED_MESSAGE_OVERHEAD + 24),
+        max_whole_audio_seconds: 1,
     });
     let mut now = Instant::now();
     let mut session = Session::new(now, 1, caps, options);
@@ -185,6 +187,8 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
     let mut configured = false;
     // The peer left: the session then sends nothing, so an open utterance stays open.
     let mut peer_gone = false;
+    // The last operation sent an input.done that was counted above.
+    let mut counted_input_done = false;
     let mut bytes = data.iter().copied();
     while let Some(op) = bytes.next() {
         let arg = bytes.next().unwrap_or(0);
@@ -201,6 +205,7 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
                 let m = MESSAGES[usize::from(arg) % MESSAGES.len()];
                 if m.contains("input.done") && configured && !session.is_closed() {
                     input_dones_after_config += 1;
+                    counted_input_done = true;
                 }
                 session.handle_client(now, ClientFrame::Text(m.to_owned()));
             }
@@ -241,6 +246,10 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
                 if arg % 16 == 0 {
                     peer_gone |= !session.is_closed();
                     session.handle_client(now, ClientFrame::Closed);
+                } else if arg % 16 == 1 {
+                    // The server's shutdown: unlike a vanished peer, it must still end the
+                    // utterance in flight with its done.
+                    session.handle_shutdown(now);
                 } else {
                     session.handle_client(now, ClientFrame::Binary(vec![arg]));
                 }
@@ -255,7 +264,14 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
         }
         while let Some(output) = session.poll_output() {
             checker.output(&output)?;
+            // An input.done held back past the byte budget is refused, so it gets no session.done.
+            if let (true, Output::Text(text)) = (counted_input_done, &output) {
+                if text.contains("Held input exceeds") {
+                    input_dones_after_config -= 1;
+                }
+            }
         }
+        counted_input_done = false;
     }
     // Let the engine answer whatever is still running, then check the totals.
     while let Some(id) = checker.live_request() {

@@ -26,9 +26,13 @@ pub struct SessionOptions {
     pub config_timeout: Duration,
     /// Most characters buffered for one utterance before `input.done`.
     pub max_buffered_chars: usize,
-    /// Most client frames held back while an utterance is generating; past it the
-    /// session asks its transport to stop reading (see `wants_client_input`).
-    pub max_deferred_frames: usize,
+    /// Most bytes of client messages held back while an utterance is generating (each
+    /// counted with [`DEFERRED_MESSAGE_OVERHEAD`]); a message that would go past it is
+    /// refused with an error and dropped.
+    pub max_deferred_bytes: usize,
+    /// Longest non-streamed audio, in seconds: a whole file is held in memory until its
+    /// utterance ends, so past it the utterance fails (streamed audio has no such limit).
+    pub max_whole_audio_seconds: u32,
 }
 
 impl Default for SessionOptions {
@@ -38,7 +42,8 @@ impl Default for SessionOptions {
             idle_timeout: Duration::from_secs(30),
             config_timeout: Duration::from_secs(10),
             max_buffered_chars: 1 << 20,
-            max_deferred_frames: 64,
+            max_deferred_bytes: 8 << 20,
+            max_whole_audio_seconds: 600,
         }
     }
 }
@@ -77,7 +82,13 @@ pub enum Output {
 pub struct UnknownRequest(pub RequestId);
 
 pub const BINARY_FRAME_ERROR: &str = "Binary frames are not supported; send JSON text frames";
+/// What a held-back message costs beyond its bytes (its queue entry and allocation), so that
+/// floods of tiny messages are bounded too.
+pub const DEFERRED_MESSAGE_OVERHEAD: usize = 64;
 const NOMINAL_SAMPLE_RATE: u32 = 24_000;
+/// Why an utterance cut by the server's shutdown failed.
+pub const SHUTDOWN_MESSAGE: &str = "the server is shutting down";
+const CLOSE_GOING_AWAY: u16 = 1001;
 
 /// One WebSocket connection speaking the streaming speech protocol.
 ///
@@ -92,7 +103,8 @@ const NOMINAL_SAMPLE_RATE: u32 = 24_000;
 ///   asked for; an `Err` means the request is no longer this session's (it was
 ///   aborted), which the owner may log and must otherwise ignore;
 /// - [`handle_timeout`](Self::handle_timeout): when the deadline last returned by
-///   [`poll_timeout`](Self::poll_timeout) has passed.
+///   [`poll_timeout`](Self::poll_timeout) has passed;
+/// - [`handle_shutdown`](Self::handle_shutdown): when the server ends the session.
 ///
 /// After every input the owner drains [`poll_output`](Self::poll_output) until it
 /// returns `None`, in order: text and binary frames to write (awaiting each write is the
@@ -120,8 +132,10 @@ pub struct Session {
     buffered: bool,
     utterance_index: u64,
     generation: Option<Generation>,
-    /// Client frames that arrived during a generation, handled after it in order.
+    /// Client frames that arrived during a generation, handled after it in order, and
+    /// what they cost against `max_deferred_bytes`.
     deferred: VecDeque<Deferred>,
+    deferred_bytes: usize,
     outputs: VecDeque<Output>,
     /// When the wait for a client message times out (config or idle).
     deadline: Instant,
@@ -129,7 +143,26 @@ pub struct Session {
     closed: bool,
 }
 
+/// A client frame held back during a generation. Text is held as it came and parsed again
+/// when handled: its parsed form can be many times larger (a 4 MiB `session.config` of
+/// numbers parses to over 100 MiB).
 enum Deferred {
+    Text(String),
+    Binary,
+}
+
+impl Deferred {
+    fn cost(&self) -> usize {
+        DEFERRED_MESSAGE_OVERHEAD
+            + match self {
+                Deferred::Text(raw) => raw.len(),
+                Deferred::Binary => 0,
+            }
+    }
+}
+
+/// A client frame about to be handled.
+enum Incoming {
     Text(Result<ClientMessage, ParseError>),
     Binary,
 }
@@ -196,6 +229,7 @@ impl Session {
             utterance_index: 0,
             generation: None,
             deferred: VecDeque::new(),
+            deferred_bytes: 0,
             outputs: VecDeque::new(),
             deadline: config_deadline,
             config_deadline,
@@ -213,27 +247,26 @@ impl Session {
                 if let Some(generation) = self.generation.take() {
                     self.push(Output::Engine(EngineCommand::Abort { id: generation.id }));
                 }
-                self.deferred.clear();
+                self.clear_deferred();
                 self.closed = true;
             }
             ClientFrame::Text(raw) => {
                 let parsed = parse_client_text(&raw, &self.options.limits);
-                if self.generation.is_some() {
-                    if parsed == Ok(ClientMessage::InputCancel) {
-                        self.end_generation(Ending::Cancelled);
-                        self.resume(now);
-                    } else {
-                        self.deferred.push_back(Deferred::Text(parsed));
-                    }
+                if self.generation.is_none() {
+                    self.handle_message(now, Incoming::Text(parsed));
+                } else if parsed == Ok(ClientMessage::InputCancel) {
+                    self.end_generation(Ending::Cancelled);
+                    self.resume(now);
                 } else {
-                    self.handle_message(now, Deferred::Text(parsed));
+                    drop(parsed);
+                    self.defer(Deferred::Text(raw));
                 }
             }
             ClientFrame::Binary(_) => {
                 if self.generation.is_some() {
-                    self.deferred.push_back(Deferred::Binary);
+                    self.defer(Deferred::Binary);
                 } else {
-                    self.handle_message(now, Deferred::Binary);
+                    self.handle_message(now, Incoming::Binary);
                 }
             }
         }
@@ -261,6 +294,9 @@ impl Session {
                 }
                 generation.sample_rate = Some(sample_rate);
                 self.on_audio(pcm, sample_rate);
+                if self.generation.is_none() {
+                    self.resume(now);
+                }
             }
             EngineEventKind::Words(words) => {
                 if let Mode::Words { words: all, any_words, .. } = &mut generation.mode {
@@ -300,6 +336,25 @@ impl Session {
         self.close();
     }
 
+    /// The server is going away (its shutdown grace is over, or nothing is in flight): the
+    /// utterance in flight, if any, is aborted and still ended properly (an error, its
+    /// `audio.done`/`codec.done` marked `error`, `session.done`), then the session closes with
+    /// 1001 (going away).
+    pub fn handle_shutdown(&mut self, now: Instant) {
+        if self.closed {
+            return;
+        }
+        if let Some(id) = self.generation.as_ref().map(|g| g.id) {
+            // First, so a transport that can't write the rest in time has still stopped it.
+            self.push(Output::Engine(EngineCommand::Abort { id }));
+            self.end_generation(Ending::Failed(SHUTDOWN_MESSAGE.to_owned()));
+        }
+        self.clear_deferred();
+        self.rearm(now);
+        self.push(Output::Close(CLOSE_GOING_AWAY));
+        self.closed = true;
+    }
+
     pub fn poll_output(&mut self) -> Option<Output> {
         self.outputs.pop_front()
     }
@@ -312,10 +367,11 @@ impl Session {
         self.closed
     }
 
-    /// False while the session holds as many deferred client frames as it may;
-    /// the transport then stops reading the socket until it turns true again.
+    /// False once the session has closed: the transport then stops reading the socket.
+    /// (Held-back messages are bounded in bytes by refusing what would not fit, rather than
+    /// by pausing the reader, so an `input.cancel` always gets through.)
     pub fn wants_client_input(&self) -> bool {
-        !self.closed && self.deferred.len() < self.options.max_deferred_frames
+        !self.closed
     }
 
     /// The configuration in force, once a valid `session.config` arrived.
@@ -346,7 +402,28 @@ impl Session {
     fn close(&mut self) {
         self.push(Output::Close(1000));
         self.closed = true;
+        self.clear_deferred();
+    }
+
+    /// Hold a frame that arrived during a generation, if it fits in `max_deferred_bytes`.
+    fn defer(&mut self, item: Deferred) {
+        let cost = item.cost();
+        let limit = self.options.max_deferred_bytes;
+        if self.deferred_bytes.saturating_add(cost) > limit {
+            let message = format!(
+                "Held input exceeds {limit} bytes while an utterance is generating; message dropped, wait for \
+                 session.done before sending more"
+            );
+            self.send_error(&message, false);
+            return;
+        }
+        self.deferred_bytes += cost;
+        self.deferred.push_back(item);
+    }
+
+    fn clear_deferred(&mut self) {
         self.deferred.clear();
+        self.deferred_bytes = 0;
     }
 
     /// Report a rejected message: fatal before the first valid config.
@@ -362,7 +439,12 @@ impl Session {
     fn resume(&mut self, now: Instant) {
         while self.generation.is_none() && !self.closed {
             let Some(item) = self.deferred.pop_front() else { break };
-            self.handle_message(now, item);
+            self.deferred_bytes -= item.cost();
+            let incoming = match item {
+                Deferred::Text(raw) => Incoming::Text(parse_client_text(&raw, &self.options.limits)),
+                Deferred::Binary => Incoming::Binary,
+            };
+            self.handle_message(now, incoming);
         }
         self.rearm(now);
     }
@@ -373,11 +455,11 @@ impl Session {
         self.deadline = if self.config.is_none() { self.config_deadline } else { now + self.options.idle_timeout };
     }
 
-    fn handle_message(&mut self, now: Instant, item: Deferred) {
+    fn handle_message(&mut self, now: Instant, item: Incoming) {
         match item {
-            Deferred::Binary => self.send_error(BINARY_FRAME_ERROR, false),
-            Deferred::Text(Err(e)) => self.reject(e.message()),
-            Deferred::Text(Ok(message)) => self.dispatch(message),
+            Incoming::Binary => self.send_error(BINARY_FRAME_ERROR, false),
+            Incoming::Text(Err(e)) => self.reject(e.message()),
+            Incoming::Text(Ok(message)) => self.dispatch(message),
         }
         if self.generation.is_none() && !self.closed {
             self.rearm(now);
@@ -544,7 +626,17 @@ impl Session {
         let Some(generation) = self.generation.as_mut() else { return };
         let u = generation.id.utterance;
         match &mut generation.mode {
-            Mode::Whole { pcm: all, .. } => all.extend_from_slice(&pcm),
+            Mode::Whole { pcm: all, .. } => {
+                let seconds = self.options.max_whole_audio_seconds;
+                let limit = u64::from(seconds) * u64::from(sample_rate) * 2;
+                if (all.len() + pcm.len()) as u64 > limit {
+                    let id = generation.id;
+                    self.push(Output::Engine(EngineCommand::Abort { id }));
+                    self.end_generation(Ending::Failed(whole_audio_too_long(seconds, "stream_audio=true")));
+                    return;
+                }
+                all.extend_from_slice(&pcm);
+            }
             Mode::Streamed => {
                 if !pcm.is_empty() {
                     generation.total += pcm.len() as u64;
@@ -669,6 +761,12 @@ impl Session {
         }
         self.session_done(1);
     }
+}
+
+/// Why a non-streamed utterance failed past `max_whole_audio_seconds`; `instead` names the
+/// streamed alternative of the caller's protocol.
+pub fn whole_audio_too_long(seconds: u32, instead: &str) -> String {
+    format!("audio longer than {seconds} seconds cannot be sent as one file; use {instead} for longer texts")
 }
 
 /// The per-utterance request, with the checks the reference makes when it builds

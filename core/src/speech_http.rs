@@ -95,7 +95,13 @@ pub fn check_content_type(content_type: Option<&str>) -> Result<(), HttpError> {
 /// Validate a speech request body against what the engine can do, in the reference's order:
 /// the body's schema and its model validators, the served model, word timings, then the
 /// adapter's checks (text, voice, instructions, token cap, sample rate).
-pub fn parse_speech_request(body: &str, capabilities: &EngineCapabilities) -> Result<SpeechRequest, HttpError> {
+/// `max_input_chars` bounds `input` as the WebSocket path bounds an utterance's buffered text,
+/// so neither door takes a longer text than the other.
+pub fn parse_speech_request(
+    body: &str,
+    capabilities: &EngineCapabilities,
+    max_input_chars: usize,
+) -> Result<SpeechRequest, HttpError> {
     let object = match json::parse(body) {
         Ok(Value::Object(object)) => object,
         Ok(other) => {
@@ -141,6 +147,9 @@ pub fn parse_speech_request(body: &str, capabilities: &EngineCapabilities) -> Re
     let text = py_strip(&body.input);
     if text.is_empty() {
         return Err(HttpError::bad_request("Input text cannot be empty"));
+    }
+    if text.len() > max_input_chars && text.chars().count() > max_input_chars {
+        return Err(HttpError::bad_request(format!("Input text too long (max {max_input_chars} characters)")));
     }
     let voice = check_voice(body.voice, capabilities)?;
     if let Some(instructions) = &body.instructions {

@@ -12,17 +12,26 @@ fn caps() -> EngineCapabilities {
 }
 
 fn ok(body: &str) -> SpeechRequest {
-    match parse_speech_request(body, &caps()) {
+    match parse_speech_request(body, &caps(), 1 << 20) {
         Ok(request) => request,
         Err(e) => panic!("{body}: {e:?}"),
     }
 }
 
 fn err(body: &str) -> HttpError {
-    match parse_speech_request(body, &caps()) {
+    match parse_speech_request(body, &caps(), 1 << 20) {
         Ok(request) => panic!("{body} accepted: {request:?}"),
         Err(e) => e,
     }
+}
+
+#[test]
+fn input_is_capped_like_the_websocket_buffer() {
+    let at_cap = serde_json::json!({"input": "é".repeat(8)}).to_string();
+    assert!(parse_speech_request(&at_cap, &caps(), 8).is_ok());
+    let over = serde_json::json!({"input": "é".repeat(9)}).to_string();
+    let e = parse_speech_request(&over, &caps(), 8).unwrap_err();
+    assert_eq!((e.status, e.message.as_str()), (400, "Input text too long (max 8 characters)"));
 }
 
 #[test]
@@ -110,7 +119,7 @@ fn serving_checks() {
     assert!(ok(r#"{"input":"x","word_timestamps":true}"#).synthesis.word_timestamps);
     let mut no_aligner = caps();
     no_aligner.word_timestamps = false;
-    let e = parse_speech_request(r#"{"input":"x","word_timestamps":true}"#, &no_aligner).unwrap_err();
+    let e = parse_speech_request(r#"{"input":"x","word_timestamps":true}"#, &no_aligner, 1 << 20).unwrap_err();
     assert_eq!(e.message, "word_timestamps=true requires the server to be launched with --forced-aligner.");
 }
 

@@ -536,17 +536,89 @@ fn disconnect_mid_stream_aborts_exactly_once() {
     assert!(h.session.poll_timeout().is_none());
 }
 
+// Issue 9, defect 3: held-back messages are bounded in bytes, not in frames (a frame count let
+// 64 configs of 4 MiB, each over 100 MiB once parsed, be held by one connection).
 #[test]
-fn deferred_frames_are_bounded_by_asking_the_transport_to_pause() {
-    let options = SessionOptions { max_deferred_frames: 3, ..SessionOptions::default() };
+fn held_back_messages_are_bounded_in_bytes() {
+    let budget = 4096;
+    let options = SessionOptions { max_deferred_bytes: budget, ..SessionOptions::default() };
     let mut h = Harness::new(capabilities(false, false), options);
     h.send(STREAM_CONFIG).send(&text("x")).send(DONE);
-    let (id, _) = Harness::request(&h.take());
-    for _ in 0..3 {
-        assert!(h.session.wants_client_input());
-        h.send(&text("y"));
-    }
-    assert!(!h.session.wants_client_input());
-    h.engine(id, EngineEventKind::Finished);
+    Harness::request(&h.take());
+    // Two messages of a third of the budget fit; the third would not, and is refused.
+    let big = text(&"y".repeat(budget / 3));
+    h.send(&big).send(&big);
+    assert!(h.take().is_empty());
+    h.send(&big);
+    let refused = format!(
+        "Held input exceeds {budget} bytes while an utterance is generating; message dropped, wait for session.done \
+         before sending more"
+    );
+    assert_eq!(frames(&h.take()), vec![serde_json::json!({"type": "error", "message": refused})]);
+    // A cancel still gets through, and what was held is handled after the utterance, in order.
     assert!(h.session.wants_client_input());
+    h.send(r#"{"type":"input.cancel"}"#).send(DONE);
+    let outs = frames(&h.take());
+    let types: Vec<_> = outs.iter().map(|f| f["type"].as_str().unwrap_or_default().to_owned()).collect();
+    assert_eq!(types, ["audio.done", "session.done", "audio.start"]);
+    assert_eq!(outs[2]["sentence_text"].as_str().map(str::len), Some(2 * (budget / 3)));
+    assert!(h.session.wants_client_input());
+}
+
+// Issue 9: an utterance cut by the server's shutdown grace used to end without its
+// audio.done. It is aborted first, then ended as a failure, then the session closes with 1001.
+#[test]
+fn shutdown_mid_utterance_still_ends_it() {
+    let mut h = Harness::default();
+    h.send(STREAM_CONFIG).send(&text("x")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.audio(id, b"\x01\x02", 24_000);
+    h.take();
+    h.shutdown().shutdown();
+    assert_eq!(
+        h.take(),
+        vec![
+            Out::Abort(id),
+            json(
+                r#"{"type":"error","message":"Generation failed for utterance 0, sentence 0: the server is shutting down","partial_audio":true,"action":"discard"}"#
+            ),
+            json(r#"{"type":"audio.done","utterance_index":0,"sentence_index":0,"total_bytes":2,"error":true}"#),
+            json(r#"{"type":"session.done","utterance_index":0,"total_sentences":1}"#),
+            Out::Close(1001),
+        ]
+    );
+    assert!(h.session.is_closed());
+}
+
+#[test]
+fn shutdown_while_idle_just_closes() {
+    let mut h = Harness::default();
+    h.send(STREAM_CONFIG);
+    h.take();
+    assert_eq!(h.shutdown().take(), vec![Out::Close(1001)]);
+}
+
+// Issue 9: a non-streamed file is held whole until its utterance ends; past
+// max_whole_audio_seconds the utterance fails (and its request is aborted) instead.
+#[test]
+fn whole_audio_past_its_limit_fails_the_utterance() {
+    let options = SessionOptions { max_whole_audio_seconds: 1, ..SessionOptions::default() };
+    let mut h = Harness::new(capabilities(false, false), options);
+    h.send(CONFIG).send(&text("x")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.audio(id, &vec![0; 48_000], 24_000);
+    assert!(h.take().is_empty());
+    h.audio(id, &[0, 0], 24_000);
+    let message = "Generation failed for utterance 0, sentence 0: audio longer than 1 seconds cannot be sent as one \
+                   file; use stream_audio=true for longer texts";
+    assert_eq!(
+        h.take(),
+        vec![
+            Out::Abort(id),
+            json(&serde_json::json!({"type": "error", "message": message}).to_string()),
+            json(r#"{"type":"audio.done","utterance_index":0,"sentence_index":0,"total_bytes":0,"error":true}"#),
+            json(r#"{"type":"session.done","utterance_index":0,"total_sentences":1}"#),
+        ]
+    );
+    assert!(!h.session.is_closed());
 }

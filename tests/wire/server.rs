@@ -291,6 +291,18 @@ async fn shutdown_grace_ends_a_stuck_utterance() {
     let mut client = server.connect().await;
     start_streaming(&mut client, "Hello world. ").await;
     server.begin_shutdown();
+    // The cut utterance still gets its audio.done (issue 9), then the close.
+    let seen = client.until_session_done().await;
+    let error = "Generation failed for utterance 0, sentence 0: the server is shutting down";
+    assert_eq!(
+        seen,
+        vec![
+            Received::Json(json!({"type": "error", "message": error, "partial_audio": true, "action": "discard"})),
+            Received::Json(json!({"type": "audio.done", "utterance_index": 0, "sentence_index": 0,
+                                  "total_bytes": 2, "error": true})),
+            Received::Json(json!({"type": "session.done", "utterance_index": 0, "total_sentences": 1})),
+        ]
+    );
     assert_eq!(client.closed().await, Some(1001));
     server.shutdown().await;
     assert_eq!(engine.aborts().len(), 1);

@@ -730,7 +730,11 @@
 
   async function loadInfo() {
     try {
-      const response = await fetch('/playground.json', { cache: 'no-store' });
+      const key = apiKey();
+      const response = await fetch('/playground.json', {
+        cache: 'no-store',
+        headers: key ? { Authorization: `Bearer ${key}` } : {},
+      });
       if (response.ok) state.info = await response.json();
     } catch (_) { /* older server: defaults */ }
     await loadVoices();
@@ -773,7 +777,7 @@
   $('type').addEventListener('click', typeIt);
   $('cancel').addEventListener('click', cancel);
   $('download').addEventListener('click', download);
-  $('api-key').addEventListener('change', loadVoices);
+  $('api-key').addEventListener('change', loadInfo);
   $('text').addEventListener('keydown', (event) => {
     if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) {
       event.preventDefault();

@@ -4,22 +4,33 @@
 use hyper::header::AUTHORIZATION;
 use hyper::Request;
 
-/// Whether `request` carries `key`.
+/// Whether `request` carries `key`, as its one credential. A request with several (two
+/// `Authorization` headers, two `api_key` parameters, or one of each) is refused whatever they
+/// hold: otherwise each request could try several guesses.
 pub(crate) fn authorized<B>(request: &Request<B>, key: &str) -> bool {
-    let bearer = request
-        .headers()
-        .get_all(AUTHORIZATION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .filter_map(|value| value.trim().split_once(' '))
-        .any(|(scheme, token)| scheme.eq_ignore_ascii_case("bearer") && same(token.trim(), key));
-    bearer
-        || request.uri().query().is_some_and(|query| {
-            query
-                .split('&')
-                .filter_map(|pair| pair.split_once('='))
-                .any(|(name, value)| name == "api_key" && percent_decode(value).is_some_and(|v| same(&v, key)))
-        })
+    let headers = request.headers().get_all(AUTHORIZATION).iter().map(|value| value.as_bytes());
+    let parameters = request
+        .uri()
+        .query()
+        .into_iter()
+        .flat_map(|query| query.split('&'))
+        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
+        .filter(|(name, _)| *name == "api_key")
+        .map(|(_, value)| value);
+    let mut credentials = headers.map(Credential::Header).chain(parameters.map(Credential::Parameter));
+    let (Some(credential), None) = (credentials.next(), credentials.next()) else { return false };
+    match credential {
+        Credential::Header(value) => std::str::from_utf8(value)
+            .ok()
+            .and_then(|value| value.trim().split_once(' '))
+            .is_some_and(|(scheme, token)| scheme.eq_ignore_ascii_case("bearer") && same(token.trim(), key)),
+        Credential::Parameter(value) => percent_decode(value).is_some_and(|value| same(&value, key)),
+    }
+}
+
+enum Credential<'a> {
+    Header(&'a [u8]),
+    Parameter(&'a str),
 }
 
 /// Compares in time independent of where the strings differ, so response timing doesn't
@@ -80,6 +91,20 @@ mod tests {
         assert!(!authorized(&request("/v1/models", None), "s3cret"));
         assert!(!authorized(&request("/x?api_key=%zz", None), "s3cret"));
         assert!(!authorized(&request("/x?key=s3cret", None), "s3cret"));
+    }
+
+    #[test]
+    fn two_credentials_are_refused_even_if_one_is_right() {
+        let two_headers = Request::builder()
+            .uri("/v1/models")
+            .header(AUTHORIZATION, "Bearer nope")
+            .header(AUTHORIZATION, "Bearer s3cret")
+            .body(())
+            .unwrap();
+        assert!(!authorized(&two_headers, "s3cret"));
+        assert!(!authorized(&request("/x?api_key=nope&api_key=s3cret", None), "s3cret"));
+        assert!(!authorized(&request("/x?api_key=s3cret", Some("Bearer s3cret")), "s3cret"));
+        assert!(!authorized(&request("/x?api_key&api_key=s3cret", None), "s3cret"));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::metrics::Refusal;
 use crate::routes;
 use crate::server::Shared;
 use crate::websocket;
+use crate::write_timeout::WriteTimeout;
 
 /// Whether the server took this connection on or only answers it with a refusal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,13 +61,32 @@ pub(crate) async fn serve_connection(
     admission: Admission,
     shared: Arc<Shared>,
     stop: watch::Receiver<bool>,
+    socket: SocketCount,
 ) {
+    let _socket = socket;
     let span = info_span!("conn", id, %peer);
     let context = Arc::new(ConnectionContext { id, admission, next_request: AtomicU64::new(0) });
     let admitted = admission == Admission::Admitted;
     run(stream, context, shared.clone(), stop).instrument(span).await;
     if admitted {
         shared.metrics.connection_closed();
+    }
+}
+
+/// One accepted socket in `sockets_open`, from its accept until its task ends or is dropped
+/// (at shutdown).
+pub(crate) struct SocketCount(Arc<Shared>);
+
+impl SocketCount {
+    pub(crate) fn held(shared: &Arc<Shared>) -> SocketCount {
+        shared.metrics.sockets_open.fetch_add(1, Ordering::Relaxed);
+        SocketCount(shared.clone())
+    }
+}
+
+impl Drop for SocketCount {
+    fn drop(&mut self) {
+        self.0.metrics.sockets_open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -83,11 +103,13 @@ async fn run(stream: TcpStream, context: Arc<ConnectionContext>, shared: Arc<Sha
     };
     let http = http1::Builder::new()
         // The timer enables hyper's header read timeout, so a peer can't hold a
-        // connection open by trickling a request head.
+        // connection open by trickling a request head (or by sending nothing at all).
         .timer(TokioTimer::new())
-        .serve_connection(TokioIo::new(stream), service)
+        .header_read_timeout(shared.header_timeout)
+        .serve_connection(TokioIo::new(WriteTimeout::new(stream, shared.write_timeout)), service)
         .with_upgrades();
-    tokio::pin!(http);
+    // Boxed rather than pinned on the stack, so it can be dropped before the upgrade is awaited.
+    let mut http = Box::pin(http);
     let served = tokio::select! {
         served = http.as_mut() => served,
         // A refused connection answers its one request even while the server drains (that
@@ -100,6 +122,11 @@ async fn run(stream: TcpStream, context: Arc<ConnectionContext>, shared: Arc<Sha
     if let Err(e) = served {
         debug!(error = %e, "http connection ended with an error");
     }
+    // hyper's connection holds the sending side of a pending upgrade. Once it has ended, the
+    // upgrade is either handed over already or never will be; dropping the connection turns
+    // the latter into an error, where keeping it would leave the upgrade (and this task, and
+    // its socket) waiting forever, e.g. when the peer reset before the 101 was written.
+    drop(http);
     let upgrade = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
     if let Some(upgrade) = upgrade {
         match (upgrade.await, context.admission) {

@@ -28,6 +28,7 @@ mod server;
 mod sink;
 mod speech;
 mod websocket;
+mod write_timeout;
 
 pub use routes::{SPEECH_PATH, STREAM_PATH};
 pub use server::{serve, ServerConfig};

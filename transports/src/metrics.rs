@@ -25,9 +25,11 @@ const TRANSPORTS: [&str; 2] = ["websocket", "http"];
 pub(crate) enum Refusal {
     Capacity = 0,
     Draining = 1,
+    /// Past `--max-sockets`: answered at accept with a fixed 503, nothing read.
+    Sockets = 2,
 }
 
-const REFUSALS: [&str; 2] = ["capacity", "draining"];
+const REFUSALS: [&str; 3] = ["capacity", "draining", "sockets"];
 
 /// Error kinds (the `kind` label): the engine failed a request; a request was invalid; a
 /// client had no valid API key.
@@ -46,8 +48,10 @@ const BATCH_BUCKETS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128];
 
 pub(crate) struct Metrics {
     pub(crate) connections_open: AtomicU64,
+    /// Accepted TCP connections still held, served or being refused.
+    pub(crate) sockets_open: AtomicU64,
     connections_total: AtomicU64,
-    refused: [AtomicU64; 2],
+    refused: [AtomicU64; 3],
     utterances: [AtomicU64; 2],
     audio_bytes: [AtomicU64; 2],
     audio_micros: [AtomicU64; 2],
@@ -61,6 +65,7 @@ impl Default for Metrics {
     fn default() -> Self {
         Metrics {
             connections_open: AtomicU64::new(0),
+            sockets_open: AtomicU64::new(0),
             connections_total: AtomicU64::new(0),
             refused: Default::default(),
             utterances: Default::default(),
@@ -101,6 +106,12 @@ impl Metrics {
         let mut out = String::with_capacity(4096);
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         gauge(&mut out, "speechstream_connections_open", "Connections being served.", get(&self.connections_open));
+        gauge(
+            &mut out,
+            "speechstream_sockets_open",
+            "TCP connections held, served or being refused.",
+            get(&self.sockets_open),
+        );
         counter(
             &mut out,
             "speechstream_connections_total",

@@ -3,7 +3,8 @@
 //! engine (its voices, sample rate and whether it reports word timings) for the page's form.
 //!
 //! The page itself carries no secret and is served without the API key: the user types the key
-//! into the page, which then passes it on the WebSocket URL. The page's code is in
+//! into the page, which then passes it on the WebSocket URL (and to `/playground.json`, which,
+//! listing models and voices, wants the key like `/v1/models`). The page's code is in
 //! `transports/assets/`.
 
 use bytes::Bytes;
@@ -26,6 +27,11 @@ const PLAYGROUND_CSS: &str = include_str!("../assets/playground.css");
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    connect-src 'self' ws: wss:; media-src 'self' blob:; base-uri 'none'; form-action 'none'; \
                    frame-ancestors 'none'";
+
+/// Whether `path` is one of the page's own files (not its JSON description).
+pub(crate) fn is_page(path: &str) -> bool {
+    matches!(path, "/" | "/playground" | "/playground.js" | "/playground.css")
+}
 
 /// The playground's response to `request`, or `None` when the request is not for it.
 pub(crate) fn route(request: &Request<Incoming>, shared: &Shared) -> Option<Response<Full<Bytes>>> {

@@ -5,6 +5,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -30,9 +32,11 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Every response's body: whole (`full`) or streamed (the speech handler's).
 pub(crate) type Body = BoxBody<Bytes, BoxError>;
 
-/// Paths anyone may ask, key or not: probes must work without credentials.
+/// Paths anyone may ask, key or not: probes must work without credentials, and the
+/// playground's page carries no secret (the user types the key into it). Whatever reveals the
+/// configuration (`/playground.json` too) wants the key.
 fn is_open(path: &str) -> bool {
-    matches!(path, "/health" | "/ready")
+    matches!(path, "/health" | "/ready") || crate::playground::is_page(path)
 }
 
 pub(crate) async fn route(
@@ -62,17 +66,15 @@ async fn respond(
 ) -> Response<Body> {
     {
         debug!("request");
-        // The playground's static page carries no secret: it is served without the key, which
-        // the user types into the page.
-        if let Some(response) = crate::playground::route(&request, &shared) {
-            return response.map(|body| body.map_err(|never| match never {}).boxed());
-        }
         let path = request.uri().path().to_owned();
         if let Some(key) = shared.api_key.as_deref().filter(|_| !is_open(&path)) {
             if !auth::authorized(&request, key) {
                 shared.metrics.error(ErrorKind::Auth);
                 return unauthorized();
             }
+        }
+        if let Some(response) = crate::playground::route(&request, &shared) {
+            return response.map(|body| body.map_err(|never| match never {}).boxed());
         }
         let refusal = match context.admission {
             Admission::Refused(why) => Some(why),
@@ -108,6 +110,16 @@ fn upgrade(request: &mut Request<Incoming>, slot: &UpgradeSlot) -> Response<Body
         response.headers_mut().insert(UPGRADE, HeaderValue::from_static("websocket"));
         return response;
     }
+    // RFC 6455 §4.2.1: the key is the base64 of 16 bytes; fastwebsockets takes any value.
+    // (A missing key is fastwebsockets' to refuse.)
+    let key = request.headers().get("sec-websocket-key");
+    if !key.is_none_or(|key| BASE64.decode(key.as_bytes()).is_ok_and(|bytes| bytes.len() == 16)) {
+        debug!("bad websocket key");
+        let mut response = detail(StatusCode::BAD_REQUEST, "Sec-WebSocket-Key must be the base64 encoding of 16 bytes");
+        // The peer asked to leave HTTP: it isn't waiting to send another request.
+        response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+        return response;
+    }
     match fastwebsockets::upgrade::upgrade(request) {
         Ok((response, upgrade)) => {
             *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(upgrade);
@@ -139,8 +151,10 @@ fn metrics(shared: &Shared) -> Response<Body> {
 fn refused(why: Refusal, shared: &Shared) -> Response<Body> {
     let message = match (why, shared.max_connections) {
         (Refusal::Draining, _) => "Server is shutting down; retry on another instance".to_owned(),
-        (Refusal::Capacity, Some(max)) => format!("Server at capacity ({max} connections); retry later"),
-        (Refusal::Capacity, None) => "Server at capacity; retry later".to_owned(),
+        (Refusal::Capacity | Refusal::Sockets, Some(max)) => {
+            format!("Server at capacity ({max} connections); retry later")
+        }
+        (Refusal::Capacity | Refusal::Sockets, None) => "Server at capacity; retry later".to_owned(),
     };
     let body = error_json(&message, "ServiceUnavailableError", None, 503);
     json(StatusCode::SERVICE_UNAVAILABLE, body)

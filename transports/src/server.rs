@@ -21,6 +21,13 @@ use crate::metrics::{Metrics, Refusal};
 const CLOSE_MARGIN: Duration = Duration::from_secs(2);
 /// Pause after a failed accept (e.g. out of file descriptors) so the loop doesn't spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// Connections beyond `max_connections` that may be held while they are told "no" with a
+/// proper answer (a 503 JSON body, a WebSocket closed with 1013).
+const REFUSAL_MARGIN: usize = 64;
+/// Descriptors kept back from the default socket cap: the listener, the engine's files, logs.
+const RESERVED_DESCRIPTORS: usize = 64;
+/// Socket cap when the descriptor limit can't be read.
+const FALLBACK_SOCKETS: usize = 1024;
 
 /// Connection ids are unique in the process, not just per server, so servers sharing one
 /// engine never hand it two requests with the same `RequestId`.
@@ -41,6 +48,18 @@ pub struct ServerConfig {
     /// Connections served at once; past it a connection gets a clear refusal (HTTP 503, or a
     /// WebSocket closed with 1013) rather than a share of an overloaded engine.
     pub max_connections: Option<usize>,
+    /// How long a peer may take to send a request's head (and how long an idle keep-alive
+    /// connection is kept), so a peer can't hold a connection by trickling bytes.
+    pub header_timeout: Duration,
+    /// How long a peer may take to send a request's whole body.
+    pub body_timeout: Duration,
+    /// TCP connections held at once, counting those being refused; past it a new connection
+    /// gets a fixed 503 at accept and is closed, so idle floods can't exhaust descriptors.
+    /// `None`: `max_connections` plus a small margin, else the descriptor limit less a reserve.
+    pub max_sockets: Option<usize>,
+    /// How long a write may wait for a peer that has stopped reading before the connection is
+    /// dropped (and its engine request aborted).
+    pub write_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -57,6 +76,10 @@ impl ServerConfig {
             engine_event_queue: 16,
             api_key: None,
             max_connections: None,
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+            max_sockets: None,
+            write_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -74,6 +97,12 @@ pub(crate) struct Shared {
     pub(crate) started_unix: u64,
     pub(crate) api_key: Option<String>,
     pub(crate) max_connections: Option<usize>,
+    pub(crate) header_timeout: Duration,
+    pub(crate) body_timeout: Duration,
+    pub(crate) write_timeout: Duration,
+    pub(crate) max_sockets: usize,
+    /// The whole response written to a connection past `max_sockets`.
+    turned_away: Vec<u8>,
     pub(crate) metrics: Metrics,
     /// Set at the shutdown signal: `/ready` turns 503 and new work is refused.
     pub(crate) draining: AtomicBool,
@@ -110,6 +139,11 @@ pub async fn serve(
         started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         api_key: cfg.api_key.filter(|key| !key.is_empty()),
         max_connections: cfg.max_connections,
+        header_timeout: cfg.header_timeout,
+        body_timeout: cfg.body_timeout,
+        write_timeout: cfg.write_timeout,
+        max_sockets: socket_cap(cfg.max_sockets, cfg.max_connections),
+        turned_away: turned_away_response(),
         metrics: Metrics::default(),
         draining: AtomicBool::new(false),
     });
@@ -139,6 +173,12 @@ pub async fn serve(
                 drain_deadline = Some(tokio::time::Instant::now() + shared.shutdown_grace + CLOSE_MARGIN);
             }
             accepted = listener.accept() => match accepted {
+                Ok((stream, _)) if shared.metrics.sockets_open.load(Ordering::Relaxed) >= shared.max_sockets as u64 => {
+                    shared.metrics.refused(Refusal::Sockets);
+                    // Nothing is read and no task is spawned: the answer fits in the empty
+                    // send buffer, and dropping the stream closes it.
+                    let _ = stream.try_write(&shared.turned_away);
+                }
                 Ok((stream, peer)) => {
                     // Without it a small JSON frame after audio can wait for the peer's delayed ACK.
                     if let Err(e) = stream.set_nodelay(true) {
@@ -153,7 +193,9 @@ pub async fn serve(
                     } else {
                         Admission::Admitted
                     };
-                    let task = connection::serve_connection(stream, peer, id, admission, shared.clone(), stop_rx.clone());
+                    let socket = connection::SocketCount::held(&shared);
+                    let task =
+                        connection::serve_connection(stream, peer, id, admission, shared.clone(), stop_rx.clone(), socket);
                     match admission {
                         Admission::Admitted => {
                             shared.metrics.connection_opened();
@@ -185,6 +227,45 @@ pub async fn serve(
     Ok(())
 }
 
+/// `--max-sockets`, or its default.
+fn socket_cap(max_sockets: Option<usize>, max_connections: Option<usize>) -> usize {
+    match (max_sockets, max_connections) {
+        (Some(sockets), _) => sockets,
+        (None, Some(connections)) => connections.saturating_add(REFUSAL_MARGIN),
+        (None, None) => {
+            descriptor_limit().map_or(FALLBACK_SOCKETS, |limit| limit.saturating_sub(RESERVED_DESCRIPTORS)).max(1)
+        }
+    }
+}
+
+/// The process's soft limit on open file descriptors.
+#[cfg(unix)]
+fn descriptor_limit() -> Option<usize> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit only writes the struct it is given.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+    (ok && limit.rlim_cur != libc::RLIM_INFINITY).then(|| usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX))
+}
+
+#[cfg(not(unix))]
+fn descriptor_limit() -> Option<usize> {
+    None
+}
+
+fn turned_away_response() -> Vec<u8> {
+    let body = speechstream_core::speech_http::error_json(
+        "Server has too many open connections; retry later",
+        "ServiceUnavailableError",
+        None,
+        503,
+    );
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -211,8 +292,16 @@ mod tests {
             idle_timeout: Duration::from_secs(30),
             config_timeout: Duration::from_secs(10),
             max_buffered_chars: 1 << 20,
-            max_deferred_frames: 64,
+            max_deferred_bytes: 8 << 20,
+            max_whole_audio_seconds: 600,
         }
+    }
+
+    #[test]
+    fn socket_cap_defaults_to_a_margin_past_the_connection_limit() {
+        assert_eq!(socket_cap(Some(7), Some(100)), 7);
+        assert_eq!(socket_cap(None, Some(100)), 100 + REFUSAL_MARGIN);
+        assert!(socket_cap(None, None) >= 1);
     }
 
     #[test]

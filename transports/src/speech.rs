@@ -14,11 +14,12 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Frame, Incoming};
-use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 use speechstream_core::config::ResponseFormat;
 use speechstream_core::encode::encode;
 use speechstream_core::engine::{Engine, EngineCapabilities, EngineEvent, EngineEventKind, RequestId, WordTiming};
+use speechstream_core::session::whole_audio_too_long;
 use speechstream_core::speech_http::{
     check_content_type, media_type, parse_speech_request, sse_delta, sse_done, sse_error, streaming_wav_header,
     word_timestamps_header, Delivery, HttpError, SpeechRequest, Usage,
@@ -48,15 +49,25 @@ async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) 
     let content_type = request.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
     check_content_type(content_type)?;
     let limit = shared.max_message_bytes;
-    let body = match Limited::new(request.into_body(), limit).collect().await {
-        Ok(body) => body.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(HttpError::new(413, "BadRequestError", format!("Request body too large (max {limit} bytes)")));
+    let too_large = || HttpError::new(413, "BadRequestError", format!("Request body too large (max {limit} bytes)"));
+    // A declared length over the limit is refused before a byte of the body is read.
+    let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(too_large());
+    }
+    let timeout = shared.body_timeout;
+    let read = tokio::time::timeout(timeout, Limited::new(request.into_body(), limit).collect());
+    let body = match read.await {
+        Ok(Ok(body)) => body.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
+        Ok(Err(e)) => return Err(HttpError::bad_request(format!("Could not read the request body: {e}"))),
+        Err(_) => {
+            let message = format!("Request body not received within {} seconds", timeout.as_secs_f64());
+            return Err(HttpError::new(408, "RequestTimeoutError", message));
         }
-        Err(e) => return Err(HttpError::bad_request(format!("Could not read the request body: {e}"))),
     };
     let body = std::str::from_utf8(&body).map_err(|_| HttpError::bad_request("JSON decode error"))?;
-    let request = parse_speech_request(body, &shared.capabilities)?;
+    let request = parse_speech_request(body, &shared.capabilities, shared.options.max_buffered_chars)?;
     info!(
         format = request.response_format.as_str(),
         delivery = ?request.delivery,
@@ -158,10 +169,19 @@ fn generation_failed(message: &str) -> HttpError {
 async fn whole(mut job: Job, request: &SpeechRequest, shared: &Shared) -> Result<Response<Body>, HttpError> {
     let mut pcm = Vec::new();
     let mut words = Vec::new();
+    let seconds = shared.options.max_whole_audio_seconds;
+    let limit = u64::from(seconds) * u64::from(request.sample_rate) * 2;
     loop {
         let event = job.events.recv().await;
         match job.on_event(event) {
-            Step::Audio(chunk) => pcm.extend_from_slice(&chunk),
+            Step::Audio(chunk) => {
+                if (pcm.len() + chunk.len()) as u64 > limit {
+                    // Dropping the job aborts its engine request.
+                    let message = whole_audio_too_long(seconds, "stream_format='audio' or 'sse'");
+                    return Err(HttpError::bad_request(format!("Speech generation failed: {message}")));
+                }
+                pcm.extend_from_slice(&chunk);
+            }
             Step::Words(more) => words.extend(more),
             Step::Finished => break,
             Step::Failed(message) => return Err(generation_failed(&message)),

@@ -239,6 +239,19 @@ impl Connection {
 
     /// Execute everything the session has queued, in order.
     async fn execute_outputs(&mut self) {
+        loop {
+            self.execute_queued().await;
+            let was_broken = self.broken;
+            self.flush().await;
+            // A failed flush told the session the peer is gone, which queued the abort of the
+            // request in flight: that must still reach the engine.
+            if self.broken == was_broken {
+                break;
+            }
+        }
+    }
+
+    async fn execute_queued(&mut self) {
         while let Some(output) = self.session.poll_output() {
             match output {
                 Output::Text(text) => {
@@ -254,13 +267,13 @@ impl Connection {
                 Output::Engine(command) => self.execute_command(command),
                 Output::Close(code) => {
                     if self.frames_allowed() {
-                        self.write(Frame::close(code, b"")).await;
+                        let reason: &[u8] = if code == CLOSE_GOING_AWAY { b"server shutting down" } else { b"" };
+                        self.write(Frame::close(code, reason)).await;
                     }
                     self.sent_close = true;
                 }
             }
         }
-        self.flush().await;
     }
 
     async fn flush(&mut self) {
@@ -316,22 +329,15 @@ impl Connection {
         }
     }
 
-    /// End a connection the server is shutting down: abort what is still running, then say
-    /// goodbye with 1001.
+    /// End a connection the server is shutting down: the session aborts what is still running,
+    /// ends it with its `audio.done`, and says goodbye with 1001.
     async fn close_for_shutdown(&mut self) {
-        self.tell_closed();
-        self.execute_outputs().await;
-        if !self.sent_close && !self.broken {
-            let writer = &mut self.writer;
-            let close = async move {
-                writer.write_frame(Frame::close(CLOSE_GOING_AWAY, b"server shutting down")).await?;
-                writer.flush().await
-            };
-            match tokio::time::timeout(SHUTDOWN_WRITE, close).await {
-                Ok(Ok(())) => self.sent_close = true,
-                Ok(Err(e)) => debug!(error = %e, "close frame write failed"),
-                Err(_) => debug!("close frame write timed out"),
-            }
+        self.session.handle_shutdown(Instant::now());
+        if tokio::time::timeout(SHUTDOWN_WRITE, self.execute_outputs()).await.is_err() {
+            debug!("final frames at shutdown timed out");
+            // Whatever the session still queued is carried out without writing.
+            self.broken = true;
+            self.execute_outputs().await;
         }
     }
 }
@@ -360,10 +366,14 @@ async fn read_messages(
         async move { replies.send(reply).await.map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe)) }
     };
     let end = loop {
-        let frame = match ws.read_frame(&mut send_reply).await {
+        let mut frame = match ws.read_frame(&mut send_reply).await {
             Ok(frame) => frame,
             Err(e) => break close_code_for(&e),
         };
+        // RFC 6455 §5.1: a server must close the connection on an unmasked client frame.
+        if !is_masked(&mut frame) {
+            break Some(CLOSE_PROTOCOL_ERROR);
+        }
         let fin = frame.fin;
         let message = match frame.opcode {
             OpCode::Text | OpCode::Binary if partial.is_some() => break Some(CLOSE_PROTOCOL_ERROR),
@@ -405,6 +415,14 @@ async fn read_messages(
         }
     };
     let _ = queue.send(Inbound::Ended(end)).await;
+}
+
+/// Whether a received frame came masked; fastwebsockets keeps the key but only shows it in the
+/// header it would write for the frame.
+fn is_masked(frame: &mut Frame<'_>) -> bool {
+    let mut head = [0; 16];
+    frame.fmt_head(&mut head);
+    head[1] & 0x80 != 0
 }
 
 /// The close code owed to a peer whose framing failed; `None` when the peer just went away.

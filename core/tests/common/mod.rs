@@ -91,6 +91,12 @@ impl Harness {
         self.engine(id, EngineEventKind::Words(words))
     }
 
+    pub fn shutdown(&mut self) -> &mut Self {
+        self.session.handle_shutdown(self.now);
+        self.drain();
+        self
+    }
+
     pub fn advance(&mut self, d: Duration) -> &mut Self {
         self.now += d;
         if self.session.poll_timeout().is_some_and(|t| t <= self.now) {
