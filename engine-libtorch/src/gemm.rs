@@ -17,9 +17,18 @@
 //!   sums saturate.
 //! - **Baseline**: plain dot products the compiler vectorizes for the target.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use tch::{Device, Kind, Tensor};
 
 use crate::cpu::Level;
+
+/// Rows from which [`Packed::matmul`] hands the product to libtorch's `_int_mm` instead: the same
+/// exact int32 sums, so nothing changes but the time, and only where [`calibrate`] measured it
+/// faster (oneDNN's AMX tiles on Sapphire Rapids and later); `usize::MAX`: never.
+static TORCH_FROM_ROWS: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 thread_local! {
     /// Per-thread buffers that only grow: the products' int32 sums and the kernels' form of A are
@@ -55,6 +64,8 @@ pub struct Packed {
     /// What to subtract from each column's sums (128 · Σ_k W[j, k] for the VNNI kernels, which see
     /// A + 128; 0 for the others), padded to whole panels.
     offset: Vec<i32>,
+    /// W as libtorch's int8 [K, N], made the first time `_int_mm` is used ([`TORCH_FROM_ROWS`])
+    torch_w: OnceCell<Tensor>,
 }
 
 impl Packed {
@@ -72,7 +83,7 @@ impl Packed {
         };
         if lanes == 0 {
             let data = w.iter().map(|&v| v as u8).collect();
-            return Packed { level, k, n, groups: 0, lanes, data, offset: Vec::new() };
+            return Packed { level, k, n, groups: 0, lanes, data, offset: Vec::new(), torch_w: OnceCell::new() };
         }
         let groups = k.div_ceil(per_group);
         let panels = n.div_ceil(lanes);
@@ -94,7 +105,38 @@ impl Packed {
                 offset[j] = 128 * row.iter().map(|&v| i32::from(v)).sum::<i32>();
             }
         }
-        Packed { level, k, n, groups, lanes, data, offset }
+        Packed { level, k, n, groups, lanes, data, offset, torch_w: OnceCell::new() }
+    }
+
+    /// W [N, K] back from the packed form.
+    fn unpacked(&self) -> Vec<i8> {
+        let (n, k) = (self.n, self.k);
+        if self.lanes == 0 {
+            return self.data.iter().map(|&b| b as i8).collect();
+        }
+        let per_group = if matches!(self.level, Level::AvxVnni | Level::Avx512Vnni) { 4 } else { 2 };
+        let mut w = vec![0i8; n * k];
+        for j in 0..n {
+            let (panel, lane) = (j / self.lanes, j % self.lanes);
+            for kk in 0..k {
+                let (g, i) = (kk / per_group, kk % per_group);
+                let at = ((panel * self.groups + g) * self.lanes + lane) * 4;
+                w[j * k + kk] = if per_group == 4 { self.data[at + i] as i8 } else { self.data[at + 2 * i] as i8 };
+            }
+        }
+        w
+    }
+
+    /// The product through libtorch's `_int_mm` (exact int32, like ours).
+    fn matmul_torch(&self, a: &[i8], m: usize, c: &mut [i32]) {
+        let w = self.torch_w.get_or_init(|| {
+            Tensor::from_slice(&self.unpacked()).view([self.n as i64, self.k as i64]).transpose(0, 1).contiguous()
+        });
+        let at = Tensor::from_slice(a).view([m as i64, self.k as i64]);
+        let r = at.internal_int_mm(w);
+        assert!(r.kind() == Kind::Int && r.device() == Device::Cpu && r.is_contiguous() && r.numel() == c.len());
+        // SAFETY: a contiguous int32 CPU tensor of c.len() elements, read while `r` lives.
+        c.copy_from_slice(unsafe { std::slice::from_raw_parts(r.data_ptr() as *const i32, c.len()) });
     }
 
     pub fn level(&self) -> Level {
@@ -113,6 +155,9 @@ impl Packed {
         assert_eq!(c.len(), m * n, "C is [M, N]");
         if m == 0 || n == 0 {
             return;
+        }
+        if m >= TORCH_FROM_ROWS.load(Ordering::Relaxed) && self.level == Level::Avx512Vnni {
+            return self.matmul_torch(a, m, c);
         }
         #[cfg(target_arch = "x86_64")]
         if self.level != Level::Baseline {
@@ -294,6 +339,64 @@ mod x86 {
         mac: |acc, a, b| _mm512_dpbusd_epi32(acc, a, b));
 }
 
+/// Measures, once per process, whether libtorch's `_int_mm` beats our kernel on the decoder's
+/// shape (768 × 256) and from how many rows, and sets [`TORCH_FROM_ROWS`] to match. Only at the
+/// best level the CPU has (a capped level is a request to run our kernels) and only where
+/// libtorch is fast at all: oneDNN's AMX tiles (Sapphire Rapids and later) beat the AVX-512 VNNI
+/// kernel from ~70 rows; everywhere else `_int_mm` is slower (a scalar loop without VNNI).
+/// Returns the threshold (`None`: never).
+pub fn calibrate() -> Option<usize> {
+    static FROM: OnceLock<Option<usize>> = OnceLock::new();
+    *FROM.get_or_init(|| {
+        let level = crate::cpu::level();
+        if level != Level::Avx512Vnni || level != Level::detected() {
+            return None;
+        }
+        let _g = tch::no_grad_guard();
+        let (n, k) = (768usize, 256usize);
+        let w: Vec<i8> = (0..n * k).map(|i| ((i * 37) % 255) as i8 ^ 0x55).map(|v| v.max(-127)).collect();
+        let p = Packed::new(&w, n, k, level);
+        let best = |f: &dyn Fn()| {
+            (0..4)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    f();
+                    t.elapsed().as_secs_f64()
+                })
+                .skip(1)
+                .fold(f64::INFINITY, f64::min)
+        };
+        let mut from = None;
+        for m in [256usize, 128, 64, 32] {
+            let a: Vec<i8> = (0..m * k).map(|i| ((i * 91) % 256) as u8 as i8).collect();
+            let mut c = vec![0i32; m * n];
+            let ours = best(&|| {
+                let mut c = vec![0i32; m * n];
+                p.matmul(&a, &mut c);
+            });
+            let torch = best(&|| {
+                let mut c = vec![0i32; m * n];
+                p.matmul_torch(&a, m, &mut c);
+            });
+            // the same sums, or libtorch is not to be used at all
+            let mut ours_c = vec![0i32; m * n];
+            p.matmul(&a, &mut ours_c);
+            p.matmul_torch(&a, m, &mut c);
+            if c != ours_c || torch >= ours * 0.9 {
+                break;
+            }
+            from = Some(m);
+        }
+        if let Some(m) = from {
+            TORCH_FROM_ROWS.store(m, Ordering::Relaxed);
+            tracing::info!(
+                "int8 matmuls of {m} rows or more go to libtorch's _int_mm: measured faster on this CPU (AMX)"
+            );
+        }
+        from
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,6 +445,21 @@ mod tests {
                     Packed::new(&ew, n, k, level).matmul(&ea, &mut c);
                     assert!(c == naive(&ea, &ew, m, n, k), "{level} on {m}x{n}x{k}, {x} x {y}");
                 }
+            }
+        }
+    }
+
+    /// libtorch's `_int_mm`, where it is used, gives our sums.
+    #[test]
+    fn torch_path_is_exact() {
+        for &(m, n, k) in &[(1, 17, 3), (70, 3005, 256), (13, 24, 1024)] {
+            let a = bytes(m * k, 7, -128, 127);
+            let w = bytes(n * k, 8, -127, 127);
+            for level in Level::available() {
+                let p = Packed::new(&w, n, k, level);
+                let mut c = vec![0i32; m * n];
+                p.matmul_torch(&a, m, &mut c);
+                assert!(c == naive(&a, &w, m, n, k), "{level} {m}x{n}x{k}");
             }
         }
     }

@@ -846,6 +846,7 @@ struct QLayer {
 
 impl Int8 {
     fn new(h: &Hibari, level: Level) -> Result<Int8, HibariError> {
+        crate::gemm::calibrate();
         let qw = |name: &str| -> Result<QWeight, HibariError> {
             let (scale, bias) =
                 h.weight_scales.get(name).ok_or_else(|| HibariError::Invalid(format!("{name}: no int8 weights")))?;
