@@ -17,4 +17,6 @@ pub mod parse;
 mod pydantic;
 pub mod session;
 pub mod speech_http;
+#[cfg(feature = "synthetic")]
+pub mod synthetic;
 mod text;
