@@ -1,7 +1,8 @@
 //! speechstream: the server binary's library half.
 //!
-//! It holds what the binary wires together that belongs to no other crate: for now the
-//! synthetic engine, which integration tests and benchmarks use as well. The protocol is in
-//! speechstream-core and the sockets in speechstream-transports.
+//! The synthetic engine lives in speechstream-core (feature `synthetic`) so that embedders get
+//! it too; it is re-exported here under its old path, which the integration tests and
+//! benchmarks use. The protocol is in speechstream-core and the sockets in
+//! speechstream-transports.
 
-pub mod synthetic;
+pub use speechstream_core::synthetic;

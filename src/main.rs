@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use speechstream::synthetic::{SyntheticEngine, SyntheticOptions, DEFAULT_MODEL_NAME};
 use speechstream_core::config::ResponseFormat;
 use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest};
 use speechstream_core::parse::Limits;
 use speechstream_core::session::SessionOptions;
+use speechstream_core::synthetic::{SyntheticEngine, SyntheticOptions, DEFAULT_MODEL_NAME};
 use speechstream_engine_libtorch::{HibariEngine, HibariOptions};
 use speechstream_transports::{serve, ServerConfig};
 use tracing::{error, info, warn};

@@ -1,11 +1,16 @@
 //! Codec-token frames (protocol.md §d): a 7-byte `<IHB` header (seq u32 LE,
 //! n_frames u16 LE, flags u8) and `n_frames * codebooks` int16 LE codes, frame-major.
 
+/// Bytes before the codes: seq (u32), n_frames (u16), flags (u8).
 pub const HEADER_LEN: usize = 7;
+/// The frame ends the utterance's codec stream.
 pub const FLAG_EOS: u8 = 0x1;
+/// The frame ends a segment (a sentence) of the stream.
 pub const FLAG_SEGMENT_END: u8 = 0x2;
+/// The decoder should reset its state before this frame.
 pub const FLAG_RESET: u8 = 0x4;
 
+/// Why a frame could not be packed or unpacked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CodecError(pub &'static str);
 
@@ -37,12 +42,17 @@ pub fn pack_frame(seq: u64, codes: &[i32], codebooks: usize, flags: u8) -> Resul
 /// An unpacked frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CodecFrame {
+    /// The packet's sequence number within its utterance, from 0.
     pub seq: u32,
+    /// Frames in the packet.
     pub n_frames: u16,
+    /// `FLAG_*` bits.
     pub flags: u8,
+    /// `n_frames * codebooks` codes, frame-major.
     pub codes: Vec<i16>,
 }
 
+/// Read one packed frame of `codebooks` codes per frame; the inverse of [`pack_frame`].
 pub fn unpack_frame(buf: &[u8], codebooks: usize) -> Result<CodecFrame, CodecError> {
     if buf.len() < HEADER_LEN {
         return Err(CodecError("codec frame shorter than its 7-byte header"));

@@ -1,21 +1,28 @@
 //! `session.config` validation, as the reference's pydantic model does it (lax mode,
 //! the `speaker` alias, defaults, ranges, cross-field rules, pydantic-like error text).
 //!
-//! OWNER: helper A (json + config). Types below are the agreed interface.
 
 use crate::json::{Int, Object};
 use crate::pydantic::{render, saturate, FieldError, Validator};
 
+/// The audio format of the reply (`response_format`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResponseFormat {
+    /// RIFF/WAVE, 16-bit PCM.
     Wav,
+    /// Raw signed 16-bit little-endian mono samples: the only format that streams chunk by
+    /// chunk.
     Pcm,
+    /// FLAC.
     Flac,
+    /// MP3 (LAME).
     Mp3,
+    /// Opus in an Ogg stream.
     Opus,
 }
 
 impl ResponseFormat {
+    /// The name used on the wire (`"wav"`, `"pcm"`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             ResponseFormat::Wav => "wav",
@@ -27,20 +34,28 @@ impl ResponseFormat {
     }
 }
 
+/// What a session streams (`output_mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutputMode {
+    /// Audio (the default).
     Pcm,
+    /// Codec frames between `codec.start` and `codec.done`, for a client-side decoder.
     CodecTokens,
 }
 
+/// The kind of synthesis a Qwen3-TTS-style model does (`task_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TaskType {
+    /// A built-in speaker.
     CustomVoice,
+    /// A voice described by `instructions`.
     VoiceDesign,
+    /// A voice cloned from `ref_audio`.
     Base,
 }
 
 impl TaskType {
+    /// The name used on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
             TaskType::CustomVoice => "CustomVoice",
@@ -53,11 +68,17 @@ impl TaskType {
 /// A validated `session.config`. Field meanings: protocol.md §b.2.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionConfig {
+    /// The model the client expects; checked against the engine's when truthy.
     pub model: Option<String>,
+    /// The voice (or its alias `speaker`).
     pub voice: Option<String>,
+    /// The kind of synthesis asked for.
     pub task_type: Option<TaskType>,
+    /// The language of the text.
     pub language: Option<String>,
+    /// Style instructions.
     pub instructions: Option<String>,
+    /// The reply's audio format.
     pub response_format: ResponseFormat,
     /// 0.25..=4.0 when present; the cross-field rule sets it to 1.0 when streaming.
     pub speed: Option<f64>,
@@ -65,16 +86,24 @@ pub struct SessionConfig {
     pub max_new_tokens: Option<i64>,
     /// >= 0
     pub initial_codec_chunk_frames: Option<i64>,
+    /// Qwen3-TTS's prompt mode; accepted and passed on by the reference, unused here.
     pub non_streaming_mode: Option<bool>,
+    /// Reference audio to clone a voice from (a URL or a `data:` URI).
     pub ref_audio: Option<String>,
+    /// The transcript of `ref_audio`.
     pub ref_text: Option<String>,
+    /// Clone from the speaker embedding of `ref_audio` only.
     pub x_vector_only_mode: Option<bool>,
     /// At most 8192 values; not checked for finiteness here.
     pub speaker_embedding: Option<Vec<f64>>,
+    /// Stream audio as it is made (binary PCM frames, or `audio.chunk` with word timings)
+    /// instead of one whole file per utterance.
     pub stream_audio: bool,
+    /// Send the audio as `audio.chunk` frames followed by the word timings.
     pub word_timestamps: bool,
     /// Unbounded here, as in the reference; bounded to int64 per utterance.
     pub seed: Option<Int>,
+    /// Audio or codec frames.
     pub output_mode: OutputMode,
 }
 

@@ -13,6 +13,7 @@ mod opus;
 
 use crate::config::ResponseFormat;
 
+/// Why audio could not be encoded (a bad sample rate, an encoder library's error).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EncodeError(pub String);
 

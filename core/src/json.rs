@@ -19,19 +19,28 @@ use std::fmt::Write as _;
 pub struct Int(pub String);
 
 impl Int {
+    /// The value, when it fits in an `i64`.
     pub fn to_i64(&self) -> Option<i64> {
         self.0.parse().ok()
     }
 }
 
+/// A parsed JSON value, as Python sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// `null` (`None`).
     Null,
+    /// `true` or `false`.
     Bool(bool),
+    /// A number without fraction or exponent, of any size.
     Int(Int),
+    /// Any other number, `NaN` and `Infinity` included.
     Float(f64),
+    /// A string.
     Str(String),
+    /// An array.
     Array(Vec<Value>),
+    /// An object.
     Object(Object),
 }
 
@@ -40,11 +49,13 @@ pub enum Value {
 pub struct Object(pub Vec<(String, Value)>);
 
 impl Object {
+    /// The value of `key`, if present.
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 }
 
+/// The text is not JSON that Python's `json.loads` would accept (or it nests too deep).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JsonError;
 
@@ -57,6 +68,7 @@ const MAX_INT_DIGITS: usize = 4300;
 /// Objects with more keys than this find duplicates through a hash map.
 const LINEAR_KEYS: usize = 16;
 
+/// Parse `text` as Python's `json.loads` does.
 pub fn parse(text: &str) -> Result<Value, JsonError> {
     let mut p = Parser { b: text.as_bytes(), i: 0, depth: 0 };
     p.ws();

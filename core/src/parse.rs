@@ -6,7 +6,9 @@ use crate::json::{self, Object, Value};
 /// Message size limits, in characters (Unicode scalar values), as the reference counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
+    /// Largest message other than `session.config` (the reference's 128 Ki).
     pub max_text_message_chars: usize,
+    /// Largest `session.config` (the reference's 4 Mi).
     pub max_config_message_chars: usize,
 }
 
@@ -19,14 +21,20 @@ impl Default for Limits {
 /// Why a client frame was rejected; `message` is the exact string clients see.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ParseError {
+    /// Over both limits.
     TooLarge,
+    /// Not JSON.
     InvalidJson,
+    /// JSON, but not an object.
     NotAnObject,
+    /// A `session.config` over its limit.
     ConfigTooLarge,
+    /// Any other message over its limit.
     TextTooLarge,
 }
 
 impl ParseError {
+    /// The `message` of the `error` frame the client gets.
     pub fn message(self) -> &'static str {
         match self {
             ParseError::TooLarge => "WebSocket message too large",
@@ -45,8 +53,11 @@ pub enum ClientMessage {
     SessionConfig(Object),
     /// `None` when `text` is present but not a string.
     InputText(Option<String>),
+    /// `input.done`: synthesize the buffered text.
     InputDone,
+    /// `input.cancel`: drop the buffered text, or stop the utterance generating.
     InputCancel,
+    /// `session.close`.
     SessionClose,
     /// Any other type, as Python's `str()` renders it (`None` when missing).
     Other(String),
@@ -58,6 +69,8 @@ fn exceeds(raw: &str, limit: usize) -> bool {
     raw.len() > limit && raw.chars().count() > limit
 }
 
+/// Check a client text frame against `limits` and read its `type`, with the reference's
+/// checks in its order; `Err` is what the client is told.
 pub fn parse_client_text(raw: &str, limits: &Limits) -> Result<ClientMessage, ParseError> {
     let config_limit = limits.max_config_message_chars;
     let text_limit = limits.max_text_message_chars;

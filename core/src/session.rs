@@ -1,4 +1,5 @@
-//! The per-connection protocol state machine.
+//! The per-connection protocol state machine: [`Session`], what it is fed ([`ClientFrame`],
+//! engine events, the time) and what it asks for ([`Output`]).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -21,8 +22,12 @@ use crate::text::py_strip;
 /// Tunables of a session; defaults are the reference's.
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
+    /// Largest client messages, in characters.
     pub limits: Limits,
+    /// How long a configured session may go without a client message (while no utterance is
+    /// generating) before it is closed with `Idle timeout: no message received`.
     pub idle_timeout: Duration,
+    /// How long after [`Session::new`] the first valid `session.config` may take.
     pub config_timeout: Duration,
     /// Most characters buffered for one utterance before `input.done`.
     pub max_buffered_chars: usize,
@@ -51,26 +56,45 @@ impl Default for SessionOptions {
 /// A frame (or the end) of the client's side of the WebSocket.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ClientFrame {
+    /// A whole text message (fragments already joined), valid UTF-8.
     Text(String),
+    /// A whole binary message; the protocol has none, so it gets an error.
     Binary(Vec<u8>),
     /// The peer closed or vanished, or a write to it failed.
     Closed,
 }
 
+/// What the session asks of the engine; the driver carries it out with [`Engine::submit`] or
+/// [`Engine::abort`](crate::engine::Engine::abort).
+///
+/// [`Engine::submit`]: crate::engine::Engine::submit
 // One command per utterance, moved straight to the engine: boxing would only add an allocation.
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum EngineCommand {
-    Synthesize { id: RequestId, request: SynthesisRequest },
-    Abort { id: RequestId },
+    /// Start a request; its events go to [`Session::handle_engine`].
+    Synthesize {
+        /// The request's id, unique per session.
+        id: RequestId,
+        /// What to say and how.
+        request: SynthesisRequest,
+    },
+    /// Stop a request: the session has already ended its utterance, and ignores (with
+    /// [`UnknownRequest`]) whatever the engine still sends for it.
+    Abort {
+        /// The request to stop.
+        id: RequestId,
+    },
 }
 
+/// One thing the session wants done, from [`Session::poll_output`]; carry them out in order.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Output {
     /// A JSON text frame.
     Text(String),
     /// A binary frame (audio or codec frame).
     Binary(Vec<u8>),
+    /// Something for the engine to do.
     Engine(EngineCommand),
     /// Send a close frame with this code and end the connection.
     Close(u16),
@@ -81,6 +105,7 @@ pub enum Output {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnknownRequest(pub RequestId);
 
+/// The error a binary client frame gets (the session goes on).
 pub const BINARY_FRAME_ERROR: &str = "Binary frames are not supported; send JSON text frames";
 /// What a held-back message costs beyond its bytes (its queue entry and allocation), so that
 /// floods of tiny messages are bounded too.
@@ -94,8 +119,8 @@ const CLOSE_GOING_AWAY: u16 = 1001;
 ///
 /// # Call contract
 ///
-/// The session does no I/O and reads no clock. Its owner (a transport) feeds it
-/// three kinds of input, each with the current time `now`:
+/// The session does no I/O and reads no clock. Its owner (a driver: a transport, a test)
+/// feeds it these inputs, each with the current time `now`:
 ///
 /// - [`handle_client`](Self::handle_client): a text or binary frame from the peer, or
 ///   [`ClientFrame::Closed`] when the peer went away or a write to it failed;
@@ -120,6 +145,9 @@ const CLOSE_GOING_AWAY: u16 = 1001;
 /// one `session.done`, with consecutive `utterance_index`; `total_bytes` equals the audio
 /// bytes sent; nothing follows `Close`; every `Synthesize` is answered by the engine
 /// (`Finished`/`Failed`) or followed by an `Abort`.
+///
+/// The [crate docs](crate) show the whole driver loop; the crate's `examples/` run it over
+/// real sockets (blocking threads, and the `smol` runtime) and in memory with a fake clock.
 pub struct Session {
     connection: u64,
     capabilities: Arc<EngineCapabilities>,
@@ -211,6 +239,13 @@ enum Ending {
 }
 
 impl Session {
+    /// A session for a connection that opened at `now`. `connection` goes into every
+    /// [`RequestId`] the session makes, so that one engine can tell connections apart: give
+    /// each connection its own. `capabilities` are the engine's
+    /// ([`Engine::capabilities`](crate::engine::Engine::capabilities)).
+    ///
+    /// Nothing is queued yet: the session waits for `session.config` until
+    /// [`poll_timeout`](Self::poll_timeout).
     pub fn new(
         now: Instant,
         connection: u64,
@@ -237,6 +272,9 @@ impl Session {
         }
     }
 
+    /// Feed a frame from the client (or [`ClientFrame::Closed`]). Frames that arrive while an
+    /// utterance is generating are held and handled after it, in order, except
+    /// `input.cancel`, which ends it at once.
     pub fn handle_client(&mut self, now: Instant, frame: ClientFrame) {
         if self.closed {
             return;
@@ -272,6 +310,13 @@ impl Session {
         }
     }
 
+    /// Feed an event of a request this session asked for.
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownRequest`] when the request is not (or no longer) in flight here: an event that
+    /// raced with an [`EngineCommand::Abort`], or a driver that mixed up its sessions. The
+    /// session is unchanged; log it and go on.
     pub fn handle_engine(&mut self, now: Instant, event: EngineEvent) -> Result<(), UnknownRequest> {
         let Some(generation) = self.generation.as_mut().filter(|g| g.id == event.id) else {
             return Err(UnknownRequest(event.id));
@@ -323,6 +368,9 @@ impl Session {
         Ok(())
     }
 
+    /// Tell the session the time is `now`, at or after [`poll_timeout`](Self::poll_timeout)'s
+    /// deadline: past the config or idle timeout it sends its error and closes. Early calls
+    /// do nothing, so a driver whose timer fires early loses nothing.
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.closed || self.generation.is_some() || now < self.deadline {
             return;
@@ -355,14 +403,20 @@ impl Session {
         self.closed = true;
     }
 
+    /// The next thing to do, in order; `None` once everything queued has been taken.
     pub fn poll_output(&mut self) -> Option<Output> {
         self.outputs.pop_front()
     }
 
+    /// When to call [`handle_timeout`](Self::handle_timeout), or `None` when no timer runs
+    /// (an utterance is generating, or the session is closed). It changes with every input:
+    /// re-read it after each.
     pub fn poll_timeout(&self) -> Option<Instant> {
         (!self.closed && self.generation.is_none()).then_some(self.deadline)
     }
 
+    /// The session has ended (after `Close`, or after [`ClientFrame::Closed`]); drain
+    /// [`poll_output`](Self::poll_output) once more, then drop it.
     pub fn is_closed(&self) -> bool {
         self.closed
     }

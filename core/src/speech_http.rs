@@ -45,8 +45,11 @@ pub enum Delivery {
 /// A request that passed every check; ready for the engine.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SpeechRequest {
+    /// What the engine is asked for.
     pub synthesis: SynthesisRequest,
+    /// The audio format of the reply.
     pub response_format: ResponseFormat,
+    /// How the reply is sent.
     pub delivery: Delivery,
     /// The rate of the audio returned (the engine's).
     pub sample_rate: u32,
@@ -55,18 +58,23 @@ pub struct SpeechRequest {
 /// An error answer: the HTTP status and vLLM's `ErrorResponse` fields.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpError {
+    /// The HTTP status, also the body's `code`.
     pub status: u16,
     /// `BadRequestError`, `NotFoundError`, ...
     pub kind: &'static str,
+    /// The exact message.
     pub message: String,
+    /// The request field at fault, when one is.
     pub param: Option<&'static str>,
 }
 
 impl HttpError {
+    /// An error with no `param`.
     pub fn new(status: u16, kind: &'static str, message: impl Into<String>) -> HttpError {
         HttpError { status, kind, message: message.into(), param: None }
     }
 
+    /// A 400 `BadRequestError`.
     pub fn bad_request(message: impl Into<String>) -> HttpError {
         HttpError::new(400, "BadRequestError", message)
     }
@@ -419,11 +427,15 @@ pub fn streaming_wav_header(sample_rate: u32) -> [u8; 44] {
 /// are audio frames at the engine's codec frame rate (12.5 Hz without a codec).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Usage {
+    /// Whitespace-separated words of the input.
     pub input_text_tokens: u64,
+    /// Frames of audio produced.
     pub output_tokens: u64,
 }
 
 impl Usage {
+    /// The usage of `text` that gave `pcm_bytes` of s16le audio from an engine with
+    /// `capabilities`.
     pub fn new(text: &str, pcm_bytes: u64, capabilities: &EngineCapabilities) -> Usage {
         let rate = capabilities.codec.as_ref().map_or(DEFAULT_TOKEN_RATE_HZ, |c| c.frame_rate_hz);
         let seconds = pcm_bytes as f64 / 2.0 / f64::from(capabilities.sample_rate.max(1));
@@ -433,6 +445,7 @@ impl Usage {
         }
     }
 
+    /// Input and output tokens together.
     pub fn total(&self) -> u64 {
         self.input_text_tokens + self.output_tokens
     }

@@ -9,7 +9,22 @@
 //! bytes; a seed only adds a deterministic ±1 LSB dither.
 //!
 //! Each request runs on a thread of its own, checks its abort flag between chunks, and stops when
-//! its sink reports the consumer gone.
+//! its sink reports the consumer gone. A short utterance with no pace to keep (the default
+//! options) is computed in `submit` and handed over with [`EventSink::try_send`], so an event
+//! queue with room for it has the whole utterance when `submit` returns.
+//!
+//! Enabled by the crate's `synthetic` feature.
+//!
+//! ```
+//! use speechstream_core::engine::SynthesisRequest;
+//! use speechstream_core::synthetic::{SyntheticEngine, SyntheticOptions, SAMPLE_RATE};
+//!
+//! let engine = SyntheticEngine::new(SyntheticOptions::default());
+//! let (pcm, words) = engine.render(&SynthesisRequest::new("Hello big world"));
+//! // 13 characters at 60 ms and three 40 ms gaps: 0.9 s of 16-bit samples.
+//! assert_eq!(pcm.len(), 9 * SAMPLE_RATE as usize / 10 * 2);
+//! assert_eq!(words[1].word, "big");
+//! ```
 
 use std::collections::HashMap;
 use std::f64::consts::PI;
@@ -18,16 +33,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use speechstream_core::engine::{
+use crate::engine::{
     CodecSpec, Engine, EngineCapabilities, EngineEvent, EngineEventKind, EngineLoad, EventSink, RequestId,
     SynthesisRequest, TrySendError, WordTiming,
 };
 
+/// The sample rate of its audio.
 pub const SAMPLE_RATE: u32 = 24_000;
+/// Codes per codec frame.
 pub const CODEBOOKS: u32 = 16;
+/// Codes are in `0..CODEBOOK_SIZE`.
 pub const CODEBOOK_SIZE: u32 = 2048;
+/// Codec frames per second of audio.
 pub const FRAME_RATE_HZ: f64 = 12.5;
+/// The `decoder_id` of its `codec.start`.
 pub const DECODER_ID: &str = "speechstream-synthetic";
+/// The model name it serves unless [`SyntheticOptions::model_name`] says otherwise.
 pub const DEFAULT_MODEL_NAME: &str = "speechstream-synthetic";
 
 const MS_PER_CHAR: f64 = 60.0;
@@ -43,6 +64,8 @@ const SAMPLES_PER_FRAME: usize = 1920;
 /// same for all of them.
 const VOICES: &[&str] = &["aiden", "dylan", "eric", "ono_anna", "ryan", "serena", "sohee", "uncle_fu", "vivian"];
 
+/// How the synthetic engine paces and shapes its output; the defaults stream 80 ms chunks as
+/// fast as they are computed.
 #[derive(Clone, Debug)]
 pub struct SyntheticOptions {
     /// The model name served (`/v1/models`, the config's `model` check).
@@ -70,6 +93,7 @@ impl Default for SyntheticOptions {
     }
 }
 
+/// The synthetic engine; see the [module docs](self).
 pub struct SyntheticEngine {
     capabilities: EngineCapabilities,
     options: Arc<SyntheticOptions>,
@@ -80,6 +104,7 @@ pub struct SyntheticEngine {
 }
 
 impl SyntheticEngine {
+    /// An engine with these options; it starts no thread until a request comes.
     pub fn new(options: SyntheticOptions) -> SyntheticEngine {
         SyntheticEngine {
             capabilities: EngineCapabilities {
