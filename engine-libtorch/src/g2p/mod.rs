@@ -121,6 +121,10 @@ enum WordToks {
 /// Chars of the longest run of tokens read as one word: the lexicon's longest key is 45 chars,
 /// plus room for a suffix ("-s", "-ing") and an apostrophe.
 const MAX_MERGE_CHARS: usize = 64;
+/// Tokens of the longest run read as one word: a dotted acronym of 8 letters (longer ones are
+/// spelled 8 letters at a time). Runs of one-char tokens ("a1a1...", "a/b/c/...") would otherwise
+/// cost 64 failed readings per token.
+const MAX_MERGE_TOKENS: usize = 16;
 
 const SUBTOKEN_JUNKS: &str = "',-._‘’/";
 const PUNCTS: &str = ";:,.!?—…\"“”";
@@ -601,7 +605,10 @@ impl FrontEnd {
                     }
                     // Trying every left end for every right end would be cubic in the tokens of a
                     // long run without spaces; no merge longer than the longest word can be read.
-                    let first_left = |right: usize| before.partition_point(|&b| before[right] - b > MAX_MERGE_CHARS);
+                    let first_left = |right: usize| {
+                        let by_chars = before[..=right].partition_point(|&b| before[right] - b > MAX_MERGE_CHARS);
+                        by_chars.max(right.saturating_sub(MAX_MERGE_TOKENS))
+                    };
                     let (mut right, mut should_fallback) = (w.len(), false);
                     let mut left = first_left(right).min(right.saturating_sub(1));
                     while left < right {

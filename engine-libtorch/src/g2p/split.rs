@@ -268,4 +268,31 @@ mod tests {
         let big = "z".repeat(500);
         assert_eq!(split_clauses(&big), vec![big.clone()]);
     }
+
+    #[test]
+    fn over_long_sentences_are_cut_where_they_pause() {
+        let t = titles();
+        let words = "word ".repeat(150); // 750 chars
+        let text = format!("{words}and then, {words}end");
+        let got = split_sentences(&text, &t);
+        assert_eq!(got, vec![format!("{words}and then,"), format!("{words}end")]);
+        let text = "word ".repeat(500);
+        let got = split_sentences(&text, &t);
+        assert!(got.len() == 3 && got.iter().all(|s| s.len() <= MAX_SENTENCE_CHARS && !s.ends_with(' ')), "{got:?}");
+        assert_eq!(got.concat().len() + got.len() - 1, text.trim().len());
+        let digits = "7".repeat(2500);
+        let got = split_sentences(&digits, &t);
+        assert_eq!(got.iter().map(|s| s.len()).collect::<Vec<_>>(), vec![1000, 1000, 500]);
+    }
+
+    #[test]
+    fn over_long_clauses_are_cut_at_spaces() {
+        let word = "x".repeat(99);
+        let ps = vec![word.as_str(); 12].join(" "); // 1199 chars, no clause punctuation
+        let chunks = split_clauses(&ps);
+        assert!(chunks.iter().all(|c| c.chars().count() <= MAX_CHUNK_PHONEMES), "{chunks:?}");
+        assert_eq!(chunks.join(" "), ps);
+        let solid = "z".repeat(1200);
+        assert_eq!(split_clauses(&solid).iter().map(String::len).collect::<Vec<_>>(), vec![510, 510, 180]);
+    }
 }
