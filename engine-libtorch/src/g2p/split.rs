@@ -288,7 +288,7 @@ mod tests {
     #[test]
     fn over_long_clauses_are_cut_at_spaces() {
         let word = "x".repeat(99);
-        let ps = vec![word.as_str(); 12].join(" "); // 1199 chars, no clause punctuation
+        let ps = [word.as_str(); 12].join(" "); // 1199 chars, no clause punctuation
         let chunks = split_clauses(&ps);
         assert!(chunks.iter().all(|c| c.chars().count() <= MAX_CHUNK_PHONEMES), "{chunks:?}");
         assert_eq!(chunks.join(" "), ps);
