@@ -128,9 +128,14 @@ fn completes(rx: &mpsc::Receiver<EngineEvent>, timeout: Duration, what: &str) {
 
 #[test]
 fn a_megabyte_of_hostile_text_stalls_no_one_and_stops_at_its_abort() {
-    let mut options = HibariOptions::new(hibari_assets());
-    options.threads = Some(1);
-    let engine = HibariEngine::new(options).expect("engine");
+    // Never dropped: dropping joins the scheduler thread, and a test that fails because that
+    // thread is stuck in one request's text must fail, not hang.
+    static ENGINE: OnceLock<HibariEngine> = OnceLock::new();
+    let engine = ENGINE.get_or_init(|| {
+        let mut options = HibariOptions::new(hibari_assets());
+        options.threads = Some(1);
+        HibariEngine::new(options).expect("engine")
+    });
     // Every shape in one utterance, each a run long enough to be a worst case of its own; the
     // punctuation first, as it once held the model's thread for hours.
     let mut shapes: Vec<&str> = SHAPES.iter().map(|(_, unit)| *unit).collect();
@@ -139,14 +144,14 @@ fn a_megabyte_of_hostile_text_stalls_no_one_and_stops_at_its_abort() {
     let timeout = Duration::from_secs(20);
 
     // Left running, it shares the model: another request is served from start to end.
-    let (bad, _bad_rx) = submit(&engine, 1, &hostile);
-    completes(&submit(&engine, 2, "Hello there. How are you?").1, timeout, "a request beside the hostile one");
+    let (bad, _bad_rx) = submit(engine, 1, &hostile);
+    completes(&submit(engine, 2, "Hello there. How are you?").1, timeout, "a request beside the hostile one");
 
     // Aborted while its text is being prepared (the probe's 0.2 s), the rest is dropped: nothing
     // more from it, nothing left in the engine, and the next request is served.
     std::thread::sleep(Duration::from_millis(200));
     engine.abort(bad);
-    completes(&submit(&engine, 3, "Hello again.").1, timeout, "a request after the abort");
+    completes(&submit(engine, 3, "Hello again.").1, timeout, "a request after the abort");
     let deadline = Instant::now() + timeout;
     while engine.load().queued + engine.load().running > 0 {
         assert!(Instant::now() < deadline, "engine requests left after the abort: {:?}", engine.load().running);
@@ -154,7 +159,7 @@ fn a_megabyte_of_hostile_text_stalls_no_one_and_stops_at_its_abort() {
     }
 
     // Aborted at once, before any of it is prepared.
-    let (bad, _rx) = submit(&engine, 4, &hostile);
+    let (bad, _rx) = submit(engine, 4, &hostile);
     engine.abort(bad);
-    completes(&submit(&engine, 5, "Hello at last.").1, timeout, "a request after an immediate abort");
+    completes(&submit(engine, 5, "Hello at last.").1, timeout, "a request after an immediate abort");
 }
