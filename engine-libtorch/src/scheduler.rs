@@ -1,8 +1,10 @@
 //! The scheduler thread: the only place the model runs.
 //!
 //! Requests from all sessions queue here. Each loop iteration (1) takes new requests and aborts,
-//! (2) delivers events held back for slow consumers, (3) runs the front end and the prosody pass for
-//! every request that needs its next sentence, batched per voice into one forward pass, and (4)
+//! (2) delivers events held back for slow consumers, (3) runs the front end on one sentence of
+//! text (at most `MAX_SENTENCE_CHARS`, so one client's text can't hold the thread between two looks
+//! at the commands) and the prosody pass for every request that needs its next sentence, batched
+//! per voice into one forward pass, and (4)
 //! computes the next audio chunk of a batch of requests (one voice, up to `max_batch`; utterances
 //! waiting for their first chunk first, else round-robin) in one decoder pass and sends each at
 //! once. So the first audio of a sentence leaves after its prosody and one small chunk, requests
@@ -67,7 +69,7 @@ struct Job {
     speed: f32,
     seed: u64,
     word_timestamps: bool,
-    /// Sentences of the text not yet through the front end (done one at a time, when needed).
+    /// Sentences of the text not yet through the front end (done one per round, when needed).
     texts: VecDeque<String>,
     /// Sentences (or clause chunks) phonemised, waiting for their prosody.
     sentences: VecDeque<Sentence>,
@@ -321,23 +323,25 @@ impl Scheduler {
                 continue;
             }
             let voice = &self.voices[job.voice];
-            // Front end one sentence at a time, so a long text doesn't hold up everyone's chunks.
-            while !job.sentences.iter().any(|s| voice.model.ids(&s.phonemes).len() >= 3) {
-                job.sentences.clear();
-                let Some(text) = job.texts.pop_front() else { break };
-                job.sentences.extend(voice.front_end.sentences(&text));
-                progress = true;
+            // At most one sentence through the front end per job and round, so a long text doesn't
+            // hold up everyone's chunks: a sentence is bounded (MAX_SENTENCE_CHARS), and the
+            // commands are read between rounds, so an abort drops the rest of the text unprepared.
+            if job.sentences.is_empty() {
+                if let Some(text) = job.texts.pop_front() {
+                    job.sentences.extend(voice.front_end.sentences(&text));
+                    progress = true;
+                }
             }
             // Sentences with no phoneme the model knows are skipped, as in the reference.
             while job.sentences.front().is_some_and(|s| voice.model.ids(&s.phonemes).len() < 3) {
                 job.sentences.pop_front();
             }
-            if job.sentences.is_empty() {
+            if !job.sentences.is_empty() {
+                wanting.push(i);
+            } else if job.texts.is_empty() {
                 job.finish(EngineEventKind::Finished);
                 job.flush();
                 progress = true;
-            } else {
-                wanting.push(i);
             }
         }
         for voice in 0..self.voices.len() {

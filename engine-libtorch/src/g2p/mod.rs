@@ -34,7 +34,7 @@ use oov::Oov;
 use tagger::Tagger;
 use tokenize::Tokenizer;
 
-pub use split::{split_clauses, split_sentences, MAX_PHONEMES};
+pub use split::{split_clauses, split_sentences, MAX_CHUNK_PHONEMES, MAX_PHONEMES, MAX_SENTENCE_CHARS};
 
 /// Errors loading the front end's assets.
 #[derive(Debug)]
@@ -71,7 +71,8 @@ pub struct Word {
 pub struct Sentence {
     /// The input text it covers.
     pub text: String,
-    /// Phoneme string in the model's alphabet (at most [`MAX_PHONEMES`] chars unless one clause is longer).
+    /// Phoneme string in the model's alphabet (at most [`MAX_PHONEMES`] chars unless one clause is
+    /// longer, never more than [`MAX_CHUNK_PHONEMES`]).
     pub phonemes: String,
     /// The words of `text`, in order, with their phoneme ranges.
     pub words: Vec<Word>,
@@ -116,6 +117,14 @@ enum WordToks {
     One(Tok),
     Many(Vec<Tok>),
 }
+
+/// Chars of the longest run of tokens read as one word: the lexicon's longest key is 45 chars,
+/// plus room for a suffix ("-s", "-ing") and an apostrophe.
+const MAX_MERGE_CHARS: usize = 64;
+/// Tokens of the longest run read as one word: a dotted acronym of 8 letters (longer ones are
+/// spelled 8 letters at a time). Runs of one-char tokens ("a1a1...", "a/b/c/...") would otherwise
+/// cost 64 failed readings per token.
+const MAX_MERGE_TOKENS: usize = 16;
 
 const SUBTOKEN_JUNKS: &str = "',-._‘’/";
 const PUNCTS: &str = ";:,.!?—…\"“”";
@@ -404,10 +413,17 @@ impl FrontEnd {
     fn tokens(&self, text: &str) -> Vec<Tok> {
         let mut toks = Vec::new();
         let mut pos = 0usize;
-        let char_at = |b: usize| text[..b].chars().count();
+        // Char offsets counted on from the last link, not from the start for each.
+        let (mut counted, mut chars) = (0usize, 0usize);
+        let mut char_at = |b: usize| {
+            chars += text[counted..b].chars().count();
+            counted = b;
+            chars
+        };
         for m in self.link.captures_iter(text).flatten() {
             let m0 = m.get(0).expect("group 0");
-            toks.extend(self.plain_tokens(&text[pos..m0.start()], char_at(pos)));
+            let at = char_at(pos);
+            toks.extend(self.plain_tokens(&text[pos..m0.start()], at));
             let f = m.get(2).map_or("", |x| x.as_str());
             let ps = if f.chars().count() > 1 && f.starts_with('/') && f.ends_with('/') {
                 Some(f[1..].trim_end_matches('/').to_string())
@@ -429,7 +445,8 @@ impl FrontEnd {
             });
             pos = m0.end();
         }
-        toks.extend(self.plain_tokens(&text[pos..], char_at(pos)));
+        let at = char_at(pos);
+        toks.extend(self.plain_tokens(&text[pos..], at));
         toks
     }
 
@@ -465,14 +482,14 @@ impl FrontEnd {
             let token = &tokens[i];
             let mut tks: Vec<Tok> = if token.alias.is_none() && token.phonemes.is_none() {
                 let mut v = Vec::new();
+                let whole = token.end - token.start == token.text.chars().count();
+                let (mut counted, mut chars) = (0usize, 0usize);
                 for m in self.subtoken.find_iter(&token.text).flatten() {
-                    let s = token.text[..m.start()].chars().count();
+                    chars += token.text[counted..m.start()].chars().count();
+                    counted = m.start();
+                    let s = chars;
                     let e = s + m.as_str().chars().count();
-                    let (s, e) = if token.end - token.start == token.text.chars().count() {
-                        (token.start + s, token.start + e)
-                    } else {
-                        (token.start, token.end)
-                    };
+                    let (s, e) = if whole { (token.start + s, token.start + e) } else { (token.start, token.end) };
                     v.push(Tok {
                         text: m.as_str().to_string(),
                         ws: false,
@@ -581,8 +598,19 @@ impl FrontEnd {
                     ctx = token_context(ctx, w.phonemes.as_deref(), w);
                 }
                 WordToks::Many(w) => {
-                    let (mut left, mut right) = (0usize, w.len());
-                    let mut should_fallback = false;
+                    // Chars before each token: where a merge of w[left..right] is too long to read.
+                    let mut before = vec![0usize; w.len() + 1];
+                    for (k, t) in w.iter().enumerate() {
+                        before[k + 1] = before[k] + t.text.chars().count();
+                    }
+                    // Trying every left end for every right end would be cubic in the tokens of a
+                    // long run without spaces; no merge longer than the longest word can be read.
+                    let first_left = |right: usize| {
+                        let by_chars = before[..=right].partition_point(|&b| before[right] - b > MAX_MERGE_CHARS);
+                        by_chars.max(right.saturating_sub(MAX_MERGE_TOKENS))
+                    };
+                    let (mut right, mut should_fallback) = (w.len(), false);
+                    let mut left = first_left(right).min(right.saturating_sub(1));
                     while left < right {
                         let fixed = w[left..right].iter().any(|t| t.alias.is_some() || t.phonemes.is_some());
                         let merged = if fixed { None } else { Some(merge(&w[left..right], None)) };
@@ -594,7 +622,7 @@ impl FrontEnd {
                                 x.phonemes = Some(String::new());
                             }
                             right = left;
-                            left = 0;
+                            left = first_left(right).min(right.saturating_sub(1));
                         } else if left + 1 < right {
                             left += 1;
                         } else {
@@ -608,7 +636,7 @@ impl FrontEnd {
                                     break;
                                 }
                             }
-                            left = 0;
+                            left = first_left(right).min(right.saturating_sub(1));
                         }
                     }
                     if should_fallback {
@@ -662,10 +690,14 @@ fn map_words(sent: &str, base: usize, p: &Phonemized) -> Vec<Word> {
     // Each token's span of word indices, and its phoneme range.
     let mut groups: Vec<(usize, usize, Option<Range<usize>>)> = Vec::new();
     for (pr, o) in &p.spans {
-        let hit: Vec<usize> =
-            (0..words.len()).filter(|&i| words[i].0.start < o.end && words[i].0.end > o.start).collect();
-        let (Some(&lo), Some(&hi)) = (hit.first(), hit.last()) else { continue };
-        groups.push((lo, hi, if pr.is_empty() { None } else { Some(pr.clone()) }));
+        // The words are in order and disjoint: those overlapping `o` are a run found by bisection
+        // (scanning all of them for every token was quadratic in a long sentence).
+        let lo = words.partition_point(|w| w.0.end <= o.start);
+        let hits = words[lo..].iter().take_while(|w| w.0.start < o.end).count();
+        if hits == 0 {
+            continue;
+        }
+        groups.push((lo, lo + hits - 1, if pr.is_empty() { None } else { Some(pr.clone()) }));
     }
     // Merge overlapping word spans into groups.
     let mut merged: Vec<(usize, usize, Option<Range<usize>>)> = Vec::new();
@@ -734,15 +766,14 @@ fn chunk_words(ps: &str, words: Vec<Word>) -> Vec<(String, Vec<Word>)> {
         }
         out.push((s, Vec::new()));
     }
+    let lens: Vec<usize> = out.iter().map(|(s, _)| s.chars().count()).collect();
     for w in words {
         let at = w.phonemes.start;
-        let found = pieces
-            .iter()
-            .find(|(r, _, _)| at >= r.start && at < r.end.max(r.start + 1))
-            .or_else(|| pieces.iter().rev().find(|(r, _, _)| r.start <= at))
-            .or(pieces.first());
+        // The pieces are in order and disjoint: the one holding `at`, or else the last before it,
+        // is the last that starts at or before it.
+        let found = pieces.get(pieces.partition_point(|(r, _, _)| r.start <= at).saturating_sub(1));
         let Some((r, ci, off)) = found.cloned() else { continue };
-        let len = out[ci].0.chars().count();
+        let len = lens[ci];
         let s = (off + at.saturating_sub(r.start)).min(len);
         let e = (s + w.phonemes.len()).min(off + r.len()).max(s);
         out[ci].1.push(Word { phonemes: s..e, ..w });

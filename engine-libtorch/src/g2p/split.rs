@@ -7,11 +7,52 @@ use std::ops::Range;
 /// Phoneme strings longer than this many characters are split at clause punctuation.
 pub const MAX_PHONEMES: usize = 400;
 
+/// No chunk of phonemes is longer: a clause with no punctuation to split at is cut at spaces (or
+/// anywhere, failing those) past this. The model's text encoders attend over the whole chunk, so
+/// an unbounded one would stall the model for everyone; 510 is the 512-token context hibari's
+/// Kokoro lineage was trained with, less the two boundary ids, and keeps the reference's single
+/// clauses of 400-510 whole.
+pub const MAX_CHUNK_PHONEMES: usize = 510;
+
+/// No sentence of the text is longer (in chars): a longer one is cut into pieces, after clause
+/// punctuation or at a space when there is one in the second half of the piece, else anywhere.
+/// It bounds the front end's work on one piece, which runs on the model's thread between two
+/// looks at its commands. The longest sentence of the reference fixtures has 943 chars.
+pub const MAX_SENTENCE_CHARS: usize = 1000;
+
 const CLOSERS: &[char] = &['"', '”', '’', ')', ']'];
+const OPENERS: &[char] = &['(', '"', '“', '\'', '‘'];
+
+/// Where the word before each full stop starts, found in one pass over a paragraph: looking back
+/// from every stop was quadratic in a long run with no space (e.g. stops followed by tabs).
+struct WordStarts<'a> {
+    chars: &'a [(usize, char)],
+    /// Chars up to here are accounted for.
+    next: usize,
+    /// Byte offset of the first char after the last opener after the last space, once seen.
+    core: Option<usize>,
+}
+
+impl WordStarts<'_> {
+    /// Byte offset where the word ending before `chars[k]` starts, openers left out.
+    fn before(&mut self, k: usize) -> usize {
+        while self.next < k {
+            let (b, c) = self.chars[self.next];
+            if c == ' ' {
+                self.core = None;
+            } else if self.core.is_none() && !OPENERS.contains(&c) {
+                self.core = Some(b);
+            }
+            self.next += 1;
+        }
+        self.core.unwrap_or(self.chars[k].0)
+    }
+}
 
 /// A sentence of the raw text: byte range into the text it was split from.
 pub fn split_sentence_ranges(text: &str, titles: &HashSet<String>) -> Vec<Range<usize>> {
     let mut out = Vec::new();
+    let longest_title = titles.iter().map(String::len).max().unwrap_or(0);
     let trimmed = text.trim();
     let base = trimmed.as_ptr() as usize - text.as_ptr() as usize;
     let mut pstart = 0;
@@ -22,6 +63,7 @@ pub fn split_sentence_ranges(text: &str, titles: &HashSet<String>) -> Vec<Range<
         let para = para.trim();
         let pbase = pbase + lead;
         let chars: Vec<(usize, char)> = para.char_indices().collect();
+        let mut words = WordStarts { chars: &chars, next: 0, core: None };
         let mut cut = 0usize; // byte offset in para
         let mut i = 1; // char index where a match may start (after the end punctuation)
         while i < chars.len() {
@@ -42,16 +84,49 @@ pub fn split_sentence_ranges(text: &str, titles: &HashSet<String>) -> Vec<Range<
                 continue;
             }
             let (start, end) = (chars[i].0, chars[j].0);
-            if ends_sentence(para, start, chars[j].1, titles) {
-                out.push(pbase + cut..pbase + start);
+            if ends_sentence(para, start, words.before(i - 1), chars[j].1, titles, longest_title) {
+                push_capped(&mut out, text, pbase + cut..pbase + start);
                 cut = end;
             }
             i = j + 1;
         }
-        out.push(pbase + cut..pbase + para.len());
+        push_capped(&mut out, text, pbase + cut..pbase + para.len());
     }
     out.retain(|r| !text[r.clone()].trim().is_empty());
     out
+}
+
+/// Pushes the sentence `r` of `text`, cut into pieces of at most [`MAX_SENTENCE_CHARS`] chars.
+fn push_capped(out: &mut Vec<Range<usize>>, text: &str, r: Range<usize>) {
+    let mut start = r.start;
+    loop {
+        let rest = &text[start..r.end];
+        let Some((limit, _)) = rest.char_indices().nth(MAX_SENTENCE_CHARS) else {
+            out.push(start..r.end);
+            return;
+        };
+        // Only the second half is searched, so every piece is long and the search linear.
+        let half = rest.char_indices().nth(MAX_SENTENCE_CHARS / 2).map_or(0, |(b, _)| b);
+        let window = &rest[half..limit];
+        let mut clause = None;
+        let mut space = None;
+        let mut prev = None;
+        for (b, c) in window.char_indices() {
+            if c.is_whitespace() {
+                space = Some(half + b);
+                if prev.is_some_and(|p| matches!(p, ',' | ';' | ':' | '—')) {
+                    clause = Some(half + b);
+                }
+            }
+            prev = Some(c);
+        }
+        let end = clause.or(space).unwrap_or(limit);
+        out.push(start..start + end);
+        start += end + rest[end..].len() - rest[end..].trim_start().len();
+        if start >= r.end {
+            return;
+        }
+    }
 }
 
 /// Sentences of the raw text, as `Hibari.split_sentences`.
@@ -59,7 +134,16 @@ pub fn split_sentences<'a>(text: &'a str, titles: &HashSet<String>) -> Vec<&'a s
     split_sentence_ranges(text, titles).into_iter().map(|r| &text[r]).collect()
 }
 
-fn ends_sentence(para: &str, end: usize, next: char, titles: &HashSet<String>) -> bool {
+/// Whether the punctuation ending at byte `end` of `para`, followed by whitespace and `next`, ends a
+/// sentence; `word` is where the word before it starts (openers left out).
+fn ends_sentence(
+    para: &str,
+    end: usize,
+    word: usize,
+    next: char,
+    titles: &HashSet<String>,
+    longest_title: usize,
+) -> bool {
     if next.is_lowercase() {
         return false;
     }
@@ -67,11 +151,10 @@ fn ends_sentence(para: &str, end: usize, next: char, titles: &HashSet<String>) -
     if !before.ends_with('.') {
         return true;
     }
-    let from = before.rfind(' ').map_or(0, |i| i + 1);
-    let word = before[from..before.len() - 1].trim_start_matches(['(', '"', '“', '\'', '‘']);
+    let word = &before[word.min(before.len() - 1)..before.len() - 1];
     let mut cs = word.chars();
     let initial = matches!((cs.next(), cs.next()), (Some(c), None) if c.is_uppercase());
-    !(titles.contains(word) || initial)
+    !(initial || (word.len() <= longest_title && titles.contains(word)))
 }
 
 /// The clause split of a phoneme string: chunks, each as the list of char ranges of `ps` it
@@ -98,6 +181,7 @@ pub fn clause_chunks(ps: &str) -> Vec<Vec<Range<usize>>> {
         }
     }
     parts.push(start..chars.len());
+    let parts = parts.into_iter().flat_map(|p| cap_part(&chars, p));
     let mut chunks: Vec<Vec<Range<usize>>> = Vec::new();
     let mut cur: Vec<Range<usize>> = Vec::new();
     let mut cur_len = 0;
@@ -120,6 +204,25 @@ pub fn clause_chunks(ps: &str) -> Vec<Vec<Range<usize>>> {
         chunks.push(cur);
     }
     chunks
+}
+
+/// A clause part of `chars` cut into pieces of at most [`MAX_CHUNK_PHONEMES`]: at the last space
+/// in the second half of each (so the search is linear), else anywhere.
+fn cap_part(chars: &[char], part: Range<usize>) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = part.start;
+    while part.end - start > MAX_CHUNK_PHONEMES {
+        let limit = start + MAX_CHUNK_PHONEMES;
+        let space = (start + MAX_CHUNK_PHONEMES / 2..=limit).rev().find(|&k| chars[k].is_whitespace());
+        let end = space.unwrap_or(limit);
+        out.push(start..end);
+        start = end;
+        while start < part.end && chars[start].is_whitespace() {
+            start += 1;
+        }
+    }
+    out.push(start..part.end);
+    out
 }
 
 /// The chunk strings of [`clause_chunks`], as `Hibari.phonemize` returns them.
@@ -164,5 +267,32 @@ mod tests {
         assert_eq!(split_clauses(&s), vec![format!("{piece}, {small},"), piece.clone()]);
         let big = "z".repeat(500);
         assert_eq!(split_clauses(&big), vec![big.clone()]);
+    }
+
+    #[test]
+    fn over_long_sentences_are_cut_where_they_pause() {
+        let t = titles();
+        let words = "word ".repeat(150); // 750 chars
+        let text = format!("{words}and then, {words}end");
+        let got = split_sentences(&text, &t);
+        assert_eq!(got, vec![format!("{words}and then,"), format!("{words}end")]);
+        let text = "word ".repeat(500);
+        let got = split_sentences(&text, &t);
+        assert!(got.len() == 3 && got.iter().all(|s| s.len() <= MAX_SENTENCE_CHARS && !s.ends_with(' ')), "{got:?}");
+        assert_eq!(got.concat().len() + got.len() - 1, text.trim().len());
+        let digits = "7".repeat(2500);
+        let got = split_sentences(&digits, &t);
+        assert_eq!(got.iter().map(|s| s.len()).collect::<Vec<_>>(), vec![1000, 1000, 500]);
+    }
+
+    #[test]
+    fn over_long_clauses_are_cut_at_spaces() {
+        let word = "x".repeat(99);
+        let ps = [word.as_str(); 12].join(" "); // 1199 chars, no clause punctuation
+        let chunks = split_clauses(&ps);
+        assert!(chunks.iter().all(|c| c.chars().count() <= MAX_CHUNK_PHONEMES), "{chunks:?}");
+        assert_eq!(chunks.join(" "), ps);
+        let solid = "z".repeat(1200);
+        assert_eq!(split_clauses(&solid).iter().map(String::len).collect::<Vec<_>>(), vec![510, 510, 180]);
     }
 }

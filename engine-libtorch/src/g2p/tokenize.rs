@@ -29,10 +29,21 @@ pub struct RawToken {
 
 pub struct Tokenizer {
     special: HashMap<String, Vec<String>>,
+    /// Bytes of the longest special case.
+    longest_special: usize,
     prefix: Regex,
     suffix: Regex,
     infix: Regex,
     url: Regex,
+}
+
+/// Chars of a chunk's start or end the prefix and suffix patterns look at: enough for the longest
+/// fixed affix ("km/h", "US$") and the char a lookbehind checks before it.
+const AFFIX_WINDOW: usize = 16;
+
+/// Byte offset of the `n`th char of `s` (its length if shorter).
+fn byte_at(s: &str, n: usize) -> usize {
+    s.char_indices().nth(n).map_or(s.len(), |(i, _)| i)
 }
 
 fn class_escape(s: &str) -> String {
@@ -81,6 +92,7 @@ impl Tokenizer {
         ];
         let mk = |p: String| Regex::new(&p).map_err(|e| G2pError::Data(format!("tokenizer regex: {e}")));
         Ok(Tokenizer {
+            longest_special: special.keys().map(String::len).max().unwrap_or(0),
             special,
             prefix: mk(prefixes.iter().map(|p| format!("^(?:{p})")).collect::<Vec<_>>().join("|"))?,
             suffix: mk(suffixes.iter().map(|s| format!("(?:{s})$")).collect::<Vec<_>>().join("|"))?,
@@ -123,90 +135,101 @@ impl Tokenizer {
         out
     }
 
+    /// Length of the prefix the prefix patterns match at the start of `s`.
     fn find_prefix(&self, s: &str) -> usize {
-        match self.prefix.find(s) {
+        let find = |s: &str| match self.prefix.find(s) {
             Ok(Some(m)) => m.end(),
             _ => 0,
+        };
+        // Every prefix but a run of dots is a few chars long, so a window keeps each peel of a
+        // long chunk cheap; a match reaching the window's end may go on, so it is redone in full.
+        let window = &s[..byte_at(s, AFFIX_WINDOW)];
+        match find(window) {
+            n if n == window.len() && n < s.len() => find(s),
+            n => n,
         }
     }
 
+    /// Length of the suffix the suffix patterns match at the end of `s`.
     fn find_suffix(&self, s: &str) -> usize {
-        match self.suffix.find(s) {
-            Ok(Some(m)) => m.end() - m.start(),
-            _ => 0,
+        let find = |s: &str| match self.suffix.find(s) {
+            Ok(Some(m)) => (m.start() == 0, m.end() - m.start()),
+            _ => (false, 0),
+        };
+        // As in `find_prefix`, from the end: the regex is only anchored at `$`, so on the whole
+        // chunk it would try every start position, for every char peeled.
+        let from = s.char_indices().rev().nth(AFFIX_WINDOW - 1).map_or(0, |(i, _)| i);
+        match find(&s[from..]) {
+            (true, _) if from > 0 => find(s).1,
+            (_, n) => n,
         }
+    }
+
+    fn is_special(&self, s: &str) -> bool {
+        // Hashing a long chunk on every peel would make peeling quadratic; no key is that long.
+        s.len() <= self.longest_special && self.special.contains_key(s)
     }
 
     /// One whitespace-free chunk -> token texts.
     pub fn split(&self, s: &str) -> Vec<String> {
-        let special = &self.special;
-        if let Some(v) = special.get(s) {
-            return v.clone();
+        if self.is_special(s) {
+            return self.special.get(s).cloned().unwrap_or_default();
         }
-        let mut s = s.to_string();
-        let mut pre: Vec<String> = Vec::new();
-        let mut suf: Vec<String> = Vec::new();
+        // The chunk still to split is s[lo..hi]: peeling moves the bounds instead of copying.
+        let (mut lo, mut hi) = (0, s.len());
+        let mut pre: Vec<&str> = Vec::new();
+        let mut suf: Vec<&str> = Vec::new();
         let mut last = usize::MAX;
-        while !s.is_empty() && s.len() != last && !special.contains_key(&s) {
-            last = s.len();
-            let pre_len = self.find_prefix(&s);
-            let (mut prefix, mut minus_pre) = (String::new(), String::new());
+        while lo < hi && hi - lo != last && !self.is_special(&s[lo..hi]) {
+            last = hi - lo;
+            let cur = &s[lo..hi];
+            let pre_len = self.find_prefix(cur);
+            if pre_len > 0 && pre_len < cur.len() && self.is_special(&cur[pre_len..]) {
+                pre.push(&cur[..pre_len]);
+                lo += pre_len;
+                break;
+            }
+            let suf_len = self.find_suffix(&cur[pre_len..]);
+            let cut = cur.len() - suf_len;
+            if suf_len > 0 && cut > 0 && self.is_special(&cur[..cut]) {
+                suf.push(&cur[cut..]);
+                hi -= suf_len;
+                break;
+            }
             if pre_len > 0 {
-                prefix = s[..pre_len].to_string();
-                minus_pre = s[pre_len..].to_string();
-                if !minus_pre.is_empty() && special.contains_key(&minus_pre) {
-                    s = minus_pre;
-                    pre.push(prefix);
-                    break;
-                }
+                pre.push(&cur[..pre_len]);
+                lo += pre_len;
             }
-            let suf_len = self.find_suffix(&s[pre_len..]);
-            let (mut suffix, mut minus_suf) = (String::new(), String::new());
             if suf_len > 0 {
-                suffix = s[s.len() - suf_len..].to_string();
-                minus_suf = s[..s.len() - suf_len].to_string();
-                if !minus_suf.is_empty() && special.contains_key(&minus_suf) {
-                    s = minus_suf;
-                    suf.push(suffix);
-                    break;
-                }
-            }
-            if pre_len > 0 && suf_len > 0 && pre_len + suf_len <= s.len() {
-                s = s[pre_len..s.len() - suf_len].to_string();
-                pre.push(prefix);
-                suf.push(suffix);
-            } else if pre_len > 0 {
-                s = minus_pre;
-                pre.push(prefix);
-            } else if suf_len > 0 {
-                s = minus_suf;
-                suf.push(suffix);
+                suf.push(&cur[cut..]);
+                hi -= suf_len;
             }
         }
-        let mut toks = pre;
-        if !s.is_empty() {
-            if let Some(v) = special.get(&s) {
-                toks.extend(v.iter().cloned());
-            } else if self.url.is_match(&s).unwrap_or(false) {
-                toks.push(s.clone());
+        let rest = &s[lo..hi];
+        let mut toks: Vec<String> = pre.into_iter().map(str::to_string).collect();
+        if !rest.is_empty() {
+            if self.is_special(rest) {
+                toks.extend(self.special.get(rest).into_iter().flatten().cloned());
+            } else if self.url.is_match(rest).unwrap_or(false) {
+                toks.push(rest.to_string());
             } else {
                 let mut start = 0;
-                for m in self.infix.find_iter(&s).flatten() {
+                for m in self.infix.find_iter(rest).flatten() {
                     if m.start() == 0 || m.start() == m.end() {
                         continue;
                     }
                     if m.start() > start {
-                        toks.push(s[start..m.start()].to_string());
+                        toks.push(rest[start..m.start()].to_string());
                     }
                     toks.push(m.as_str().to_string());
                     start = m.end();
                 }
-                if start < s.len() {
-                    toks.push(s[start..].to_string());
+                if start < rest.len() {
+                    toks.push(rest[start..].to_string());
                 }
             }
         }
-        toks.extend(suf.into_iter().rev());
+        toks.extend(suf.into_iter().rev().map(str::to_string));
         if toks.len() > 1 {
             self.rejoin(toks)
         } else {
@@ -221,7 +244,7 @@ impl Tokenizer {
             for k in [3, 2] {
                 if i + k <= toks.len() {
                     let joined: String = toks[i..i + k].concat();
-                    if let Some(v) = self.special.get(&joined) {
+                    if let Some(v) = self.special.get(&joined).filter(|_| joined.len() <= self.longest_special) {
                         out.extend(v.iter().cloned());
                         i += k;
                         continue 'outer;
