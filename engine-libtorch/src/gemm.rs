@@ -16,6 +16,8 @@
 //!   into int32, exact), W widened to 16 bits at packing. `vpmaddubsw` is not used: its 16-bit
 //!   sums saturate.
 //! - **Baseline**: plain dot products the compiler vectorizes for the target.
+//! - **AMX**: where oneDNN has AMX tiles, libtorch's `_int_mm` beats these kernels on many rows;
+//!   [`calibrate`] measures that once and hands such products to it (the same exact sums).
 
 use std::cell::{OnceCell, RefCell};
 use std::sync::atomic::{AtomicUsize, Ordering};
