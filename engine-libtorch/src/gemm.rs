@@ -342,7 +342,7 @@ mod x86 {
 }
 
 /// Measures, once per process, whether libtorch's `_int_mm` beats our kernel on the decoder's
-/// shape (768 × 256) and from how many rows, and sets [`TORCH_FROM_ROWS`] to match. Only at the
+/// shape (768 × 256) and from how many rows, and sets `TORCH_FROM_ROWS` to match. Only at the
 /// best level the CPU has (a capped level is a request to run our kernels) and only where
 /// libtorch is fast at all: oneDNN's AMX tiles (Sapphire Rapids and later) beat the AVX-512 VNNI
 /// kernel from ~70 rows; everywhere else `_int_mm` is slower (a scalar loop without VNNI).
