@@ -127,6 +127,11 @@ pub fn set_cap(cap: Level) -> Level {
     l
 }
 
+/// Undoes [`set_cap`]: back to [`SIMD_ENV`]'s cap (or none); returns the level now in force.
+pub fn reset_cap() -> Level {
+    set_cap(env_cap().ok().flatten().unwrap_or(Level::Avx512Vnni))
+}
+
 /// Defines `fn NAME(args)` whose body is compiled three times, for the crate's target (SSE2 on
 /// x86-64), for AVX2 (with FMA) and for AVX-512, picked at run time by [`level`]. The loops in
 /// such bodies are written element by element with no reassociation, and fuse a multiply and an

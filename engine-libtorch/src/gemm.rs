@@ -358,7 +358,7 @@ pub fn calibrate() -> Option<usize> {
         let (n, k) = (768usize, 256usize);
         let w: Vec<i8> = (0..n * k).map(|i| ((i * 37) % 255) as i8 ^ 0x55).map(|v| v.max(-127)).collect();
         let p = Packed::new(&w, n, k, level);
-        let best = |f: &dyn Fn()| {
+        let best = |f: &mut dyn FnMut()| {
             (0..4)
                 .map(|_| {
                     let t = std::time::Instant::now();
@@ -371,19 +371,10 @@ pub fn calibrate() -> Option<usize> {
         let mut from = None;
         for m in [256usize, 128, 64, 32] {
             let a: Vec<i8> = (0..m * k).map(|i| ((i * 91) % 256) as u8 as i8).collect();
-            let mut c = vec![0i32; m * n];
-            let ours = best(&|| {
-                let mut c = vec![0i32; m * n];
-                p.matmul(&a, &mut c);
-            });
-            let torch = best(&|| {
-                let mut c = vec![0i32; m * n];
-                p.matmul_torch(&a, m, &mut c);
-            });
+            let (mut ours_c, mut c) = (vec![0i32; m * n], vec![0i32; m * n]);
+            let ours = best(&mut || p.matmul(&a, &mut ours_c));
+            let torch = best(&mut || p.matmul_torch(&a, m, &mut c));
             // the same sums, or libtorch is not to be used at all
-            let mut ours_c = vec![0i32; m * n];
-            p.matmul(&a, &mut ours_c);
-            p.matmul_torch(&a, m, &mut c);
             if c != ours_c || torch >= ours * 0.9 {
                 break;
             }
