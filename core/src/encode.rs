@@ -6,6 +6,7 @@
 //! opus uses the system libopus, wrapped in an Ogg stream written here.
 
 mod flac;
+mod g711;
 mod md5;
 mod mp3;
 mod ogg;
@@ -37,6 +38,16 @@ pub fn encode(format: ResponseFormat, samples: &[i16], sample_rate: u32) -> Resu
         ResponseFormat::Mp3 => mp3::encode(samples, sample_rate),
         ResponseFormat::Opus => opus::encode(samples, sample_rate),
     }
+}
+
+/// G.711 μ-law, one byte per sample (headerless, as telephony carries it; normally at 8 kHz).
+pub fn ulaw(samples: &[i16]) -> Vec<u8> {
+    g711::encode_ulaw(samples)
+}
+
+/// G.711 A-law, one byte per sample (headerless; normally at 8 kHz).
+pub fn alaw(samples: &[i16]) -> Vec<u8> {
+    g711::encode_alaw(samples)
 }
 
 /// Length of the canonical RIFF/WAVE header: RIFF + fmt (16 bytes of PCM fields) + data.

@@ -151,6 +151,7 @@ pub mod json;
 mod messages;
 pub mod parse;
 mod pydantic;
+pub mod resample;
 pub mod session;
 pub mod speech_http;
 #[cfg(feature = "synthetic")]

@@ -316,3 +316,54 @@ fn opus_at_other_rates_keeps_length() {
         );
     }
 }
+
+/// ffmpeg decodes G.711 at 8 kHz.
+fn ffmpeg_decode_g711(codec: &str, bytes: &[u8], name: &str) -> Vec<i16> {
+    require("ffmpeg");
+    let file = TempFile::new(&format!("{name}.{codec}"), bytes);
+    let mut cmd = Command::new("ffmpeg");
+    cmd.args(["-nostdin", "-v", "error", "-f", codec, "-ar", "8000", "-ac", "1", "-i"]).arg(&file.0);
+    cmd.args(["-f", "s16le", "-acodec", "pcm_s16le", "-"]);
+    s16le(&run(&mut cmd))
+}
+
+/// Every 16-bit value through our G.711 encoders and ffmpeg's decoders: one byte per sample,
+/// each decoded value within one quantisation step of the input (a segment's step is 1/16 of
+/// its lower edge: at most (|x| + 132) / 16, plus mu-law's clip above 32635), and monotonic.
+#[test]
+fn g711_decodes_with_ffmpeg_within_a_step() {
+    let every: Vec<i16> = (i16::MIN..=i16::MAX).collect();
+    for (codec, bytes) in
+        [("mulaw", speechstream_core::encode::ulaw(&every)), ("alaw", speechstream_core::encode::alaw(&every))]
+    {
+        assert_eq!(bytes.len(), every.len(), "{codec}: one byte per sample");
+        let decoded = ffmpeg_decode_g711(codec, &bytes, "every");
+        assert_eq!(decoded.len(), every.len(), "{codec}");
+        let mut last = i16::MIN;
+        for (&x, &y) in every.iter().zip(&decoded) {
+            let magnitude = (x as i32).abs();
+            let step = (magnitude + 132) / 16 + 1 + (magnitude - 32_635).max(0);
+            assert!((x as i32 - y as i32).abs() <= step, "{codec}: {x} decoded as {y}");
+            assert!(y >= last, "{codec}: not monotonic at {x}");
+            last = y;
+        }
+    }
+}
+
+/// 24 kHz speech-band tones, resampled to 8 kHz and G.711-encoded, decode with ffmpeg to the
+/// same tones (telephony's path).
+#[test]
+fn telephony_path_keeps_the_tones() {
+    let original = two_tones(24_000);
+    let narrow = speechstream_core::resample::resample(RATE, 8_000, &original).expect("resample");
+    assert_eq!(narrow.len(), 8_000);
+    for (codec, bytes) in
+        [("mulaw", speechstream_core::encode::ulaw(&narrow)), ("alaw", speechstream_core::encode::alaw(&narrow))]
+    {
+        let decoded = ffmpeg_decode_g711(codec, &bytes, "tones");
+        assert_eq!(decoded.len(), narrow.len());
+        // Back at 24 kHz, the tones are where they were, at their level.
+        let wide = speechstream_core::resample::resample(8_000, RATE, &decoded).expect("resample back");
+        assert_tones(&wide, &original, codec);
+    }
+}
