@@ -1,4 +1,5 @@
-//! Encoding a whole utterance for non-streamed replies: wav, pcm, flac, mp3, opus (Ogg).
+//! Encoding audio for replies: wav, pcm, flac, mp3, opus (Ogg), whole ([`encode`]) or as it
+//! is made ([`StreamEncoder`]); G.711 mu-law and A-law bytes ([`ulaw`], [`alaw`]).
 //!
 //! Every format takes mono 16-bit samples and returns one complete file (protocol.md §e.1).
 //! Empty input still yields a valid, decodable file of zero length. wav, pcm and flac are
@@ -38,6 +39,100 @@ pub fn encode(format: ResponseFormat, samples: &[i16], sample_rate: u32) -> Resu
         ResponseFormat::Mp3 => mp3::encode(samples, sample_rate),
         ResponseFormat::Opus => opus::encode(samples, sample_rate),
     }
+}
+
+/// How a streamed body is paged, where the format has a choice (Ogg Opus pages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Paging {
+    /// The whole-file layout: the streamed bytes are exactly those of [`encode`] (a body sent
+    /// as it is made, without `stream_format`).
+    AsFile,
+    /// Out with every push: each piece of audio leaves at once (`stream_format` streams).
+    Eager,
+}
+
+/// One response encoded as the audio arrives: [`StreamEncoder::push`] returns the bytes ready
+/// so far (possibly none: a format may hold part of a frame), [`StreamEncoder::finish`] the
+/// rest. Their concatenation is one complete, decodable file of the format:
+/// - pcm: the samples as they come; wav: the header that leaves both sizes open
+///   (0xFFFFFFFF), then the samples;
+/// - flac: STREAMINFO with the length and MD5 unknown, a frame per 4096-sample block;
+/// - mp3: LAME frames without the Info tag (its delay and padding stay in the decoded audio);
+/// - opus: Ogg pages; with [`Paging::AsFile`] the very bytes of [`encode`].
+pub struct StreamEncoder {
+    kind: StreamKind,
+}
+
+enum StreamKind {
+    Pcm,
+    Wav { header: Option<[u8; WAV_HEADER_LEN]> },
+    Flac(flac::FlacStream),
+    Mp3(mp3::Mp3Stream),
+    Opus(opus::OpusStream),
+}
+
+impl StreamEncoder {
+    /// A stream of `format` at `sample_rate` Hz. Errors for rates the format cannot carry.
+    pub fn new(format: ResponseFormat, sample_rate: u32, paging: Paging) -> Result<StreamEncoder, EncodeError> {
+        if sample_rate == 0 {
+            return Err(EncodeError(format!("cannot encode {}: sample rate must be positive", format.as_str())));
+        }
+        let kind = match format {
+            ResponseFormat::Pcm => StreamKind::Pcm,
+            ResponseFormat::Wav => StreamKind::Wav { header: Some(streaming_wav_header(sample_rate)) },
+            ResponseFormat::Flac => StreamKind::Flac(flac::FlacStream::new(sample_rate)?),
+            ResponseFormat::Mp3 => StreamKind::Mp3(mp3::Mp3Stream::new(sample_rate)?),
+            ResponseFormat::Opus => StreamKind::Opus(opus::OpusStream::new(sample_rate, paging == Paging::Eager)?),
+        };
+        Ok(StreamEncoder { kind })
+    }
+
+    /// Encode more samples; returns the bytes that are ready.
+    pub fn push(&mut self, samples: &[i16]) -> Result<Vec<u8>, EncodeError> {
+        match &mut self.kind {
+            StreamKind::Pcm => Ok(pcm(samples)),
+            StreamKind::Wav { header } => {
+                let mut out = header.take().map(|h| h.to_vec()).unwrap_or_default();
+                push_s16le(&mut out, samples);
+                Ok(out)
+            }
+            StreamKind::Flac(s) => s.push(samples),
+            StreamKind::Mp3(s) => s.push(samples),
+            StreamKind::Opus(s) => s.push(samples),
+        }
+    }
+
+    /// End of audio: the bytes that close the file.
+    pub fn finish(self) -> Result<Vec<u8>, EncodeError> {
+        match self.kind {
+            StreamKind::Pcm => Ok(Vec::new()),
+            StreamKind::Wav { header } => Ok(header.map(|h| h.to_vec()).unwrap_or_default()),
+            StreamKind::Flac(s) => s.finish(),
+            StreamKind::Mp3(s) => s.finish(),
+            StreamKind::Opus(s) => s.finish(),
+        }
+    }
+}
+
+/// The 44-byte header that starts a streamed WAV: mono 16-bit PCM with both sizes 0xFFFFFFFF,
+/// as the length is unknown when it is sent.
+pub fn streaming_wav_header(sample_rate: u32) -> [u8; WAV_HEADER_LEN] {
+    let mut h = [0u8; WAV_HEADER_LEN];
+    let mut put = |at: usize, bytes: &[u8]| h[at..at + bytes.len()].copy_from_slice(bytes);
+    put(0, b"RIFF");
+    put(4, &u32::MAX.to_le_bytes());
+    put(8, b"WAVE");
+    put(12, b"fmt ");
+    put(16, &16u32.to_le_bytes());
+    put(20, &1u16.to_le_bytes()); // PCM
+    put(22, &1u16.to_le_bytes()); // channels
+    put(24, &sample_rate.to_le_bytes());
+    put(28, &sample_rate.saturating_mul(2).to_le_bytes()); // byte rate
+    put(32, &2u16.to_le_bytes()); // block align
+    put(34, &16u16.to_le_bytes()); // bits per sample
+    put(36, b"data");
+    put(40, &u32::MAX.to_le_bytes());
+    h
 }
 
 /// G.711 μ-law, one byte per sample (headerless, as telephony carries it; normally at 8 kHz).

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use speechstream_core::config::ResponseFormat;
-use speechstream_core::encode::encode;
+use speechstream_core::encode::{encode, Paging, StreamEncoder};
 
 const RATE: u32 = 24_000;
 
@@ -365,5 +365,77 @@ fn telephony_path_keeps_the_tones() {
         // Back at 24 kHz, the tones are where they were, at their level.
         let wide = speechstream_core::resample::resample(8_000, RATE, &decoded).expect("resample back");
         assert_tones(&wide, &original, codec);
+    }
+}
+
+/// Stream `samples` through a [`StreamEncoder`] in pieces of `piece` samples: the bytes of each
+/// push, then of finish.
+fn streamed(format: ResponseFormat, samples: &[i16], piece: usize, paging: Paging) -> Vec<Vec<u8>> {
+    let mut encoder = StreamEncoder::new(format, RATE, paging).expect("stream encoder");
+    let mut parts: Vec<Vec<u8>> = samples.chunks(piece.max(1)).map(|c| encoder.push(c).expect("push")).collect();
+    parts.push(encoder.finish().expect("finish"));
+    parts
+}
+
+/// Every format streamed as an engine delivers audio (uneven pieces) decodes with ffmpeg when
+/// the stream ends: the lossless ones bit-exact, the lossy ones with their tones; and audio
+/// leaves before the end (every push of a second of audio yields bytes).
+#[test]
+fn every_format_streams_and_decodes() {
+    let samples = two_tones(24_000 * 3 + 517);
+    for format in
+        [ResponseFormat::Pcm, ResponseFormat::Wav, ResponseFormat::Flac, ResponseFormat::Mp3, ResponseFormat::Opus]
+    {
+        let name = format!("stream-{}", format.as_str());
+        let parts = streamed(format, &samples, 24_000, Paging::Eager);
+        // The first three pushes are a second of audio each (the fourth, 517 samples, may be
+        // held back by a format's frame or block).
+        for (i, part) in parts[..3].iter().enumerate() {
+            assert!(!part.is_empty(), "{name}: push {i} of a second of audio gave no bytes");
+        }
+        let bytes: Vec<u8> = parts.concat();
+        let decoded = ffmpeg_decode(format, &bytes, &name);
+        match format {
+            ResponseFormat::Pcm | ResponseFormat::Wav | ResponseFormat::Flac => {
+                assert!(decoded == samples, "{name}: not bit-exact ({} vs {} samples)", decoded.len(), samples.len())
+            }
+            ResponseFormat::Opus => {
+                assert!((decoded.len() as i64 - samples.len() as i64).abs() <= 2, "{name}: {} samples", decoded.len());
+                assert_tones(&decoded, &samples, &name);
+                let (lag, corr) = best_alignment(&decoded, &samples, 1200);
+                assert!(lag.abs() <= 2 && corr > 0.9, "{name}: lag {lag}, correlation {corr:.3}");
+            }
+            ResponseFormat::Mp3 => {
+                // No Info tag in a stream: LAME's delay and padding (under 2 granules each) stay.
+                let extra = decoded.len() as i64 - samples.len() as i64;
+                assert!((0..=4 * 1152).contains(&extra), "{name}: {} samples", decoded.len());
+                let (lag, corr) = best_alignment(&decoded, &samples, 3000);
+                assert!(lag >= 0 && corr > 0.95, "{name}: lag {lag}, correlation {corr:.3}");
+                assert_tones(&decoded[lag as usize..lag as usize + samples.len()], &samples, &name);
+            }
+        }
+        // Empty streams are valid files too.
+        let empty = streamed(format, &[], 1, Paging::Eager).concat();
+        let decoded = ffmpeg_decode(format, &empty, &format!("{name}-empty"));
+        assert!(decoded.iter().all(|v| v.abs() <= 1), "{name}: empty stream is not silent");
+    }
+}
+
+/// A body streamed without `stream_format` has today's bytes: Ogg Opus paged as the file is,
+/// whatever the pieces; lossless formats whose headers need the length (wav, flac) and mp3
+/// (its Info tag) are sent whole instead, so this holds for pcm and opus.
+#[test]
+fn opus_streamed_as_file_has_the_file_bytes() {
+    for len in [0usize, 1, 959, 960, 24_000 * 2 + 1, 960 * 50, 960 * 50 + 1, 960 * 100 - 313] {
+        let samples = hostile(len);
+        let whole = encoded(ResponseFormat::Opus, &samples);
+        for piece in [1usize, 333, 960, 24_000, 100_000] {
+            let parts = streamed(ResponseFormat::Opus, &samples, piece, Paging::AsFile);
+            assert!(parts.concat() == whole, "opus of {len} samples in pieces of {piece} differs from the file");
+        }
+        assert!(
+            streamed(ResponseFormat::Pcm, &samples, 777, Paging::AsFile).concat()
+                == encoded(ResponseFormat::Pcm, &samples)
+        );
     }
 }

@@ -58,6 +58,84 @@ pub(super) fn encode(samples: &[i16], sample_rate: u32) -> Result<Vec<u8>, Encod
     Ok(out)
 }
 
+/// FLAC made as audio arrives: STREAMINFO first with the total length, frame sizes and MD5
+/// left "unknown" (0, as the format allows for streams), then a frame for each whole
+/// 4096-sample block as it fills; `finish` writes the last, shorter block.
+pub(super) struct FlacStream {
+    sample_rate: u32,
+    sr_code: u8,
+    scratch: Scratch,
+    pending: Vec<i16>,
+    frames: usize,
+    started: bool,
+    received: u64,
+}
+
+impl FlacStream {
+    pub(super) fn new(sample_rate: u32) -> Result<FlacStream, EncodeError> {
+        if sample_rate > MAX_SAMPLE_RATE {
+            return Err(EncodeError(format!(
+                "cannot encode flac: sample rate {sample_rate} Hz is above FLAC's {MAX_SAMPLE_RATE} Hz"
+            )));
+        }
+        Ok(FlacStream {
+            sample_rate,
+            sr_code: sample_rate_code(sample_rate),
+            scratch: Scratch::default(),
+            pending: Vec::with_capacity(BLOCK_SIZE),
+            frames: 0,
+            started: false,
+            received: 0,
+        })
+    }
+
+    fn header(&mut self, out: &mut Vec<u8>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        out.extend_from_slice(b"fLaC");
+        out.extend_from_slice(&[0x80, 0, 0, 34]);
+        let mut info = [0u8; 34];
+        info[0..2].copy_from_slice(&(BLOCK_SIZE as u16).to_be_bytes());
+        info[2..4].copy_from_slice(&(BLOCK_SIZE as u16).to_be_bytes());
+        // Frame sizes, total samples and MD5 stay 0: unknown.
+        let packed: u64 = (u64::from(self.sample_rate) << 44) | (u64::from(BITS_PER_SAMPLE - 1) << 36);
+        info[10..18].copy_from_slice(&packed.to_be_bytes());
+        out.extend_from_slice(&info);
+    }
+
+    pub(super) fn push(&mut self, samples: &[i16]) -> Result<Vec<u8>, EncodeError> {
+        self.received += samples.len() as u64;
+        if self.received >= 1 << 36 {
+            return Err(EncodeError("cannot encode flac: too many samples".into()));
+        }
+        let mut out = Vec::with_capacity(samples.len() + 64);
+        self.header(&mut out);
+        let mut rest = samples;
+        while !rest.is_empty() {
+            let take = (BLOCK_SIZE - self.pending.len()).min(rest.len());
+            self.pending.extend_from_slice(&rest[..take]);
+            rest = &rest[take..];
+            if self.pending.len() == BLOCK_SIZE {
+                write_frame(&mut out, &mut self.scratch, self.frames, &self.pending, self.sr_code)?;
+                self.frames += 1;
+                self.pending.clear();
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) fn finish(mut self) -> Result<Vec<u8>, EncodeError> {
+        let mut out = Vec::new();
+        self.header(&mut out);
+        if !self.pending.is_empty() {
+            write_frame(&mut out, &mut self.scratch, self.frames, &self.pending, self.sr_code)?;
+        }
+        Ok(out)
+    }
+}
+
 /// MD5 of the samples as interleaved signed little-endian bytes, as STREAMINFO defines it.
 fn audio_md5(samples: &[i16]) -> [u8; 16] {
     let mut md5 = Md5::new();

@@ -10,7 +10,8 @@ const BITRATE: Bitrate = Bitrate::Kbps64;
 /// Feed LAME bounded pieces: its API counts samples in a C int and we size output per call.
 const CHUNK: usize = 16_384;
 
-pub(super) fn encode(samples: &[i16], sample_rate: u32) -> Result<Vec<u8>, EncodeError> {
+/// A LAME encoder for mono CBR at `sample_rate`, with or without the LAME/Info tag frame.
+fn build(sample_rate: u32, tag: bool) -> Result<mp3lame_encoder::Encoder, EncodeError> {
     // The MPEG-1/2/2.5 rates; anything else LAME would silently resample.
     if !matches!(sample_rate, 8_000 | 11_025 | 12_000 | 16_000 | 22_050 | 24_000 | 32_000 | 44_100 | 48_000) {
         return Err(EncodeError(format!(
@@ -18,7 +19,6 @@ pub(super) fn encode(samples: &[i16], sample_rate: u32) -> Result<Vec<u8>, Encod
              (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100 or 48000 Hz)"
         )));
     }
-    let lame = |what: &str, e: &dyn std::fmt::Display| EncodeError(format!("mp3: {what}: {e}"));
     let mut builder = Builder::new().ok_or_else(|| EncodeError("mp3: LAME could not allocate".into()))?;
     builder.set_num_channels(1).map_err(|e| lame("channels", &e))?;
     builder.set_sample_rate(sample_rate).map_err(|e| lame("sample rate", &e))?;
@@ -28,19 +28,37 @@ pub(super) fn encode(samples: &[i16], sample_rate: u32) -> Result<Vec<u8>, Encod
     builder.set_mode(Mode::Mono).map_err(|e| lame("mode", &e))?;
     builder.set_brate(BITRATE).map_err(|e| lame("bitrate", &e))?;
     builder.set_quality(Quality::Good).map_err(|e| lame("quality", &e))?;
-    builder.set_to_write_vbr_tag(true).map_err(|e| lame("LAME tag", &e))?;
-    let mut encoder = builder.build().map_err(|e| lame("init", &e))?;
+    builder.set_to_write_vbr_tag(tag).map_err(|e| lame("LAME tag", &e))?;
+    builder.build().map_err(|e| lame("init", &e))
+}
 
-    // 64 kb/s is 8 kB per second of audio.
-    let mut out = Vec::with_capacity(samples.len() / 2 + 8192);
+fn lame(what: &str, e: &dyn std::fmt::Display) -> EncodeError {
+    EncodeError(format!("mp3: {what}: {e}"))
+}
+
+/// Encode `samples` and append the frames LAME has ready to `out`.
+fn feed(encoder: &mut mp3lame_encoder::Encoder, samples: &[i16], out: &mut Vec<u8>) -> Result<(), EncodeError> {
     for chunk in samples.chunks(CHUNK) {
         out.reserve(mp3lame_encoder::max_required_buffer_size(chunk.len()));
-        encoder.encode_to_vec(MonoPcm(chunk), &mut out).map_err(|e| lame("encoding", &e))?;
+        encoder.encode_to_vec(MonoPcm(chunk), out).map_err(|e| lame("encoding", &e))?;
     }
+    Ok(())
+}
+
+/// lame_encode_flush: encodes what LAME still buffers, padded with silence. (The "nogap"
+/// flush only empties the bit reservoir and would drop the tail.)
+fn flush(encoder: &mut mp3lame_encoder::Encoder, out: &mut Vec<u8>) -> Result<(), EncodeError> {
     out.reserve(mp3lame_encoder::max_required_buffer_size(0));
-    // lame_encode_flush: encodes what LAME still buffers, padded with silence. (The
-    // "nogap" flush only empties the bit reservoir and would drop the tail.)
-    encoder.flush_to_vec::<FlushGap>(&mut out).map_err(|e| lame("flushing", &e))?;
+    encoder.flush_to_vec::<FlushGap>(out).map_err(|e| lame("flushing", &e))?;
+    Ok(())
+}
+
+pub(super) fn encode(samples: &[i16], sample_rate: u32) -> Result<Vec<u8>, EncodeError> {
+    let mut encoder = build(sample_rate, true)?;
+    // 64 kb/s is 8 kB per second of audio.
+    let mut out = Vec::with_capacity(samples.len() / 2 + 8192);
+    feed(&mut encoder, samples, &mut out)?;
+    flush(&mut encoder, &mut out)?;
 
     // LAME leaves a placeholder frame at the start; the tag (delay, padding, length)
     // can only be computed now and overwrites it in place.
@@ -55,6 +73,29 @@ pub(super) fn encode(samples: &[i16], sample_rate: u32) -> Result<Vec<u8>, Encod
         slot.copy_from_slice(&tag);
     }
     Ok(out)
+}
+
+/// MP3 frames made as audio arrives. No LAME/Info tag (it can only be written once the
+/// length is known), so a decoder keeps LAME's delay and padding: about 50 ms more audio than
+/// went in, silence at both ends.
+pub(super) struct Mp3Stream(mp3lame_encoder::Encoder);
+
+impl Mp3Stream {
+    pub(super) fn new(sample_rate: u32) -> Result<Mp3Stream, EncodeError> {
+        Ok(Mp3Stream(build(sample_rate, false)?))
+    }
+
+    pub(super) fn push(&mut self, samples: &[i16]) -> Result<Vec<u8>, EncodeError> {
+        let mut out = Vec::with_capacity(samples.len() / 2 + 1024);
+        feed(&mut self.0, samples, &mut out)?;
+        Ok(out)
+    }
+
+    pub(super) fn finish(mut self) -> Result<Vec<u8>, EncodeError> {
+        let mut out = Vec::new();
+        flush(&mut self.0, &mut out)?;
+        Ok(out)
+    }
 }
 
 #[cfg(test)]

@@ -61,6 +61,11 @@ impl OggWriter {
         }
     }
 
+    /// The pages finished so far, taken out of the writer (for streaming them).
+    pub(super) fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.out)
+    }
+
     /// Flush the last page with end-of-stream set and return the stream.
     pub(super) fn finish(mut self) -> Vec<u8> {
         self.write_page(true);

@@ -22,54 +22,125 @@ const PACKETS_PER_PAGE: usize = 50;
 const STREAM_SERIAL: u32 = 0x5353_5452;
 
 pub(super) fn encode(samples: &[i16], sample_rate: u32) -> Result<Vec<u8>, EncodeError> {
-    if !matches!(sample_rate, 8_000 | 12_000 | 16_000 | 24_000 | 48_000) {
-        return Err(EncodeError(format!(
-            "cannot encode opus: sample rate {sample_rate} Hz is not supported \
-             (Opus takes 8000, 12000, 16000, 24000 or 48000 Hz)"
-        )));
-    }
-    let scale = u64::from(GRANULE_RATE / sample_rate);
-    let frame = (sample_rate / 50) as usize;
+    let mut stream = OpusStream::new(sample_rate, false)?;
+    let mut out = stream.push(samples)?;
+    out.extend(stream.finish()?);
+    Ok(out)
+}
 
-    let encoder = Encoder::new(sample_rate)?;
-    encoder.ctl_set(ffi::OPUS_SET_BITRATE_REQUEST, BITRATE)?;
-    let lookahead = usize::try_from(encoder.ctl_get(ffi::OPUS_GET_LOOKAHEAD_REQUEST)?)
-        .map_err(|_| EncodeError("opus: negative encoder lookahead".into()))?;
-    let pre_skip = u16::try_from(lookahead as u64 * scale)
-        .map_err(|_| EncodeError("opus: encoder lookahead too long for pre-skip".into()))?;
+/// An Ogg Opus stream made as audio arrives. Packets are encoded as soon as a whole 20 ms
+/// frame is in; pages close every [`PACKETS_PER_PAGE`] packets (the whole-file layout, so
+/// that a body streamed this way has exactly the bytes of [`encode`]) or, when `eager`, at the
+/// end of every push (each push's audio leaves at once, in its own page).
+pub(super) struct OpusStream {
+    encoder: Encoder,
+    ogg: OggWriter,
+    frame: usize,
+    scale: u64,
+    pre_skip: u16,
+    lookahead: usize,
+    /// Input not yet encoded (less than one frame after a push).
+    pending: Vec<i16>,
+    /// Packets encoded so far.
+    packets: usize,
+    /// Samples received so far.
+    received: u64,
+    /// Packets added since the last page was closed.
+    unflushed: usize,
+    eager: bool,
+    packet: Vec<u8>,
+}
 
-    // Enough frames that the decoder, after dropping pre-skip, still yields every sample.
-    let frames = (samples.len() + lookahead).div_ceil(frame).max(1);
-    let end_granule = u64::from(pre_skip) + samples.len() as u64 * scale;
-
-    let mut ogg = OggWriter::new(STREAM_SERIAL, samples.len() / 8 + 512);
-    ogg.packet(&opus_head(pre_skip, sample_rate), 0);
-    ogg.flush();
-    ogg.packet(&opus_tags(), 0);
-    ogg.flush();
-
-    let mut packet = vec![0u8; MAX_PACKET];
-    let mut padded = vec![0i16; frame];
-    for index in 0..frames {
-        let start = index * frame;
-        let pcm = match samples.get(start..start + frame) {
-            Some(full) => full,
-            None => {
-                // The tail, padded with silence to a whole frame.
-                let tail = samples.get(start..).unwrap_or(&[]);
-                padded.fill(0);
-                padded[..tail.len()].copy_from_slice(tail);
-                &padded[..]
-            }
-        };
-        let len = encoder.encode(pcm, &mut packet)?;
-        let granule = ((index + 1) * frame) as u64 * scale;
-        ogg.packet(&packet[..len], granule.min(end_granule));
-        if (index + 1) % PACKETS_PER_PAGE == 0 && index + 1 < frames {
-            ogg.flush();
+impl OpusStream {
+    pub(super) fn new(sample_rate: u32, eager: bool) -> Result<OpusStream, EncodeError> {
+        if !matches!(sample_rate, 8_000 | 12_000 | 16_000 | 24_000 | 48_000) {
+            return Err(EncodeError(format!(
+                "cannot encode opus: sample rate {sample_rate} Hz is not supported \
+                 (Opus takes 8000, 12000, 16000, 24000 or 48000 Hz)"
+            )));
         }
+        let scale = u64::from(GRANULE_RATE / sample_rate);
+        let frame = (sample_rate / 50) as usize;
+        let encoder = Encoder::new(sample_rate)?;
+        encoder.ctl_set(ffi::OPUS_SET_BITRATE_REQUEST, BITRATE)?;
+        let lookahead = usize::try_from(encoder.ctl_get(ffi::OPUS_GET_LOOKAHEAD_REQUEST)?)
+            .map_err(|_| EncodeError("opus: negative encoder lookahead".into()))?;
+        let pre_skip = u16::try_from(lookahead as u64 * scale)
+            .map_err(|_| EncodeError("opus: encoder lookahead too long for pre-skip".into()))?;
+        let mut ogg = OggWriter::new(STREAM_SERIAL, 4096);
+        ogg.packet(&opus_head(pre_skip, sample_rate), 0);
+        ogg.flush();
+        ogg.packet(&opus_tags(), 0);
+        ogg.flush();
+        Ok(OpusStream {
+            encoder,
+            ogg,
+            frame,
+            scale,
+            pre_skip,
+            lookahead,
+            pending: Vec::with_capacity(frame),
+            packets: 0,
+            received: 0,
+            unflushed: 0,
+            eager,
+            packet: vec![0u8; MAX_PACKET],
+        })
     }
-    Ok(ogg.finish())
+
+    /// Encode one frame as the next packet, ending at `granule`.
+    fn add_packet(&mut self, pcm: &[i16], granule: u64) -> Result<(), EncodeError> {
+        // A page holds PACKETS_PER_PAGE packets; the next one opens a new page (so the last
+        // page, closed by `finish`, is never empty).
+        if self.unflushed == PACKETS_PER_PAGE {
+            self.ogg.flush();
+            self.unflushed = 0;
+        }
+        let len = self.encoder.encode(pcm, &mut self.packet)?;
+        self.ogg.packet(&self.packet[..len], granule);
+        self.packets += 1;
+        self.unflushed += 1;
+        Ok(())
+    }
+
+    /// Feed audio; returns the bytes of the pages this completes (the headers first).
+    pub(super) fn push(&mut self, samples: &[i16]) -> Result<Vec<u8>, EncodeError> {
+        self.received += samples.len() as u64;
+        let mut rest = samples;
+        while !rest.is_empty() {
+            let take = (self.frame - self.pending.len()).min(rest.len());
+            self.pending.extend_from_slice(&rest[..take]);
+            rest = &rest[take..];
+            if self.pending.len() == self.frame {
+                let granule = (self.packets + 1) as u64 * self.frame as u64 * self.scale;
+                let pcm = std::mem::take(&mut self.pending);
+                self.add_packet(&pcm, granule)?;
+                self.pending = pcm;
+                self.pending.clear();
+            }
+        }
+        if self.eager && self.unflushed > 0 {
+            self.ogg.flush();
+            self.unflushed = 0;
+        }
+        Ok(self.ogg.take())
+    }
+
+    /// End of audio: the tail padded with silence, enough frames that a decoder still yields
+    /// every sample after dropping pre-skip, the last granule trimming the padding, and EOS.
+    pub(super) fn finish(mut self) -> Result<Vec<u8>, EncodeError> {
+        let total = self.received as usize;
+        let frames = (total + self.lookahead).div_ceil(self.frame).max(1);
+        let end_granule = u64::from(self.pre_skip) + total as u64 * self.scale;
+        let mut pcm = std::mem::take(&mut self.pending);
+        pcm.resize(self.frame, 0);
+        while self.packets < frames {
+            let granule = (self.packets + 1) as u64 * self.frame as u64 * self.scale;
+            self.add_packet(&pcm, granule.min(end_granule))?;
+            pcm.fill(0);
+        }
+        Ok(self.ogg.finish())
+    }
 }
 
 fn opus_head(pre_skip: u16, input_rate: u32) -> [u8; 19] {
