@@ -384,7 +384,7 @@ impl Scheduler {
                 let words: Vec<(&str, Range<usize>)> =
                     sentence.words.iter().map(|w| (w.text.as_str(), w.phonemes.clone())).collect();
                 let char_tokens = model.char_tokens(&sentence.phonemes);
-                let timings = word_timings(&words, &char_tokens, &prosody.durations, job.offset);
+                let timings = word_timings(&words, &sentence.phonemes, &char_tokens, &prosody.durations, job.offset);
                 if !timings.is_empty() {
                     job.pending.push_back(EngineEventKind::Words(timings));
                 }

@@ -3,6 +3,10 @@
 //! end says which phoneme characters each word of the text produced, so a word spans the frames
 //! of its tokens.
 //!
+//! A word spans its spoken tokens only: the pause tokens that punctuation and spaces produce
+//! (a sentence-final "." lasts about 400 ms of silence) are left between words, so the last
+//! word ends where its speech does.
+//!
 //! Words are reported as the protocol's aligner fallback segments text (split on whitespace, keep
 //! letters, digits and apostrophes, drop what is left empty), so the list matches the text's words
 //! in order. A front-end word that covers several text words ("7:30 pm") shares its time among them
@@ -21,12 +25,24 @@ pub fn clean_word(word: &str) -> String {
     word.chars().filter(|c| c.is_alphanumeric() || *c == '\'' || *c == '’').collect()
 }
 
+/// The most coarse frames (25 ms) a word's last sound may last before a pause. The duration
+/// predictor folds part of the following pause into the sound before it (a sentence's last
+/// phoneme is often given 300 ms, of which the audio holds about 100); past this cap the
+/// audio is silence.
+const FINAL_SOUND_CAP: u64 = 4;
+
+/// Whether a phoneme character is spoken; punctuation and spaces are pauses.
+fn spoken(c: char) -> bool {
+    !(c.is_whitespace() || c.is_ascii_punctuation() || matches!(c, '—' | '–' | '…' | '«' | '»' | '“' | '”' | '¡' | '¿'))
+}
+
 /// Timings of a sentence's words. `words`: each front-end word's text and its range of phoneme
-/// characters; `char_tokens`: the token index (in `ids`, where 0 is the leading boundary token)
+/// characters in `phonemes`; `char_tokens`: the token index (in `ids`, where 0 is the leading boundary token)
 /// of each phoneme character, `None` where the vocabulary dropped it; `durations`: coarse frames
 /// per token; `offset_samples`: where the sentence starts in the utterance's audio.
 pub fn word_timings(
     words: &[(&str, Range<usize>)],
+    phonemes: &str,
     char_tokens: &[Option<usize>],
     durations: &[i64],
     offset_samples: u64,
@@ -38,18 +54,42 @@ pub fn word_timings(
         acc += 2 * d.max(0) as u64;
     }
     let end_of = |t: usize| starts[t] + 2 * durations[t].max(0) as u64;
+    // Which tokens are spoken sounds (the boundaries at both ends are not).
+    let mut spoken_token = vec![false; durations.len()];
+    for (c, t) in phonemes.chars().zip(char_tokens) {
+        if let Some(t) = t.filter(|&t| t < durations.len()) {
+            spoken_token[t] = spoken(c);
+        }
+    }
     // Nothing is spoken during the leading boundary token.
     let mut cursor = if durations.is_empty() { 0 } else { end_of(0) };
     let mut out = Vec::new();
     for (text, range) in words {
         let range = range.start.min(char_tokens.len())..range.end.min(char_tokens.len());
-        let tokens: Vec<usize> =
-            char_tokens[range].iter().flatten().copied().filter(|&t| t < durations.len()).collect();
+        let tokens: Vec<usize> = phonemes
+            .chars()
+            .zip(char_tokens)
+            .skip(range.start)
+            .take(range.len())
+            .filter(|(c, _)| spoken(*c))
+            .filter_map(|(_, t)| *t)
+            .filter(|&t| t < durations.len())
+            .collect();
         let (first, last) = (tokens.first().copied(), tokens.last().copied());
         // A word with no token of its own (e.g. a symbol that is not read) gets an empty span where
         // it stands; clamping to the cursor keeps the list monotonic whatever the ranges are.
         let start = first.map_or(cursor, |t| starts[t]).max(cursor);
-        let end = last.map_or(start, end_of).max(start);
+        // Before a pause (a token that is not spoken, or the closing boundary), the last sound
+        // keeps at most FINAL_SOUND_CAP coarse frames.
+        let end_at = |t: usize| {
+            let next_spoken = spoken_token.get(t + 1).copied().unwrap_or(false);
+            if next_spoken {
+                end_of(t)
+            } else {
+                end_of(t).min(starts[t] + 2 * FINAL_SOUND_CAP)
+            }
+        };
+        let end = last.map_or(start, end_at).max(start);
         cursor = end;
         let pieces: Vec<String> = text.split_whitespace().map(clean_word).filter(|w| !w.is_empty()).collect();
         let total_chars: u64 = pieces.iter().map(|p| p.chars().count() as u64).sum();
@@ -79,12 +119,25 @@ mod tests {
         let char_tokens = [Some(1), Some(2), Some(3), Some(4), None];
         let durations = [3, 1, 2, 1, 4, 5]; // boundary, a, b, space, c, boundary
         let words = [("Ab,", 0..2), ("c.", 3..5)];
-        let t = word_timings(&words, &char_tokens, &durations, 0);
+        let t = word_timings(&words, "ab c.", &char_tokens, &durations, 0);
         // fine frames: boundary 0..6, a 6..8, b 8..12, space 12..14, c 14..22
         assert_eq!(t[0], WordTiming { word: "Ab".into(), start_ms: 75, end_ms: 150 });
         assert_eq!(t[1], WordTiming { word: "c".into(), start_ms: 175, end_ms: 275 });
-        let shifted = word_timings(&words, &char_tokens, &durations, 24_000);
+        let shifted = word_timings(&words, "ab c.", &char_tokens, &durations, 24_000);
         assert_eq!((shifted[1].start_ms, shifted[1].end_ms), (1175, 1275));
+    }
+
+    #[test]
+    fn pauses_stay_between_words() {
+        // "ab, c." with every character a token: the comma, the space and the full stop are
+        // pauses (long durations) and belong to no word.
+        let char_tokens = [Some(1), Some(2), Some(3), Some(4), Some(5), Some(6)];
+        let durations = [3, 1, 2, 10, 1, 4, 20, 5]; // boundary, a, b, ',', ' ', c, '.', boundary
+        let words = [("Ab,", 0..3), ("c.", 4..6)];
+        let t = word_timings(&words, "ab, c.", &char_tokens, &durations, 0);
+        // fine frames: boundary 0..6, a 6..8, b 8..12, ',' 12..32, ' ' 32..34, c 34..42
+        assert_eq!(t[0], WordTiming { word: "Ab".into(), start_ms: 75, end_ms: 150 });
+        assert_eq!(t[1], WordTiming { word: "c".into(), start_ms: 425, end_ms: 525 });
     }
 
     #[test]
@@ -93,7 +146,7 @@ mod tests {
         let durations = [1, 2, 2, 2, 2, 1];
         // "—" has no phonemes; "7:30 pm" is one front-end word over two text words.
         let words = [("x", 0..1), ("—", 1..1), ("7:30 pm", 1..4)];
-        let t = word_timings(&words, &char_tokens, &durations, 0);
+        let t = word_timings(&words, "xyzw", &char_tokens, &durations, 0);
         let names: Vec<&str> = t.iter().map(|w| w.word.as_str()).collect();
         assert_eq!(names, ["x", "730", "pm"]);
         for pair in t.windows(2) {

@@ -387,3 +387,54 @@ fn capabilities_and_load() {
     let load = engine().load();
     assert!(load.queued + load.running < 100);
 }
+
+/// Word timestamps against the audio itself (measured 2026-12-01: starts 30-100 ms after the
+/// onset, ends 0-70 ms after the last loud frame; before pauses were excluded, the last word
+/// ended about 400 ms late). A 10 ms energy envelope says where speech starts
+/// and ends (frames within 40 dB of the loudest), and the first word's start and the last
+/// word's end must sit there, not at the sentence's leading or trailing pause; the pause at a
+/// comma lies between the words around it, not inside them.
+#[test]
+fn word_spans_match_the_audio_energy() {
+    let sentences = [
+        "Good morning.",
+        "The quick brown fox jumps over the lazy dog!",
+        "Hello, world.",
+        "Is it going to rain today?",
+        "Please call Stella; ask her to bring these things with her from the store.",
+        "Seven thirty, tomorrow morning, at the station.",
+        "I can't believe it's already December.",
+        "Wait... what did you say?",
+    ];
+    const FRAME: usize = 240; // 10 ms
+    const SLACK_MS: i64 = 100;
+    for text in sentences {
+        let out = run(request(text));
+        assert!(out.failed.is_none(), "{text}: {:?}", out.failed);
+        let pcm = out.pcm();
+        let energy: Vec<f64> =
+            pcm.chunks(FRAME).map(|f| f.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / f.len() as f64).collect();
+        let peak = energy.iter().cloned().fold(0.0, f64::max);
+        let loud = |e: f64| e > peak * 1e-4; // within 40 dB of the peak
+        let first = energy.iter().position(|&e| loud(e)).expect("some speech") as i64 * 10;
+        let last = (energy.iter().rposition(|&e| loud(e)).expect("some speech") as i64 + 1) * 10;
+        let words = &out.words;
+        assert_eq!(words.iter().map(|w| w.word.clone()).collect::<Vec<_>>(), text_words(text), "{text}");
+        let (start, end) = (words[0].start_ms, words[words.len() - 1].end_ms);
+        eprintln!("{text:?}: speech {first}..{last} ms, words {start}..{end} ms, audio {} ms", pcm.len() / 24);
+        assert!((start - first).abs() <= SLACK_MS, "{text}: first word starts at {start} ms, speech at {first} ms");
+        assert!((end - last).abs() <= SLACK_MS, "{text}: last word ends at {end} ms, speech at {last} ms");
+        // Inside the words, the audio is speech: no word covers a silence of 150 ms or more.
+        for w in words {
+            let frames = &energy[(w.start_ms / 10) as usize..((w.end_ms / 10) as usize).min(energy.len())];
+            let longest_quiet = frames.split(|&e| loud(e * 1e2)).map(|run| run.len()).max().unwrap_or(0);
+            assert!(
+                longest_quiet < 15,
+                "{text}: {:?} ({}..{} ms) holds {longest_quiet}0 ms of silence",
+                w.word,
+                w.start_ms,
+                w.end_ms
+            );
+        }
+    }
+}
