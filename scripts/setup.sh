@@ -36,6 +36,9 @@ scripts/setup-reference.sh
 say "client libraries venv (.venv-clients: openai, websockets)"
 scripts/setup-clients.sh
 
+say "voice-agent frameworks venv (.venv-agents: pipecat-ai, livekit-plugins-openai)"
+scripts/setup-agents.sh
+
 say "browser test packages (node_modules)"
 scripts/setup-browser-tests.sh
 
