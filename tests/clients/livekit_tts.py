@@ -41,6 +41,8 @@ async def main() -> int:
         w.setframerate(rate or 24000)
         w.writeframes(bytes(pcm))
     print(json.dumps({"frames": frames, "samples": len(pcm) // 2, "sample_rate": rate, "request_id": request_id}))
+    # The plugin reads the id from the x-request-id header; it logs a warning without one.
+    assert request_id, "no request id (x-request-id header)"
     return 0 if pcm else 1
 
 
