@@ -153,9 +153,11 @@ pub mod parse;
 mod pydantic;
 pub mod session;
 pub mod speech_http;
+pub mod split;
 #[cfg(feature = "synthetic")]
 pub mod synthetic;
 mod text;
+pub mod wyoming;
 
 pub use engine::Engine;
 pub use session::Session;
