@@ -134,6 +134,14 @@ pub mod codes {
     pub const TIMEOUT: &str = "timeout";
     /// The server is going away.
     pub const SHUTDOWN: &str = "shutdown";
+    /// The server is at capacity; the connection was refused.
+    pub const BUSY: &str = "busy";
+}
+
+/// The bytes of an `error` event: for a transport that refuses a connection before any session.
+pub fn error_event(code: &str, text: &str) -> Vec<u8> {
+    let data = serde_json::to_vec(&json!({ "text": text, "code": code })).unwrap_or_default();
+    frame::encode("error", &data, &[])
 }
 
 /// An answer waiting its turn, in request order.
@@ -555,7 +563,7 @@ impl WyomingSession {
         if let Some(generation) = self.generation.take() {
             self.outputs.push_back(Output::Engine(EngineCommand::Abort { id: generation.id }));
         }
-        self.write("error", &json!({ "text": text, "code": code }));
+        self.outputs.push_back(Output::Write(error_event(code, text)));
         self.outputs.push_back(Output::Close(Some(text.to_owned())));
         self.queue.clear();
         self.stream = None;

@@ -29,6 +29,7 @@ mod sink;
 mod speech;
 mod websocket;
 mod write_timeout;
+mod wyoming;
 
 pub use routes::{SPEECH_PATH, STREAM_PATH};
-pub use server::{serve, ServerConfig};
+pub use server::{serve, serve_with_wyoming, ServerConfig, WyomingListener};
