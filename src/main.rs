@@ -12,8 +12,8 @@ use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink,
 use speechstream_core::parse::Limits;
 use speechstream_core::session::SessionOptions;
 use speechstream_core::synthetic::{SyntheticEngine, SyntheticOptions, DEFAULT_MODEL_NAME};
-use speechstream_engine_libtorch::{HibariEngine, HibariOptions};
 use speechstream_core::wyoming::{FrameLimits, WyomingOptions, WyomingVoice};
+use speechstream_engine_libtorch::{HibariEngine, HibariOptions};
 use speechstream_transports::{serve_with_wyoming, ServerConfig, WyomingListener};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;

@@ -69,7 +69,11 @@ fn home_assistant_client_hears_hibari_over_wyoming() {
         let matched = common_in_order(&expected, &heard);
         println!("{kind}: {matched} of {} words heard: {}", expected.len(), heard.join(" "));
         // As tests/hibari_intelligibility.rs: a garbled voice gets few; 70% leaves room for the recogniser.
-        assert!(matched * 10 >= expected.len() * 7, "{kind}: {matched} of {} words recognised: {heard:?}", expected.len());
+        assert!(
+            matched * 10 >= expected.len() * 7,
+            "{kind}: {matched} of {} words recognised: {heard:?}",
+            expected.len()
+        );
     }
 
     // One engine, one set of metrics: the whole text once, then its four sentences one by one.

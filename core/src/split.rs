@@ -42,8 +42,8 @@ pub const SCRIPT_CLAUSE_TERMINATORS: [char; 11] = ['。', '！', '？', '…', '
 pub const CLOSING_DELIMITERS: [char; 12] = ['"', '\'', '”', '’', '»', ')', ']', '}', '』', '」', '）', '】'];
 /// Tokens whose `.` ends no sentence (compared lower-cased, without their outer dots).
 pub const ABBREVIATIONS: [&str; 25] = [
-    "dr", "mr", "mrs", "ms", "prof", "sr", "jr", "st", "mt", "fig", "no", "vs", "etc", "approx", "dept", "inc",
-    "ltd", "co", "al", "e.g", "i.e", "u.s", "u.k", "a.m", "p.m",
+    "dr", "mr", "mrs", "ms", "prof", "sr", "jr", "st", "mt", "fig", "no", "vs", "etc", "approx", "dept", "inc", "ltd",
+    "co", "al", "e.g", "i.e", "u.s", "u.k", "a.m", "p.m",
 ];
 /// How far back an abbreviation is looked for: the longest entry, `approx`.
 pub const ABBREVIATION_LOOK_BACK: usize = 6;

@@ -422,7 +422,8 @@ impl WyomingSession {
             }
             "synthesize-start" => {
                 if self.stream.is_some() {
-                    return self.fail(codes::BAD_REQUEST, "synthesize-start inside a stream: send synthesize-stop first");
+                    return self
+                        .fail(codes::BAD_REQUEST, "synthesize-start inside a stream: send synthesize-stop first");
                 }
                 let Ok(voice) = self.voice_of(&data) else { return };
                 self.stream = Some(Stream { voice, splitter: Splitter::new(Granularity::Sentence) });
@@ -430,7 +431,8 @@ impl WyomingSession {
             "synthesize-chunk" => {
                 let Some(text) = self.text_of(&kind, &data) else { return };
                 let Some(stream) = self.stream.as_mut() else {
-                    return self.fail(codes::BAD_REQUEST, "synthesize-chunk outside a stream: send synthesize-start first");
+                    return self
+                        .fail(codes::BAD_REQUEST, "synthesize-chunk outside a stream: send synthesize-start first");
                 };
                 let voice = stream.voice.clone();
                 for text in stream.splitter.feed(&text) {
@@ -440,7 +442,8 @@ impl WyomingSession {
             }
             "synthesize-stop" => {
                 let Some(mut stream) = self.stream.take() else {
-                    return self.fail(codes::BAD_REQUEST, "synthesize-stop outside a stream: send synthesize-start first");
+                    return self
+                        .fail(codes::BAD_REQUEST, "synthesize-stop outside a stream: send synthesize-start first");
                 };
                 for text in stream.splitter.flush() {
                     self.enqueue(Work::Speak { text, voice: stream.voice.clone() });

@@ -111,10 +111,22 @@ async fn malformed_events_get_an_error_and_the_close() {
     let cases: Vec<(Vec<u8>, &str, &str)> = vec![
         (long_header, "bad-event", "event header line longer than 65536 bytes"),
         (b"{\"type\": \"describe\",,}\n".to_vec(), "bad-event", "invalid event header"),
-        (b"{\"type\":\"synthesize\",\"payload_length\":1e30}\n".to_vec(), "bad-event", "payload_length must be a whole number"),
-        (b"{\"type\":\"synthesize\",\"data_length\":999999999999}\n".to_vec(), "bad-event", "data_length 999999999999 is larger than"),
+        (
+            b"{\"type\":\"synthesize\",\"payload_length\":1e30}\n".to_vec(),
+            "bad-event",
+            "payload_length must be a whole number",
+        ),
+        (
+            b"{\"type\":\"synthesize\",\"data_length\":999999999999}\n".to_vec(),
+            "bad-event",
+            "data_length 999999999999 is larger than",
+        ),
         // A data_length that claims less than was sent: the rest is read as the next header.
-        (b"{\"type\":\"synthesize\",\"data_length\":3}\n{\"text\":\"Hi.\"}\n".to_vec(), "bad-event", "invalid event data"),
+        (
+            b"{\"type\":\"synthesize\",\"data_length\":3}\n{\"text\":\"Hi.\"}\n".to_vec(),
+            "bad-event",
+            "invalid event data",
+        ),
         (event("synthesize", json!({"text": ["Hi."]})), "bad-request", "synthesize needs a text string"),
         (event("synthesize-chunk", json!({"text": "Hi."})), "bad-request", "synthesize-chunk outside a stream"),
     ];

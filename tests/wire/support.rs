@@ -48,9 +48,10 @@ impl TestServer {
         let wyoming_addr = wyoming.local_addr().expect("local addr");
         let (stop, stopped) = oneshot::channel::<()>();
         let wyoming = speechstream_transports::WyomingListener { listener: wyoming, options };
-        let task = tokio::spawn(speechstream_transports::serve_with_wyoming(listener, Some(wyoming), engine, config, async {
-            let _ = stopped.await;
-        }));
+        let task =
+            tokio::spawn(speechstream_transports::serve_with_wyoming(listener, Some(wyoming), engine, config, async {
+                let _ = stopped.await;
+            }));
         (TestServer { addr, stop: Some(stop), task }, wyoming_addr)
     }
 

@@ -266,7 +266,9 @@ fn admit(
         // dropping the stream closes it.
         let _ = match door {
             Door::Http => stream.try_write(&shared.turned_away),
-            Door::Wyoming(_) => stream.try_write(&error_event(codes::BUSY, "server has too many open connections; retry later")),
+            Door::Wyoming(_) => {
+                stream.try_write(&error_event(codes::BUSY, "server has too many open connections; retry later"))
+            }
         };
         return;
     }

@@ -73,7 +73,13 @@ pub(crate) async fn serve_connection(
     .await;
 }
 
-async fn run(stream: Socket, id: u64, shared: Arc<Shared>, options: Arc<WyomingOptions>, mut stop: watch::Receiver<bool>) {
+async fn run(
+    stream: Socket,
+    id: u64,
+    shared: Arc<Shared>,
+    options: Arc<WyomingOptions>,
+    mut stop: watch::Receiver<bool>,
+) {
     let (mut read, write) = tokio::io::split(stream);
     let (events_tx, mut events) = mpsc::channel(shared.engine_event_queue);
     let now = Instant::now();

@@ -81,7 +81,8 @@ impl Checker {
                     return Err("write after the error event".into());
                 }
                 self.decoder.push(bytes);
-                let limits = FrameLimits { max_header_bytes: 1 << 20, max_data_bytes: 1 << 24, max_payload_bytes: 1 << 24 };
+                let limits =
+                    FrameLimits { max_header_bytes: 1 << 20, max_data_bytes: 1 << 24, max_payload_bytes: 1 << 24 };
                 let event = self.decoder.next_event(&limits).map_err(|e| e.to_string())?.ok_or("partial event")?;
                 if self.decoder.buffered() != 0 {
                     return Err("a write holds more than one event".into());
@@ -151,16 +152,8 @@ impl Checker {
     }
 }
 
-const TEXTS: [&str; 8] = [
-    "Hello world. ",
-    "Dr. Smith paid 3.",
-    "50 dollars",
-    "! Then left. And",
-    "",
-    "   ",
-    "你好。世界",
-    "no end",
-];
+const TEXTS: [&str; 8] =
+    ["Hello world. ", "Dr. Smith paid 3.", "50 dollars", "! Then left. And", "", "   ", "你好。世界", "no end"];
 const GARBAGE: [&[u8]; 6] = [
     b"{oops\n",
     b"[1,2]\n",
@@ -261,13 +254,15 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
                     let pcm = vec![arg; usize::from(arg % 5) * 2];
                     checker.engine_bytes += pcm.len() as u64;
                     let sample_rate = if arg == 255 { 16_000 } else { 24_000 };
-                    let _ = session.handle_engine(now, EngineEvent { id, kind: EngineEventKind::Audio { pcm, sample_rate } });
+                    let _ = session
+                        .handle_engine(now, EngineEvent { id, kind: EngineEventKind::Audio { pcm, sample_rate } });
                 }
                 None
             }
             9 => {
                 if let Some(id) = checker.live.iter().next().copied() {
-                    let kind = if arg % 8 == 0 { EngineEventKind::Failed("boom".into()) } else { EngineEventKind::Finished };
+                    let kind =
+                        if arg % 8 == 0 { EngineEventKind::Failed("boom".into()) } else { EngineEventKind::Finished };
                     if session.handle_engine(now, EngineEvent { id, kind }).is_ok() {
                         checker.answered(id)?;
                     }
@@ -315,7 +310,9 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
     }
     // The engine finishes whatever is still running.
     while let Some(id) = checker.live.iter().next().copied() {
-        session.handle_engine(now, EngineEvent { id, kind: EngineEventKind::Finished }).map_err(|e| format!("{e:?}"))?;
+        session
+            .handle_engine(now, EngineEvent { id, kind: EngineEventKind::Finished })
+            .map_err(|e| format!("{e:?}"))?;
         checker.answered(id)?;
         while let Some(output) = session.poll_output() {
             checker.output(&output)?;

@@ -126,7 +126,9 @@ impl Decoder {
         if data_length > 0 {
             match serde_json::from_slice::<Value>(&self.buffer[..data_length]) {
                 Ok(Value::Object(block)) => data.extend(block),
-                Ok(other) => return Err(FrameError::BadData(format!("expected a JSON object, got {}", kind_of(&other)))),
+                Ok(other) => {
+                    return Err(FrameError::BadData(format!("expected a JSON object, got {}", kind_of(&other))))
+                }
                 Err(e) => return Err(FrameError::BadData(e.to_string())),
             }
         }

@@ -101,18 +101,30 @@ fn describe_lists_the_program_and_its_voices() {
 #[test]
 fn synthesize_streams_one_audio_cycle_as_the_engine_makes_it() {
     let (mut s, now) = session();
-    s.handle_bytes(now, &event("synthesize", json!({"text": "  Hello there. How are you?\n", "voice": {"name": "emma"}})));
+    s.handle_bytes(
+        now,
+        &event("synthesize", json!({"text": "  Hello there. How are you?\n", "voice": {"name": "emma"}})),
+    );
     let seen = drain(&mut s);
     let [(id, request)] = &submitted(&seen)[..] else { panic!("{seen:?}") };
-    assert_eq!((request.text.as_str(), request.voice.as_deref(), request.stream), ("Hello there. How are you?", Some("emma"), true));
+    assert_eq!(
+        (request.text.as_str(), request.voice.as_deref(), request.stream),
+        ("Hello there. How are you?", Some("emma"), true)
+    );
     assert!(s.busy() && s.poll_timeout().is_none());
     s.handle_engine(now, audio(*id, 4800)).unwrap();
     s.handle_engine(now, audio(*id, 960)).unwrap();
     s.handle_engine(now, finished(*id)).unwrap();
     let seen = drain(&mut s);
     assert_eq!(kinds(&seen), ["audio-start", "audio-chunk", "audio-chunk", "audio-stop"]);
-    assert_eq!(seen[0], Seen::Event("audio-start".into(), json!({"rate": 24000, "width": 2, "channels": 1, "timestamp": null}), 0));
-    assert_eq!(seen[2], Seen::Event("audio-chunk".into(), json!({"rate": 24000, "width": 2, "channels": 1, "timestamp": null}), 960));
+    assert_eq!(
+        seen[0],
+        Seen::Event("audio-start".into(), json!({"rate": 24000, "width": 2, "channels": 1, "timestamp": null}), 0)
+    );
+    assert_eq!(
+        seen[2],
+        Seen::Event("audio-chunk".into(), json!({"rate": 24000, "width": 2, "channels": 1, "timestamp": null}), 960)
+    );
     assert!(!s.busy() && s.poll_timeout().is_some());
 }
 
@@ -175,11 +187,23 @@ fn bad_input_gets_an_error_and_the_close() {
     let cases: Vec<(Vec<u8>, &str, &str)> = vec![
         (b"{not json\n".to_vec(), codes::BAD_EVENT, "invalid event header"),
         (vec![b'x'; 70_000], codes::BAD_EVENT, "longer than 65536 bytes"),
-        (b"{\"type\":\"synthesize\",\"payload_length\":99999999}\n".to_vec(), codes::BAD_EVENT, "payload_length 99999999"),
-        (event("synthesize", json!({"voice": {"name": "heart"}})), codes::BAD_REQUEST, "synthesize needs a text string"),
+        (
+            b"{\"type\":\"synthesize\",\"payload_length\":99999999}\n".to_vec(),
+            codes::BAD_EVENT,
+            "payload_length 99999999",
+        ),
+        (
+            event("synthesize", json!({"voice": {"name": "heart"}})),
+            codes::BAD_REQUEST,
+            "synthesize needs a text string",
+        ),
         (event("synthesize", json!({"text": 5})), codes::BAD_REQUEST, "needs a text string"),
         (event("synthesize", json!({"text": "x".repeat(131_073)})), codes::BAD_REQUEST, "longer than 131072"),
-        (event("synthesize", json!({"text": "Hi.", "voice": {"name": "nobody"}})), codes::UNKNOWN_VOICE, "has: heart, emma"),
+        (
+            event("synthesize", json!({"text": "Hi.", "voice": {"name": "nobody"}})),
+            codes::UNKNOWN_VOICE,
+            "has: heart, emma",
+        ),
         (event("synthesize-chunk", json!({"text": "Hi."})), codes::BAD_REQUEST, "outside a stream"),
         (event("synthesize-stop", json!({})), codes::BAD_REQUEST, "outside a stream"),
     ];
@@ -269,7 +293,8 @@ fn a_language_picks_a_voice() {
         description: None,
         languages: vec![language.into()],
     };
-    let options = WyomingOptions { voices: vec![voice("heart", "en-US"), voice("emma", "en-GB")], ..Default::default() };
+    let options =
+        WyomingOptions { voices: vec![voice("heart", "en-US"), voice("emma", "en-GB")], ..Default::default() };
     let mut s = WyomingSession::new(now, 1, capabilities(), Arc::new(options));
     s.handle_bytes(now, &event("synthesize", json!({"text": "Hi.", "voice": {"language": "en_GB"}})));
     assert_eq!(submitted(&drain(&mut s))[0].1.voice.as_deref(), Some("emma"));
