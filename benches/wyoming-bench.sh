@@ -11,6 +11,7 @@
 #
 # Environment knobs (defaults in brackets):
 #   ROUNDS [5] timed rounds per text and mode; WARMUP [1] untimed runs per mode
+#   SPEECHSTREAM_SIMD   caps our CPU kernels (e.g. avx2), as for every speechstream command
 #   TEXTS ["benches/texts/short.txt benches/texts/medium.txt benches/texts/long.txt"]
 #   PIN [1]   servers on CPU 1, wyoming-bench on CPU 0 (needs taskset and >= 2 CPUs)
 #   OURS_PORT [38210], PIPER_PORT [38211]
@@ -68,7 +69,7 @@ wait_port() {
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git rev-parse --short HEAD)"
   echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); flags: $(grep -o -w -E 'avx2|fma|avx512f|avx512bw|avx512_vnni|avx_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-  echo "servers pinned: ${pin_server[*]:-none}; client: ${pin_load[*]:-none}; rounds $ROUNDS, warmup $WARMUP; texts: $TEXTS"
+  echo "servers pinned: ${pin_server[*]:-none}; client: ${pin_load[*]:-none}; rounds $ROUNDS, warmup $WARMUP; SPEECHSTREAM_SIMD=${SPEECHSTREAM_SIMD:-(unset)}"
 } | tee "$OUT.md" >&2
 
 # Our HTTP port is not used here, but it is always served.
@@ -80,10 +81,14 @@ pids+=($!)
 pids+=($!)
 wait_port "$OURS_PORT"
 wait_port "$PIPER_PORT"
+grep -E "precision auto" "$OUT.ours.log" | sed 's/^.*precision auto/ours: precision auto/' | tee -a "$OUT.md" >&2 || true
 
-# wyoming-bench runs the servers one after the other, so each has the CPU to itself in turn.
-# shellcheck disable=SC2086
-"${pin_load[@]}" .venv-wyoming-bench/bin/wyoming-bench tts "127.0.0.1:$OURS_PORT" "127.0.0.1:$PIPER_PORT" \
-  --mode both --rounds "$ROUNDS" --warmup "$WARMUP" --no-unique --texts-file <(cat $TEXTS) --timeout 120 |
-  tee -a "$OUT.md"
+# One wyoming-bench run per text, so that each text has its own figures; wyoming-bench measures
+# the servers one after the other, so each has the CPU to itself in turn.
+for text in $TEXTS; do
+  echo "## $text ($(wc -c <"$text") bytes)" | tee -a "$OUT.md"
+  "${pin_load[@]}" .venv-wyoming-bench/bin/wyoming-bench tts "127.0.0.1:$OURS_PORT" "127.0.0.1:$PIPER_PORT" \
+    --mode both --rounds "$ROUNDS" --warmup "$WARMUP" --no-unique --texts-file "$text" --timeout 120 |
+    sed -n '/^Summary/,$p' | tee -a "$OUT.md"
+done
 say "results: $OUT.md"
