@@ -36,7 +36,8 @@ impl TestServer {
         TestServer::start_with(engine, ServerConfig::new(options)).await
     }
 
-    /// A server that also speaks Wyoming; its Wyoming address.
+    /// A server that also speaks Wyoming; its Wyoming address (used by tests/abuse).
+    #[allow(dead_code)]
     pub async fn start_with_wyoming(
         engine: Arc<dyn Engine>,
         config: ServerConfig,

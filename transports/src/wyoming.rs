@@ -39,6 +39,8 @@ const LINGER_BYTES: usize = 1 << 20;
 /// Engine events taken in one go before the outputs are written, so their events share a flush.
 const EVENT_BATCH: usize = 32;
 
+// The HTTP side's arguments and the listener's Wyoming options.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,

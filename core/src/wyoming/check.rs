@@ -122,7 +122,7 @@ impl Checker {
                 self.cycle = Some((rate, 0));
             }
             ("audio-chunk", Some(Expect::Cycle(_)), Some((rate, bytes))) => {
-                if data["rate"].as_u64() != Some(rate) || payload == 0 || payload % 2 != 0 {
+                if data["rate"].as_u64() != Some(rate) || payload == 0 || !payload.is_multiple_of(2) {
                     return Err(format!("audio-chunk {data} with {payload} bytes in a {rate} Hz cycle"));
                 }
                 self.cycle = Some((rate, bytes + payload));
