@@ -114,8 +114,8 @@ pub enum Output {
     Engine(EngineCommand),
     /// An event type the server does not serve was dropped (for the log).
     Dropped(String),
-    /// End the connection; with the error sent before it, for the log.
-    Close(Option<String>),
+    /// End the connection; the error sent before it, for the log.
+    Close(String),
 }
 
 /// Error codes of the `error` events sent.
@@ -567,7 +567,7 @@ impl WyomingSession {
             self.outputs.push_back(Output::Engine(EngineCommand::Abort { id: generation.id }));
         }
         self.outputs.push_back(Output::Write(error_event(code, text)));
-        self.outputs.push_back(Output::Close(Some(text.to_owned())));
+        self.outputs.push_back(Output::Close(text.to_owned()));
         self.queue.clear();
         self.stream = None;
         self.closed = true;

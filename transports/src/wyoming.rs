@@ -220,8 +220,7 @@ impl Connection {
                     Output::Write(bytes) => self.write(&bytes).await,
                     Output::Engine(command) => self.execute_command(command),
                     Output::Dropped(kind) => info!(event = %kind, "dropped an event type this server does not serve"),
-                    Output::Close(Some(error)) => warn!(%error, "closing the wyoming connection"),
-                    Output::Close(None) => debug!("closing the wyoming connection"),
+                    Output::Close(error) => warn!(%error, "closing the wyoming connection"),
                 }
             }
             if self.broken {
