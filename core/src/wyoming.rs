@@ -114,12 +114,19 @@ pub enum Output {
     Engine(EngineCommand),
     /// An event type the server does not serve was dropped (for the log).
     Dropped(String),
-    /// End the connection; the error sent before it, for the log.
-    Close(String),
+    /// End the connection, after the `error` event with this code (one of [`codes`]) and text.
+    Close {
+        /// Who was at fault, as the error event's `code`.
+        code: &'static str,
+        /// The error event's text, for the log.
+        error: String,
+    },
 }
 
 /// Error codes of the `error` events sent.
 pub mod codes {
+    /// The codes that mean the client sent something wrong (the rest are the server's, or time's).
+    pub const CLIENT_FAULTS: [&str; 4] = [BAD_EVENT, BAD_REQUEST, UNKNOWN_VOICE, TOO_MUCH_TEXT];
     /// The bytes are not Wyoming events (bad header, bad data, a length past its limit).
     pub const BAD_EVENT: &str = "bad-event";
     /// A request that is not valid (no text, text too long, out of order).
@@ -559,7 +566,7 @@ impl WyomingSession {
     }
 
     /// The client's error (or the server's): an `error` event, then the close.
-    fn fail(&mut self, code: &str, text: &str) {
+    fn fail(&mut self, code: &'static str, text: &str) {
         if self.closed {
             return;
         }
@@ -567,7 +574,7 @@ impl WyomingSession {
             self.outputs.push_back(Output::Engine(EngineCommand::Abort { id: generation.id }));
         }
         self.outputs.push_back(Output::Write(error_event(code, text)));
-        self.outputs.push_back(Output::Close(text.to_owned()));
+        self.outputs.push_back(Output::Close { code, error: text.to_owned() });
         self.queue.clear();
         self.stream = None;
         self.closed = true;

@@ -138,6 +138,7 @@ async fn malformed_events_get_an_error_and_the_close() {
         assert!(got_text.contains(text), "{got_text:?} should say {text:?}");
     }
     assert!(engine.requests().is_empty(), "bad input reached the engine: {:?}", engine.requests());
+    assert_eq!(metric(&server, "speechstream_errors_total{kind=\"request\"}").await, 7);
     still_serves(&server, wyoming).await;
     server.shutdown().await;
 }

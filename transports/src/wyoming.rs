@@ -220,7 +220,12 @@ impl Connection {
                     Output::Write(bytes) => self.write(&bytes).await,
                     Output::Engine(command) => self.execute_command(command),
                     Output::Dropped(kind) => info!(event = %kind, "dropped an event type this server does not serve"),
-                    Output::Close(error) => warn!(%error, "closing the wyoming connection"),
+                    Output::Close { code, error } => {
+                        if codes::CLIENT_FAULTS.contains(&code) {
+                            self.shared.metrics.error(ErrorKind::Request);
+                        }
+                        warn!(code, %error, "closing the wyoming connection");
+                    }
                 }
             }
             if self.broken {

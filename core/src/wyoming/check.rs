@@ -50,7 +50,7 @@ impl Checker {
             return Err(format!("output after close: {output:?}"));
         }
         match output {
-            Output::Close(_) => {
+            Output::Close { .. } => {
                 if !self.failed {
                     return Err("close without an error event".into());
                 }

@@ -49,7 +49,7 @@ fn drain(session: &mut WyomingSession) -> Vec<Seen> {
             Output::Engine(EngineCommand::Synthesize { id, request }) => Seen::Submit(id, request),
             Output::Engine(EngineCommand::Abort { id }) => Seen::Abort(id),
             Output::Dropped(kind) => Seen::Dropped(kind),
-            Output::Close(_) => Seen::Close,
+            Output::Close { .. } => Seen::Close,
         });
     }
     seen
