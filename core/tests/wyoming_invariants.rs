@@ -31,3 +31,16 @@ fn a_normal_session_passes_the_checker() {
     let ops = [3, 0, 4, 0, 8, 4, 9, 1, 5, 0, 9, 1, 0, 0];
     drive(&ops).expect("a normal session");
 }
+
+/// The committed fuzz seeds of the `wyoming` target run here too, so CI exercises its body on stable.
+#[test]
+fn wyoming_fuzz_seeds_replay_cleanly() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/wyoming");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("fuzz/seeds/wyoming exists") {
+        let data = std::fs::read(entry.expect("seed").path()).expect("readable seed");
+        drive(&data).unwrap_or_else(|e| panic!("seed failed: {e}"));
+        n += 1;
+    }
+    assert!(n > 0, "no seeds");
+}
