@@ -33,7 +33,7 @@ command -v cargo >/dev/null || { say "cargo not found: install Rust (https://rus
 say "reference server venv (.venv-ref)"
 scripts/setup-reference.sh
 
-say "client libraries venv (.venv-clients: openai, websockets)"
+say "client libraries venv (.venv-clients: openai, websockets, wyoming)"
 scripts/setup-clients.sh
 
 say "voice-agent frameworks venv (.venv-agents: pipecat-ai, livekit-plugins-openai)"

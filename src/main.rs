@@ -12,8 +12,9 @@ use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink,
 use speechstream_core::parse::Limits;
 use speechstream_core::session::SessionOptions;
 use speechstream_core::synthetic::{SyntheticEngine, SyntheticOptions, DEFAULT_MODEL_NAME};
+use speechstream_core::wyoming::{FrameLimits, WyomingOptions, WyomingVoice};
 use speechstream_engine_libtorch::{HibariEngine, HibariOptions};
-use speechstream_transports::{serve, ServerConfig};
+use speechstream_transports::{serve_with_wyoming, ServerConfig, WyomingListener};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
@@ -61,6 +62,11 @@ struct ServeArgs {
     /// TCP port to listen on (0 picks a free one).
     #[arg(long, default_value_t = 8000)]
     port: u16,
+    /// Also serve Home Assistant's Wyoming protocol (text to speech) on this TCP port, at
+    /// --host, on the same engine, connection limits and metrics (Wyoming's usual port is
+    /// 10200; 0 picks a free one) [default: off].
+    #[arg(long, value_name = "PORT")]
+    wyoming_port: Option<u16>,
     /// Speech engine: `hibari` (the neural voice, natively on libtorch) or `synthetic` (no
     /// model: deterministic tones derived from the text, for tests, benchmarks and protocol work).
     #[arg(long, value_name = "ENGINE", default_value = "hibari", value_parser = engine_kind)]
@@ -431,6 +437,16 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
             audio_seconds: args.synthetic_audio_seconds,
         })),
     };
+    let wyoming = match args.wyoming_port {
+        Some(port) => {
+            let address = format!("{}:{port}", args.host);
+            let listener = tokio::net::TcpListener::bind(&address)
+                .await
+                .map_err(|e| format!("cannot listen for wyoming on {address}: {e}"))?;
+            Some(WyomingListener { listener, options: wyoming_options(&args, engine.capabilities().voices.as_slice()) })
+        }
+        None => None,
+    };
     let mut config = ServerConfig::new(SessionOptions {
         limits: Limits {
             max_text_message_chars: args.max_text_message_chars,
@@ -460,7 +476,47 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
         models = ?engine.capabilities().models,
         "speechstream serving"
     );
-    serve(listener, engine, config, shutdown_signal()).await.map_err(|e| format!("server failed: {e}"))
+    serve_with_wyoming(listener, wyoming, engine, config, shutdown_signal())
+        .await
+        .map_err(|e| format!("server failed: {e}"))
+}
+
+/// What the Wyoming listener tells clients about itself, and its limits: the HTTP side's text
+/// limits and idle timeout, and the voices' languages and descriptions from hibari's voices.json.
+fn wyoming_options(args: &ServeArgs, voices: &[String]) -> WyomingOptions {
+    let listed = match args.engine {
+        EngineKind::Hibari => args
+            .voice
+            .assets()
+            .and_then(|dir| speechstream_engine_libtorch::voices::read_voice_list(&dir))
+            .unwrap_or_default(),
+        EngineKind::Synthetic => Vec::new(),
+    };
+    let voices = voices
+        .iter()
+        .map(|name| {
+            let entry = listed.iter().find(|entry| entry.name == *name);
+            WyomingVoice {
+                name: name.clone(),
+                description: entry.and_then(|e| e.description.clone()),
+                languages: vec![entry.and_then(|e| e.language.clone()).unwrap_or_else(|| "en".to_owned())],
+            }
+        })
+        .collect();
+    let engine = match args.engine {
+        EngineKind::Hibari => "the hibari voice",
+        EngineKind::Synthetic => "the synthetic engine (tones, no model)",
+    };
+    let text_bytes = args.max_text_message_chars.saturating_mul(4).saturating_add(64 * 1024);
+    WyomingOptions {
+        program_description: format!("speechstream: streaming text to speech with {engine}"),
+        voices,
+        frame: FrameLimits { max_data_bytes: text_bytes, ..FrameLimits::default() },
+        max_text_chars: args.max_text_message_chars,
+        max_queued_chars: args.max_buffered_chars,
+        idle_timeout: args.idle_timeout,
+        ..WyomingOptions::default()
+    }
 }
 
 /// Resolves on the first SIGINT or SIGTERM. A second one ends the process at once, for when
@@ -517,7 +573,7 @@ mod tests {
     fn defaults_are_the_reference_values() {
         let cli = Cli::try_parse_from(["speechstream", "serve"]).unwrap();
         let Command::Serve(args) = cli.command else { panic!("not serve") };
-        assert_eq!(args.port, 8000);
+        assert_eq!((args.port, args.wyoming_port), (8000, None));
         assert_eq!(args.engine, EngineKind::Hibari);
         assert_eq!((args.voice.device.as_str(), args.voice.threads), ("auto", 1));
         assert_eq!(args.idle_timeout, Duration::from_secs(30));

@@ -126,8 +126,9 @@
 //!
 //! The API is [`session`] and [`engine`] (the driver's side and the engine's side), the types
 //! they carry from [`config`], [`parse`] and [`json`], the encoders in [`encode`] and [`codec`],
-//! the rules of the OpenAI-style HTTP endpoint in [`speech_http`], and `synthetic` (with the
-//! feature of that name). They follow semver (0.x: a minor version may break them); the public surface
+//! the rules of the OpenAI-style HTTP endpoint in [`speech_http`], Home Assistant's Wyoming
+//! protocol in [`wyoming`] (a second machine over the same engine), the sentence splitter in
+//! [`split`], and `synthetic` (with the feature of that name). They follow semver (0.x: a minor version may break them); the public surface
 //! is listed in `core/api.txt`, which a test keeps in step with the code, so a change to it
 //! shows in review. Anything `#[doc(hidden)]` (the invariant checker the fuzz targets and
 //! property tests share) is not API and may change in any release.
@@ -154,9 +155,11 @@ mod pydantic;
 pub mod resample;
 pub mod session;
 pub mod speech_http;
+pub mod split;
 #[cfg(feature = "synthetic")]
 pub mod synthetic;
 mod text;
+pub mod wyoming;
 
 pub use engine::Engine;
 pub use session::Session;

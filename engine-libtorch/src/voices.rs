@@ -18,6 +18,10 @@ pub struct VoiceEntry {
     pub sha256: Option<String>,
     /// Uses the British front end (lexicons and OOV net).
     pub british: bool,
+    /// Its language code (`en-US`), when the list gives one.
+    pub language: Option<String>,
+    /// For people choosing a voice: `Heart (American, female)`.
+    pub description: Option<String>,
 }
 
 /// Every voice `voices.json` lists, sorted by name.
@@ -41,10 +45,21 @@ pub fn read_voice_list(assets_dir: &Path) -> Result<Vec<VoiceEntry>, String> {
             bytes: v.get("bytes").and_then(|b| b.as_u64()),
             sha256: v.get("sha256").and_then(|s| s.as_str()).map(str::to_lowercase),
             british: v.get("british").and_then(|b| b.as_bool()).unwrap_or(false),
+            language: v.get("language").and_then(|l| l.as_str()).map(str::to_owned),
+            description: describe(name, v),
         });
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
+}
+
+fn describe(name: &str, entry: &serde_json::Value) -> Option<String> {
+    let mut title = name.to_lowercase();
+    if let Some(first) = title.get(..1) {
+        title = first.to_uppercase() + &title[1..];
+    }
+    let traits: Vec<&str> = ["accent", "gender"].iter().filter_map(|key| entry.get(*key)?.as_str()).collect();
+    Some(if traits.is_empty() { title } else { format!("{title} ({})", traits.join(", ")) })
 }
 
 /// Whether the voice's file is in `assets_dir` and is the one the list describes. `Ok(false)`

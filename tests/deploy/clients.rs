@@ -28,3 +28,20 @@ fn vllm_omni_style_streaming_client() {
     let server = Server::start(&["--api-key", KEY]);
     run_python("streaming_client.py", &[format!("ws://{}/v1/audio/speech/stream", server.addr), KEY.to_owned()]);
 }
+
+// Home Assistant's protocol with the `wyoming` package's own client: describe, synthesize, a
+// text stream, an unknown voice (tests/clients/wyoming_client.py).
+#[test]
+fn wyoming_package_client() {
+    let server = Server::start(&["--wyoming-port", "0"]);
+    let wyoming = server.wyoming_addr();
+    let prefix = std::env::temp_dir().join(format!("speechstream-wyoming-deploy-{}", std::process::id()));
+    let prefix = prefix.display().to_string();
+    run_python(
+        "wyoming_client.py",
+        &[wyoming.ip().to_string(), wyoming.port().to_string(), "Hello there. This is a test.".into(), prefix.clone()],
+    );
+    for kind in ["whole", "streamed"] {
+        let _ = std::fs::remove_file(format!("{prefix}-{kind}.wav"));
+    }
+}

@@ -21,10 +21,16 @@ pub struct Server {
 }
 
 impl Server {
-    /// Start `speechstream serve --port 0 ARGS...` and wait until it listens.
+    /// Start `speechstream serve --port 0 ARGS...` with the synthetic engine and wait until it
+    /// listens.
     pub fn start(args: &[&str]) -> Server {
+        Server::start_engine("synthetic", args)
+    }
+
+    /// The same with the engine named.
+    pub fn start_engine(engine: &str, args: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_speechstream"))
-            .args(["serve", "--engine", "synthetic", "--host", "127.0.0.1", "--port", "0"])
+            .args(["serve", "--engine", engine, "--host", "127.0.0.1", "--port", "0"])
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -39,7 +45,7 @@ impl Server {
         // Keep reading the log so the child never blocks on a full pipe.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("listening") {
+                if line.contains(": listening addr=") {
                     if let Some(addr) = line.split("addr=").nth(1).and_then(|rest| rest.split_whitespace().next()) {
                         let _ = found_tx.send(addr.to_owned());
                     }
@@ -52,6 +58,20 @@ impl Server {
             Err(_) => panic!("speechstream did not start: {:?}", log.lock().unwrap()),
         };
         Server { addr, child, log }
+    }
+
+    /// Where it serves Wyoming (started with `--wyoming-port 0`).
+    pub fn wyoming_addr(&self) -> SocketAddr {
+        let deadline = Instant::now() + TIMEOUT;
+        let line = loop {
+            if let Some(line) = self.log().into_iter().find(|line| line.contains("wyoming listening")) {
+                break line;
+            }
+            assert!(Instant::now() < deadline, "no wyoming listener in the log: {:?}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let addr = line.split("addr=").nth(1).and_then(|rest| rest.split_whitespace().next()).expect("address");
+        addr.parse().expect("wyoming address")
     }
 
     pub fn pid(&self) -> u32 {

@@ -36,6 +36,26 @@ impl TestServer {
         TestServer::start_with(engine, ServerConfig::new(options)).await
     }
 
+    /// A server that also speaks Wyoming; its Wyoming address (used by tests/abuse).
+    #[allow(dead_code)]
+    pub async fn start_with_wyoming(
+        engine: Arc<dyn Engine>,
+        config: ServerConfig,
+        options: speechstream_core::wyoming::WyomingOptions,
+    ) -> (TestServer, SocketAddr) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let wyoming = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let wyoming_addr = wyoming.local_addr().expect("local addr");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let wyoming = speechstream_transports::WyomingListener { listener: wyoming, options };
+        let task =
+            tokio::spawn(speechstream_transports::serve_with_wyoming(listener, Some(wyoming), engine, config, async {
+                let _ = stopped.await;
+            }));
+        (TestServer { addr, stop: Some(stop), task }, wyoming_addr)
+    }
+
     pub async fn start_with(engine: Arc<dyn Engine>, config: ServerConfig) -> TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");

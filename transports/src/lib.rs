@@ -6,6 +6,8 @@
 //! WebSocket (fastwebsockets). Each TCP connection is one tokio task; a WebSocket connection
 //! drives one `Session`, moving client frames, engine events and timer expiries into it and
 //! executing what it asks for: frames to write, engine requests to submit or abort, the close.
+//! A second, optional listener speaks Home Assistant's Wyoming protocol over the same engine,
+//! limits and metrics, each connection driving one `WyomingSession` the same way.
 //!
 //! What it is not: it holds no protocol state (ordering, indexes, limits, error strings all live
 //! in the core) and it is not an engine. It only adapts a synchronous [`Engine`] to tokio.
@@ -29,6 +31,7 @@ mod sink;
 mod speech;
 mod websocket;
 mod write_timeout;
+mod wyoming;
 
 pub use routes::{SPEECH_PATH, STREAM_PATH};
-pub use server::{serve, ServerConfig};
+pub use server::{serve, serve_with_wyoming, ServerConfig, WyomingListener};

@@ -16,9 +16,10 @@ use speechstream_core::engine::EngineLoad;
 pub(crate) enum Transport {
     WebSocket = 0,
     Http = 1,
+    Wyoming = 2,
 }
 
-const TRANSPORTS: [&str; 2] = ["websocket", "http"];
+const TRANSPORTS: [&str; 3] = ["websocket", "http", "wyoming"];
 
 /// Why a connection was turned away (the `reason` label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,11 +53,11 @@ pub(crate) struct Metrics {
     pub(crate) sockets_open: AtomicU64,
     connections_total: AtomicU64,
     refused: [AtomicU64; 3],
-    utterances: [AtomicU64; 2],
-    audio_bytes: [AtomicU64; 2],
-    audio_micros: [AtomicU64; 2],
+    utterances: [AtomicU64; 3],
+    audio_bytes: [AtomicU64; 3],
+    audio_micros: [AtomicU64; 3],
     errors: [AtomicU64; 3],
-    cancellations: [AtomicU64; 2],
+    cancellations: [AtomicU64; 3],
     ttfa: Histogram,
     rtf: Histogram,
 }
@@ -126,7 +127,7 @@ impl Metrics {
             "reason",
             &refused,
         );
-        let by_transport = |counters: &[AtomicU64; 2]| -> Vec<(&str, u64)> {
+        let by_transport = |counters: &[AtomicU64; 3]| -> Vec<(&str, u64)> {
             TRANSPORTS.iter().zip(counters).map(|(l, a)| (*l, get(a))).collect()
         };
         counter_labelled(

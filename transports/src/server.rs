@@ -2,19 +2,22 @@
 
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use speechstream_core::engine::{Engine, EngineCapabilities};
 use speechstream_core::session::SessionOptions;
-use tokio::net::TcpListener;
+use speechstream_core::wyoming::{codes, error_event, WyomingOptions};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
 use crate::connection::{self, Admission};
 use crate::metrics::{Metrics, Refusal};
+use crate::wyoming;
 
 /// How long connections get, past the shutdown grace, to write their close frames before
 /// their tasks are dropped.
@@ -129,6 +132,25 @@ pub async fn serve(
     cfg: ServerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
+    serve_with_wyoming(listener, None, engine, cfg, shutdown).await
+}
+
+/// A Wyoming listener (Home Assistant's protocol) served beside HTTP by [`serve_with_wyoming`].
+pub struct WyomingListener {
+    pub listener: TcpListener,
+    pub options: WyomingOptions,
+}
+
+/// [`serve`], and Wyoming text to speech on a second listener: the same engine, connection
+/// limits, shutdown and metrics (its utterances under `transport="wyoming"`).
+pub async fn serve_with_wyoming(
+    listener: TcpListener,
+    wyoming: Option<WyomingListener>,
+    engine: Arc<dyn Engine>,
+    cfg: ServerConfig,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let wyoming = wyoming.map(|w| (w.listener, Arc::new(w.options)));
     let shared = Arc::new(Shared {
         capabilities: Arc::new(engine.capabilities().clone()),
         engine,
@@ -153,6 +175,9 @@ pub async fn serve(
     let mut refusals = JoinSet::new();
     let mut drain_deadline = None;
     info!(addr = %listener.local_addr()?, "listening");
+    if let Some((listener, _)) = &wyoming {
+        info!(addr = %listener.local_addr()?, "wyoming listening");
+    }
     tokio::pin!(shutdown);
     // While draining the listener stays open, so load balancers can see `/ready` turn 503 and
     // new work is answered with a refusal they can retry elsewhere, until the connections in
@@ -173,42 +198,23 @@ pub async fn serve(
                 drain_deadline = Some(tokio::time::Instant::now() + shared.shutdown_grace + CLOSE_MARGIN);
             }
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) if shared.metrics.sockets_open.load(Ordering::Relaxed) >= shared.max_sockets as u64 => {
-                    shared.metrics.refused(Refusal::Sockets);
-                    // Nothing is read and no task is spawned: the answer fits in the empty
-                    // send buffer, and dropping the stream closes it.
-                    let _ = stream.try_write(&shared.turned_away);
-                }
                 Ok((stream, peer)) => {
-                    // Without it a small JSON frame after audio can wait for the peer's delayed ACK.
-                    if let Err(e) = stream.set_nodelay(true) {
-                        debug!(error = %e, "set TCP_NODELAY failed");
-                    }
-                    let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
-                    let open = shared.metrics.connections_open.load(Ordering::Relaxed);
-                    let admission = if drain_deadline.is_some() {
-                        Admission::Refused(Refusal::Draining)
-                    } else if shared.max_connections.is_some_and(|max| open >= max as u64) {
-                        Admission::Refused(Refusal::Capacity)
-                    } else {
-                        Admission::Admitted
-                    };
-                    let socket = connection::SocketCount::held(&shared);
-                    let task =
-                        connection::serve_connection(stream, peer, id, admission, shared.clone(), stop_rx.clone(), socket);
-                    match admission {
-                        Admission::Admitted => {
-                            shared.metrics.connection_opened();
-                            connections.spawn(task);
-                        }
-                        Admission::Refused(why) => {
-                            shared.metrics.refused(why);
-                            refusals.spawn(task);
-                        }
-                    }
+                    let draining = drain_deadline.is_some();
+                    admit(Door::Http, stream, peer, &shared, draining, &stop_rx, &mut connections, &mut refusals);
                 }
                 Err(e) => {
                     warn!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            },
+            accepted = accept(wyoming.as_ref().map(|(listener, _)| listener)), if wyoming.is_some() => match accepted {
+                Ok((stream, peer)) => {
+                    let options = wyoming.as_ref().map(|(_, options)| options.clone()).unwrap_or_default();
+                    let draining = drain_deadline.is_some();
+                    admit(Door::Wyoming(options), stream, peer, &shared, draining, &stop_rx, &mut connections, &mut refusals);
+                }
+                Err(e) => {
+                    warn!(error = %e, "wyoming accept failed");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                 }
             },
@@ -222,9 +228,81 @@ pub async fn serve(
         }
     }
     drop(listener);
+    drop(wyoming);
     refusals.shutdown().await;
     info!("shut down");
     Ok(())
+}
+
+/// Which protocol a listener speaks.
+enum Door {
+    Http,
+    Wyoming(Arc<WyomingOptions>),
+}
+
+async fn accept(listener: Option<&TcpListener>) -> io::Result<(TcpStream, SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Take an accepted connection on, or tell it no: past `max_sockets` at once, with a fixed answer;
+/// while draining or past `max_connections`, in a task that answers clearly.
+#[allow(clippy::too_many_arguments)]
+fn admit(
+    door: Door,
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Arc<Shared>,
+    draining: bool,
+    stop_rx: &watch::Receiver<bool>,
+    connections: &mut JoinSet<()>,
+    refusals: &mut JoinSet<()>,
+) {
+    if shared.metrics.sockets_open.load(Ordering::Relaxed) >= shared.max_sockets as u64 {
+        shared.metrics.refused(Refusal::Sockets);
+        // Nothing is read and no task is spawned: the answer fits in the empty send buffer, and
+        // dropping the stream closes it.
+        let _ = match door {
+            Door::Http => stream.try_write(&shared.turned_away),
+            Door::Wyoming(_) => {
+                stream.try_write(&error_event(codes::BUSY, "server has too many open connections; retry later"))
+            }
+        };
+        return;
+    }
+    // Without it a small JSON frame after audio can wait for the peer's delayed ACK.
+    if let Err(e) = stream.set_nodelay(true) {
+        debug!(error = %e, "set TCP_NODELAY failed");
+    }
+    let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
+    let open = shared.metrics.connections_open.load(Ordering::Relaxed);
+    let admission = if draining {
+        Admission::Refused(Refusal::Draining)
+    } else if shared.max_connections.is_some_and(|max| open >= max as u64) {
+        Admission::Refused(Refusal::Capacity)
+    } else {
+        Admission::Admitted
+    };
+    let socket = connection::SocketCount::held(shared);
+    let (shared, stop) = (shared.clone(), stop_rx.clone());
+    let set = match admission {
+        Admission::Admitted => {
+            shared.metrics.connection_opened();
+            connections
+        }
+        Admission::Refused(why) => {
+            shared.metrics.refused(why);
+            refusals
+        }
+    };
+    match door {
+        Door::Http => set.spawn(connection::serve_connection(stream, peer, id, admission, shared, stop, socket)),
+        Door::Wyoming(options) => {
+            set.spawn(wyoming::serve_connection(stream, peer, id, admission, shared, options, stop, socket))
+        }
+    };
 }
 
 /// `--max-sockets`, or its default.

@@ -1,0 +1,301 @@
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::frame::encode;
+use super::*;
+
+fn capabilities() -> Arc<EngineCapabilities> {
+    Arc::new(EngineCapabilities {
+        models: vec!["hibari".into()],
+        sample_rate: 24_000,
+        voices: vec!["heart".into(), "emma".into()],
+        word_timestamps: false,
+        codec: None,
+    })
+}
+
+fn session() -> (WyomingSession, Instant) {
+    let now = Instant::now();
+    (WyomingSession::new(now, 7, capabilities(), Arc::new(WyomingOptions::default())), now)
+}
+
+fn event(kind: &str, data: Value) -> Vec<u8> {
+    let data = if data == json!({}) { Vec::new() } else { serde_json::to_vec(&data).unwrap() };
+    encode(kind, &data, &[])
+}
+
+/// What the session asked for: events as (type, data, payload bytes), engine commands, closes.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Event(String, Value, usize),
+    Submit(RequestId, SynthesisRequest),
+    Abort(RequestId),
+    Dropped(String),
+    Close,
+}
+
+fn drain(session: &mut WyomingSession) -> Vec<Seen> {
+    let mut decoder = frame::Decoder::default();
+    let limits = FrameLimits { max_payload_bytes: 1 << 24, ..FrameLimits::default() };
+    let mut seen = Vec::new();
+    while let Some(output) = session.poll_output() {
+        seen.push(match output {
+            Output::Write(bytes) => {
+                decoder.push(&bytes);
+                let e = decoder.next_event(&limits).unwrap().unwrap();
+                Seen::Event(e.kind, Value::Object(e.data), e.payload_bytes)
+            }
+            Output::Engine(EngineCommand::Synthesize { id, request }) => Seen::Submit(id, request),
+            Output::Engine(EngineCommand::Abort { id }) => Seen::Abort(id),
+            Output::Dropped(kind) => Seen::Dropped(kind),
+            Output::Close { .. } => Seen::Close,
+        });
+    }
+    seen
+}
+
+fn kinds(seen: &[Seen]) -> Vec<&str> {
+    seen.iter()
+        .map(|s| match s {
+            Seen::Event(kind, ..) => kind.as_str(),
+            Seen::Submit(..) => "SUBMIT",
+            Seen::Abort(_) => "ABORT",
+            Seen::Dropped(_) => "DROPPED",
+            Seen::Close => "CLOSE",
+        })
+        .collect()
+}
+
+fn submitted(seen: &[Seen]) -> Vec<(RequestId, SynthesisRequest)> {
+    seen.iter().filter_map(|s| if let Seen::Submit(id, r) = s { Some((*id, r.clone())) } else { None }).collect()
+}
+
+fn audio(id: RequestId, bytes: usize) -> EngineEvent {
+    EngineEvent { id, kind: EngineEventKind::Audio { pcm: vec![1; bytes], sample_rate: 24_000 } }
+}
+
+fn finished(id: RequestId) -> EngineEvent {
+    EngineEvent { id, kind: EngineEventKind::Finished }
+}
+
+#[test]
+fn describe_lists_the_program_and_its_voices() {
+    let (mut s, now) = session();
+    s.handle_bytes(now, &event("describe", json!({})));
+    let seen = drain(&mut s);
+    let [Seen::Event(kind, info, 0)] = &seen[..] else { panic!("{seen:?}") };
+    assert_eq!(kind, "info");
+    let tts = &info["tts"][0];
+    assert_eq!((tts["name"].as_str(), tts["installed"].as_bool()), (Some("speechstream"), Some(true)));
+    assert_eq!(tts["supports_synthesize_streaming"], true);
+    assert_eq!(tts["version"], env!("CARGO_PKG_VERSION"));
+    let names: Vec<&str> = tts["voices"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["heart", "emma"]);
+    assert_eq!(tts["voices"][0]["languages"], json!(["en"]));
+    for key in ["asr", "handle", "intent", "wake", "mic", "snd"] {
+        assert_eq!(info[key], json!([]), "{key}");
+    }
+}
+
+#[test]
+fn synthesize_streams_one_audio_cycle_as_the_engine_makes_it() {
+    let (mut s, now) = session();
+    s.handle_bytes(
+        now,
+        &event("synthesize", json!({"text": "  Hello there. How are you?\n", "voice": {"name": "emma"}})),
+    );
+    let seen = drain(&mut s);
+    let [(id, request)] = &submitted(&seen)[..] else { panic!("{seen:?}") };
+    assert_eq!(
+        (request.text.as_str(), request.voice.as_deref(), request.stream),
+        ("Hello there. How are you?", Some("emma"), true)
+    );
+    assert!(s.busy() && s.poll_timeout().is_none());
+    s.handle_engine(now, audio(*id, 4800)).unwrap();
+    s.handle_engine(now, audio(*id, 960)).unwrap();
+    s.handle_engine(now, finished(*id)).unwrap();
+    let seen = drain(&mut s);
+    assert_eq!(kinds(&seen), ["audio-start", "audio-chunk", "audio-chunk", "audio-stop"]);
+    assert_eq!(
+        seen[0],
+        Seen::Event("audio-start".into(), json!({"rate": 24000, "width": 2, "channels": 1, "timestamp": null}), 0)
+    );
+    assert_eq!(
+        seen[2],
+        Seen::Event("audio-chunk".into(), json!({"rate": 24000, "width": 2, "channels": 1, "timestamp": null}), 960)
+    );
+    assert!(!s.busy() && s.poll_timeout().is_some());
+}
+
+#[test]
+fn streamed_text_is_spoken_sentence_by_sentence_while_it_arrives() {
+    let (mut s, now) = session();
+    s.handle_bytes(now, &event("synthesize-start", json!({"voice": {"name": "heart"}})));
+    s.handle_bytes(now, &event("synthesize-chunk", json!({"text": "Hello wor"})));
+    assert!(drain(&mut s).is_empty());
+    s.handle_bytes(now, &event("synthesize-chunk", json!({"text": "ld. Dr. Smith is "})));
+    let seen = drain(&mut s);
+    let [(first, request)] = &submitted(&seen)[..] else { panic!("{seen:?}") };
+    assert_eq!((request.text.as_str(), request.voice.as_deref()), ("Hello world.", Some("heart")));
+    // More text while the first sentence is spoken: queued, not submitted.
+    s.handle_bytes(now, &event("synthesize-chunk", json!({"text": "here. And"})));
+    // The whole text again, as Home Assistant sends it for older servers: ignored.
+    s.handle_bytes(now, &event("synthesize", json!({"text": "Hello world. Dr. Smith is here. And more"})));
+    s.handle_bytes(now, &event("synthesize-chunk", json!({"text": " more"})));
+    s.handle_bytes(now, &event("synthesize-stop", json!({})));
+    assert!(drain(&mut s).is_empty());
+    s.handle_engine(now, audio(*first, 100)).unwrap();
+    s.handle_engine(now, finished(*first)).unwrap();
+    let seen = drain(&mut s);
+    assert_eq!(kinds(&seen), ["audio-start", "audio-chunk", "audio-stop", "SUBMIT"]);
+    let [(second, request)] = &submitted(&seen)[..] else { panic!() };
+    assert_eq!(request.text, "Dr. Smith is here.");
+    s.handle_engine(now, finished(*second)).unwrap();
+    let seen = drain(&mut s);
+    assert_eq!(kinds(&seen), ["audio-start", "audio-stop", "SUBMIT"]);
+    let [(third, request)] = &submitted(&seen)[..] else { panic!() };
+    assert_eq!(request.text, "And more");
+    s.handle_engine(now, audio(*third, 10)).unwrap();
+    s.handle_engine(now, finished(*third)).unwrap();
+    assert_eq!(kinds(&drain(&mut s)), ["audio-start", "audio-chunk", "audio-stop", "synthesize-stopped"]);
+    // A new request after the stream is served.
+    s.handle_bytes(now, &event("synthesize", json!({"text": ""})));
+    assert_eq!(kinds(&drain(&mut s)), ["audio-start", "audio-stop"]);
+}
+
+#[test]
+fn answers_keep_the_order_of_the_requests() {
+    let (mut s, now) = session();
+    let mut bytes = event("synthesize", json!({"text": "One."}));
+    bytes.extend(event("describe", json!({})));
+    bytes.extend(event("ping", json!({"text": "hi"})));
+    bytes.extend(event("select-program", json!({"name": "speechstream"})));
+    s.handle_bytes(now, &bytes);
+    let seen = drain(&mut s);
+    assert_eq!(kinds(&seen), ["DROPPED", "SUBMIT"]);
+    let id = submitted(&seen)[0].0;
+    s.handle_engine(now, finished(id)).unwrap();
+    let seen = drain(&mut s);
+    assert_eq!(kinds(&seen), ["audio-start", "audio-stop", "info", "pong"]);
+    assert_eq!(seen[3], Seen::Event("pong".into(), json!({"text": "hi"}), 0));
+    assert!(s.handle_engine(now, finished(id)).is_err(), "a finished request is no longer this session's");
+}
+
+#[test]
+fn bad_input_gets_an_error_and_the_close() {
+    let cases: Vec<(Vec<u8>, &str, &str)> = vec![
+        (b"{not json\n".to_vec(), codes::BAD_EVENT, "invalid event header"),
+        (vec![b'x'; 70_000], codes::BAD_EVENT, "longer than 65536 bytes"),
+        (
+            b"{\"type\":\"synthesize\",\"payload_length\":99999999}\n".to_vec(),
+            codes::BAD_EVENT,
+            "payload_length 99999999",
+        ),
+        (
+            event("synthesize", json!({"voice": {"name": "heart"}})),
+            codes::BAD_REQUEST,
+            "synthesize needs a text string",
+        ),
+        (event("synthesize", json!({"text": 5})), codes::BAD_REQUEST, "needs a text string"),
+        (event("synthesize", json!({"text": "x".repeat(131_073)})), codes::BAD_REQUEST, "longer than 131072"),
+        (
+            event("synthesize", json!({"text": "Hi.", "voice": {"name": "nobody"}})),
+            codes::UNKNOWN_VOICE,
+            "has: heart, emma",
+        ),
+        (event("synthesize-chunk", json!({"text": "Hi."})), codes::BAD_REQUEST, "outside a stream"),
+        (event("synthesize-stop", json!({})), codes::BAD_REQUEST, "outside a stream"),
+    ];
+    for (bytes, code, text) in cases {
+        let (mut s, now) = session();
+        s.handle_bytes(now, &bytes);
+        let seen = drain(&mut s);
+        let [Seen::Event(kind, data, 0), Seen::Close] = &seen[..] else { panic!("{seen:?} for {text}") };
+        assert_eq!((kind.as_str(), data["code"].as_str()), ("error", Some(code)));
+        assert!(data["text"].as_str().unwrap().contains(text), "{data}");
+        assert!(s.is_closed());
+        s.handle_bytes(now, &event("describe", json!({})));
+        assert!(drain(&mut s).is_empty(), "nothing after the close");
+    }
+}
+
+#[test]
+fn too_much_queued_text_is_refused() {
+    let now = Instant::now();
+    let options = WyomingOptions { max_queued_chars: 1000, ..WyomingOptions::default() };
+    let mut s = WyomingSession::new(now, 1, capabilities(), Arc::new(options));
+    s.handle_bytes(now, &event("synthesize-start", json!({})));
+    s.handle_bytes(now, &event("synthesize-chunk", json!({"text": "a".repeat(900)})));
+    assert!(drain(&mut s).is_empty());
+    s.handle_bytes(now, &event("synthesize-chunk", json!({"text": "b".repeat(200)})));
+    let seen = drain(&mut s);
+    assert_eq!(kinds(&seen), ["error", "CLOSE"]);
+}
+
+#[test]
+fn a_vanished_client_aborts_its_request_once() {
+    let (mut s, now) = session();
+    s.handle_bytes(now, &event("synthesize", json!({"text": "A long text."})));
+    let id = submitted(&drain(&mut s))[0].0;
+    s.handle_engine(now, audio(id, 100)).unwrap();
+    drain(&mut s);
+    s.handle_closed(now);
+    s.handle_closed(now);
+    s.handle_shutdown(now);
+    assert_eq!(drain(&mut s), [Seen::Abort(id)]);
+    assert!(s.handle_engine(now, audio(id, 100)).is_err());
+}
+
+#[test]
+fn an_engine_failure_ends_without_audio_stop() {
+    let (mut s, now) = session();
+    s.handle_bytes(now, &event("synthesize", json!({"text": "Hello."})));
+    let id = submitted(&drain(&mut s))[0].0;
+    s.handle_engine(now, audio(id, 100)).unwrap();
+    s.handle_engine(now, EngineEvent { id, kind: EngineEventKind::Failed("out of memory".into()) }).unwrap();
+    let seen = drain(&mut s);
+    assert_eq!(kinds(&seen), ["audio-start", "audio-chunk", "error", "CLOSE"]);
+    let Seen::Event(_, data, _) = &seen[2] else { panic!() };
+    assert_eq!(data["text"], "synthesis failed: out of memory");
+}
+
+#[test]
+fn an_idle_connection_times_out() {
+    let (mut s, now) = session();
+    let deadline = s.poll_timeout().unwrap();
+    assert_eq!(deadline, now + Duration::from_secs(30));
+    s.handle_timeout(now + Duration::from_secs(29));
+    assert!(drain(&mut s).is_empty());
+    // A header trickled in does not count as activity.
+    s.handle_bytes(now + Duration::from_secs(20), b"{\"type\":");
+    assert_eq!(s.poll_timeout(), Some(deadline));
+    s.handle_timeout(deadline);
+    assert_eq!(kinds(&drain(&mut s)), ["error", "CLOSE"]);
+}
+
+#[test]
+fn shutdown_aborts_and_says_why() {
+    let (mut s, now) = session();
+    s.handle_bytes(now, &event("synthesize", json!({"text": "Hello."})));
+    let id = submitted(&drain(&mut s))[0].0;
+    s.handle_shutdown(now);
+    let seen = drain(&mut s);
+    assert_eq!(seen[0], Seen::Abort(id));
+    assert_eq!(kinds(&seen[1..]), ["error", "CLOSE"]);
+}
+
+#[test]
+fn a_language_picks_a_voice() {
+    let now = Instant::now();
+    let voice = |name: &str, language: &str| WyomingVoice {
+        name: name.into(),
+        description: None,
+        languages: vec![language.into()],
+    };
+    let options =
+        WyomingOptions { voices: vec![voice("heart", "en-US"), voice("emma", "en-GB")], ..Default::default() };
+    let mut s = WyomingSession::new(now, 1, capabilities(), Arc::new(options));
+    s.handle_bytes(now, &event("synthesize", json!({"text": "Hi.", "voice": {"language": "en_GB"}})));
+    assert_eq!(submitted(&drain(&mut s))[0].1.voice.as_deref(), Some("emma"));
+}

@@ -1,0 +1,288 @@
+//! One Wyoming TCP connection (Home Assistant's protocol) driving one `WyomingSession`.
+//!
+//! The same shape as the WebSocket side: one task, a select over the socket, the engine's events,
+//! the session's timer and the shutdown signal; after every input the session's outputs are carried
+//! out in order, each write awaited (the backpressure: a slow reader slows its own engine request).
+//! The socket is read whenever the connection is not draining, because streamed text arrives
+//! while audio is made; the session bounds what it holds. A peer that stops reading is cut off by
+//! the write timeout, which tells the session it is gone, which aborts its request.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use speechstream_core::engine::{EngineEvent, EngineEventKind, RequestId};
+use speechstream_core::session::EngineCommand;
+use speechstream_core::wyoming::{codes, error_event, Output, WyomingOptions, WyomingSession};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter, ReadHalf, WriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::connection::{stopping, Admission, SocketCount};
+use crate::metrics::{ErrorKind, Transport, UtteranceMeter};
+use crate::server::Shared;
+use crate::sink::ChannelSink;
+use crate::write_timeout::WriteTimeout;
+
+type Socket = WriteTimeout<TcpStream>;
+
+/// Bytes read from the socket at a time.
+const READ_CHUNK: usize = 16 * 1024;
+/// Bytes of events gathered before they are written; larger ones are written through.
+const WRITE_BUFFER: usize = 16 * 1024;
+/// How long, after our last event, the peer's remaining bytes are read and discarded.
+const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+/// At most this much of them.
+const LINGER_BYTES: usize = 1 << 20;
+/// Engine events taken in one go before the outputs are written, so their events share a flush.
+const EVENT_BATCH: usize = 32;
+
+// The HTTP side's arguments and the listener's Wyoming options.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    id: u64,
+    admission: Admission,
+    shared: Arc<Shared>,
+    options: Arc<WyomingOptions>,
+    stop: watch::Receiver<bool>,
+    socket: SocketCount,
+) {
+    let _socket = socket;
+    let span = info_span!("wyoming", id, %peer);
+    async {
+        let mut stream = WriteTimeout::new(stream, shared.write_timeout);
+        match admission {
+            Admission::Admitted => {
+                run(stream, id, shared.clone(), options, stop).await;
+                shared.metrics.connection_closed();
+            }
+            Admission::Refused(why) => {
+                let text = match shared.max_connections {
+                    Some(max) => format!("server at capacity ({max} connections); retry later"),
+                    None => "server unavailable; retry later".to_owned(),
+                };
+                debug!(reason = ?why, "refusing wyoming connection");
+                let _ = stream.write_all(&error_event(codes::BUSY, &text)).await;
+                let _ = stream.shutdown().await;
+            }
+        }
+    }
+    .instrument(span)
+    .await;
+}
+
+async fn run(
+    stream: Socket,
+    id: u64,
+    shared: Arc<Shared>,
+    options: Arc<WyomingOptions>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let (mut read, write) = tokio::io::split(stream);
+    let (events_tx, mut events) = mpsc::channel(shared.engine_event_queue);
+    let now = Instant::now();
+    info!("wyoming connection started");
+    let mut conn = Connection {
+        session: WyomingSession::new(now, id, shared.capabilities.clone(), options),
+        shared,
+        writer: BufWriter::with_capacity(WRITE_BUFFER, write),
+        events_tx,
+        in_flight: HashMap::new(),
+        broken: false,
+        told_closed: false,
+    };
+    let mut buffer = vec![0; READ_CHUNK];
+    // The peer closed its side: answer what it asked, then end.
+    let mut eof = false;
+    let mut draining = *stop.borrow();
+    let mut drain_deadline = draining.then(|| now + conn.shared.shutdown_grace);
+    loop {
+        if conn.session.is_closed() {
+            break;
+        }
+        if (draining || eof) && !conn.session.busy() {
+            if draining {
+                conn.session.handle_shutdown(Instant::now());
+            } else {
+                conn.tell_closed();
+            }
+            conn.execute_outputs().await;
+            break;
+        }
+        let timer = conn.session.poll_timeout();
+        tokio::select! {
+            // `events` never ends: this task holds a sender for the sinks it hands out.
+            Some(event) = events.recv() => {
+                conn.on_engine_event(event);
+                for _ in 1..EVENT_BATCH {
+                    match events.try_recv() {
+                        Ok(event) => conn.on_engine_event(event),
+                        Err(_) => break,
+                    }
+                }
+            }
+            read = read_some(&mut read, &mut buffer), if !draining && !eof => match read {
+                Ok(0) => eof = true,
+                Ok(n) => conn.session.handle_bytes(Instant::now(), &buffer[..n]),
+                Err(e) => {
+                    debug!(error = %e, "read from client failed");
+                    conn.tell_closed();
+                }
+            },
+            _ = sleep_until(timer), if timer.is_some() => conn.session.handle_timeout(Instant::now()),
+            _ = stopping(&mut stop), if !draining => {
+                debug!("shutdown: finishing what is being spoken");
+                draining = true;
+                drain_deadline = Some(Instant::now() + conn.shared.shutdown_grace);
+            }
+            _ = sleep_until(drain_deadline), if drain_deadline.is_some() => {
+                debug!("shutdown grace over");
+                conn.session.handle_shutdown(Instant::now());
+            }
+        }
+        conn.execute_outputs().await;
+    }
+    if !conn.broken {
+        // Our side is done; read what the peer still sends for a moment, so that the kernel
+        // ends the connection with a FIN instead of a reset that could destroy the last events
+        // (an error) before the peer has read them.
+        if conn.writer.shutdown().await.is_ok() {
+            let linger = async {
+                let mut left = LINGER_BYTES;
+                while left > 0 {
+                    match read.read(&mut buffer).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => left = left.saturating_sub(n),
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(CLOSE_LINGER, linger).await;
+        }
+    }
+    if !conn.in_flight.is_empty() {
+        warn!(requests = conn.in_flight.len(), "wyoming connection ended with engine requests in flight");
+    }
+    info!("wyoming connection ended");
+}
+
+async fn read_some(read: &mut ReadHalf<Socket>, buffer: &mut [u8]) -> std::io::Result<usize> {
+    read.read(buffer).await
+}
+
+struct Connection {
+    shared: Arc<Shared>,
+    session: WyomingSession,
+    writer: BufWriter<WriteHalf<Socket>>,
+    events_tx: mpsc::Sender<EngineEvent>,
+    /// Engine requests submitted and not yet finished, failed or aborted, each metered.
+    in_flight: HashMap<RequestId, UtteranceMeter>,
+    /// A write failed: the socket is unusable.
+    broken: bool,
+    /// The session was told the peer is gone.
+    told_closed: bool,
+}
+
+impl Connection {
+    fn on_engine_event(&mut self, event: EngineEvent) {
+        let id = event.id;
+        let terminal = matches!(event.kind, EngineEventKind::Finished | EngineEventKind::Failed(_));
+        if let Some(meter) = self.in_flight.get_mut(&id) {
+            let metrics = &self.shared.metrics;
+            match &event.kind {
+                EngineEventKind::Audio { pcm, sample_rate } => meter.audio(metrics, pcm.len(), *sample_rate),
+                EngineEventKind::Finished => meter.finished(metrics),
+                EngineEventKind::Failed(message) => {
+                    metrics.error(ErrorKind::Engine);
+                    info!(request = %id, message, "utterance failed");
+                }
+                _ => {}
+            }
+        }
+        match self.session.handle_engine(Instant::now(), event) {
+            Ok(()) => {
+                if terminal && self.in_flight.remove(&id).is_some() {
+                    debug!(request = %id, "utterance finished");
+                }
+            }
+            Err(stale) => debug!(request = %stale.0, "ignoring event for a request no longer in flight"),
+        }
+    }
+
+    /// Carry out everything the session has queued, in order, then flush.
+    async fn execute_outputs(&mut self) {
+        loop {
+            while let Some(output) = self.session.poll_output() {
+                match output {
+                    Output::Write(bytes) => self.write(&bytes).await,
+                    Output::Engine(command) => self.execute_command(command),
+                    Output::Dropped(kind) => info!(event = %kind, "dropped an event type this server does not serve"),
+                    Output::Close { code, error } => {
+                        if codes::CLIENT_FAULTS.contains(&code) {
+                            self.shared.metrics.error(ErrorKind::Request);
+                        }
+                        warn!(code, %error, "closing the wyoming connection");
+                    }
+                }
+            }
+            if self.broken {
+                return;
+            }
+            if let Err(e) = self.writer.flush().await {
+                debug!(error = %e, "write to client failed");
+                self.broken = true;
+                // Its outputs (the abort of what is in flight) still have to be carried out.
+                self.tell_closed();
+                continue;
+            }
+            return;
+        }
+    }
+
+    async fn write(&mut self, bytes: &[u8]) {
+        if self.broken || self.told_closed {
+            return;
+        }
+        if let Err(e) = self.writer.write_all(bytes).await {
+            debug!(error = %e, "write to client failed");
+            self.broken = true;
+            self.tell_closed();
+        }
+    }
+
+    fn execute_command(&mut self, command: EngineCommand) {
+        match command {
+            EngineCommand::Synthesize { id, request } => {
+                info!(request = %id, chars = request.text.chars().count(), "utterance submitted");
+                self.in_flight.insert(id, UtteranceMeter::start(&self.shared.metrics, Transport::Wyoming));
+                let sink = ChannelSink::new(self.events_tx.clone());
+                self.shared.engine.submit(id, request, Box::new(sink));
+            }
+            EngineCommand::Abort { id } => {
+                info!(request = %id, "utterance aborted");
+                if self.in_flight.remove(&id).is_some() {
+                    self.shared.metrics.cancelled(Transport::Wyoming);
+                }
+                self.shared.engine.abort(id);
+            }
+        }
+    }
+
+    /// Tell the session the peer is gone (once); the caller then carries out its outputs.
+    fn tell_closed(&mut self) {
+        if !self.told_closed {
+            self.told_closed = true;
+            self.session.handle_closed(Instant::now());
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}
