@@ -9,6 +9,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+#[path = "asr/words.rs"]
+#[allow(dead_code)]
+mod asr_words;
+use asr_words::{common_in_order, words};
+
 const KEY: &str = "agents-test-key";
 const TEXT: &str = "The quick brown fox jumps over the lazy dog. Then it runs into the forest.";
 
@@ -59,27 +64,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn words(text: &str) -> Vec<String> {
-    text.split_whitespace()
-        .map(|w| w.chars().filter(|c| c.is_alphanumeric() || *c == '\'').collect::<String>().to_lowercase())
-        .filter(|w| !w.is_empty())
-        .collect()
-}
-
-/// Length of the longest common subsequence: words recognised in the right order.
-fn common_in_order(a: &[String], b: &[String]) -> usize {
-    let mut row = vec![0usize; b.len() + 1];
-    for x in a {
-        let mut diagonal = 0;
-        for (j, y) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = if x == y { diagonal + 1 } else { row[j + 1].max(row[j]) };
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 /// Runs a client script (it writes its audio to a wav) and checks that the audio is understood.
