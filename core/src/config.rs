@@ -65,7 +65,7 @@ impl TaskType {
     }
 }
 
-/// A validated `session.config`. Field meanings: protocol.md §b.2.
+/// A validated `session.config`. Field meanings: docs/protocol.md §b.2.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionConfig {
     /// The model the client expects; checked against the engine's when truthy.

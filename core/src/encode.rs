@@ -1,6 +1,6 @@
 //! Encoding a whole utterance for non-streamed replies: wav, pcm, flac, mp3, opus (Ogg).
 //!
-//! Every format takes mono 16-bit samples and returns one complete file (protocol.md §e.1).
+//! Every format takes mono 16-bit samples and returns one complete file (docs/protocol.md §e.1).
 //! Empty input still yields a valid, decodable file of zero length. wav, pcm and flac are
 //! written here without dependencies; mp3 uses LAME (built from source by `mp3lame-sys`),
 //! opus uses the system libopus, wrapped in an Ogg stream written here.

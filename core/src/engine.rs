@@ -15,17 +15,42 @@
 use std::fmt;
 
 /// Identifies one engine request: the connection that asked and the utterance.
+///
+/// It is also the request's name in logs: `speech-stream-<connection>-<utterance>` for a
+/// WebSocket utterance, `speech-http-<connection>-<n>` for the `n`th HTTP request of a
+/// connection ([`RequestId::http`]), so that the two never read alike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestId {
     /// The connection id given to [`Session::new`](crate::session::Session::new).
     pub connection: u64,
-    /// The utterance's `utterance_index` on that connection.
+    /// The utterance's `utterance_index` on that connection; for an HTTP request, its number
+    /// on the connection with the top bit set ([`RequestId::http`]).
     pub utterance: u64,
+}
+
+/// The bit that marks an HTTP request's number, keeping it apart from utterance indexes.
+const HTTP_REQUEST: u64 = 1 << 63;
+
+impl RequestId {
+    /// The id of the `n`th HTTP request on `connection`: never equal to an utterance's id on
+    /// the same connection.
+    pub fn http(connection: u64, n: u64) -> RequestId {
+        RequestId { connection, utterance: n | HTTP_REQUEST }
+    }
+
+    /// Whether this is an HTTP request's id ([`RequestId::http`]).
+    pub fn is_http(&self) -> bool {
+        self.utterance & HTTP_REQUEST != 0
+    }
 }
 
 impl fmt::Display for RequestId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "speech-stream-{}-{}", self.connection, self.utterance)
+        if self.is_http() {
+            write!(f, "speech-http-{}-{}", self.connection, self.utterance & !HTTP_REQUEST)
+        } else {
+            write!(f, "speech-stream-{}-{}", self.connection, self.utterance)
+        }
     }
 }
 

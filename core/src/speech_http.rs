@@ -1,4 +1,4 @@
-//! The OpenAI-compatible `POST /v1/audio/speech` request and response rules (protocol.md §f),
+//! The OpenAI-compatible `POST /v1/audio/speech` request and response rules (docs/protocol.md §f),
 //! I/O-free: a JSON body becomes a validated [`SpeechRequest`] or the exact [`HttpError`]
 //! (status, OpenAI-style error JSON); and the bytes a response is made of (media types, the
 //! streaming WAV header, SSE events, usage) are shaped here so transports only move them.
@@ -391,7 +391,7 @@ pub fn voices_json(capabilities: &EngineCapabilities) -> String {
     serde_json::json!({"voices": voices, "uploaded_voices": []}).to_string()
 }
 
-/// The `Content-Type` of each format (protocol.md §e.1).
+/// The `Content-Type` of each format (docs/protocol.md §e.1).
 pub fn media_type(format: ResponseFormat) -> &'static str {
     match format {
         ResponseFormat::Wav => "audio/wav",

@@ -1,4 +1,4 @@
-//! The protocol of protocol.md §b–§c, driven through `Session` by hand (no I/O).
+//! The protocol of docs/protocol.md §b–§c, driven through `Session` by hand (no I/O).
 
 mod common;
 

@@ -2,10 +2,10 @@
 //! its text front end ([`g2p`]), and [`HibariEngine`], which serves it behind speechstream-core's
 //! `Engine` trait with a scheduler thread that streams, batches and paces requests.
 //!
-//! Groundwork so far (no libtorch needed to build): a dependency-free reader of ONNX files
-//! ([`onnx`], on the protobuf walker in [`proto`]) and the naming and dequantization of hibari's
-//! int8 Linear weights ([`quant`]), which together give the model's float parameters by their
-//! PyTorch names. See `NOTES.md` for what the Python reference does around the network.
+//! The weights come from the voice's ONNX file, read without onnxruntime ([`onnx`], on the
+//! protobuf walker in [`proto`]); [`quant`] names and dequantizes its int8 Linear weights, and
+//! [`gemm`] and [`kernels`] run them in int8 on the CPU. It is not a server and holds no protocol
+//! rule: what a request may ask for is declared in its capabilities and checked in the core.
 
 pub mod cpu;
 pub mod dsp;

@@ -1,4 +1,4 @@
-//! protocol.md §g.B 6-8: codec-token streaming over real sockets.
+//! docs/protocol.md §g.B 6-8: codec-token streaming over real sockets.
 
 use serde_json::{json, Value};
 use speechstream::synthetic::{SyntheticEngine, SyntheticOptions, CODEBOOKS, CODEBOOK_SIZE};

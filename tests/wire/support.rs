@@ -90,6 +90,20 @@ impl TestServer {
     }
 }
 
+/// The set-up most WebSocket tests share: a server on loopback with `engine`, a client connected
+/// to it, and a `session.config` with the keys of `config` sent. The server runs while the
+/// returned `TestServer` lives.
+pub async fn configured(engine: Arc<dyn Engine>, options: SessionOptions, config: Value) -> (TestServer, Client) {
+    let server = TestServer::start(engine, options).await;
+    let mut client = server.connect().await;
+    let mut message = serde_json::json!({"type": "session.config"});
+    if let (Some(message), Some(config)) = (message.as_object_mut(), config.as_object()) {
+        message.extend(config.clone());
+    }
+    client.send(message).await;
+    (server, client)
+}
+
 #[derive(Debug, PartialEq)]
 pub enum Received {
     Json(Value),

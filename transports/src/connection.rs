@@ -38,9 +38,10 @@ pub(crate) struct ConnectionContext {
 }
 
 impl ConnectionContext {
-    /// A new id for a request on this connection: engine request id and log id at once.
+    /// A new id for a request on this connection: engine request id and log id at once, apart
+    /// from the ids of the WebSocket's utterances on the same connection.
     pub(crate) fn next_request_id(&self) -> RequestId {
-        RequestId { connection: self.id, utterance: self.next_request.fetch_add(1, Ordering::Relaxed) }
+        RequestId::http(self.id, self.next_request.fetch_add(1, Ordering::Relaxed))
     }
 }
 

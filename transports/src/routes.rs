@@ -23,9 +23,9 @@ use crate::metrics::{ErrorKind, Refusal};
 use crate::server::Shared;
 use crate::speech;
 
-/// The streaming speech WebSocket endpoint (protocol.md §a).
+/// The streaming speech WebSocket endpoint (docs/protocol.md §a).
 pub const STREAM_PATH: &str = "/v1/audio/speech/stream";
-/// The OpenAI-compatible speech endpoint (protocol.md §f).
+/// The OpenAI-compatible speech endpoint (docs/protocol.md §f).
 pub const SPEECH_PATH: &str = "/v1/audio/speech";
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
