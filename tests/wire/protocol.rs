@@ -314,7 +314,7 @@ async fn word_timestamps_emit_pipeline_json_frame() {
     );
     assert_eq!(client.json().await, audio_done(0, 2000, false));
     assert_eq!(client.json().await, session_done(0, 1));
-    assert!(engine.requests()[0].1.word_timestamps);
+    assert!(engine.requests()[0].1.output.words());
 }
 
 // 11

@@ -10,8 +10,8 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use speechstream_core::engine::{
-    CodecSpec, Engine, EngineCapabilities, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest,
-    TrySendError, WordTiming,
+    CodecFlags, CodecSpec, Engine, EngineCapabilities, EngineEvent, EngineEventKind, EventSink, RequestId,
+    SynthesisRequest, TrySendError, WordTiming,
 };
 use speechstream_core::session::SessionOptions;
 use speechstream_transports::{serve, ServerConfig, STREAM_PATH};
@@ -312,11 +312,8 @@ impl Scripted {
     pub fn new(script: Vec<Step>) -> Scripted {
         Scripted {
             capabilities: EngineCapabilities {
-                models: vec!["scripted".into()],
-                sample_rate: 24000,
                 voices: vec!["vivian".into(), "serena".into()],
-                word_timestamps: false,
-                codec: None,
+                ..EngineCapabilities::new("scripted", 24000)
             },
             script,
             running: Arc::new(Mutex::new(Vec::new())),
@@ -359,7 +356,9 @@ impl Engine for Scripted {
                 let delivered = match step {
                     Step::Audio(pcm, sample_rate) => send(EngineEventKind::Audio { pcm, sample_rate }),
                     Step::Words(words) => send(EngineEventKind::Words(words)),
-                    Step::Codec(codes, eos) => send(EngineEventKind::Codec { codes, eos }),
+                    Step::Codec(codes, eos) => {
+                        send(EngineEventKind::Codec { codes, flags: CodecFlags { eos, ..CodecFlags::default() } })
+                    }
                     Step::Fail(message) => {
                         send(EngineEventKind::Failed(message));
                         return;

@@ -91,11 +91,9 @@ mod tests {
     #[test]
     fn info_describes_the_engine() {
         let capabilities = EngineCapabilities {
-            models: vec!["m".into()],
-            sample_rate: 24000,
             voices: vec!["a".into(), "b".into()],
             word_timestamps: true,
-            codec: None,
+            ..EngineCapabilities::new("m", 24000)
         };
         let options =
             SessionOptions { idle_timeout: std::time::Duration::from_millis(1500), ..SessionOptions::default() };

@@ -207,13 +207,8 @@ mod tests {
 
     #[test]
     fn models_lists_every_served_name() {
-        let capabilities = EngineCapabilities {
-            models: vec!["a".into(), "b\"c".into()],
-            sample_rate: 24000,
-            voices: vec![],
-            word_timestamps: false,
-            codec: None,
-        };
+        let capabilities =
+            EngineCapabilities { models: vec!["a".into(), "b\"c".into()], ..EngineCapabilities::new("a", 24000) };
         let body: serde_json::Value = serde_json::from_str(&models(&capabilities, 7)).unwrap();
         assert_eq!(
             body,

@@ -204,7 +204,7 @@ async fn whole(mut job: Job, request: &SpeechRequest, shared: &Shared) -> Result
     for (name, value) in usage.headers() {
         headers.insert(HeaderName::from_static(name), HeaderValue::from(value));
     }
-    if request.synthesis.word_timestamps {
+    if request.synthesis.output.words() {
         let (name, value) = match word_timestamps_header(&words) {
             Ok(list) => ("x-word-timestamps", list),
             Err(omitted) => ("x-word-timestamps-omitted", omitted),
