@@ -91,6 +91,8 @@ pub enum EngineCommand {
 }
 
 /// One thing the session wants done, from [`Session::poll_output`]; carry them out in order.
+// As `EngineCommand`: one per utterance, moved straight on; boxing would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Output {
     /// A JSON text frame.
@@ -370,11 +372,13 @@ impl Session {
                 if let Some(previous) = generation.sample_rate.filter(|&r| r != sample_rate) {
                     let message =
                         format!("Audio sample rate changed during streaming: {previous} Hz to {sample_rate} Hz");
-                    return Ok(self.end_generation(now, Ending::Stopped(message)));
+                    self.end_generation(now, Ending::Stopped(message));
+                    return Ok(());
                 }
                 if sample_rate == 0 {
                     let message = "Engine reported a sample rate of 0 Hz".to_owned();
-                    return Ok(self.end_generation(now, Ending::Stopped(message)));
+                    self.end_generation(now, Ending::Stopped(message));
+                    return Ok(());
                 }
                 generation.sample_rate = Some(sample_rate);
                 self.on_audio(now, pcm, sample_rate);

@@ -27,6 +27,7 @@ pub fn capabilities(word_timestamps: bool, codec: bool) -> EngineCapabilities {
 }
 
 /// What came out of the session, decoded.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Out {
     Json(Value),
