@@ -129,18 +129,21 @@
 //! the rules of the OpenAI-style HTTP endpoint in [`speech_http`], and `synthetic` (with the
 //! feature of that name). They follow semver (0.x: a minor version may break them); the public surface
 //! is listed in `core/api.txt`, which a test keeps in step with the code, so a change to it
-//! shows in review. Anything `#[doc(hidden)]` (the invariant checker the fuzz targets and
-//! property tests share) is not API and may change in any release.
+//! shows in review. Anything `#[doc(hidden)]` (the invariant checker behind the `check` feature,
+//! which the fuzz targets and property tests share) is not API and may change in any release.
 //!
 //! # Features
 //!
 //! - `synthetic`: the module `synthetic`, a deterministic engine (a tone per word, no model)
 //!   for examples, tests and client development.
+//! - `check`: the invariant checker the property tests and fuzz targets share (a test harness,
+//!   not API).
 
 #![warn(missing_docs)]
 
-// The invariant checker and its byte-driven session driver: a test harness, public only because
-// the fuzz targets and the property tests (other crates) run it. Not part of the API.
+// The invariant checker and its byte-driven session driver: a test harness for the fuzz targets
+// and the property tests (other crates), behind the `check` feature. Not part of the API.
+#[cfg(feature = "check")]
 #[doc(hidden)]
 pub mod check;
 pub mod codec;
