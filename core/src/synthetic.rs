@@ -201,7 +201,7 @@ impl Engine for SyntheticEngine {
             // without waiting, as the reference's null engine does in its event loop: no thread
             // hop per utterance. What doesn't fit the consumer's queue goes on a thread.
             let collected = Arc::new(Mutex::new(Vec::new()));
-            let job = Job {
+            let job = Synthesis {
                 id,
                 aborted: Arc::new(AtomicBool::new(false)),
                 sink: Box::new(Collect(collected.clone())),
@@ -214,7 +214,7 @@ impl Engine for SyntheticEngine {
         let options = self.options.clone();
         let renders = self.renders.clone();
         self.on_thread(id, move |aborted| {
-            let job = Job { id, aborted, sink, renders };
+            let job = Synthesis { id, aborted, sink, renders };
             job.run(&request, &options);
         });
     }
@@ -345,14 +345,14 @@ impl RenderCache {
     }
 }
 
-struct Job {
+struct Synthesis {
     renders: Arc<RenderCache>,
     id: RequestId,
     aborted: Arc<AtomicBool>,
     sink: Box<dyn EventSink>,
 }
 
-impl Job {
+impl Synthesis {
     /// Produce the request's events; returns early (without `Finished`) once aborted or once
     /// the consumer is gone.
     fn run(&self, request: &SynthesisRequest, options: &SyntheticOptions) {

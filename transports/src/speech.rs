@@ -74,7 +74,7 @@ async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) 
         chars = request.synthesis.text.chars().count(),
         "speech request"
     );
-    let mut job = Job::submit(shared, id, &request);
+    let mut job = EngineRequest::submit(shared, id, &request);
     match request.delivery {
         Delivery::Whole => whole(job, &request, shared).await,
         Delivery::Audio | Delivery::Sse => {
@@ -87,7 +87,7 @@ async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) 
 }
 
 /// One engine request and its event queue; aborted if dropped before its end.
-struct Job {
+struct EngineRequest {
     id: RequestId,
     engine: Arc<dyn Engine>,
     shared: Arc<Shared>,
@@ -96,12 +96,12 @@ struct Job {
     ended: bool,
 }
 
-impl Job {
-    fn submit(shared: &Arc<Shared>, id: RequestId, request: &SpeechRequest) -> Job {
+impl EngineRequest {
+    fn submit(shared: &Arc<Shared>, id: RequestId, request: &SpeechRequest) -> EngineRequest {
         let (events_tx, events) = mpsc::channel(shared.engine_event_queue);
         let meter = UtteranceMeter::start(&shared.metrics, Transport::Http);
         shared.engine.submit(id, request.synthesis.clone(), Box::new(ChannelSink::new(events_tx)));
-        Job { id, engine: shared.engine.clone(), shared: shared.clone(), events, meter, ended: false }
+        EngineRequest { id, engine: shared.engine.clone(), shared: shared.clone(), events, meter, ended: false }
     }
 
     /// The next event that matters: audio (metered), words, or the end.
@@ -144,7 +144,7 @@ impl Job {
     }
 }
 
-impl Drop for Job {
+impl Drop for EngineRequest {
     fn drop(&mut self) {
         if !self.ended {
             debug!(request = %self.id, "client gone: aborting the engine request");
@@ -166,7 +166,7 @@ fn generation_failed(message: &str) -> HttpError {
 }
 
 /// Collect the whole utterance, encode it, answer with the file and its usage headers.
-async fn whole(mut job: Job, request: &SpeechRequest, shared: &Shared) -> Result<Response<Body>, HttpError> {
+async fn whole(mut job: EngineRequest, request: &SpeechRequest, shared: &Shared) -> Result<Response<Body>, HttpError> {
     let mut pcm = Vec::new();
     let mut words = Vec::new();
     let seconds = shared.options.max_whole_audio_seconds;
@@ -216,7 +216,7 @@ async fn whole(mut job: Job, request: &SpeechRequest, shared: &Shared) -> Result
     Ok(response)
 }
 
-fn streamed(job: Job, request: SpeechRequest, first: Option<Vec<u8>>, shared: &Shared) -> Response<Body> {
+fn streamed(job: EngineRequest, request: SpeechRequest, first: Option<Vec<u8>>, shared: &Shared) -> Response<Body> {
     let sse = request.delivery == Delivery::Sse;
     let format = request.response_format;
     let mut stream = SpeechStream {
@@ -248,7 +248,7 @@ fn streamed(job: Job, request: SpeechRequest, first: Option<Vec<u8>>, shared: &S
 /// The body of a streamed response: engine events turned into raw audio or SSE events as
 /// hyper asks for the next frame.
 struct SpeechStream {
-    job: Job,
+    job: EngineRequest,
     sse: bool,
     format: ResponseFormat,
     pending: VecDeque<Bytes>,
