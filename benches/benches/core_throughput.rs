@@ -123,6 +123,9 @@ fn drain(s: &mut Session, t: &mut Tally) -> Option<RequestId> {
                 black_box(id);
             }
             Output::Close(_) => t.closed_early = true,
+            Output::Encode { id, job } => {
+                let _ = s.handle_encoded(Instant::now(), id, job.run());
+            }
         }
     }
     synth

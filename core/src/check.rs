@@ -59,6 +59,11 @@ impl Checker {
                     return Err(format!("abort of a request that is not live: {id}"));
                 }
             }
+            Output::Encode { id, .. } => {
+                if self.live.contains(id) || self.open.is_none() {
+                    return Err(format!("encoding for {id} before its engine request ended, or outside an utterance"));
+                }
+            }
             Output::Text(t) => {
                 let v: Value = serde_json::from_str(t).map_err(|e| format!("invalid JSON out: {e}: {t}"))?;
                 self.json(&v)?;
@@ -264,6 +269,10 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
         }
         while let Some(output) = session.poll_output() {
             checker.output(&output)?;
+            if let Output::Encode { id, job } = output {
+                session.handle_encoded(now, id, job.run()).map_err(|e| format!("encoded file refused: {e:?}"))?;
+                continue;
+            }
             // An input.done held back past the byte budget is refused, so it gets no session.done.
             if let (true, Output::Text(text)) = (counted_input_done, &output) {
                 if text.contains("Held input exceeds") {
@@ -281,6 +290,9 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
         checker.answered(id)?;
         while let Some(output) = session.poll_output() {
             checker.output(&output)?;
+            if let Output::Encode { id, job } = output {
+                session.handle_encoded(now, id, job.run()).map_err(|e| format!("encoded file refused: {e:?}"))?;
+            }
         }
     }
     if checker.open.is_some() && !peer_gone {

@@ -99,6 +99,10 @@
 //!                 engine.abort(id);
 //!             }
 //!             Output::Close(code) => close = Some(code), // send a close frame, end the connection
+//!             // A whole file to encode; a real driver runs it off its event loop.
+//!             Output::Encode { id, job } => {
+//!                 let _ = session.handle_encoded(now, id, job.run());
+//!             }
 //!         }
 //!     }
 //! }
@@ -126,7 +130,8 @@
 //!
 //! The API is [`session`] and [`engine`] (the driver's side and the engine's side), the types
 //! they carry from [`config`], [`parse`] and [`json`], the encoders in [`encode`] and [`codec`],
-//! the rules of the OpenAI-style HTTP endpoint in [`speech_http`], and `synthetic` (with the
+//! the rules of the OpenAI-style HTTP endpoint in [`speech_http`] and its response machine in
+//! [`speech_response`], and `synthetic` (with the
 //! feature of that name). They follow semver (0.x: a minor version may break them); the public surface
 //! is listed in `core/api.txt`, which a test keeps in step with the code, so a change to it
 //! shows in review. Anything `#[doc(hidden)]` (the invariant checker behind the `check` feature,
@@ -156,6 +161,7 @@ pub mod parse;
 mod pydantic;
 pub mod session;
 pub mod speech_http;
+pub mod speech_response;
 #[cfg(feature = "synthetic")]
 pub mod synthetic;
 mod text;

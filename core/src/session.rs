@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::codec;
 use crate::config::{validate_session_config, OutputMode, ResponseFormat, SessionConfig};
-use crate::encode::encode_s16le;
+use crate::encode::{EncodeJob, Encoded, WholeAudio};
 use crate::engine::{
     CodecFlags, EngineCapabilities, EngineEvent, EngineEventKind, OutputKind, RequestId, SynthesisRequest, WordTiming,
     CODEC_UNSUPPORTED,
@@ -101,6 +101,15 @@ pub enum Output {
     Binary(Vec<u8>),
     /// Something for the engine to do.
     Engine(EngineCommand),
+    /// A whole file to encode (a non-streamed utterance's audio): run the job where it does
+    /// not hold up other connections and hand the result to
+    /// [`Session::handle_encoded`] before any other input.
+    Encode {
+        /// The utterance it is for.
+        id: RequestId,
+        /// The encoding to run.
+        job: EncodeJob,
+    },
     /// Send a close frame with this code and end the connection.
     Close(u16),
 }
@@ -135,6 +144,8 @@ const CLOSE_GOING_AWAY: u16 = 1001;
 ///   aborted), which the owner may log and must otherwise ignore;
 /// - [`handle_timeout`](Self::handle_timeout): when the deadline last returned by
 ///   [`poll_timeout`](Self::poll_timeout) has passed;
+/// - [`handle_encoded`](Self::handle_encoded): the result of an [`Output::Encode`] job, which
+///   the owner runs off its event loop (encoding mp3 or opus is real CPU work);
 /// - [`begin_shutdown`](Self::begin_shutdown): when the server starts shutting down. The
 ///   session finishes the utterance in flight (within the grace it is given), then closes
 ///   with 1001; the owner keeps driving it as before until it has.
@@ -142,7 +153,7 @@ const CLOSE_GOING_AWAY: u16 = 1001;
 /// After every input the owner drains [`poll_output`](Self::poll_output) until it
 /// returns `None`, in order: text and binary frames to write (awaiting each write is the
 /// backpressure), engine commands to execute (`Synthesize` submits a request whose
-/// events come back through `handle_engine`; `Abort` stops one), and `Close(code)`,
+/// events come back through `handle_engine`; `Abort` stops one), encodings to run, and `Close(code)`,
 /// always the last output, after which the connection ends. It then re-reads
 /// `poll_timeout`. While [`wants_client_input`](Self::wants_client_input) is false the
 /// owner stops reading the socket. Once [`is_closed`](Self::is_closed) is true and the
@@ -269,12 +280,18 @@ struct Generation {
     sample_rate: Option<u32>,
 }
 
+impl Generation {
+    /// The engine request is still running (not yet answered; a file being encoded was).
+    fn engine_live(&self) -> bool {
+        !matches!(self.mode, Mode::Encoding)
+    }
+}
+
 enum Mode {
-    /// One encoded file at the end; `pcm` collects the engine's audio.
-    Whole {
-        format: ResponseFormat,
-        pcm: Vec<u8>,
-    },
+    /// One encoded file at the end, of the audio collected here.
+    Whole(WholeAudio),
+    /// The engine has finished a whole file's audio; its encoding is out (`Output::Encode`).
+    Encoding,
     /// Binary s16le frames as the engine produces them.
     Streamed,
     /// `audio.chunk` JSON frames, then a trailing chunk with the word timings.
@@ -300,6 +317,8 @@ fn pcm_ms(bytes: u64, sample_rate: u32) -> i64 {
 enum Ending {
     /// The engine finished the request.
     Finished,
+    /// A whole file's encoding came back.
+    Encoded(Encoded),
     /// The engine failed the request (or never had it: a refusal); nothing to abort.
     Failed(String),
     /// The session stops the request (bad engine output, a limit, the shutdown grace): abort,
@@ -364,7 +383,8 @@ impl Session {
     /// raced with an [`EngineCommand::Abort`], or a driver that mixed up its sessions. The
     /// session is unchanged; log it and go on.
     pub fn handle_engine(&mut self, now: Instant, event: EngineEvent) -> Result<(), UnknownRequest> {
-        let Some(generation) = self.generation_mut().filter(|g| g.id == event.id) else {
+        // While its file is encoding, the request has been answered: nothing more may come.
+        let Some(generation) = self.generation_mut().filter(|g| g.id == event.id && g.engine_live()) else {
             return Err(UnknownRequest(event.id));
         };
         match event.kind {
@@ -394,10 +414,34 @@ impl Session {
                     self.end_generation(now, Ending::Stopped(e.to_string()));
                 }
             }
-            EngineEventKind::Finished => self.end_generation(now, Ending::Finished),
+            EngineEventKind::Finished => {
+                if let Some(Mode::Whole(_)) = self.generation_mut().map(|g| &g.mode) {
+                    self.start_encoding();
+                    return Ok(());
+                }
+                self.end_generation(now, Ending::Finished);
+            }
             EngineEventKind::Failed(message) => self.end_generation(now, Ending::Failed(message)),
         }
         Ok(())
+    }
+
+    /// Feed the result of the [`Output::Encode`] job for utterance `id`: the file goes out,
+    /// then its `audio.done` and `session.done` (or, if it could not be encoded, the
+    /// utterance fails).
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownRequest`] when that utterance is no longer waiting for its file (it was
+    /// cancelled, the peer left, the shutdown grace ended it); the result is dropped.
+    pub fn handle_encoded(&mut self, now: Instant, id: RequestId, encoded: Encoded) -> Result<(), UnknownRequest> {
+        match self.generation_mut() {
+            Some(generation) if generation.id == id && !generation.engine_live() => {
+                self.end_generation(now, Ending::Encoded(encoded));
+                Ok(())
+            }
+            _ => Err(UnknownRequest(id)),
+        }
     }
 
     /// Tell the session the time is `now`, at or after [`poll_timeout`](Self::poll_timeout)'s
@@ -560,7 +604,7 @@ impl Session {
 
     /// The peer is gone: stop its request, send nothing more.
     fn peer_gone(&mut self) {
-        if let Some(generation) = self.generation_mut() {
+        if let Some(generation) = self.generation_mut().filter(|g| g.engine_live()) {
             let id = generation.id;
             self.push(Output::Engine(EngineCommand::Abort { id }));
         }
@@ -761,7 +805,7 @@ impl Session {
             } else if config.stream_audio {
                 Mode::Streamed
             } else {
-                Mode::Whole { format: config.response_format, pcm: Vec::new() }
+                Mode::Whole(WholeAudio::new(config.response_format, self.options.max_whole_audio_seconds))
             };
             self.send_json(&start);
             mode
@@ -780,18 +824,15 @@ impl Session {
     }
 
     fn on_audio(&mut self, now: Instant, pcm: Vec<u8>, sample_rate: u32) {
-        let seconds = self.options.max_whole_audio_seconds;
         let Some(generation) = self.generation_mut() else { return };
         let u = generation.id.utterance;
         match &mut generation.mode {
-            Mode::Whole { pcm: all, .. } => {
-                let limit = u64::from(seconds) * u64::from(sample_rate) * 2;
-                if (all.len() + pcm.len()) as u64 > limit {
-                    let message = whole_audio_too_long(seconds, "stream_audio=true");
-                    return self.end_generation(now, Ending::Stopped(message));
+            Mode::Whole(audio) => {
+                if let Err(message) = audio.push(&pcm, sample_rate, "stream_audio=true") {
+                    self.end_generation(now, Ending::Stopped(message));
                 }
-                all.extend_from_slice(&pcm);
             }
+            Mode::Encoding => {}
             Mode::Streamed => {
                 if !pcm.is_empty() {
                     generation.total += pcm.len() as u64;
@@ -819,6 +860,16 @@ impl Session {
             }
             Mode::Codec { .. } => {}
         }
+    }
+
+    /// The engine finished a whole file's audio: hand its encoding to the driver.
+    fn start_encoding(&mut self) {
+        let default_rate = self.capabilities.sample_rate;
+        let Some(generation) = self.generation_mut() else { return };
+        let Mode::Whole(audio) = std::mem::replace(&mut generation.mode, Mode::Encoding) else { return };
+        let rate = generation.sample_rate.unwrap_or(default_rate);
+        let id = generation.id;
+        self.push(Output::Encode { id, job: audio.finish(rate) });
     }
 
     fn on_codec(&mut self, codes: &[i32], flags: CodecFlags) -> Result<(), codec::CodecError> {
@@ -854,20 +905,20 @@ impl Session {
                 return None;
             }
         };
+        let live = generation.engine_live();
         let Generation { id, mode, mut total, sample_rate } = generation;
         let u = id.utterance;
-        let (failure, cancelled) = match ending {
-            Ending::Finished => (None, false),
-            Ending::Failed(message) => (Some(message), false),
-            Ending::Stopped(message) => {
-                // First, so a transport that can't write the rest in time has still stopped it.
-                self.push(Output::Engine(EngineCommand::Abort { id }));
-                (Some(message), false)
+        // First, so a transport that can't write the rest in time has still stopped it.
+        if live && matches!(ending, Ending::Stopped(_) | Ending::Cancelled) {
+            self.push(Output::Engine(EngineCommand::Abort { id }));
+        }
+        let (failure, cancelled, file) = match ending {
+            Ending::Finished => (None, false, None),
+            Ending::Encoded(Encoded(Ok(file))) => (None, false, Some(file)),
+            Ending::Encoded(Encoded(Err(message))) | Ending::Failed(message) | Ending::Stopped(message) => {
+                (Some(message), false, None)
             }
-            Ending::Cancelled => {
-                self.push(Output::Engine(EngineCommand::Abort { id }));
-                (None, true)
-            }
+            Ending::Cancelled => (None, true, None),
         };
         match mode {
             Mode::Codec { codebooks, mut seq, eos_sent } => {
@@ -890,15 +941,11 @@ impl Session {
                 });
             }
             mode => {
-                let mut failure = failure;
                 match mode {
-                    Mode::Whole { format, pcm } if failure.is_none() && !cancelled => {
-                        match encode_s16le(format, pcm, sample_rate.unwrap_or(self.capabilities.sample_rate)) {
-                            Ok(file) => {
-                                total = file.len() as u64;
-                                self.push(Output::Binary(file));
-                            }
-                            Err(e) => failure = Some(format!("audio encoding failed: {e}")),
+                    Mode::Encoding => {
+                        if let Some(file) = file {
+                            total = file.len() as u64;
+                            self.push(Output::Binary(file));
                         }
                     }
                     Mode::Words { chunk_id, words, any_words } if failure.is_none() => {
@@ -937,12 +984,6 @@ impl Session {
         self.session_done(1);
         Some(draining)
     }
-}
-
-/// Why a non-streamed utterance failed past `max_whole_audio_seconds`; `instead` names the
-/// streamed alternative of the caller's protocol.
-pub fn whole_audio_too_long(seconds: u32, instead: &str) -> String {
-    format!("audio longer than {seconds} seconds cannot be sent as one file; use {instead} for longer texts")
 }
 
 /// The per-utterance request, with the checks the reference makes when it builds

@@ -21,6 +21,7 @@
 
 mod auth;
 mod connection;
+mod encoding;
 mod metrics;
 mod playground;
 mod routes;

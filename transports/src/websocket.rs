@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::connection::stopping;
+use crate::encoding::encode_off_runtime;
 use crate::metrics::{ErrorKind, Transport, UtteranceMeter};
 use crate::server::Shared;
 use crate::sink::ChannelSink;
@@ -253,6 +254,12 @@ impl Connection {
                     }
                 }
                 Output::Engine(command) => self.execute_command(command),
+                Output::Encode { id, job } => {
+                    let encoded = encode_off_runtime(job).await;
+                    if let Err(stale) = self.session.handle_encoded(Instant::now(), id, encoded) {
+                        debug!(request = %stale.0, "encoded file for an utterance that has ended");
+                    }
+                }
                 Output::Close(code) => {
                     if self.frames_allowed() {
                         let reason: &[u8] = if code == CLOSE_GOING_AWAY { b"server shutting down" } else { b"" };

@@ -56,6 +56,11 @@ impl Harness {
     fn drain(&mut self) {
         while let Some(o) = self.session.poll_output() {
             self.out.push(match o {
+                // Encoded at once, as a driver would off its event loop; the file follows.
+                Output::Encode { id, job } => {
+                    self.session.handle_encoded(self.now, id, job.run()).expect("the utterance waits for its file");
+                    continue;
+                }
                 Output::Text(t) => Out::Json(serde_json::from_str(&t).expect("session emits valid JSON")),
                 Output::Binary(b) => Out::Binary(b),
                 Output::Engine(EngineCommand::Synthesize { id, request }) => Out::Synthesize(id, request),
