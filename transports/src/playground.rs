@@ -15,8 +15,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use speechstream_core::engine::EngineCapabilities;
 use speechstream_core::session::SessionOptions;
 
-use crate::routes::STREAM_PATH;
-use crate::server::Shared;
+use crate::paths::STREAM_PATH;
+use crate::shared::Shared;
 
 const INDEX_HTML: &str = include_str!("../assets/playground.html");
 const PLAYGROUND_JS: &str = include_str!("../assets/playground.js");

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE, UPGRADE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
@@ -18,19 +17,12 @@ use speechstream_core::speech_http::{error_json, voices_json};
 use tracing::{debug, info_span, Instrument};
 
 use crate::auth;
-use crate::connection::{Admission, ConnectionContext, UpgradeSlot};
+use crate::body::{full, json, Body};
+use crate::context::{Admission, ConnectionContext, UpgradeSlot};
 use crate::metrics::{ErrorKind, Refusal};
-use crate::server::Shared;
+use crate::paths::{SPEECH_PATH, STREAM_PATH};
+use crate::shared::Shared;
 use crate::speech;
-
-/// The streaming speech WebSocket endpoint (docs/protocol.md §a).
-pub const STREAM_PATH: &str = "/v1/audio/speech/stream";
-/// The OpenAI-compatible speech endpoint (docs/protocol.md §f).
-pub const SPEECH_PATH: &str = "/v1/audio/speech";
-
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// Every response's body: whole (`full`) or streamed (the speech handler's).
-pub(crate) type Body = BoxBody<Bytes, BoxError>;
 
 /// Paths anyone may ask, key or not: probes must work without credentials, and the
 /// playground's page carries no secret (the user types the key into it). Whatever reveals the
@@ -188,17 +180,6 @@ fn models(capabilities: &EngineCapabilities, created: u64) -> String {
 /// An error body the way FastAPI (the reference server) writes one.
 fn detail(status: StatusCode, message: &str) -> Response<Body> {
     json(status, serde_json::json!({ "detail": message }).to_string())
-}
-
-pub(crate) fn full(bytes: Bytes) -> Body {
-    Full::new(bytes).map_err(|never| match never {}).boxed()
-}
-
-pub(crate) fn json(status: StatusCode, body: String) -> Response<Body> {
-    let mut response = Response::new(full(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
 }
 
 #[cfg(test)]

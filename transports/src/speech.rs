@@ -23,10 +23,10 @@ use speechstream_core::speech_response::{ResponseHead, ResponseOutput, SpeechRes
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use crate::body::{full, json, Body, BoxError};
 use crate::encoding::encode_off_runtime;
 use crate::metrics::{ErrorKind, Transport, UtteranceMeter};
-use crate::routes::{full, json, Body, BoxError};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::sink::ChannelSink;
 
 pub(crate) async fn create_speech(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) -> Response<Body> {

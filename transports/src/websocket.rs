@@ -20,10 +20,9 @@ use tokio::io::BufWriter;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
-use crate::connection::stopping;
 use crate::encoding::encode_off_runtime;
 use crate::metrics::{ErrorKind, Transport, UtteranceMeter};
-use crate::server::Shared;
+use crate::shared::{stopping, Shared};
 use crate::sink::ChannelSink;
 
 type Stream = TokioIo<Upgraded>;
