@@ -3,7 +3,7 @@
 //! synthetic engine set to the same audio (1.0 s per utterance, 80 ms chunks). The JSON
 //! frames must be identical, text for text; binary frames must have the same lengths.
 //!
-//! Cases cover what the reference does right. Where protocol.md §i lists a reference defect
+//! Cases cover what the reference does right. Where docs/protocol.md §i lists a reference defect
 //! that we fix (cancel mid-stream, binary client frames, per-utterance request errors),
 //! there is no differential case; the core's and the wire tests pin our behaviour.
 //!

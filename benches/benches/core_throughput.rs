@@ -83,13 +83,7 @@ fn options() -> Arc<SessionOptions> {
 }
 
 fn capabilities() -> Arc<EngineCapabilities> {
-    Arc::new(EngineCapabilities {
-        models: vec!["synthetic".into()],
-        sample_rate: SAMPLE_RATE,
-        voices: vec!["default".into()],
-        word_timestamps: false,
-        codec: None,
-    })
+    Arc::new(EngineCapabilities { voices: vec!["default".into()], ..EngineCapabilities::new("synthetic", SAMPLE_RATE) })
 }
 
 /// The reference null engine's chunks: a 440 Hz tone cut into `CHUNK_MS` pieces.
@@ -129,6 +123,9 @@ fn drain(s: &mut Session, t: &mut Tally) -> Option<RequestId> {
                 black_box(id);
             }
             Output::Close(_) => t.closed_early = true,
+            Output::Encode { id, job } => {
+                let _ = s.handle_encoded(Instant::now(), id, job.run());
+            }
         }
     }
     synth

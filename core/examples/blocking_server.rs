@@ -89,6 +89,11 @@ fn serve(id: u64, socket: TcpStream, engine: Arc<SyntheticEngine>) -> io::Result
                     engine.abort(id);
                     Ok(())
                 }
+                // This connection's own thread may do the encoding: it blocks no one else.
+                Output::Encode { id, job } => {
+                    let _ = session.handle_encoded(Instant::now(), id, job.run());
+                    Ok(())
+                }
             };
             if written.and_then(|()| ws.flush()).is_err() {
                 // The session aborts what the client can no longer hear; those outputs follow.

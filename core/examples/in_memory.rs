@@ -89,6 +89,9 @@ impl Driver {
                     self.engine.submit(id, request, Box::new(Events(self.events_tx.clone())))
                 }
                 Output::Engine(EngineCommand::Abort { id }) => self.engine.abort(id),
+                Output::Encode { id, job } => {
+                    let _ = self.session.handle_encoded(self.now, id, job.run());
+                }
             }
         }
     }

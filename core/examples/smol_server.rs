@@ -86,6 +86,12 @@ async fn serve(id: u64, socket: TcpStream, engine: Arc<SyntheticEngine>) -> std:
                     engine.abort(id);
                     Ok(())
                 }
+                // Encoding is CPU work: off the executor, on smol's blocking pool.
+                Output::Encode { id, job } => {
+                    let encoded = smol::unblock(move || job.run()).await;
+                    let _ = session.handle_encoded(Instant::now(), id, encoded);
+                    Ok(())
+                }
             };
             if written.is_err() {
                 // The session aborts what the client can no longer hear; those outputs follow.

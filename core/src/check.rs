@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::engine::{CodecSpec, EngineCapabilities, EngineEvent, EngineEventKind, RequestId, WordTiming};
+use crate::engine::{CodecFlags, CodecSpec, EngineCapabilities, EngineEvent, EngineEventKind, RequestId, WordTiming};
 use crate::parse::Limits;
 use crate::session::{ClientFrame, EngineCommand, Output, Session, SessionOptions};
 
@@ -57,6 +57,11 @@ impl Checker {
             Output::Engine(EngineCommand::Abort { id }) => {
                 if !self.live.remove(id) {
                     return Err(format!("abort of a request that is not live: {id}"));
+                }
+            }
+            Output::Encode { id, .. } => {
+                if self.live.contains(id) || self.open.is_none() {
+                    return Err(format!("encoding for {id} before its engine request ended, or outside an utterance"));
                 }
             }
             Output::Text(t) => {
@@ -138,7 +143,7 @@ const CONFIGS: [&str; 8] = [
     r#"{"type":"session.config","voice":"a","stream_audio":true,"response_format":"pcm"}"#,
     r#"{"type":"session.config","stream_audio":true,"response_format":"pcm","word_timestamps":true}"#,
     r#"{"type":"session.config","output_mode":"codec_tokens","stream_audio":true,"response_format":"pcm"}"#,
-    r#"{"type":"session.config","response_format":"flac","speed":0.5}"#,
+    r#"{"type":"session.config","response_format":"flac","speed":0.5,"instructions":"whisper"}"#,
     r#"{"type":"session.config","stream_audio":true}"#,
     r#"{"type":"session.config","seed":99999999999999999999}"#,
     r#"{"type":"session.config","model":"nope"}"#,
@@ -159,9 +164,6 @@ const MESSAGES: [&str; 9] = [
 /// Each byte picks an operation; some take the next byte as an argument.
 pub fn drive(data: &[u8]) -> Result<(), String> {
     let caps = Arc::new(EngineCapabilities {
-        models: vec!["hibari".into()],
-        sample_rate: 24_000,
-        voices: vec![],
         word_timestamps: true,
         codec: Some(CodecSpec {
             codebooks: 16,
@@ -170,6 +172,9 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
             sample_rate: 24_000,
             decoder_id: None,
         }),
+        // Refused in the core: an utterance that fails before it reaches the engine.
+        instructions: false,
+        ..EngineCapabilities::new("hibari", 24_000)
     });
     let options = Arc::new(SessionOptions {
         limits: Limits { max_text_message_chars: 64, max_config_message_chars: 256 },
@@ -215,7 +220,7 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
                     let kind = match arg % 4 {
                         0 => EngineEventKind::Codec {
                             codes: vec![i32::from(arg) * 3; 16 * usize::from(arg % 3)],
-                            eos: arg % 5 == 0,
+                            flags: CodecFlags { eos: arg % 5 == 0, segment_end: arg % 7 == 0, reset: arg % 11 == 0 },
                         },
                         1 => EngineEventKind::Words(vec![WordTiming {
                             word: "w".into(),
@@ -248,8 +253,8 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
                     session.handle_client(now, ClientFrame::Closed);
                 } else if arg % 16 == 1 {
                     // The server's shutdown: unlike a vanished peer, it must still end the
-                    // utterance in flight with its done.
-                    session.handle_shutdown(now);
+                    // utterance in flight with its done, now or when the grace (0-3 s) is over.
+                    session.begin_shutdown(now, Duration::from_millis(u64::from(arg % 4) * 1000));
                 } else {
                     session.handle_client(now, ClientFrame::Binary(vec![arg]));
                 }
@@ -264,6 +269,10 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
         }
         while let Some(output) = session.poll_output() {
             checker.output(&output)?;
+            if let Output::Encode { id, job } = output {
+                session.handle_encoded(now, id, job.run()).map_err(|e| format!("encoded file refused: {e:?}"))?;
+                continue;
+            }
             // An input.done held back past the byte budget is refused, so it gets no session.done.
             if let (true, Output::Text(text)) = (counted_input_done, &output) {
                 if text.contains("Held input exceeds") {
@@ -281,6 +290,9 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
         checker.answered(id)?;
         while let Some(output) = session.poll_output() {
             checker.output(&output)?;
+            if let Output::Encode { id, job } = output {
+                session.handle_encoded(now, id, job.run()).map_err(|e| format!("encoded file refused: {e:?}"))?;
+            }
         }
     }
     if checker.open.is_some() && !peer_gone {

@@ -1,4 +1,4 @@
-//! Codec-token frames (protocol.md §d): a 7-byte `<IHB` header (seq u32 LE,
+//! Codec-token frames (docs/protocol.md §d): a 7-byte `<IHB` header (seq u32 LE,
 //! n_frames u16 LE, flags u8) and `n_frames * codebooks` int16 LE codes, frame-major.
 
 /// Bytes before the codes: seq (u32), n_frames (u16), flags (u8).

@@ -65,7 +65,7 @@ impl TaskType {
     }
 }
 
-/// A validated `session.config`. Field meanings: protocol.md §b.2.
+/// A validated `session.config`. Field meanings: docs/protocol.md §b.2.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionConfig {
     /// The model the client expects; checked against the engine's when truthy.
@@ -153,7 +153,7 @@ pub fn validate_session_config(msg: &Object) -> Result<SessionConfig, String> {
         voice: voice_val.and_then(|x| v.str_value(voice_loc, x)),
         task_type: v
             .literal("task_type", true, TASK_TYPES, TASK_TYPE_MSG)
-            .and_then(|n| [TaskType::CustomVoice, TaskType::VoiceDesign, TaskType::Base].get(n).copied()),
+            .and_then(|n| TASK_TYPE_VALUES.get(n).copied()),
         language: v.opt_str("language"),
         instructions: v.opt_str("instructions"),
         response_format: v
@@ -238,6 +238,7 @@ fn cross_field(c: &mut SessionConfig) -> Result<(), String> {
 /// The pydantic model name the reference validates `session.config` with.
 const MODEL: &str = "StreamingSpeechSessionConfig";
 pub(crate) const TASK_TYPES: &[&str] = &["CustomVoice", "VoiceDesign", "Base"];
+pub(crate) const TASK_TYPE_VALUES: &[TaskType] = &[TaskType::CustomVoice, TaskType::VoiceDesign, TaskType::Base];
 pub(crate) const TASK_TYPE_MSG: &str = "Input should be 'CustomVoice', 'VoiceDesign' or 'Base'";
 pub(crate) const FORMATS: &[&str] = &["wav", "pcm", "flac", "mp3", "opus"];
 pub(crate) const FORMAT_VALUES: &[ResponseFormat] =

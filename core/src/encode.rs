@@ -1,7 +1,7 @@
 //! Encoding audio for replies: wav, pcm, flac, mp3, opus (Ogg), whole ([`encode`]) or as it
 //! is made ([`StreamEncoder`]); G.711 mu-law and A-law bytes ([`ulaw`], [`alaw`]).
 //!
-//! Every format takes mono 16-bit samples and returns one complete file (protocol.md §e.1).
+//! Every format takes mono 16-bit samples and returns one complete file (docs/protocol.md §e.1).
 //! Empty input still yields a valid, decodable file of zero length. wav, pcm and flac are
 //! written here without dependencies; mp3 uses LAME (built from source by `mp3lame-sys`),
 //! opus uses the system libopus, wrapped in an Ogg stream written here.
@@ -144,6 +144,87 @@ pub fn ulaw(samples: &[i16]) -> Vec<u8> {
 pub fn alaw(samples: &[i16]) -> Vec<u8> {
     g711::encode_alaw(samples)
 }
+
+/// A non-streamed utterance's audio, collected until its end and then encoded as one file:
+/// the one collect-and-encode path of both protocols (the WebSocket's `stream_audio=false`,
+/// HTTP's default). It is bounded: past `max_seconds` of audio, [`WholeAudio::push`] refuses.
+#[derive(Debug)]
+pub struct WholeAudio {
+    format: ResponseFormat,
+    max_seconds: u32,
+    pcm: Vec<u8>,
+    sample_rate: Option<u32>,
+}
+
+impl WholeAudio {
+    /// Collect audio for one `format` file of at most `max_seconds`.
+    pub fn new(format: ResponseFormat, max_seconds: u32) -> WholeAudio {
+        WholeAudio { format, max_seconds, pcm: Vec::new(), sample_rate: None }
+    }
+
+    /// Add a chunk of s16le PCM at `sample_rate`.
+    ///
+    /// # Errors
+    ///
+    /// The file would be longer than `max_seconds`: the utterance fails, and `instead` (the
+    /// caller's streamed alternative, e.g. `stream_audio=true`) goes into the message.
+    pub fn push(&mut self, pcm: &[u8], sample_rate: u32, instead: &str) -> Result<(), String> {
+        let limit = u64::from(self.max_seconds) * u64::from(sample_rate) * 2;
+        if (self.pcm.len() + pcm.len()) as u64 > limit {
+            return Err(whole_audio_too_long(self.max_seconds, instead));
+        }
+        self.sample_rate = Some(sample_rate);
+        self.pcm.extend_from_slice(pcm);
+        Ok(())
+    }
+
+    /// Bytes of PCM collected.
+    pub fn len(&self) -> usize {
+        self.pcm.len()
+    }
+
+    /// Nothing collected yet.
+    pub fn is_empty(&self) -> bool {
+        self.pcm.is_empty()
+    }
+
+    /// The encoding of what was collected, at its rate (`default_rate` when no audio came).
+    pub fn finish(self, default_rate: u32) -> EncodeJob {
+        EncodeJob { format: self.format, sample_rate: self.sample_rate.unwrap_or(default_rate), pcm: self.pcm }
+    }
+}
+
+/// Why a non-streamed utterance failed past its limit; `instead` names the streamed
+/// alternative of the caller's protocol.
+pub fn whole_audio_too_long(seconds: u32, instead: &str) -> String {
+    format!("audio longer than {seconds} seconds cannot be sent as one file; use {instead} for longer texts")
+}
+
+/// A whole file to encode: CPU work (mp3 and opus especially) that a driver runs where it does
+/// not hold up other connections, then hands back ([`Session::handle_encoded`],
+/// [`SpeechResponse::handle_encoded`]). A driver with nothing else to do runs it at once.
+///
+/// [`Session::handle_encoded`]: crate::session::Session::handle_encoded
+/// [`SpeechResponse::handle_encoded`]: crate::speech_response::SpeechResponse::handle_encoded
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EncodeJob {
+    format: ResponseFormat,
+    sample_rate: u32,
+    pcm: Vec<u8>,
+}
+
+impl EncodeJob {
+    /// Encode: the file, or why it failed (`audio encoding failed: ...`).
+    pub fn run(self) -> Encoded {
+        Encoded(
+            encode_s16le(self.format, self.pcm, self.sample_rate).map_err(|e| format!("audio encoding failed: {e}")),
+        )
+    }
+}
+
+/// The result of an [`EncodeJob`]: the file, or why it could not be encoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Encoded(pub Result<Vec<u8>, String>);
 
 /// Length of the canonical RIFF/WAVE header: RIFF + fmt (16 bytes of PCM fields) + data.
 const WAV_HEADER_LEN: usize = 44;

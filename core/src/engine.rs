@@ -14,22 +14,52 @@
 
 use std::fmt;
 
+use crate::config::TaskType;
+
 /// Identifies one engine request: the connection that asked and the utterance.
+///
+/// It is also the request's name in logs: `speech-stream-<connection>-<utterance>` for a
+/// WebSocket utterance, `speech-http-<connection>-<n>` for the `n`th HTTP request of a
+/// connection ([`RequestId::http`]), so that the two never read alike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestId {
     /// The connection id given to [`Session::new`](crate::session::Session::new).
     pub connection: u64,
-    /// The utterance's `utterance_index` on that connection.
+    /// The utterance's `utterance_index` on that connection; for an HTTP request, its number
+    /// on the connection with the top bit set ([`RequestId::http`]).
     pub utterance: u64,
+}
+
+/// The bit that marks an HTTP request's number, keeping it apart from utterance indexes.
+const HTTP_REQUEST: u64 = 1 << 63;
+
+impl RequestId {
+    /// The id of the `n`th HTTP request on `connection`: never equal to an utterance's id on
+    /// the same connection.
+    pub fn http(connection: u64, n: u64) -> RequestId {
+        RequestId { connection, utterance: n | HTTP_REQUEST }
+    }
+
+    /// Whether this is an HTTP request's id ([`RequestId::http`]).
+    pub fn is_http(&self) -> bool {
+        self.utterance & HTTP_REQUEST != 0
+    }
 }
 
 impl fmt::Display for RequestId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "speech-stream-{}-{}", self.connection, self.utterance)
+        if self.is_http() {
+            write!(f, "speech-http-{}-{}", self.connection, self.utterance & !HTTP_REQUEST)
+        } else {
+            write!(f, "speech-stream-{}-{}", self.connection, self.utterance)
+        }
     }
 }
 
-/// One utterance to synthesize, built from the session config at `input.done`.
+/// One utterance to synthesize, built from the session config at `input.done` (or from an
+/// HTTP request's body). It carries every field a client can set that an engine may need,
+/// already validated; what the engine cannot do was refused in the core against its
+/// [`EngineCapabilities`] ([`EngineCapabilities::check`]) before it was submitted.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SynthesisRequest {
     /// The flushed, stripped text (never empty).
@@ -37,14 +67,15 @@ pub struct SynthesisRequest {
     /// The model the client named (`session.config`'s `model`), already checked against
     /// [`EngineCapabilities::models`].
     pub model: Option<String>,
-    /// The voice the client asked for; `None` means the engine's default.
+    /// The voice the client asked for, as it spelled it; `None` means the engine's default.
+    /// [`EngineCapabilities::resolve_voice`] gives the engine's own name for it.
     pub voice: Option<String>,
-    /// The language the client named, unchecked: the engine decides what it supports.
+    /// The language the client named; one of [`EngineCapabilities::languages`] (or `auto`).
     pub language: Option<String>,
-    /// Free-form style instructions (voice design models), unchecked.
+    /// Free-form style instructions (voice design models); only when the engine takes them.
     pub instructions: Option<String>,
-    /// `CustomVoice`, `VoiceDesign` or `Base`, when the client named one.
-    pub task_type: Option<String>,
+    /// The kind of synthesis, when the client named one; one of the engine's task types.
+    pub task_type: Option<TaskType>,
     /// Speaking rate, 0.25..=4.0; 1.0 is the voice's natural pace.
     pub speed: f64,
     /// Makes the audio reproducible; `None` lets the engine choose.
@@ -52,19 +83,52 @@ pub struct SynthesisRequest {
     /// Stream audio chunk by chunk as it is computed (otherwise the session
     /// collects the whole utterance before encoding it).
     pub stream: bool,
-    /// Report word timings with `EngineEvent::Words`.
-    pub word_timestamps: bool,
-    /// Produce codec frames (`EngineEvent::Codec`) instead of audio.
-    pub codec_tokens: bool,
+    /// What to produce: audio, audio and its word timings, or codec frames.
+    pub output: OutputKind,
     /// Stop after this many codec frames (of audio, for a codec-based model).
     pub max_new_tokens: Option<u64>,
     /// Frames in the first codec chunk, to trade first-chunk latency for efficiency.
     pub initial_codec_chunk_frames: Option<u64>,
+    /// Voice cloning: recordings of the voice to speak in (http(s) URLs, `data:` URIs or
+    /// `file://` URIs, unchecked); empty for none.
+    pub ref_audio: Vec<String>,
+    /// Voice cloning: the transcript of `ref_audio`.
+    pub ref_text: Option<String>,
+    /// Voice cloning: the speaker's embedding instead of a recording (finite values; never
+    /// together with `ref_audio`).
+    pub speaker_embedding: Option<Vec<f64>>,
+    /// Voice cloning: use only the speaker embedding of `ref_audio`, not its transcript.
+    pub x_vector_only_mode: bool,
+    /// Qwen3-TTS's prompt mode, passed on as the client set it.
+    pub non_streaming_mode: Option<bool>,
+}
+
+/// What an engine produces for a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputKind {
+    /// Audio ([`EngineEventKind::Audio`]).
+    Audio,
+    /// Audio and the timings of its words ([`EngineEventKind::Words`]).
+    AudioAndWords,
+    /// Codec frames ([`EngineEventKind::Codec`]) instead of audio.
+    CodecFrames,
+}
+
+impl OutputKind {
+    /// Word timings are wanted.
+    pub fn words(self) -> bool {
+        self == OutputKind::AudioAndWords
+    }
+
+    /// Codec frames are wanted, not audio.
+    pub fn codec(self) -> bool {
+        self == OutputKind::CodecFrames
+    }
 }
 
 impl SynthesisRequest {
     /// A request for `text` with every option at its default: the voice's natural pace, no
-    /// seed, not streamed, audio (not codec frames), no word timings.
+    /// seed, not streamed, audio (not codec frames), no word timings, no cloning.
     pub fn new(text: impl Into<String>) -> SynthesisRequest {
         SynthesisRequest {
             text: text.into(),
@@ -76,10 +140,14 @@ impl SynthesisRequest {
             speed: 1.0,
             seed: None,
             stream: false,
-            word_timestamps: false,
-            codec_tokens: false,
+            output: OutputKind::Audio,
             max_new_tokens: None,
             initial_codec_chunk_frames: None,
+            ref_audio: Vec::new(),
+            ref_text: None,
+            speaker_embedding: None,
+            x_vector_only_mode: false,
+            non_streaming_mode: None,
         }
     }
 }
@@ -111,13 +179,37 @@ pub enum EngineEventKind {
     Codec {
         /// Codes in `0..codebook_size`, [`CodecSpec::codebooks`] per frame.
         codes: Vec<i32>,
-        /// The last frames of the utterance.
-        eos: bool,
+        /// What the frames mark: the end of the utterance, of a segment, a decoder reset.
+        flags: CodecFlags,
     },
     /// The request completed; no more events follow.
     Finished,
     /// The request failed; no more events follow.
     Failed(String),
+}
+
+/// The flags of a codec packet (docs/protocol.md §d).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CodecFlags {
+    /// The last frames of the utterance.
+    pub eos: bool,
+    /// The last frames of a segment (a sentence) of the utterance.
+    pub segment_end: bool,
+    /// The client's decoder drops its state before these frames.
+    pub reset: bool,
+}
+
+impl CodecFlags {
+    /// Only the end of the utterance.
+    pub const EOS: CodecFlags = CodecFlags { eos: true, segment_end: false, reset: false };
+
+    /// The packet's flags byte.
+    pub fn bits(self) -> u8 {
+        let bit = |on: bool, flag: u8| if on { flag } else { 0 };
+        bit(self.eos, crate::codec::FLAG_EOS)
+            | bit(self.segment_end, crate::codec::FLAG_SEGMENT_END)
+            | bit(self.reset, crate::codec::FLAG_RESET)
+    }
 }
 
 /// An event of one engine request, tagged with its id so that one queue can carry the events
@@ -145,19 +237,137 @@ pub struct CodecSpec {
     pub decoder_id: Option<String>,
 }
 
-/// What an engine can do; the session checks requests against it.
+/// A language an engine speaks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Language {
+    /// Its English name, as clients write it (`English`).
+    pub name: String,
+    /// Its ISO 639-1 code (`en`): `en`, `en-US` and `en_GB` name it too.
+    pub code: String,
+}
+
+impl Language {
+    /// A language by its name and code.
+    pub fn new(name: impl Into<String>, code: impl Into<String>) -> Language {
+        Language { name: name.into(), code: code.into() }
+    }
+
+    fn is_named_by(&self, requested: &str) -> bool {
+        let primary = requested.split(['-', '_']).next().unwrap_or(requested);
+        requested.eq_ignore_ascii_case(&self.name) || primary.eq_ignore_ascii_case(&self.code)
+    }
+}
+
+/// What an engine can do. The core checks every request against it
+/// ([`EngineCapabilities::check`]) and refuses, with one message, what the engine cannot do,
+/// so an engine only ever sees requests it can serve.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineCapabilities {
-    /// Model names served (the `model` config check); the first is the default.
+    /// Model names served (the `model` config check); the first is the default, and names
+    /// the engine in refusals.
     pub models: Vec<String>,
     /// The sample rate of the engine's audio.
     pub sample_rate: u32,
-    /// Voice names a client may ask for; empty when the engine takes any name.
+    /// Voice names a client may ask for (in any case); empty when the engine takes any name.
     pub voices: Vec<String>,
+    /// Languages the engine speaks; empty when it takes any. `auto` (or no language) is
+    /// always accepted.
+    pub languages: Vec<Language>,
+    /// Task types the engine serves; empty when it takes any.
+    pub task_types: Vec<TaskType>,
+    /// The engine follows free-form style `instructions`.
+    pub instructions: bool,
     /// The engine reports word timings (the reference's "forced aligner").
     pub word_timestamps: bool,
     /// `Some` when codec_tokens output is supported.
     pub codec: Option<CodecSpec>,
+}
+
+impl EngineCapabilities {
+    /// Capabilities of an engine that serves `model` at `sample_rate`: any voice, language and
+    /// task type, instructions, no word timings, no codec frames. Set the fields that differ.
+    pub fn new(model: impl Into<String>, sample_rate: u32) -> EngineCapabilities {
+        EngineCapabilities {
+            models: vec![model.into()],
+            sample_rate,
+            voices: Vec::new(),
+            languages: Vec::new(),
+            task_types: Vec::new(),
+            instructions: true,
+            word_timestamps: false,
+            codec: None,
+        }
+    }
+
+    /// The name refusals give the engine.
+    fn name(&self) -> &str {
+        self.models.first().map_or("the loaded TTS model", String::as_str)
+    }
+
+    /// Whether the engine can serve `request`; `Err` is the refusal, the one message both
+    /// protocols send (docs/protocol.md §c.2). The checks, in order: codec frames, task type,
+    /// instructions, language, voice.
+    pub fn check(&self, request: &SynthesisRequest) -> Result<(), String> {
+        if request.output.codec() && self.codec.is_none() {
+            return Err(CODEC_UNSUPPORTED.to_owned());
+        }
+        if let Some(task) = request.task_type.filter(|t| !self.task_types.is_empty() && !self.task_types.contains(t)) {
+            let served: Vec<&str> = self.task_types.iter().map(|t| t.as_str()).collect();
+            let detail = if served == ["CustomVoice"] {
+                "it speaks with preset voices only (use 'CustomVoice' or leave task_type out)".to_owned()
+            } else {
+                format!("use {} or leave task_type out", quoted(&served))
+            };
+            return Err(format!("task_type '{}' is not supported by {}: {detail}", task.as_str(), self.name()));
+        }
+        if !self.instructions && request.instructions.as_deref().is_some_and(|i| !i.trim().is_empty()) {
+            return Err(format!(
+                "instructions are not supported by {} (it has no voice design or style prompts)",
+                self.name()
+            ));
+        }
+        if let Some(language) = request.language.as_deref() {
+            let l = language.trim();
+            let known =
+                l.is_empty() || l.eq_ignore_ascii_case("auto") || self.languages.iter().any(|x| x.is_named_by(l));
+            if !known && !self.languages.is_empty() {
+                let names: Vec<&str> = self.languages.iter().map(|x| x.name.as_str()).collect();
+                return Err(format!(
+                    "language '{language}' is not supported by {}: it speaks {} only",
+                    self.name(),
+                    names.join(" and ")
+                ));
+            }
+        }
+        self.resolve_voice(request.voice.as_deref()).map(drop)
+    }
+
+    /// The engine's name for the voice a client asked for: the declared voice it names in any
+    /// case, or `None` (the default voice) for no voice or `default`. An engine that declares
+    /// no voices takes any name as it is.
+    pub fn resolve_voice<'a>(&'a self, voice: Option<&'a str>) -> Result<Option<&'a str>, String> {
+        let Some(voice) = voice else { return Ok(None) };
+        if self.voices.is_empty() {
+            return Ok(Some(voice));
+        }
+        let lower = voice.to_lowercase();
+        if let Some(name) = self.voices.iter().find(|v| v.to_lowercase() == lower) {
+            return Ok(Some(name));
+        }
+        if lower == "default" {
+            return Ok(None);
+        }
+        let mut names: Vec<&str> = self.voices.iter().map(String::as_str).collect();
+        names.sort_unstable();
+        Err(format!("Invalid voice '{voice}'. Supported: {}", names.join(", ")))
+    }
+}
+
+/// The refusal of codec output by an engine without a codec.
+pub const CODEC_UNSUPPORTED: &str = "output_mode='codec_tokens' is not supported by the loaded TTS model.";
+
+fn quoted(names: &[&str]) -> String {
+    names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ")
 }
 
 /// Where an engine delivers a request's events.
@@ -242,15 +452,8 @@ pub struct EngineLoad {
 ///     fn abort(&self, _id: RequestId) {}
 /// }
 ///
-/// let engine = Silence {
-///     capabilities: EngineCapabilities {
-///         models: vec!["silence".into()],
-///         sample_rate: 24_000,
-///         voices: Vec::new(),
-///         word_timestamps: false,
-///         codec: None,
-///     },
-/// };
+/// // Any voice, language and task type; no word timings, no codec frames.
+/// let engine = Silence { capabilities: EngineCapabilities::new("silence", 24_000) };
 ///
 /// // A sink for a driver whose engine events go into an unbounded channel.
 /// struct Channel(std::sync::mpsc::Sender<EngineEvent>);

@@ -99,6 +99,10 @@
 //!                 engine.abort(id);
 //!             }
 //!             Output::Close(code) => close = Some(code), // send a close frame, end the connection
+//!             // A whole file to encode; a real driver runs it off its event loop.
+//!             Output::Encode { id, job } => {
+//!                 let _ = session.handle_encoded(now, id, job.run());
+//!             }
 //!         }
 //!     }
 //! }
@@ -126,22 +130,26 @@
 //!
 //! The API is [`session`] and [`engine`] (the driver's side and the engine's side), the types
 //! they carry from [`config`], [`parse`] and [`json`], the encoders in [`encode`] and [`codec`],
-//! the rules of the OpenAI-style HTTP endpoint in [`speech_http`], Home Assistant's Wyoming
-//! protocol in [`wyoming`] (a second machine over the same engine), the sentence splitter in
-//! [`split`], and `synthetic` (with the feature of that name). They follow semver (0.x: a minor version may break them); the public surface
+//! the rules of the OpenAI-style HTTP endpoint in [`speech_http`] and its response machine in
+//! [`speech_response`], Home Assistant's Wyoming protocol in [`wyoming`] (a second machine over
+//! the same engine), the sentence splitter in [`split`], and `synthetic` (with the feature of
+//! that name). They follow semver (0.x: a minor version may break them); the public surface
 //! is listed in `core/api.txt`, which a test keeps in step with the code, so a change to it
-//! shows in review. Anything `#[doc(hidden)]` (the invariant checker the fuzz targets and
-//! property tests share) is not API and may change in any release.
+//! shows in review. Anything `#[doc(hidden)]` (the invariant checker behind the `check` feature,
+//! which the fuzz targets and property tests share) is not API and may change in any release.
 //!
 //! # Features
 //!
 //! - `synthetic`: the module `synthetic`, a deterministic engine (a tone per word, no model)
 //!   for examples, tests and client development.
+//! - `check`: the invariant checker the property tests and fuzz targets share (a test harness,
+//!   not API).
 
 #![warn(missing_docs)]
 
-// The invariant checker and its byte-driven session driver: a test harness, public only because
-// the fuzz targets and the property tests (other crates) run it. Not part of the API.
+// The invariant checker and its byte-driven session driver: a test harness for the fuzz targets
+// and the property tests (other crates), behind the `check` feature. Not part of the API.
+#[cfg(feature = "check")]
 #[doc(hidden)]
 pub mod check;
 pub mod codec;
@@ -155,6 +163,7 @@ mod pydantic;
 pub mod resample;
 pub mod session;
 pub mod speech_http;
+pub mod speech_response;
 pub mod split;
 #[cfg(feature = "synthetic")]
 pub mod synthetic;

@@ -1,5 +1,5 @@
 //! The JSON messages a session sends, with their fields in the reference's emission order
-//! (protocol.md §c.1): serialised as declared, so the order on the wire is the order here.
+//! (docs/protocol.md §c.1): serialised as declared, so the order on the wire is the order here.
 
 use serde::Serialize;
 

@@ -1,4 +1,4 @@
-//! Client text frames: the reference's checks, in the reference's order (protocol.md §b.1),
+//! Client text frames: the reference's checks, in the reference's order (docs/protocol.md §b.1),
 //! then dispatch on `type`.
 
 use crate::json::{self, Object, Value};

@@ -10,9 +10,12 @@ use serde::Serialize;
 
 use crate::codec;
 use crate::config::{validate_session_config, OutputMode, ResponseFormat, SessionConfig};
-use crate::encode::encode_s16le;
-use crate::engine::{EngineCapabilities, EngineEvent, EngineEventKind, RequestId, SynthesisRequest, WordTiming};
-use crate::json::Value;
+use crate::encode::{EncodeJob, Encoded, WholeAudio};
+use crate::engine::{
+    CodecFlags, EngineCapabilities, EngineEvent, EngineEventKind, OutputKind, RequestId, SynthesisRequest, WordTiming,
+    CODEC_UNSUPPORTED,
+};
+use crate::json::{Object, Value};
 use crate::messages::{
     AudioChunk, AudioDone, AudioStart, CodecDone, CodecStart, ErrorMessage, InputCancelled, SessionDone,
 };
@@ -88,6 +91,8 @@ pub enum EngineCommand {
 }
 
 /// One thing the session wants done, from [`Session::poll_output`]; carry them out in order.
+// As `EngineCommand`: one per utterance, moved straight on; boxing would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Output {
     /// A JSON text frame.
@@ -96,6 +101,15 @@ pub enum Output {
     Binary(Vec<u8>),
     /// Something for the engine to do.
     Engine(EngineCommand),
+    /// A whole file to encode (a non-streamed utterance's audio): run the job where it does
+    /// not hold up other connections and hand the result to
+    /// [`Session::handle_encoded`] before any other input.
+    Encode {
+        /// The utterance it is for.
+        id: RequestId,
+        /// The encoding to run.
+        job: EncodeJob,
+    },
     /// Send a close frame with this code and end the connection.
     Close(u16),
 }
@@ -113,6 +127,7 @@ pub const DEFERRED_MESSAGE_OVERHEAD: usize = 64;
 const NOMINAL_SAMPLE_RATE: u32 = 24_000;
 /// Why an utterance cut by the server's shutdown failed.
 pub const SHUTDOWN_MESSAGE: &str = "the server is shutting down";
+const CLOSE_NORMAL: u16 = 1000;
 const CLOSE_GOING_AWAY: u16 = 1001;
 
 /// One WebSocket connection speaking the streaming speech protocol.
@@ -129,16 +144,28 @@ const CLOSE_GOING_AWAY: u16 = 1001;
 ///   aborted), which the owner may log and must otherwise ignore;
 /// - [`handle_timeout`](Self::handle_timeout): when the deadline last returned by
 ///   [`poll_timeout`](Self::poll_timeout) has passed;
-/// - [`handle_shutdown`](Self::handle_shutdown): when the server ends the session.
+/// - [`handle_encoded`](Self::handle_encoded): the result of an [`Output::Encode`] job, which
+///   the owner runs off its event loop (encoding mp3 or opus is real CPU work);
+/// - [`begin_shutdown`](Self::begin_shutdown): when the server starts shutting down. The
+///   session finishes the utterance in flight (within the grace it is given), then closes
+///   with 1001; the owner keeps driving it as before until it has.
 ///
 /// After every input the owner drains [`poll_output`](Self::poll_output) until it
 /// returns `None`, in order: text and binary frames to write (awaiting each write is the
 /// backpressure), engine commands to execute (`Synthesize` submits a request whose
-/// events come back through `handle_engine`; `Abort` stops one), and `Close(code)`,
+/// events come back through `handle_engine`; `Abort` stops one), encodings to run, and `Close(code)`,
 /// always the last output, after which the connection ends. It then re-reads
 /// `poll_timeout`. While [`wants_client_input`](Self::wants_client_input) is false the
 /// owner stops reading the socket. Once [`is_closed`](Self::is_closed) is true and the
 /// outputs are drained, the session is finished and ignores further input.
+///
+/// # Lifecycle
+///
+/// A session is in one [`Phase`] at a time ([`phase`](Self::phase)): `AwaitingConfig` until
+/// the first valid `session.config`, then `Idle` and `Generating` in turn (one utterance at a
+/// time), `Draining` once the server shuts down while an utterance is generating, and
+/// `Closed`, which it never leaves. What each client message does in each phase is decided in
+/// one place, the session's transition table (`Session::action`, in the source).
 ///
 /// Invariants (property-tested): every `audio.start` is followed by exactly one
 /// `audio.done` (and `codec.start` by one `codec.done`); each `input.done` gets exactly
@@ -148,18 +175,20 @@ const CLOSE_GOING_AWAY: u16 = 1001;
 ///
 /// The [crate docs](crate) show the whole driver loop; the crate's `examples/` run it over
 /// real sockets (blocking threads, and the `smol` runtime) and in memory with a fake clock.
+/// The rules themselves are written down in the repository's `docs/protocol.md` (§b, §c).
 pub struct Session {
     connection: u64,
     capabilities: Arc<EngineCapabilities>,
     options: Arc<SessionOptions>,
+    /// In force once a valid `session.config` arrived (so from `Idle` on); sticky.
     config: Option<Arc<SessionConfig>>,
+    state: State,
     /// Text of the utterance being buffered, and whether any `input.text` arrived
     /// (even an empty one blocks re-config, as in the reference).
     buffer: String,
     buffer_chars: usize,
     buffered: bool,
     utterance_index: u64,
-    generation: Option<Generation>,
     /// Client frames that arrived during a generation, handled after it in order, and
     /// what they cost against `max_deferred_bytes`.
     deferred: VecDeque<Deferred>,
@@ -168,7 +197,30 @@ pub struct Session {
     /// When the wait for a client message times out (config or idle).
     deadline: Instant,
     config_deadline: Instant,
-    closed: bool,
+}
+
+/// Where a session is in its life; see [`Session`]'s lifecycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the first valid `session.config` (until the config timeout).
+    AwaitingConfig,
+    /// Configured; buffering text, no utterance generating (the idle timer runs).
+    Idle,
+    /// An utterance is generating; client messages but `input.cancel` are held until it ends.
+    Generating,
+    /// The server is shutting down: the utterance in flight finishes (until the shutdown
+    /// grace ends), then the session closes with 1001. No client message is taken but a cancel.
+    Draining,
+    /// Ended; nothing more comes out.
+    Closed,
+}
+
+enum State {
+    AwaitingConfig,
+    Idle,
+    Generating(Generation),
+    Draining { generation: Generation, deadline: Instant },
+    Closed,
 }
 
 /// A client frame held back during a generation. Text is held as it came and parsed again
@@ -195,6 +247,30 @@ enum Incoming {
     Binary,
 }
 
+/// What a client frame does; chosen by [`Session::action`] from the frame and the phase.
+enum Action {
+    /// Nothing (the session is closed, or draining).
+    Ignore,
+    /// Hold it until the utterance in flight has ended.
+    Hold,
+    /// Stop the utterance in flight: abort, end it marked `cancelled`.
+    Cancel,
+    /// Apply a `session.config` (refused while text is buffered).
+    Configure(Object),
+    /// Append to the utterance's buffer.
+    Buffer(String),
+    /// `input.done`: start the buffered utterance, or answer an empty one.
+    Flush,
+    /// `input.cancel` while idle: drop the buffer, say `input.cancelled`.
+    ClearBuffer,
+    /// Close with 1000.
+    Close,
+    /// An error; the session goes on.
+    Report(String),
+    /// An error that is fatal before the first valid config.
+    Reject(String),
+}
+
 /// The utterance being synthesized.
 struct Generation {
     id: RequestId,
@@ -204,12 +280,18 @@ struct Generation {
     sample_rate: Option<u32>,
 }
 
+impl Generation {
+    /// The engine request is still running (not yet answered; a file being encoded was).
+    fn engine_live(&self) -> bool {
+        !matches!(self.mode, Mode::Encoding)
+    }
+}
+
 enum Mode {
-    /// One encoded file at the end; `pcm` collects the engine's audio.
-    Whole {
-        format: ResponseFormat,
-        pcm: Vec<u8>,
-    },
+    /// One encoded file at the end, of the audio collected here.
+    Whole(WholeAudio),
+    /// The engine has finished a whole file's audio; its encoding is out (`Output::Encode`).
+    Encoding,
     /// Binary s16le frames as the engine produces them.
     Streamed,
     /// `audio.chunk` JSON frames, then a trailing chunk with the word timings.
@@ -233,8 +315,16 @@ fn pcm_ms(bytes: u64, sample_rate: u32) -> i64 {
 
 /// How a generation ends.
 enum Ending {
+    /// The engine finished the request.
     Finished,
+    /// A whole file's encoding came back.
+    Encoded(Encoded),
+    /// The engine failed the request (or never had it: a refusal); nothing to abort.
     Failed(String),
+    /// The session stops the request (bad engine output, a limit, the shutdown grace): abort,
+    /// then end it as a failure.
+    Stopped(String),
+    /// The client cancelled: abort, then end it marked `cancelled`.
     Cancelled,
 }
 
@@ -258,17 +348,16 @@ impl Session {
             capabilities,
             options,
             config: None,
+            state: State::AwaitingConfig,
             buffer: String::new(),
             buffer_chars: 0,
             buffered: false,
             utterance_index: 0,
-            generation: None,
             deferred: VecDeque::new(),
             deferred_bytes: 0,
             outputs: VecDeque::new(),
             deadline: config_deadline,
             config_deadline,
-            closed: false,
         }
     }
 
@@ -276,37 +365,13 @@ impl Session {
     /// utterance is generating are held and handled after it, in order, except
     /// `input.cancel`, which ends it at once.
     pub fn handle_client(&mut self, now: Instant, frame: ClientFrame) {
-        if self.closed {
-            return;
-        }
         match frame {
-            ClientFrame::Closed => {
-                // The peer is gone: stop its request, send nothing more.
-                if let Some(generation) = self.generation.take() {
-                    self.push(Output::Engine(EngineCommand::Abort { id: generation.id }));
-                }
-                self.clear_deferred();
-                self.closed = true;
-            }
+            ClientFrame::Closed => self.peer_gone(),
             ClientFrame::Text(raw) => {
                 let parsed = parse_client_text(&raw, &self.options.limits);
-                if self.generation.is_none() {
-                    self.handle_message(now, Incoming::Text(parsed));
-                } else if parsed == Ok(ClientMessage::InputCancel) {
-                    self.end_generation(Ending::Cancelled);
-                    self.resume(now);
-                } else {
-                    drop(parsed);
-                    self.defer(Deferred::Text(raw));
-                }
+                self.handle_incoming(now, Incoming::Text(parsed), Deferred::Text(raw));
             }
-            ClientFrame::Binary(_) => {
-                if self.generation.is_some() {
-                    self.defer(Deferred::Binary);
-                } else {
-                    self.handle_message(now, Incoming::Binary);
-                }
-            }
+            ClientFrame::Binary(_) => self.handle_incoming(now, Incoming::Binary, Deferred::Binary),
         }
     }
 
@@ -318,7 +383,8 @@ impl Session {
     /// raced with an [`EngineCommand::Abort`], or a driver that mixed up its sessions. The
     /// session is unchanged; log it and go on.
     pub fn handle_engine(&mut self, now: Instant, event: EngineEvent) -> Result<(), UnknownRequest> {
-        let Some(generation) = self.generation.as_mut().filter(|g| g.id == event.id) else {
+        // While its file is encoding, the request has been answered: nothing more may come.
+        let Some(generation) = self.generation_mut().filter(|g| g.id == event.id && g.engine_live()) else {
             return Err(UnknownRequest(event.id));
         };
         match event.kind {
@@ -326,22 +392,16 @@ impl Session {
                 if let Some(previous) = generation.sample_rate.filter(|&r| r != sample_rate) {
                     let message =
                         format!("Audio sample rate changed during streaming: {previous} Hz to {sample_rate} Hz");
-                    self.push(Output::Engine(EngineCommand::Abort { id: event.id }));
-                    self.end_generation(Ending::Failed(message));
-                    self.resume(now);
+                    self.end_generation(now, Ending::Stopped(message));
                     return Ok(());
                 }
                 if sample_rate == 0 {
-                    self.push(Output::Engine(EngineCommand::Abort { id: event.id }));
-                    self.end_generation(Ending::Failed("Engine reported a sample rate of 0 Hz".to_owned()));
-                    self.resume(now);
+                    let message = "Engine reported a sample rate of 0 Hz".to_owned();
+                    self.end_generation(now, Ending::Stopped(message));
                     return Ok(());
                 }
                 generation.sample_rate = Some(sample_rate);
-                self.on_audio(pcm, sample_rate);
-                if self.generation.is_none() {
-                    self.resume(now);
-                }
+                self.on_audio(now, pcm, sample_rate);
             }
             EngineEventKind::Words(words) => {
                 if let Mode::Words { words: all, any_words, .. } = &mut generation.mode {
@@ -349,58 +409,79 @@ impl Session {
                     *any_words = true;
                 }
             }
-            EngineEventKind::Codec { codes, eos } => {
-                if let Err(e) = self.on_codec(&codes, eos) {
-                    self.push(Output::Engine(EngineCommand::Abort { id: event.id }));
-                    self.end_generation(Ending::Failed(e.to_string()));
-                    self.resume(now);
+            EngineEventKind::Codec { codes, flags } => {
+                if let Err(e) = self.on_codec(&codes, flags) {
+                    self.end_generation(now, Ending::Stopped(e.to_string()));
                 }
             }
             EngineEventKind::Finished => {
-                self.end_generation(Ending::Finished);
-                self.resume(now);
+                if let Some(Mode::Whole(_)) = self.generation_mut().map(|g| &g.mode) {
+                    self.start_encoding();
+                    return Ok(());
+                }
+                self.end_generation(now, Ending::Finished);
             }
-            EngineEventKind::Failed(message) => {
-                self.end_generation(Ending::Failed(message));
-                self.resume(now);
-            }
+            EngineEventKind::Failed(message) => self.end_generation(now, Ending::Failed(message)),
         }
         Ok(())
     }
 
-    /// Tell the session the time is `now`, at or after [`poll_timeout`](Self::poll_timeout)'s
-    /// deadline: past the config or idle timeout it sends its error and closes. Early calls
-    /// do nothing, so a driver whose timer fires early loses nothing.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if self.closed || self.generation.is_some() || now < self.deadline {
-            return;
+    /// Feed the result of the [`Output::Encode`] job for utterance `id`: the file goes out,
+    /// then its `audio.done` and `session.done` (or, if it could not be encoded, the
+    /// utterance fails).
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownRequest`] when that utterance is no longer waiting for its file (it was
+    /// cancelled, the peer left, the shutdown grace ended it); the result is dropped.
+    pub fn handle_encoded(&mut self, now: Instant, id: RequestId, encoded: Encoded) -> Result<(), UnknownRequest> {
+        match self.generation_mut() {
+            Some(generation) if generation.id == id && !generation.engine_live() => {
+                self.end_generation(now, Ending::Encoded(encoded));
+                Ok(())
+            }
+            _ => Err(UnknownRequest(id)),
         }
-        let message = if self.config.is_none() {
-            "Timeout waiting for session.config"
-        } else {
-            "Idle timeout: no message received"
-        };
-        self.send_error(message, false);
-        self.close();
     }
 
-    /// The server is going away (its shutdown grace is over, or nothing is in flight): the
-    /// utterance in flight, if any, is aborted and still ended properly (an error, its
-    /// `audio.done`/`codec.done` marked `error`, `session.done`), then the session closes with
-    /// 1001 (going away).
-    pub fn handle_shutdown(&mut self, now: Instant) {
-        if self.closed {
-            return;
+    /// Tell the session the time is `now`, at or after [`poll_timeout`](Self::poll_timeout)'s
+    /// deadline: past the config or idle timeout it sends its error and closes; past the
+    /// shutdown grace it ends the utterance in flight as a failure and closes with 1001. Early
+    /// calls do nothing, so a driver whose timer fires early loses nothing.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        match &self.state {
+            State::AwaitingConfig if now >= self.deadline => {
+                self.send_error("Timeout waiting for session.config", false);
+                self.close(CLOSE_NORMAL);
+            }
+            State::Idle if now >= self.deadline => {
+                self.send_error("Idle timeout: no message received", false);
+                self.close(CLOSE_NORMAL);
+            }
+            State::Draining { deadline, .. } if now >= *deadline => {
+                self.end_generation(now, Ending::Stopped(SHUTDOWN_MESSAGE.to_owned()));
+            }
+            _ => {}
         }
-        if let Some(id) = self.generation.as_ref().map(|g| g.id) {
-            // First, so a transport that can't write the rest in time has still stopped it.
-            self.push(Output::Engine(EngineCommand::Abort { id }));
-            self.end_generation(Ending::Failed(SHUTDOWN_MESSAGE.to_owned()));
+    }
+
+    /// The server is shutting down: a session with no utterance generating closes with 1001 at
+    /// once; one that is generating finishes that utterance, taking no new client message, and
+    /// then closes with 1001. If it is still generating when `grace` has passed (the session's
+    /// [`poll_timeout`](Self::poll_timeout) says when), the utterance is aborted and still ended
+    /// properly (an error, its `audio.done`/`codec.done` marked `error`, `session.done`), then
+    /// the session closes with 1001 (going away). A zero `grace` ends it now. Held client
+    /// messages are dropped. Calls after the first do nothing.
+    pub fn begin_shutdown(&mut self, now: Instant, grace: Duration) {
+        match std::mem::replace(&mut self.state, State::Closed) {
+            State::Generating(generation) => {
+                self.state = State::Draining { generation, deadline: now + grace };
+                self.clear_deferred();
+                self.handle_timeout(now);
+            }
+            State::AwaitingConfig | State::Idle => self.close(CLOSE_GOING_AWAY),
+            state @ (State::Draining { .. } | State::Closed) => self.state = state,
         }
-        self.clear_deferred();
-        self.rearm(now);
-        self.push(Output::Close(CLOSE_GOING_AWAY));
-        self.closed = true;
     }
 
     /// The next thing to do, in order; `None` once everything queued has been taken.
@@ -409,28 +490,168 @@ impl Session {
     }
 
     /// When to call [`handle_timeout`](Self::handle_timeout), or `None` when no timer runs
-    /// (an utterance is generating, or the session is closed). It changes with every input:
-    /// re-read it after each.
+    /// (an utterance is generating, or the session is closed). While draining, it is the end
+    /// of the shutdown grace. It changes with every input: re-read it after each.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        (!self.closed && self.generation.is_none()).then_some(self.deadline)
+        match &self.state {
+            State::AwaitingConfig | State::Idle => Some(self.deadline),
+            State::Draining { deadline, .. } => Some(*deadline),
+            State::Generating(_) | State::Closed => None,
+        }
+    }
+
+    /// Where the session is in its life.
+    pub fn phase(&self) -> Phase {
+        match self.state {
+            State::AwaitingConfig => Phase::AwaitingConfig,
+            State::Idle => Phase::Idle,
+            State::Generating(_) => Phase::Generating,
+            State::Draining { .. } => Phase::Draining,
+            State::Closed => Phase::Closed,
+        }
     }
 
     /// The session has ended (after `Close`, or after [`ClientFrame::Closed`]); drain
     /// [`poll_output`](Self::poll_output) once more, then drop it.
     pub fn is_closed(&self) -> bool {
-        self.closed
+        self.phase() == Phase::Closed
     }
 
-    /// False once the session has closed: the transport then stops reading the socket.
-    /// (Held-back messages are bounded in bytes by refusing what would not fit, rather than
-    /// by pausing the reader, so an `input.cancel` always gets through.)
+    /// False once the session has closed, and while it drains for the server's shutdown (it
+    /// takes no new work then): the transport stops reading the socket. (Held-back messages
+    /// are bounded in bytes by refusing what would not fit, rather than by pausing the reader,
+    /// so an `input.cancel` always gets through.)
     pub fn wants_client_input(&self) -> bool {
-        !self.closed
+        !matches!(self.phase(), Phase::Closed | Phase::Draining)
     }
 
     /// The configuration in force, once a valid `session.config` arrived.
     pub fn config(&self) -> Option<&SessionConfig> {
         self.config.as_deref()
+    }
+
+    /// The transition table: what a client frame does in each phase. Every rule about which
+    /// message is taken when is here, and only here.
+    fn action(phase: Phase, incoming: Incoming) -> Action {
+        use ClientMessage as M;
+        match (phase, incoming) {
+            (Phase::Closed, _) => Action::Ignore,
+            (Phase::Generating | Phase::Draining, Incoming::Text(Ok(M::InputCancel))) => Action::Cancel,
+            (Phase::Generating, _) => Action::Hold,
+            (Phase::Draining, _) => Action::Ignore,
+            (_, Incoming::Binary) => Action::Report(BINARY_FRAME_ERROR.to_owned()),
+            (_, Incoming::Text(Err(e))) => Action::Reject(e.message().to_owned()),
+            (_, Incoming::Text(Ok(M::SessionConfig(object)))) => Action::Configure(object),
+            (Phase::AwaitingConfig, Incoming::Text(Ok(message))) => {
+                let kind = match &message {
+                    M::InputText(_) => "input.text",
+                    M::InputDone => "input.done",
+                    M::InputCancel => "input.cancel",
+                    M::SessionClose => "session.close",
+                    M::Other(kind) => kind.as_str(),
+                    M::SessionConfig(_) => "session.config",
+                };
+                Action::Reject(format!("Expected session.config, got: {kind}"))
+            }
+            (Phase::Idle, Incoming::Text(Ok(message))) => match message {
+                M::InputText(None) => Action::Report("input.text requires a string value".to_owned()),
+                M::InputText(Some(text)) => Action::Buffer(text),
+                M::InputDone => Action::Flush,
+                M::InputCancel => Action::ClearBuffer,
+                M::SessionClose => Action::Close,
+                M::Other(kind) => Action::Report(format!("Unknown message type: {kind}")),
+                M::SessionConfig(_) => unreachable!("matched above"),
+            },
+        }
+    }
+
+    /// Carry out what the table says a client frame does; `held` is the frame as it is kept
+    /// when it has to wait (text as it came: its parsed form is gone by then).
+    fn handle_incoming(&mut self, now: Instant, incoming: Incoming, held: Deferred) {
+        match Self::action(self.phase(), incoming) {
+            Action::Ignore => return,
+            Action::Hold => return self.defer(held),
+            Action::Cancel => return self.end_generation(now, Ending::Cancelled),
+            Action::Configure(object) => self.configure(&object),
+            Action::Buffer(text) => self.buffer_text(text),
+            Action::Flush => {
+                let buffer = std::mem::take(&mut self.buffer);
+                self.buffer_chars = 0;
+                self.buffered = false;
+                let text = py_strip(&buffer);
+                if text.is_empty() {
+                    self.session_done(0);
+                } else {
+                    self.start_utterance(now, text);
+                }
+            }
+            Action::ClearBuffer => {
+                self.buffer.clear();
+                self.buffer_chars = 0;
+                self.buffered = false;
+                let utterance_index = self.utterance_index;
+                self.send_json(&InputCancelled { r#type: "input.cancelled", utterance_index });
+            }
+            Action::Close => self.close(CLOSE_NORMAL),
+            Action::Report(message) => self.send_error(&message, false),
+            Action::Reject(message) => self.reject(&message),
+        }
+        // Every message (even a refused one) restarts the wait for the next.
+        if matches!(self.phase(), Phase::AwaitingConfig | Phase::Idle) {
+            self.rearm(now);
+        }
+    }
+
+    /// The peer is gone: stop its request, send nothing more.
+    fn peer_gone(&mut self) {
+        if let Some(generation) = self.generation_mut().filter(|g| g.engine_live()) {
+            let id = generation.id;
+            self.push(Output::Engine(EngineCommand::Abort { id }));
+        }
+        self.clear_deferred();
+        self.state = State::Closed;
+    }
+
+    fn configure(&mut self, object: &Object) {
+        if self.buffered {
+            let message = "session.config cannot be applied while input is buffered; send input.done first";
+            return self.send_error(message, false);
+        }
+        let config = match validate_session_config(object) {
+            Ok(config) => config,
+            Err(details) => return self.reject(&format!("Invalid session config: {details}")),
+        };
+        if let Some(model) = config.model.as_deref().filter(|m| !m.is_empty()) {
+            if !self.capabilities.models.iter().any(|m| m == model) {
+                let inner = Value::Str(format!("The model `{model}` does not exist.")).py_repr();
+                return self.reject(&format!(
+                    "error=ErrorInfo(message={inner}, type='NotFoundError', param='model', code=404)"
+                ));
+            }
+        }
+        self.config = Some(Arc::new(config));
+        if let State::AwaitingConfig = self.state {
+            self.state = State::Idle;
+        }
+    }
+
+    fn buffer_text(&mut self, text: String) {
+        let chars = text.chars().count();
+        let limit = self.options.max_buffered_chars;
+        if self.buffer_chars + chars > limit {
+            let message = format!("Buffered input exceeds {limit} characters; send input.done to flush it first");
+            return self.send_error(&message, false);
+        }
+        self.buffer.push_str(&text);
+        self.buffer_chars += chars;
+        self.buffered = true;
+    }
+
+    fn generation_mut(&mut self) -> Option<&mut Generation> {
+        match &mut self.state {
+            State::Generating(generation) | State::Draining { generation, .. } => Some(generation),
+            _ => None,
+        }
     }
 
     fn push(&mut self, output: Output) {
@@ -453,9 +674,9 @@ impl Session {
         });
     }
 
-    fn close(&mut self) {
-        self.push(Output::Close(1000));
-        self.closed = true;
+    fn close(&mut self, code: u16) {
+        self.push(Output::Close(code));
+        self.state = State::Closed;
         self.clear_deferred();
     }
 
@@ -484,21 +705,21 @@ impl Session {
     fn reject(&mut self, message: &str) {
         self.send_error(message, false);
         if self.config.is_none() {
-            self.close();
+            self.close(CLOSE_NORMAL);
         }
     }
 
     /// After a generation ends, handle the frames that arrived meanwhile, in order,
     /// until one starts the next generation.
     fn resume(&mut self, now: Instant) {
-        while self.generation.is_none() && !self.closed {
+        while self.phase() == Phase::Idle {
             let Some(item) = self.deferred.pop_front() else { break };
             self.deferred_bytes -= item.cost();
-            let incoming = match item {
-                Deferred::Text(raw) => Incoming::Text(parse_client_text(&raw, &self.options.limits)),
+            let incoming = match &item {
+                Deferred::Text(raw) => Incoming::Text(parse_client_text(raw, &self.options.limits)),
                 Deferred::Binary => Incoming::Binary,
             };
-            self.handle_message(now, incoming);
+            self.handle_incoming(now, incoming, item);
         }
         self.rearm(now);
     }
@@ -507,89 +728,6 @@ impl Session {
     /// timer restarts with every message and after every generation.
     fn rearm(&mut self, now: Instant) {
         self.deadline = if self.config.is_none() { self.config_deadline } else { now + self.options.idle_timeout };
-    }
-
-    fn handle_message(&mut self, now: Instant, item: Incoming) {
-        match item {
-            Incoming::Binary => self.send_error(BINARY_FRAME_ERROR, false),
-            Incoming::Text(Err(e)) => self.reject(e.message()),
-            Incoming::Text(Ok(message)) => self.dispatch(message),
-        }
-        if self.generation.is_none() && !self.closed {
-            self.rearm(now);
-        }
-    }
-
-    fn dispatch(&mut self, message: ClientMessage) {
-        match message {
-            ClientMessage::SessionConfig(object) => {
-                if self.buffered {
-                    self.send_error(
-                        "session.config cannot be applied while input is buffered; send input.done first",
-                        false,
-                    );
-                    return;
-                }
-                let config = match validate_session_config(&object) {
-                    Ok(config) => config,
-                    Err(details) => return self.reject(&format!("Invalid session config: {details}")),
-                };
-                if let Some(model) = config.model.as_deref().filter(|m| !m.is_empty()) {
-                    if !self.capabilities.models.iter().any(|m| m == model) {
-                        let inner = Value::Str(format!("The model `{model}` does not exist.")).py_repr();
-                        return self.reject(&format!(
-                            "error=ErrorInfo(message={inner}, type='NotFoundError', param='model', code=404)"
-                        ));
-                    }
-                }
-                self.config = Some(Arc::new(config));
-            }
-            _ if self.config.is_none() => {
-                let kind = match &message {
-                    ClientMessage::InputText(_) => "input.text",
-                    ClientMessage::InputDone => "input.done",
-                    ClientMessage::InputCancel => "input.cancel",
-                    ClientMessage::SessionClose => "session.close",
-                    ClientMessage::Other(kind) => kind.as_str(),
-                    ClientMessage::SessionConfig(_) => "session.config",
-                };
-                self.reject(&format!("Expected session.config, got: {kind}"));
-            }
-            ClientMessage::InputText(None) => self.send_error("input.text requires a string value", false),
-            ClientMessage::InputText(Some(text)) => {
-                let chars = text.chars().count();
-                let limit = self.options.max_buffered_chars;
-                if self.buffer_chars + chars > limit {
-                    let message =
-                        format!("Buffered input exceeds {limit} characters; send input.done to flush it first");
-                    self.send_error(&message, false);
-                    return;
-                }
-                self.buffer.push_str(&text);
-                self.buffer_chars += chars;
-                self.buffered = true;
-            }
-            ClientMessage::InputDone => {
-                let buffer = std::mem::take(&mut self.buffer);
-                self.buffer_chars = 0;
-                self.buffered = false;
-                let text = py_strip(&buffer);
-                if text.is_empty() {
-                    self.session_done(0);
-                } else {
-                    self.start_utterance(text);
-                }
-            }
-            ClientMessage::InputCancel => {
-                self.buffer.clear();
-                self.buffer_chars = 0;
-                self.buffered = false;
-                let utterance_index = self.utterance_index;
-                self.send_json(&InputCancelled { r#type: "input.cancelled", utterance_index });
-            }
-            ClientMessage::SessionClose => self.close(),
-            ClientMessage::Other(kind) => self.send_error(&format!("Unknown message type: {kind}"), false),
-        }
     }
 
     fn session_done(&mut self, total_sentences: u32) {
@@ -605,13 +743,13 @@ impl Session {
         self.session_done(1);
     }
 
-    fn start_utterance(&mut self, text: &str) {
+    fn start_utterance(&mut self, now: Instant, text: &str) {
         let Some(config) = self.config.clone() else { return };
         let config = &*config;
         let u = self.utterance_index;
         let codec_tokens = config.output_mode == OutputMode::CodecTokens;
         if codec_tokens && self.capabilities.codec.is_none() {
-            return self.refuse_utterance("output_mode='codec_tokens' is not supported by the loaded TTS model.");
+            return self.refuse_utterance(CODEC_UNSUPPORTED);
         }
         if !codec_tokens && config.word_timestamps {
             if !self.capabilities.word_timestamps {
@@ -667,30 +805,34 @@ impl Session {
             } else if config.stream_audio {
                 Mode::Streamed
             } else {
-                Mode::Whole { format: config.response_format, pcm: Vec::new() }
+                Mode::Whole(WholeAudio::new(config.response_format, self.options.max_whole_audio_seconds))
             };
             self.send_json(&start);
             mode
         };
-        self.generation = Some(Generation { id, mode, total: 0, sample_rate: None });
-        self.push(Output::Engine(EngineCommand::Synthesize { id, request }));
+        self.state = State::Generating(Generation { id, mode, total: 0, sample_rate: None });
+        match self.capabilities.check(&request) {
+            Ok(()) => self.push(Output::Engine(EngineCommand::Synthesize { id, request })),
+            // What the engine cannot do fails as a generation error would, after the start
+            // message (as the reference's adapter refuses it). The caller goes on with the
+            // held messages: no `resume` here, which would nest one call per message.
+            Err(refusal) => {
+                let _ = now;
+                self.close_generation(Ending::Failed(refusal));
+            }
+        }
     }
 
-    fn on_audio(&mut self, pcm: Vec<u8>, sample_rate: u32) {
-        let Some(generation) = self.generation.as_mut() else { return };
+    fn on_audio(&mut self, now: Instant, pcm: Vec<u8>, sample_rate: u32) {
+        let Some(generation) = self.generation_mut() else { return };
         let u = generation.id.utterance;
         match &mut generation.mode {
-            Mode::Whole { pcm: all, .. } => {
-                let seconds = self.options.max_whole_audio_seconds;
-                let limit = u64::from(seconds) * u64::from(sample_rate) * 2;
-                if (all.len() + pcm.len()) as u64 > limit {
-                    let id = generation.id;
-                    self.push(Output::Engine(EngineCommand::Abort { id }));
-                    self.end_generation(Ending::Failed(whole_audio_too_long(seconds, "stream_audio=true")));
-                    return;
+            Mode::Whole(audio) => {
+                if let Err(message) = audio.push(&pcm, sample_rate, "stream_audio=true") {
+                    self.end_generation(now, Ending::Stopped(message));
                 }
-                all.extend_from_slice(&pcm);
             }
+            Mode::Encoding => {}
             Mode::Streamed => {
                 if !pcm.is_empty() {
                     generation.total += pcm.len() as u64;
@@ -720,64 +862,90 @@ impl Session {
         }
     }
 
-    fn on_codec(&mut self, codes: &[i32], eos: bool) -> Result<(), codec::CodecError> {
-        let Some(generation) = self.generation.as_mut() else { return Ok(()) };
+    /// The engine finished a whole file's audio: hand its encoding to the driver.
+    fn start_encoding(&mut self) {
+        let default_rate = self.capabilities.sample_rate;
+        let Some(generation) = self.generation_mut() else { return };
+        let Mode::Whole(audio) = std::mem::replace(&mut generation.mode, Mode::Encoding) else { return };
+        let rate = generation.sample_rate.unwrap_or(default_rate);
+        let id = generation.id;
+        self.push(Output::Encode { id, job: audio.finish(rate) });
+    }
+
+    fn on_codec(&mut self, codes: &[i32], flags: CodecFlags) -> Result<(), codec::CodecError> {
+        let Some(generation) = self.generation_mut() else { return Ok(()) };
         let Mode::Codec { codebooks, seq, eos_sent } = &mut generation.mode else { return Ok(()) };
-        let frame = codec::pack_frame(*seq, codes, *codebooks, if eos { codec::FLAG_EOS } else { 0 })?;
+        let frame = codec::pack_frame(*seq, codes, *codebooks, flags.bits())?;
         generation.total += (codes.len() / *codebooks) as u64;
         *seq += 1;
-        *eos_sent |= eos;
+        *eos_sent |= flags.eos;
         self.push(Output::Binary(frame));
         Ok(())
     }
 
-    /// Close the utterance in flight: its final frames, `audio.done`/`codec.done`,
-    /// then `session.done`. A cancel also aborts the engine request.
-    fn end_generation(&mut self, ending: Ending) {
-        let Some(generation) = self.generation.take() else { return };
+    /// End the utterance in flight, the one way every ending goes (see `close_generation`);
+    /// then what comes next: the held messages, or the 1001 of a drain.
+    fn end_generation(&mut self, now: Instant, ending: Ending) {
+        match self.close_generation(ending) {
+            Some(true) => self.close(CLOSE_GOING_AWAY),
+            Some(false) => self.resume(now),
+            None => {}
+        }
+    }
+
+    /// Abort the engine request when the session stops it, then the utterance's final frames,
+    /// `audio.done`/`codec.done` and `session.done`; the session is `Idle` after. Returns
+    /// whether it was draining, or `None` when no utterance was in flight.
+    fn close_generation(&mut self, ending: Ending) -> Option<bool> {
+        let (generation, draining) = match std::mem::replace(&mut self.state, State::Idle) {
+            State::Generating(generation) => (generation, false),
+            State::Draining { generation, .. } => (generation, true),
+            state => {
+                self.state = state;
+                return None;
+            }
+        };
+        let live = generation.engine_live();
         let Generation { id, mode, mut total, sample_rate } = generation;
         let u = id.utterance;
-        if matches!(ending, Ending::Cancelled) {
+        // First, so a transport that can't write the rest in time has still stopped it.
+        if live && matches!(ending, Ending::Stopped(_) | Ending::Cancelled) {
             self.push(Output::Engine(EngineCommand::Abort { id }));
         }
-        let cancelled = matches!(ending, Ending::Cancelled);
+        let (failure, cancelled, file) = match ending {
+            Ending::Finished => (None, false, None),
+            Ending::Encoded(Encoded(Ok(file))) => (None, false, Some(file)),
+            Ending::Encoded(Encoded(Err(message))) | Ending::Failed(message) | Ending::Stopped(message) => {
+                (Some(message), false, None)
+            }
+            Ending::Cancelled => (None, true, None),
+        };
         match mode {
             Mode::Codec { codebooks, mut seq, eos_sent } => {
-                let failed = if let Ending::Failed(message) = &ending {
+                if let Some(message) = &failure {
                     self.send_error(&format!("Codec stream failed for utterance {u}: {message}"), total > 0);
-                    true
-                } else {
-                    if !eos_sent {
-                        if let Ok(frame) = codec::pack_frame(seq, &[], codebooks, codec::FLAG_EOS) {
-                            self.push(Output::Binary(frame));
-                            seq += 1;
-                        }
+                } else if !eos_sent {
+                    if let Ok(frame) = codec::pack_frame(seq, &[], codebooks, codec::FLAG_EOS) {
+                        self.push(Output::Binary(frame));
+                        seq += 1;
                     }
-                    false
-                };
+                }
                 self.send_json(&CodecDone {
                     r#type: "codec.done",
                     utterance_index: u,
                     sentence_index: 0,
                     total_frames: total,
                     seq_last: seq as i64 - 1,
-                    error: failed,
+                    error: failure.is_some(),
                     cancelled,
                 });
             }
             mode => {
-                let mut failure = match ending {
-                    Ending::Failed(message) => Some(message),
-                    _ => None,
-                };
                 match mode {
-                    Mode::Whole { format, pcm } if failure.is_none() && !cancelled => {
-                        match encode_s16le(format, pcm, sample_rate.unwrap_or(self.capabilities.sample_rate)) {
-                            Ok(file) => {
-                                total = file.len() as u64;
-                                self.push(Output::Binary(file));
-                            }
-                            Err(e) => failure = Some(format!("audio encoding failed: {e}")),
+                    Mode::Encoding => {
+                        if let Some(file) = file {
+                            total = file.len() as u64;
+                            self.push(Output::Binary(file));
                         }
                     }
                     Mode::Words { chunk_id, words, any_words } if failure.is_none() => {
@@ -814,13 +982,8 @@ impl Session {
             }
         }
         self.session_done(1);
+        Some(draining)
     }
-}
-
-/// Why a non-streamed utterance failed past `max_whole_audio_seconds`; `instead` names the
-/// streamed alternative of the caller's protocol.
-pub fn whole_audio_too_long(seconds: u32, instead: &str) -> String {
-    format!("audio longer than {seconds} seconds cannot be sent as one file; use {instead} for longer texts")
 }
 
 /// The per-utterance request, with the checks the reference makes when it builds
@@ -849,19 +1012,30 @@ fn build_request(config: &SessionConfig, text: &str) -> Result<SynthesisRequest,
             return Err("'speaker_embedding' values must be finite (no NaN or Inf)".to_owned());
         }
     }
+    let output = if config.output_mode == OutputMode::CodecTokens {
+        OutputKind::CodecFrames
+    } else if config.word_timestamps {
+        OutputKind::AudioAndWords
+    } else {
+        OutputKind::Audio
+    };
     Ok(SynthesisRequest {
         text: text.to_owned(),
         model: config.model.clone(),
         voice: config.voice.clone(),
         language: config.language.clone(),
         instructions: config.instructions.clone(),
-        task_type: config.task_type.map(|t| t.as_str().to_owned()),
+        task_type: config.task_type,
         speed: config.speed.unwrap_or(1.0),
         seed,
         stream: config.stream_audio,
-        word_timestamps: config.word_timestamps,
-        codec_tokens: config.output_mode == OutputMode::CodecTokens,
+        output,
         max_new_tokens: config.max_new_tokens.and_then(|v| u64::try_from(v).ok()),
         initial_codec_chunk_frames: config.initial_codec_chunk_frames.and_then(|v| u64::try_from(v).ok()),
+        ref_audio: config.ref_audio.iter().cloned().collect(),
+        ref_text: config.ref_text.clone(),
+        speaker_embedding: config.speaker_embedding.clone(),
+        x_vector_only_mode: config.x_vector_only_mode.unwrap_or(false),
+        non_streaming_mode: config.non_streaming_mode,
     })
 }

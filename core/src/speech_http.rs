@@ -1,4 +1,4 @@
-//! The OpenAI-compatible `POST /v1/audio/speech` request and response rules (protocol.md §f),
+//! The OpenAI-compatible `POST /v1/audio/speech` request and response rules (docs/protocol.md §f),
 //! I/O-free: a JSON body becomes a validated [`SpeechRequest`] or the exact [`HttpError`]
 //! (status, OpenAI-style error JSON); and the bytes a response is made of (media types, the
 //! streaming WAV header, SSE events, usage) are shaped here so transports only move them.
@@ -13,8 +13,10 @@ use std::fmt::Write as _;
 use base64::Engine as _;
 use serde::Serialize;
 
-use crate::config::{ResponseFormat, FORMATS, FORMAT_MSG, FORMAT_VALUES, TASK_TYPES, TASK_TYPE_MSG};
-use crate::engine::{EngineCapabilities, SynthesisRequest, WordTiming};
+use crate::config::{
+    ResponseFormat, TaskType, FORMATS, FORMAT_MSG, FORMAT_VALUES, TASK_TYPES, TASK_TYPE_MSG, TASK_TYPE_VALUES,
+};
+use crate::engine::{EngineCapabilities, OutputKind, SynthesisRequest, WordTiming};
 use crate::json::{self, Object, Value};
 use crate::pydantic::{render, saturate, FieldError, Validator};
 use crate::text::py_strip;
@@ -159,7 +161,9 @@ pub fn parse_speech_request(
     if text.len() > max_input_chars && text.chars().count() > max_input_chars {
         return Err(HttpError::bad_request(format!("Input text too long (max {max_input_chars} characters)")));
     }
-    let voice = check_voice(body.voice, capabilities)?;
+    // The adapter's voice rules: lowercased, then the engine's (`default` is its default voice).
+    let voice = body.voice.map(|v| v.to_lowercase());
+    let voice = capabilities.resolve_voice(voice.as_deref()).map_err(HttpError::bad_request)?.map(str::to_owned);
     if let Some(instructions) = &body.instructions {
         if instructions.chars().count() > MAX_INSTRUCTIONS_CHARS {
             let message = format!("Instructions too long (max {MAX_INSTRUCTIONS_CHARS} characters)");
@@ -175,26 +179,28 @@ pub fn parse_speech_request(
             "sample_rate={rate} is not supported by the current TTS model; supported rates: {sample_rate}"
         )));
     }
-    Ok(SpeechRequest {
-        synthesis: SynthesisRequest {
-            text: text.to_owned(),
-            model: body.model,
-            voice,
-            language: body.language,
-            instructions: body.instructions,
-            task_type: body.task_type.map(str::to_owned),
-            speed: body.speed.unwrap_or(1.0),
-            seed: body.seed,
-            stream: delivery != Delivery::Whole,
-            word_timestamps: body.word_timestamps,
-            codec_tokens: false,
-            max_new_tokens: body.max_new_tokens.and_then(|n| u64::try_from(n).ok()),
-            initial_codec_chunk_frames: body.initial_codec_chunk_frames.and_then(|n| u64::try_from(n).ok()),
-        },
-        response_format: body.response_format,
-        delivery,
-        sample_rate,
-    })
+    let synthesis = SynthesisRequest {
+        text: text.to_owned(),
+        model: body.model,
+        voice,
+        language: body.language,
+        instructions: body.instructions,
+        task_type: body.task_type,
+        speed: body.speed.unwrap_or(1.0),
+        seed: body.seed,
+        stream: delivery != Delivery::Whole,
+        output: if body.word_timestamps { OutputKind::AudioAndWords } else { OutputKind::Audio },
+        max_new_tokens: body.max_new_tokens.and_then(|n| u64::try_from(n).ok()),
+        initial_codec_chunk_frames: body.initial_codec_chunk_frames.and_then(|n| u64::try_from(n).ok()),
+        ref_audio: body.ref_audio,
+        ref_text: body.ref_text,
+        speaker_embedding: body.speaker_embedding,
+        x_vector_only_mode: body.x_vector_only_mode.unwrap_or(false),
+        non_streaming_mode: body.non_streaming_mode,
+    };
+    // What the engine cannot do: a 400, as the reference's adapter refuses it.
+    capabilities.check(&synthesis).map_err(HttpError::bad_request)?;
+    Ok(SpeechRequest { synthesis, response_format: body.response_format, delivery, sample_rate })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,12 +220,17 @@ struct Body {
     speed: Option<f64>,
     stream: bool,
     stream_format: Option<StreamFormat>,
-    task_type: Option<&'static str>,
+    task_type: Option<TaskType>,
     language: Option<String>,
     max_new_tokens: Option<i64>,
     initial_codec_chunk_frames: Option<i64>,
     seed: Option<i64>,
     word_timestamps: bool,
+    ref_audio: Vec<String>,
+    ref_text: Option<String>,
+    speaker_embedding: Option<Vec<f64>>,
+    x_vector_only_mode: Option<bool>,
+    non_streaming_mode: Option<bool>,
 }
 
 /// The schema of `OpenAICreateSpeechRequest` (lax mode, unknown keys ignored) and its model
@@ -281,20 +292,34 @@ fn validate_body(msg: &Object) -> Result<Body, String> {
         stream_format: v
             .literal("stream_format", true, &["sse", "audio"], "Input should be 'sse' or 'audio'")
             .map(|n| if n == 0 { StreamFormat::Sse } else { StreamFormat::Audio }),
-        task_type: v.literal("task_type", true, TASK_TYPES, TASK_TYPE_MSG).and_then(|n| TASK_TYPES.get(n).copied()),
+        task_type: v
+            .literal("task_type", true, TASK_TYPES, TASK_TYPE_MSG)
+            .and_then(|n| TASK_TYPE_VALUES.get(n).copied()),
         language: v.opt_str("language"),
         max_new_tokens: v.int("max_new_tokens", Some(1)).map(|i| saturate(&i)),
         initial_codec_chunk_frames: v.int("initial_codec_chunk_frames", Some(0)).map(|i| saturate(&i)),
         seed,
         word_timestamps: v.bool("word_timestamps", false).unwrap_or(false),
+        ref_audio: Vec::new(),
+        ref_text: None,
+        speaker_embedding: None,
+        x_vector_only_mode: None,
+        non_streaming_mode: None,
     };
-    // Validated for their types only: our engines clone no voices, so these reach no engine.
+    let mut body = body;
+    // The cloning fields: passed on to the engine (one that clones voices needs them).
     let ref_audio = match msg.get("ref_audio") {
-        Some(Value::Str(_)) => true,
+        Some(Value::Str(url)) => {
+            body.ref_audio = vec![url.clone()];
+            true
+        }
         Some(Value::Array(items)) => {
             for (n, item) in items.iter().enumerate() {
-                if !matches!(item, Value::Str(_)) {
-                    v.fail_with(&format!("ref_audio.{n}"), ("string_type", "Input should be a valid string"), item);
+                match item {
+                    Value::Str(url) => body.ref_audio.push(url.clone()),
+                    _ => {
+                        v.fail_with(&format!("ref_audio.{n}"), ("string_type", "Input should be a valid string"), item)
+                    }
                 }
             }
             false
@@ -305,9 +330,9 @@ fn validate_body(msg: &Object) -> Result<Body, String> {
             false
         }
     };
-    let _ = v.opt_str("ref_text");
-    let _ = v.bool("x_vector_only_mode", true);
-    let _ = v.bool("non_streaming_mode", true);
+    body.ref_text = v.opt_str("ref_text");
+    body.x_vector_only_mode = v.bool("x_vector_only_mode", true);
+    body.non_streaming_mode = v.bool("non_streaming_mode", true);
     let embedding = v.embedding();
     if !v.errors.is_empty() {
         return Err(render(MODEL, &v.errors));
@@ -321,11 +346,12 @@ fn validate_body(msg: &Object) -> Result<Body, String> {
         ))
     } else if embedding.is_some() && ref_audio {
         Some("'speaker_embedding' and 'ref_audio' are mutually exclusive".to_owned())
-    } else if embedding.is_some_and(|e| e.iter().any(|x| !x.is_finite())) {
+    } else if embedding.as_ref().is_some_and(|e| e.iter().any(|x| !x.is_finite())) {
         Some("'speaker_embedding' values must be finite (no NaN or Inf)".to_owned())
     } else {
         None
     };
+    body.speaker_embedding = embedding;
     match rule {
         None => Ok(body),
         Some(text) => Err(render(
@@ -366,22 +392,6 @@ fn voice(v: &mut Validator<'_>) -> Option<String> {
     }
 }
 
-/// The adapter's voice rules: lowercased; `default` means none unless a voice has that name;
-/// otherwise it must be one of the engine's (when the engine names any).
-fn check_voice(voice: Option<String>, capabilities: &EngineCapabilities) -> Result<Option<String>, HttpError> {
-    let Some(voice) = voice.map(|v| v.to_lowercase()) else { return Ok(None) };
-    let known = |name: &str| capabilities.voices.iter().any(|v| v.to_lowercase() == name);
-    if known(&voice) || capabilities.voices.is_empty() {
-        return Ok(Some(voice));
-    }
-    if voice == "default" {
-        return Ok(None);
-    }
-    let mut names: Vec<&str> = capabilities.voices.iter().map(String::as_str).collect();
-    names.sort_unstable();
-    Err(HttpError::bad_request(format!("Invalid voice '{voice}'. Supported: {}", names.join(", "))))
-}
-
 /// `GET /v1/audio/voices`: the engine's voices plus the `default` placeholder, sorted.
 pub fn voices_json(capabilities: &EngineCapabilities) -> String {
     let mut voices: Vec<String> = capabilities.voices.iter().map(|v| v.to_lowercase()).collect();
@@ -391,7 +401,7 @@ pub fn voices_json(capabilities: &EngineCapabilities) -> String {
     serde_json::json!({"voices": voices, "uploaded_voices": []}).to_string()
 }
 
-/// The `Content-Type` of each format (protocol.md §e.1).
+/// The `Content-Type` of each format (docs/protocol.md §e.1).
 pub fn media_type(format: ResponseFormat) -> &'static str {
     match format {
         ResponseFormat::Wav => "audio/wav",

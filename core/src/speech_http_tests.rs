@@ -3,11 +3,9 @@ use crate::engine::CodecSpec;
 
 fn caps() -> EngineCapabilities {
     EngineCapabilities {
-        models: vec!["m".into()],
-        sample_rate: 24_000,
         voices: vec!["vivian".into(), "aiden".into()],
         word_timestamps: true,
-        codec: None,
+        ..EngineCapabilities::new("m", 24_000)
     }
 }
 
@@ -47,7 +45,7 @@ fn defaults_and_delivery() {
     assert_eq!((raw.delivery, raw.synthesis.speed, raw.synthesis.stream), (Delivery::Audio, 2.0, true));
     let r = ok(r#"{"input":"x","model":"m","speaker":"Vivian","seed":-3,"sample_rate":24000,"task_type":"Base"}"#);
     assert_eq!(r.synthesis.voice.as_deref(), Some("vivian"));
-    assert_eq!((r.synthesis.seed, r.synthesis.task_type.as_deref()), (Some(-3), Some("Base")));
+    assert_eq!((r.synthesis.seed, r.synthesis.task_type.map(TaskType::as_str)), (Some(-3), Some("Base")));
     assert_eq!(ok(r#"{"input":"x","voice":{"id":"AIDEN"}}"#).synthesis.voice.as_deref(), Some("aiden"));
     assert_eq!(ok(r#"{"input":"x","voice":"Default"}"#).synthesis.voice, None);
     assert_eq!(ok(r#"{"input":"x","model":""}"#).synthesis.model.as_deref(), Some(""));
@@ -116,7 +114,7 @@ fn serving_checks() {
     assert!(err(r#"{"input":"x","word_timestamps":true,"stream":true}"#)
         .message
         .starts_with("word_timestamps=true is currently supported by the WebSocket"));
-    assert!(ok(r#"{"input":"x","word_timestamps":true}"#).synthesis.word_timestamps);
+    assert!(ok(r#"{"input":"x","word_timestamps":true}"#).synthesis.output.words());
     let mut no_aligner = caps();
     no_aligner.word_timestamps = false;
     let e = parse_speech_request(r#"{"input":"x","word_timestamps":true}"#, &no_aligner, 1 << 20).unwrap_err();

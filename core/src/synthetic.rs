@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::engine::{
-    CodecSpec, Engine, EngineCapabilities, EngineEvent, EngineEventKind, EngineLoad, EventSink, RequestId,
+    CodecFlags, CodecSpec, Engine, EngineCapabilities, EngineEvent, EngineEventKind, EngineLoad, EventSink, RequestId,
     SynthesisRequest, TrySendError, WordTiming,
 };
 
@@ -107,9 +107,8 @@ impl SyntheticEngine {
     /// An engine with these options; it starts no thread until a request comes.
     pub fn new(options: SyntheticOptions) -> SyntheticEngine {
         SyntheticEngine {
+            // Any language, task type and instructions: it sounds the same whatever they say.
             capabilities: EngineCapabilities {
-                models: vec![options.model_name.clone()],
-                sample_rate: SAMPLE_RATE,
                 voices: VOICES.iter().map(|v| (*v).to_owned()).collect(),
                 word_timestamps: true,
                 codec: Some(CodecSpec {
@@ -119,6 +118,7 @@ impl SyntheticEngine {
                     sample_rate: SAMPLE_RATE,
                     decoder_id: Some(DECODER_ID.to_owned()),
                 }),
+                ..EngineCapabilities::new(options.model_name.clone(), SAMPLE_RATE)
             },
             options: Arc::new(options),
             running: Arc::new(Mutex::new(HashMap::new())),
@@ -201,7 +201,7 @@ impl Engine for SyntheticEngine {
             // without waiting, as the reference's null engine does in its event loop: no thread
             // hop per utterance. What doesn't fit the consumer's queue goes on a thread.
             let collected = Arc::new(Mutex::new(Vec::new()));
-            let job = Job {
+            let job = Synthesis {
                 id,
                 aborted: Arc::new(AtomicBool::new(false)),
                 sink: Box::new(Collect(collected.clone())),
@@ -214,7 +214,7 @@ impl Engine for SyntheticEngine {
         let options = self.options.clone();
         let renders = self.renders.clone();
         self.on_thread(id, move |aborted| {
-            let job = Job { id, aborted, sink, renders };
+            let job = Synthesis { id, aborted, sink, renders };
             job.run(&request, &options);
         });
     }
@@ -345,27 +345,27 @@ impl RenderCache {
     }
 }
 
-struct Job {
+struct Synthesis {
     renders: Arc<RenderCache>,
     id: RequestId,
     aborted: Arc<AtomicBool>,
     sink: Box<dyn EventSink>,
 }
 
-impl Job {
+impl Synthesis {
     /// Produce the request's events; returns early (without `Finished`) once aborted or once
     /// the consumer is gone.
     fn run(&self, request: &SynthesisRequest, options: &SyntheticOptions) {
         let plan = Plan::new(request, options);
         let mut pace = Pace::new(options);
-        let completed = if request.codec_tokens {
+        let completed = if request.output.codec() {
             self.stream_codec(&plan, options, &mut pace)
         } else {
             let whole = self.renders.get(request, &plan);
             self.stream_audio(
                 &plan,
                 whole.as_ref().map(|pcm| pcm.as_slice()),
-                request.word_timestamps,
+                request.output.words(),
                 options,
                 &mut pace,
             )
@@ -432,7 +432,8 @@ impl Job {
             }
             let end = (frame + per_event).min(frames);
             let codes = (frame..end).flat_map(|k| plan.codes(k)).collect();
-            if !self.send(EngineEventKind::Codec { codes, eos: end == frames }) {
+            let flags = CodecFlags { eos: end == frames, ..CodecFlags::default() };
+            if !self.send(EngineEventKind::Codec { codes, flags }) {
                 return false;
             }
             frame = end;
@@ -632,6 +633,7 @@ fn splitmix64(x: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::OutputKind;
     use std::sync::mpsc;
 
     fn request(text: &str) -> SynthesisRequest {
@@ -762,7 +764,7 @@ mod tests {
     fn streamed_chunks_concatenate_to_the_rendered_audio() {
         let engine = SyntheticEngine::new(SyntheticOptions::default());
         let mut req = request("Deterministic tones for every word");
-        req.word_timestamps = true;
+        req.output = OutputKind::AudioAndWords;
         req.seed = Some(42);
         let (expected_pcm, expected_words) = engine.render(&req);
         let events = run(&engine, req);
@@ -798,22 +800,22 @@ mod tests {
     fn codec_frames_end_with_eos_and_stay_in_range() {
         let engine = SyntheticEngine::new(SyntheticOptions::default());
         let mut req = request("hello");
-        req.codec_tokens = true;
+        req.output = OutputKind::CodecFrames;
         let events = run(&engine, req);
         let mut frames = 0;
         let mut eos_seen = 0;
         for kind in &events {
-            if let EngineEventKind::Codec { codes, eos } = kind {
+            if let EngineEventKind::Codec { codes, flags } = kind {
                 assert_eq!(codes.len() % CODEBOOKS as usize, 0);
                 assert!(codes.iter().all(|c| (0..CODEBOOK_SIZE as i32).contains(c)));
                 frames += codes.len() / CODEBOOKS as usize;
-                eos_seen += usize::from(*eos);
+                eos_seen += usize::from(flags.eos);
             }
         }
         // "hello": 340 ms -> ceil(8160 / 1920) = 5 frames.
         assert_eq!(frames, 5);
         assert_eq!(eos_seen, 1);
-        assert!(matches!(&events[events.len() - 2], EngineEventKind::Codec { eos: true, .. }));
+        assert!(matches!(&events[events.len() - 2], EngineEventKind::Codec { flags, .. } if flags.eos));
         assert_eq!(events.last(), Some(&EngineEventKind::Finished));
     }
 

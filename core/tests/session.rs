@@ -1,13 +1,13 @@
-//! The protocol of protocol.md §b–§c, driven through `Session` by hand (no I/O).
+//! The protocol of docs/protocol.md §b–§c, driven through `Session` by hand (no I/O).
 
 mod common;
 
 use std::time::Duration;
 
 use common::{capabilities, frames, json, Harness, Out};
-use speechstream_core::engine::EngineEventKind;
+use speechstream_core::engine::{CodecFlags, EngineEventKind, RequestId};
 use speechstream_core::parse::Limits;
-use speechstream_core::session::{ClientFrame, SessionOptions};
+use speechstream_core::session::{ClientFrame, Phase, SessionOptions};
 
 const CONFIG: &str = r#"{"type": "session.config", "voice": "Vivian"}"#;
 const STREAM_CONFIG: &str = r#"{"type":"session.config","voice":"Vivian","stream_audio":true,"response_format":"pcm"}"#;
@@ -419,7 +419,7 @@ fn word_timestamps_ride_audio_chunks_with_reference_ms_math() {
     let outs = h.take();
     assert_eq!(frames(&outs)[0]["word_timestamps"], true);
     let (id, request) = Harness::request(&outs);
-    assert!(request.word_timestamps);
+    assert!(request.output.words());
     h.audio(id, &[1; 1000], 1000).audio(id, &[2; 1000], 1000);
     h.words(id, &[("Hello", 0, 200), ("world", 200, 900)]).engine(id, EngineEventKind::Finished);
     let f = frames(&h.take());
@@ -466,9 +466,15 @@ fn codec_tokens_stream_frames_then_codec_done() {
         serde_json::json!({"type":"codec.start","version":1,"utterance_index":0,"sentence_index":0,"sentence_text":"hello","model":"hibari","codebooks":16,"codebook_size":2048,"frame_rate_hz":12.5,"sample_rate":24000,"decoder_id":"d","header_format":"<IHB"})
     );
     let (id, request) = Harness::request(&outs);
-    assert!(request.codec_tokens);
+    assert!(request.output.codec());
     for i in 0..3usize {
-        h.engine(id, EngineEventKind::Codec { codes: vec![i as i32; (1 + i) * 16], eos: i == 2 });
+        h.engine(
+            id,
+            EngineEventKind::Codec {
+                codes: vec![i as i32; (1 + i) * 16],
+                flags: CodecFlags { eos: i == 2, ..CodecFlags::default() },
+            },
+        );
     }
     h.engine(id, EngineEventKind::Finished);
     let outs = h.take();
@@ -496,7 +502,8 @@ fn codec_cancel_appends_eos_and_unsupported_codec_is_refused() {
     let mut h = Harness::new(capabilities(false, true), SessionOptions::default());
     h.send(cfg).send(&text("hello")).send(DONE);
     let (id, _) = Harness::request(&h.take());
-    h.engine(id, EngineEventKind::Codec { codes: vec![1; 16], eos: false }).send(r#"{"type":"input.cancel"}"#);
+    h.engine(id, EngineEventKind::Codec { codes: vec![1; 16], flags: CodecFlags::default() })
+        .send(r#"{"type":"input.cancel"}"#);
     let outs = h.take();
     assert_eq!(outs[1], Out::Abort(id));
     let Out::Binary(eos) = &outs[2] else { panic!("{outs:?}") };
@@ -621,4 +628,128 @@ fn whole_audio_past_its_limit_fails_the_utterance() {
         ]
     );
     assert!(!h.session.is_closed());
+}
+
+// Issue 11: shutdown is an input of the core. A session that is generating finishes its
+// utterance within the grace, taking no new client message, then closes with 1001.
+#[test]
+fn shutdown_drains_the_utterance_in_flight_then_closes() {
+    let mut h = Harness::default();
+    h.send(STREAM_CONFIG).send(&text("x")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.send(&text("held back")).send(DONE);
+    h.begin_shutdown(Duration::from_secs(5));
+    assert_eq!(h.session.phase(), Phase::Draining);
+    assert!(!h.session.wants_client_input());
+    assert_eq!(h.session.poll_timeout(), Some(h.now + Duration::from_secs(5)));
+    // Held messages are dropped, new ones are not taken; a cancel still is.
+    h.send(&text("ignored"));
+    h.advance(Duration::from_secs(4));
+    h.audio(id, b"\x01\x02", 24_000).engine(id, EngineEventKind::Finished);
+    assert_eq!(
+        h.take(),
+        vec![
+            Out::Binary(vec![1, 2]),
+            json(r#"{"type":"audio.done","utterance_index":0,"sentence_index":0,"total_bytes":2,"error":false}"#),
+            json(r#"{"type":"session.done","utterance_index":0,"total_sentences":1}"#),
+            Out::Close(1001),
+        ]
+    );
+    assert!(h.session.is_closed());
+}
+
+#[test]
+fn shutdown_grace_over_fails_the_utterance() {
+    let mut h = Harness::default();
+    h.send(STREAM_CONFIG).send(&text("x")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.begin_shutdown(Duration::from_secs(2));
+    assert!(h.take().is_empty());
+    h.advance(Duration::from_secs(2));
+    let outs = h.take();
+    assert_eq!(outs.first(), Some(&Out::Abort(id)));
+    assert_eq!(outs.last(), Some(&Out::Close(1001)));
+    let types: Vec<_> = frames(&outs).iter().map(|f| f["type"].as_str().unwrap_or_default().to_owned()).collect();
+    assert_eq!(types, ["error", "audio.done", "session.done"]);
+    // Only the first call counts.
+    h.begin_shutdown(Duration::ZERO);
+    assert!(h.take().is_empty());
+}
+
+#[test]
+fn cancel_while_draining_ends_the_utterance_and_closes() {
+    let mut h = Harness::default();
+    h.send(STREAM_CONFIG).send(&text("x")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.begin_shutdown(Duration::from_secs(5)).send(r#"{"type":"input.cancel"}"#);
+    let outs = h.take();
+    assert_eq!(outs.first(), Some(&Out::Abort(id)));
+    assert_eq!(outs.last(), Some(&Out::Close(1001)));
+}
+
+#[test]
+fn phases_follow_the_lifecycle() {
+    let mut h = Harness::default();
+    assert_eq!(h.session.phase(), Phase::AwaitingConfig);
+    h.send(STREAM_CONFIG);
+    assert_eq!(h.session.phase(), Phase::Idle);
+    h.send(&text("x")).send(DONE);
+    assert_eq!(h.session.phase(), Phase::Generating);
+    let (id, _) = Harness::request(&h.take());
+    h.engine(id, EngineEventKind::Finished);
+    assert_eq!(h.session.phase(), Phase::Idle);
+    h.send(r#"{"type":"session.close"}"#);
+    assert_eq!(h.session.phase(), Phase::Closed);
+}
+
+// Issue 11: what the engine cannot do is refused in the core, after audio.start, with the
+// engine's one message; nothing reaches the engine.
+#[test]
+fn voices_languages_and_task_types_are_refused_in_the_core() {
+    let cases = [
+        (r#"{"type":"session.config","voice":"Nobody"}"#, "Invalid voice 'Nobody'. Supported: heart"),
+        (r#"{"type":"session.config","voice":"HEART","language":"fr"}"#, "language 'fr' is not supported by hibari: it speaks English only"),
+        (
+            r#"{"type":"session.config","task_type":"VoiceDesign"}"#,
+            "task_type 'VoiceDesign' is not supported by hibari: it speaks with preset voices only (use 'CustomVoice' or leave task_type out)",
+        ),
+        (
+            r#"{"type":"session.config","instructions":"whisper"}"#,
+            "instructions are not supported by hibari (it has no voice design or style prompts)",
+        ),
+    ];
+    for (config, why) in cases {
+        let mut caps = capabilities(false, false);
+        caps.languages = vec![speechstream_core::engine::Language::new("English", "en")];
+        caps.task_types = vec![speechstream_core::config::TaskType::CustomVoice];
+        caps.instructions = false;
+        caps.voices = vec!["heart".into()];
+        let mut h = Harness::new(caps, SessionOptions::default());
+        h.send(config).send(&text("x")).send(DONE);
+        let outs = h.take();
+        assert!(!outs.iter().any(|o| matches!(o, Out::Synthesize(..))), "{outs:?}");
+        let message = format!("Generation failed for utterance 0, sentence 0: {why}");
+        let types: Vec<_> = frames(&outs).iter().map(|f| f["type"].as_str().unwrap_or_default().to_owned()).collect();
+        assert_eq!(types, ["audio.start", "error", "audio.done", "session.done"], "{config}");
+        assert_eq!(frames(&outs)[1]["message"], message.as_str());
+        // The session goes on; a voice it has (any case), a language it speaks, "default".
+        for ok in [
+            r#"{"type":"session.config","voice":"HEART","language":"en-GB"}"#,
+            r#"{"type":"session.config","voice":"default","language":"English"}"#,
+        ] {
+            h.send(ok).send(&text("y")).send(DONE);
+            let (id, _) = Harness::request(&h.take());
+            h.engine(id, EngineEventKind::Finished);
+        }
+    }
+}
+
+#[test]
+fn http_request_ids_never_read_like_utterance_ids() {
+    let utterance = RequestId { connection: 3, utterance: 0 };
+    let http = RequestId::http(3, 0);
+    assert_ne!(utterance, http);
+    assert_eq!(utterance.to_string(), "speech-stream-3-0");
+    assert_eq!(http.to_string(), "speech-http-3-0");
+    assert!(http.is_http() && !utterance.is_http());
 }

@@ -11,7 +11,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use speechstream_core::engine::{Engine, EngineCapabilities, EngineLoad, EventSink, RequestId, SynthesisRequest};
+use speechstream_core::config::TaskType;
+use speechstream_core::engine::{
+    Engine, EngineCapabilities, EngineLoad, EventSink, Language, RequestId, SynthesisRequest,
+};
 use tch::Device;
 
 use crate::dsp::SAMPLE_RATE;
@@ -171,17 +174,19 @@ impl HibariEngine {
         let Some(default) = voices.iter().position(|v| v.name == DEFAULT_VOICE) else {
             return Err(format!("voice {DEFAULT_VOICE} is missing from {}: {}", dir.display(), missing()));
         };
+        // What hibari can do; the core refuses the rest before a request gets here.
         let capabilities = EngineCapabilities {
-            models: vec![options.model_name.clone()],
-            sample_rate: SAMPLE_RATE,
             voices: voices.iter().map(|v| v.name.clone()).collect(),
+            languages: vec![Language::new("English", "en")],
+            task_types: vec![TaskType::CustomVoice],
+            instructions: false,
             word_timestamps: true,
-            codec: None,
+            ..EngineCapabilities::new(options.model_name.clone(), SAMPLE_RATE)
         };
         let precision = precision.unwrap_or(Precision::Fp32);
         let stats = Arc::new(LoadStats::default());
         let (commands, receiver) = mpsc::channel();
-        let scheduler = Scheduler::new(voices, default, &options, receiver, stats.clone());
+        let scheduler = Scheduler::new(voices, default, capabilities.clone(), &options, receiver, stats.clone());
         let threads = options.threads;
         let (warm_tx, warm_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()

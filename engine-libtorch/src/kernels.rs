@@ -311,12 +311,13 @@ simd_fn! {
 
 impl QWeight {
     /// From nn.Linear's dequantized weight [out, in] (= q · scale, checked) and bias [out], packed
-    /// for the kernels of [`crate::cpu::level`].
+    /// for the kernels of [`crate::cpu::level`] (the loader names the level: `new_at`).
+    #[cfg(test)]
     pub fn new(w: &Tensor, scale: f64, bias: &Tensor) -> Result<QWeight, String> {
         QWeight::new_at(w, scale, bias, crate::cpu::level())
     }
 
-    /// [`QWeight::new`] for the kernels of `level` (or the best one below it that the CPU has).
+    /// `QWeight::new` for the kernels of `level` (or the best one below it that the CPU has).
     pub fn new_at(w: &Tensor, scale: f64, bias: &Tensor, level: Level) -> Result<QWeight, String> {
         let w = w.to_device(Device::Cpu).to_kind(Kind::Float).contiguous();
         let &[n_out, n_in] = &w.size()[..] else { return Err("not a matrix".into()) };

@@ -1,22 +1,24 @@
-//! speechstream-engine-libtorch: the hibari voice natively in tch ([`hibari`], [`dsp`], [`noise`]),
+//! speechstream-engine-libtorch: the hibari voice natively in tch ([`Hibari`], [`dsp`], [`NoiseSource`]),
 //! its text front end ([`g2p`]), and [`HibariEngine`], which serves it behind speechstream-core's
 //! `Engine` trait with a scheduler thread that streams, batches and paces requests.
 //!
-//! Groundwork so far (no libtorch needed to build): a dependency-free reader of ONNX files
-//! ([`onnx`], on the protobuf walker in [`proto`]) and the naming and dequantization of hibari's
-//! int8 Linear weights ([`quant`]), which together give the model's float parameters by their
-//! PyTorch names. See `NOTES.md` for what the Python reference does around the network.
+//! The weights come from the voice's ONNX file, read without onnxruntime (`onnx`, on the
+//! protobuf walker in `proto`); `quant` names and dequantizes its int8 Linear weights, and
+//! [`gemm`] and `kernels` run them in int8 on the CPU. It is not a server and holds no protocol
+//! rule: what a request may ask for is declared in its capabilities and checked in the core.
 
+// Public: what the binary, the benchmarks, the examples and the tests use; the rest is
+// reached through the re-exports below.
 pub mod cpu;
 pub mod dsp;
-pub mod engine;
+mod engine;
 pub mod gemm;
-pub mod hibari;
-pub mod kernels;
-pub mod noise;
-pub mod onnx;
-pub mod proto;
-pub mod quant;
+mod hibari;
+mod kernels;
+mod noise;
+mod onnx;
+mod proto;
+mod quant;
 mod scheduler;
 pub mod timing;
 pub mod voices;

@@ -180,6 +180,8 @@ pub fn linear_weights(model: &Model) -> Result<Vec<LinearWeight>, OnnxError> {
 
 /// `(q - zp) * scale` as a float tensor of the same shape ([in, out]). The scale and zero point may
 /// be scalars (per tensor) or have one entry per output column (per channel, the last axis).
+/// (The voice is dequantized per weight in `parameters`; this whole-tensor form checks it.)
+#[cfg(test)]
 pub fn dequantize(q: &Tensor, scale: &Tensor, zero_point: Option<&Tensor>) -> Result<Tensor, OnnxError> {
     dequantize_as(q, scale, zero_point, None)
 }

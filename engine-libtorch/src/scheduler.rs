@@ -22,10 +22,12 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::time::Duration;
 
-use speechstream_core::engine::{EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest, TrySendError};
+use speechstream_core::engine::{
+    EngineCapabilities, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest, TrySendError,
+};
 
 use crate::dsp::SAMPLE_RATE;
-use crate::engine::{HibariOptions, LoadStats, DEFAULT_VOICE};
+use crate::engine::{HibariOptions, LoadStats};
 use crate::g2p::{FrontEnd, Sentence};
 use crate::hibari::{stream_ranges, Hibari, Prosody};
 use crate::noise::NoiseSource;
@@ -124,6 +126,7 @@ impl Job {
 pub(crate) struct Scheduler {
     voices: Vec<VoiceModel>,
     default_voice: usize,
+    capabilities: EngineCapabilities,
     first_chunk: usize,
     chunk: usize,
     max_chunk: usize,
@@ -145,6 +148,7 @@ impl Scheduler {
     pub fn new(
         voices: Vec<VoiceModel>,
         default_voice: usize,
+        capabilities: EngineCapabilities,
         options: &HibariOptions,
         commands: Receiver<Command>,
         stats: Arc<LoadStats>,
@@ -152,6 +156,7 @@ impl Scheduler {
         Scheduler {
             voices,
             default_voice,
+            capabilities,
             first_chunk: options.first_chunk_frames.max(1),
             chunk: options.chunk_frames.max(1),
             max_chunk: options.max_chunk_frames,
@@ -247,7 +252,7 @@ impl Scheduler {
             voice: self.default_voice,
             speed: 1.0,
             seed: request.seed.map_or_else(random_seed, |s| s as u64),
-            word_timestamps: request.word_timestamps,
+            word_timestamps: request.output.words(),
             texts: VecDeque::new(),
             sentences: VecDeque::new(),
             started_sentences: 0,
@@ -271,46 +276,12 @@ impl Scheduler {
         job
     }
 
-    /// What hibari can't do becomes a clear error; returns the voice's index.
+    /// What hibari can't do is refused by the core's rules (the session has already refused it;
+    /// this covers callers of the engine that skip the session); returns the voice's index.
     fn check(&self, request: &SynthesisRequest) -> Result<usize, String> {
-        if request.codec_tokens {
-            return Err("output_mode='codec_tokens' is not supported by the loaded TTS model.".to_owned());
-        }
-        if let Some(task) = request.task_type.as_deref().filter(|t| *t != "CustomVoice") {
-            return Err(format!(
-                "task_type '{task}' is not supported by hibari: it speaks with preset voices only (use 'CustomVoice' or leave task_type out)"
-            ));
-        }
-        if request.instructions.as_deref().is_some_and(|i| !i.trim().is_empty()) {
-            return Err("instructions are not supported by hibari (it has no voice design or style prompts)".to_owned());
-        }
-        if let Some(language) = request.language.as_deref() {
-            let l = language.trim().to_lowercase();
-            if !(l.is_empty()
-                || l == "auto"
-                || l == "english"
-                || l == "en"
-                || l.starts_with("en-")
-                || l.starts_with("en_"))
-            {
-                return Err(format!("language '{language}' is not supported by hibari: it speaks English only"));
-            }
-        }
-        // The voice rules of the HTTP adapter: case-insensitive; "default" means the default voice.
-        let Some(voice) = request.voice.as_deref().map(str::to_lowercase) else { return Ok(self.default_voice) };
-        if let Some(i) = self.voices.iter().position(|v| v.name == voice) {
-            return Ok(i);
-        }
-        if voice == "default" {
-            return Ok(self.default_voice);
-        }
-        let mut names: Vec<&str> = self.voices.iter().map(|v| v.name.as_str()).collect();
-        names.sort_unstable();
-        Err(format!(
-            "Invalid voice '{}'. Supported: {}",
-            request.voice.as_deref().unwrap_or(DEFAULT_VOICE),
-            names.join(", ")
-        ))
+        self.capabilities.check(request)?;
+        let voice = self.capabilities.resolve_voice(request.voice.as_deref())?;
+        Ok(voice.and_then(|name| self.voices.iter().position(|v| v.name == name)).unwrap_or(self.default_voice))
     }
 
     /// Starts the next sentence of every ready job that has none: front end, then one batched

@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use common::*;
+use speechstream_core::config::TaskType;
 use speechstream_core::engine::{
-    Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest, TrySendError, WordTiming,
+    Engine, EngineEvent, EngineEventKind, EventSink, OutputKind, RequestId, SynthesisRequest, TrySendError, WordTiming,
 };
 use speechstream_engine_libtorch::g2p::FrontEnd;
 use speechstream_engine_libtorch::timing::clean_word;
@@ -50,7 +51,7 @@ fn next_id() -> RequestId {
 }
 
 fn request(text: &str) -> SynthesisRequest {
-    SynthesisRequest { seed: Some(7), stream: true, word_timestamps: true, ..SynthesisRequest::new(text) }
+    SynthesisRequest { seed: Some(7), stream: true, output: OutputKind::AudioAndWords, ..SynthesisRequest::new(text) }
 }
 
 /// A sink into a channel; `try_send` answers Full while `gate` is closed once `allow` events went
@@ -339,7 +340,7 @@ fn invalid_requests_fail_clearly() {
     r.voice = Some("Heart".into());
     assert_eq!(run(r).failed, None);
     let mut r = request("Hello.");
-    r.task_type = Some("VoiceDesign".into());
+    r.task_type = Some(TaskType::VoiceDesign);
     assert!(run(r).failed.unwrap().contains("task_type 'VoiceDesign' is not supported"));
     let mut r = request("Hello.");
     r.instructions = Some("whisper it".into());
@@ -348,7 +349,7 @@ fn invalid_requests_fail_clearly() {
     r.language = Some("Chinese".into());
     assert!(run(r).failed.unwrap().contains("English only"));
     let mut r = request("Hello.");
-    r.codec_tokens = true;
+    r.output = OutputKind::CodecFrames;
     assert!(run(r).failed.unwrap().contains("not supported"));
     // No phonemes at all: finished, with no audio.
     let out = run(request("* * *"));

@@ -1,4 +1,4 @@
-//! protocol.md §g.B 6-8: codec-token streaming over real sockets.
+//! docs/protocol.md §g.B 6-8: codec-token streaming over real sockets.
 
 use serde_json::{json, Value};
 use speechstream::synthetic::{SyntheticEngine, SyntheticOptions, CODEBOOKS, CODEBOOK_SIZE};
@@ -62,7 +62,7 @@ async fn codec_stream_handler_frames_and_done() {
     assert_eq!(done["cancelled"], false);
     assert_eq!(client.json().await, json!({"type": "session.done", "utterance_index": 0, "total_sentences": 1}));
     assert!(engine.aborts().is_empty());
-    assert!(engine.requests()[0].1.codec_tokens);
+    assert!(engine.requests()[0].1.output.codec());
 }
 
 // B6 with the synthetic engine's codes.

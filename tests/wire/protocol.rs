@@ -12,7 +12,7 @@ use speechstream_core::engine::{SynthesisRequest, WordTiming};
 use speechstream_core::parse::Limits;
 use speechstream_core::session::{SessionOptions, BINARY_FRAME_ERROR};
 
-use crate::support::{Received, Recorded, Scripted, Step, TestServer};
+use crate::support::{configured, Received, Recorded, Scripted, Step, TestServer};
 
 pub fn synthetic() -> Arc<Recorded<SyntheticEngine>> {
     Recorded::new(SyntheticEngine::new(SyntheticOptions::default()))
@@ -94,9 +94,7 @@ async fn wav_utterance(client: &mut crate::support::Client, utterance: u64, sent
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_streaming_single_frame() {
     let engine = synthetic();
-    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian"}))).await;
+    let (_server, mut client) = configured(engine.clone(), SessionOptions::default(), json!({"voice": "Vivian"})).await;
     let audio = wav_utterance(&mut client, 0, "Hello world. ").await;
     let requests = engine.requests();
     assert_eq!(requests.len(), 1);
@@ -109,9 +107,7 @@ async fn non_streaming_single_frame() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_done_flushes_and_keeps_connection_open() {
     let engine = synthetic();
-    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian"}))).await;
+    let (_server, mut client) = configured(engine.clone(), SessionOptions::default(), json!({"voice": "Vivian"})).await;
     wav_utterance(&mut client, 0, "First utterance. ").await;
     wav_utterance(&mut client, 1, "Second utterance. ").await;
     let requests = engine.requests();
@@ -124,9 +120,7 @@ async fn input_done_flushes_and_keeps_connection_open() {
 // 3
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentence_index_stays_within_the_flushed_utterance() {
-    let server = TestServer::start(synthetic(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian"}))).await;
+    let (_server, mut client) = configured(synthetic(), SessionOptions::default(), json!({"voice": "Vivian"})).await;
     for utterance in 0..3 {
         wav_utterance(&mut client, utterance, "Hello world. ").await;
     }
@@ -150,9 +144,7 @@ async fn session_config_between_utterances_replaces_config() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_config_rejected_while_input_is_buffered() {
     let engine = synthetic();
-    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian"}))).await;
+    let (_server, mut client) = configured(engine.clone(), SessionOptions::default(), json!({"voice": "Vivian"})).await;
     client.send(text("Hello world. ")).await;
     client.send(config(json!({"voice": "Serena"}))).await;
     let refused = client.json().await;
@@ -170,9 +162,7 @@ async fn session_config_rejected_while_input_is_buffered() {
 // 6
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_close_ends_connection() {
-    let server = TestServer::start(synthetic(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian"}))).await;
+    let (_server, mut client) = configured(synthetic(), SessionOptions::default(), json!({"voice": "Vivian"})).await;
     wav_utterance(&mut client, 0, "Hello world. ").await;
     client.send(json!({"type": "session.close"})).await;
     assert_eq!(client.closed().await, Some(1000));
@@ -182,9 +172,7 @@ async fn session_close_ends_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_timeout_closes_reused_connection() {
     let options = SessionOptions { idle_timeout: Duration::from_millis(200), ..SessionOptions::default() };
-    let server = TestServer::start(synthetic(), options).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian"}))).await;
+    let (_server, mut client) = configured(synthetic(), options, json!({"voice": "Vivian"})).await;
     wav_utterance(&mut client, 0, "Hello world. ").await;
     assert_eq!(client.json().await, error("Idle timeout: no message received"));
     assert_eq!(client.closed().await, Some(1000));
@@ -195,12 +183,13 @@ async fn idle_timeout_closes_reused_connection() {
 async fn streaming_multiple_binary_frames() {
     let chunks: Vec<Vec<u8>> = vec![vec![1, 2], vec![3, 4, 5], vec![6]];
     let engine = Recorded::new(Scripted::new(chunks.iter().map(|c| Step::Audio(c.clone(), 24000)).collect()));
-    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client
-        .send(config(json!({"voice": "Vivian", "stream_audio": true, "response_format": "pcm",
-                             "initial_codec_chunk_frames": 12})))
-        .await;
+    let (_server, mut client) = configured(
+        engine.clone(),
+        SessionOptions::default(),
+        json!({"voice": "Vivian", "stream_audio": true, "response_format": "pcm",
+                             "initial_codec_chunk_frames": 12}),
+    )
+    .await;
     client.send(text("Hello world. ")).await;
     client.send(done()).await;
     let start = client.json().await;
@@ -223,9 +212,12 @@ async fn streaming_multiple_binary_frames() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_frames_carry_the_engine_audio() {
     let engine = synthetic();
-    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"stream_audio": true, "response_format": "pcm", "seed": 3}))).await;
+    let (_server, mut client) = configured(
+        engine.clone(),
+        SessionOptions::default(),
+        json!({"stream_audio": true, "response_format": "pcm", "seed": 3}),
+    )
+    .await;
     client.send(text("Streaming speech over a socket, chunk by chunk.")).await;
     client.send(done()).await;
     assert_eq!(client.json().await["type"], "audio.start");
@@ -252,12 +244,13 @@ async fn streamed_frames_carry_the_engine_audio() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn word_timestamps_requires_configured_aligner() {
     let engine = Recorded::new(Scripted::new(vec![Step::Audio(vec![1, 2], 24000)]));
-    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client
-        .send(config(json!({"voice": "Vivian", "stream_audio": true, "response_format": "pcm",
-                             "word_timestamps": true})))
-        .await;
+    let (_server, mut client) = configured(
+        engine.clone(),
+        SessionOptions::default(),
+        json!({"voice": "Vivian", "stream_audio": true, "response_format": "pcm",
+                             "word_timestamps": true}),
+    )
+    .await;
     client.send(text("Hello world. ")).await;
     client.send(done()).await;
     let refused = client.json().await;
@@ -289,12 +282,13 @@ async fn word_timestamps_emit_pipeline_json_frame() {
         ])
         .with_word_timestamps(),
     );
-    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client
-        .send(config(json!({"voice": "Vivian", "stream_audio": true, "response_format": "pcm",
-                             "word_timestamps": true})))
-        .await;
+    let (_server, mut client) = configured(
+        engine.clone(),
+        SessionOptions::default(),
+        json!({"voice": "Vivian", "stream_audio": true, "response_format": "pcm",
+                             "word_timestamps": true}),
+    )
+    .await;
     client.send(text("Hello world. ")).await;
     client.send(done()).await;
     let start = client.json().await;
@@ -320,7 +314,7 @@ async fn word_timestamps_emit_pipeline_json_frame() {
     );
     assert_eq!(client.json().await, audio_done(0, 2000, false));
     assert_eq!(client.json().await, session_done(0, 1));
-    assert!(engine.requests()[0].1.word_timestamps);
+    assert!(engine.requests()[0].1.output.words());
 }
 
 // 11
@@ -333,9 +327,12 @@ async fn word_timestamps_emit_word_dicts() {
         ])
         .with_word_timestamps(),
     );
-    let server = TestServer::start(engine, SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"stream_audio": true, "response_format": "pcm", "word_timestamps": true}))).await;
+    let (_server, mut client) = configured(
+        engine,
+        SessionOptions::default(),
+        json!({"stream_audio": true, "response_format": "pcm", "word_timestamps": true}),
+    )
+    .await;
     client.send(text("Hello world. ")).await;
     client.send(done()).await;
     assert_eq!(client.json().await["type"], "audio.start");
@@ -357,9 +354,12 @@ async fn word_timestamps_emit_word_dicts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn synthetic_word_timestamps_match_its_audio() {
     let engine = synthetic();
-    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"stream_audio": true, "response_format": "pcm", "word_timestamps": true}))).await;
+    let (_server, mut client) = configured(
+        engine.clone(),
+        SessionOptions::default(),
+        json!({"stream_audio": true, "response_format": "pcm", "word_timestamps": true}),
+    )
+    .await;
     client.send(text("Timings come from the tones")).await;
     client.send(done()).await;
     assert_eq!(client.json().await["word_timestamps"], true);
@@ -386,9 +386,7 @@ async fn synthetic_word_timestamps_match_its_audio() {
 // 12
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flush_on_input_done() {
-    let server = TestServer::start(synthetic(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian"}))).await;
+    let (_server, mut client) = configured(synthetic(), SessionOptions::default(), json!({"voice": "Vivian"})).await;
     let audio = wav_utterance(&mut client, 0, "Hello world without punctuation").await;
     assert!(!audio.is_empty());
 }
@@ -397,9 +395,12 @@ async fn flush_on_input_done() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_streaming_config() {
     let engine = synthetic();
-    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian", "stream_audio": true, "response_format": "wav"}))).await;
+    let (_server, mut client) = configured(
+        engine.clone(),
+        SessionOptions::default(),
+        json!({"voice": "Vivian", "stream_audio": true, "response_format": "wav"}),
+    )
+    .await;
     let refused = client.json().await;
     assert_eq!(refused["type"], "error");
     assert!(refused["message"].as_str().unwrap_or("").contains("response_format='pcm'"));
@@ -412,9 +413,7 @@ async fn invalid_streaming_config() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_input_text_emits_no_audio() {
     let engine = synthetic();
-    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian"}))).await;
+    let (_server, mut client) = configured(engine.clone(), SessionOptions::default(), json!({"voice": "Vivian"})).await;
     client.send(text("")).await;
     client.send(done()).await;
     assert_eq!(client.json().await, session_done(0, 0));
@@ -425,9 +424,7 @@ async fn empty_input_text_emits_no_audio() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multiple_sentences_are_buffered_into_one_request() {
     let engine = synthetic();
-    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian"}))).await;
+    let (_server, mut client) = configured(engine.clone(), SessionOptions::default(), json!({"voice": "Vivian"})).await;
     client.send(text("First sentence. ")).await;
     client.send(text("Second sentence. ")).await;
     client.send(done()).await;
@@ -444,9 +441,7 @@ async fn multiple_sentences_are_buffered_into_one_request() {
 // 16
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_message_type_keeps_session_open() {
-    let server = TestServer::start(synthetic(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian"}))).await;
+    let (_server, mut client) = configured(synthetic(), SessionOptions::default(), json!({"voice": "Vivian"})).await;
     client.send(json!({"type": "unknown"})).await;
     assert_eq!(client.json().await, error("Unknown message type: unknown"));
     wav_utterance(&mut client, 0, "Hello world. ").await;
@@ -466,9 +461,7 @@ async fn config_timeout_closes_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generation_error_marks_audio_done() {
     let engine = Recorded::new(Scripted::new(vec![Step::Fail("boom".into())]));
-    let server = TestServer::start(engine, SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian"}))).await;
+    let (_server, mut client) = configured(engine, SessionOptions::default(), json!({"voice": "Vivian"})).await;
     client.send(text("Hello world. ")).await;
     client.send(done()).await;
     assert_eq!(client.json().await["type"], "audio.start");
@@ -481,9 +474,12 @@ async fn generation_error_marks_audio_done() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_generation_error_marks_audio_done() {
     let engine = Recorded::new(Scripted::new(vec![Step::Audio(vec![1, 2], 24000), Step::Fail("stream boom".into())]));
-    let server = TestServer::start(engine, SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian", "stream_audio": true, "response_format": "pcm"}))).await;
+    let (_server, mut client) = configured(
+        engine,
+        SessionOptions::default(),
+        json!({"voice": "Vivian", "stream_audio": true, "response_format": "pcm"}),
+    )
+    .await;
     client.send(text("Hello world. ")).await;
     client.send(done()).await;
     assert_eq!(client.json().await["type"], "audio.start");
@@ -501,9 +497,7 @@ async fn streaming_generation_error_marks_audio_done() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_input_text_type_returns_validation_error() {
     let engine = synthetic();
-    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian"}))).await;
+    let (_server, mut client) = configured(engine.clone(), SessionOptions::default(), json!({"voice": "Vivian"})).await;
     client.send(json!({"type": "input.text", "text": 123})).await;
     assert_eq!(client.json().await, error("input.text requires a string value"));
     client.send(done()).await;
@@ -519,9 +513,7 @@ async fn input_text_message_too_large() {
         ..SessionOptions::default()
     };
     let engine = synthetic();
-    let server = TestServer::start(engine.clone(), options).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian"}))).await;
+    let (_server, mut client) = configured(engine.clone(), options, json!({"voice": "Vivian"})).await;
     client.send(text(&"x".repeat(128))).await;
     assert_eq!(client.json().await, error("input.text message too large"));
     // Python's json.dumps spacing, 22 characters: still under the limit.
@@ -537,9 +529,7 @@ async fn session_config_message_too_large() {
         limits: Limits { max_config_message_chars: 64, ..Limits::default() },
         ..SessionOptions::default()
     };
-    let server = TestServer::start(synthetic(), options).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"ref_audio": "x".repeat(512)}))).await;
+    let (_server, mut client) = configured(synthetic(), options, json!({"ref_audio": "x".repeat(512)})).await;
     assert_eq!(client.json().await, error("session.config message too large"));
     assert!(client.closed().await.is_some());
 }
@@ -551,9 +541,7 @@ async fn websocket_message_too_large_is_a_protocol_error() {
         limits: Limits { max_text_message_chars: 32, max_config_message_chars: 64 },
         ..SessionOptions::default()
     };
-    let server = TestServer::start(synthetic(), options).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"ref_audio": "é".repeat(300)}))).await;
+    let (_server, mut client) = configured(synthetic(), options, json!({"ref_audio": "é".repeat(300)})).await;
     assert_eq!(client.json().await, error("WebSocket message too large"));
     assert_eq!(client.closed().await, Some(1000));
 }
@@ -561,9 +549,7 @@ async fn websocket_message_too_large_is_a_protocol_error() {
 // Client binary frames are refused with an error and the session goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_client_frame_is_reported_and_the_session_continues() {
-    let server = TestServer::start(synthetic(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"voice": "Vivian"}))).await;
+    let (_server, mut client) = configured(synthetic(), SessionOptions::default(), json!({"voice": "Vivian"})).await;
     client.send_message(tokio_tungstenite::tungstenite::Message::binary(vec![0u8, 1, 2])).await;
     assert_eq!(client.json().await, error(BINARY_FRAME_ERROR));
     wav_utterance(&mut client, 0, "Still here. ").await;
@@ -573,9 +559,9 @@ async fn binary_client_frame_is_reported_and_the_session_continues() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_cancel_mid_pcm_stream() {
     let engine = Recorded::new(Scripted::new(vec![Step::Audio(vec![1, 2, 3, 4], 24000), Step::HoldUntilAborted]));
-    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"stream_audio": true, "response_format": "pcm"}))).await;
+    let (_server, mut client) =
+        configured(engine.clone(), SessionOptions::default(), json!({"stream_audio": true, "response_format": "pcm"}))
+            .await;
     client.send(text("Hello world. ")).await;
     client.send(done()).await;
     assert_eq!(client.json().await["type"], "audio.start");
@@ -596,9 +582,9 @@ async fn input_cancel_mid_pcm_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_during_a_stream_are_handled_after_it() {
     let engine = synthetic();
-    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
-    let mut client = server.connect().await;
-    client.send(config(json!({"stream_audio": true, "response_format": "pcm"}))).await;
+    let (_server, mut client) =
+        configured(engine.clone(), SessionOptions::default(), json!({"stream_audio": true, "response_format": "pcm"}))
+            .await;
     client.send(text("first")).await;
     client.send(done()).await;
     client.send(text("second")).await;

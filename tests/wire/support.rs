@@ -10,8 +10,8 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use speechstream_core::engine::{
-    CodecSpec, Engine, EngineCapabilities, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest,
-    TrySendError, WordTiming,
+    CodecFlags, CodecSpec, Engine, EngineCapabilities, EngineEvent, EngineEventKind, EventSink, RequestId,
+    SynthesisRequest, TrySendError, WordTiming,
 };
 use speechstream_core::session::SessionOptions;
 use speechstream_transports::{serve, ServerConfig, STREAM_PATH};
@@ -108,6 +108,20 @@ impl TestServer {
         let status = head.split_whitespace().nth(1).and_then(|code| code.parse().ok()).expect("status code");
         (status, body.to_owned())
     }
+}
+
+/// The set-up most WebSocket tests share: a server on loopback with `engine`, a client connected
+/// to it, and a `session.config` with the keys of `config` sent. The server runs while the
+/// returned `TestServer` lives.
+pub async fn configured(engine: Arc<dyn Engine>, options: SessionOptions, config: Value) -> (TestServer, Client) {
+    let server = TestServer::start(engine, options).await;
+    let mut client = server.connect().await;
+    let mut message = serde_json::json!({"type": "session.config"});
+    if let (Some(message), Some(config)) = (message.as_object_mut(), config.as_object()) {
+        message.extend(config.clone());
+    }
+    client.send(message).await;
+    (server, client)
 }
 
 #[derive(Debug, PartialEq)]
@@ -318,11 +332,8 @@ impl Scripted {
     pub fn new(script: Vec<Step>) -> Scripted {
         Scripted {
             capabilities: EngineCapabilities {
-                models: vec!["scripted".into()],
-                sample_rate: 24000,
                 voices: vec!["vivian".into(), "serena".into()],
-                word_timestamps: false,
-                codec: None,
+                ..EngineCapabilities::new("scripted", 24000)
             },
             script,
             running: Arc::new(Mutex::new(Vec::new())),
@@ -365,7 +376,9 @@ impl Engine for Scripted {
                 let delivered = match step {
                     Step::Audio(pcm, sample_rate) => send(EngineEventKind::Audio { pcm, sample_rate }),
                     Step::Words(words) => send(EngineEventKind::Words(words)),
-                    Step::Codec(codes, eos) => send(EngineEventKind::Codec { codes, eos }),
+                    Step::Codec(codes, eos) => {
+                        send(EngineEventKind::Codec { codes, flags: CodecFlags { eos, ..CodecFlags::default() } })
+                    }
                     Step::Fail(message) => {
                         send(EngineEventKind::Failed(message));
                         return;

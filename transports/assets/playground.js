@@ -16,10 +16,13 @@
 
   /** Seconds of audio queued ahead when playback starts or has run dry (network jitter). */
   const LEAD_S = 0.12;
-  /** Close an idle live session before the server's idle timeout (30 s by default) does. */
-  const IDLE_CLOSE_MS = 20000;
+  /** The server's idle timeout when it does not say (its default). */
+  const DEFAULT_IDLE_TIMEOUT_MS = 30000;
   const LOG_LIMIT = 300;
   const MIME = { wav: 'audio/wav', flac: 'audio/flac', mp3: 'audio/mpeg', opus: 'audio/ogg', pcm: 'application/octet-stream' };
+
+  /** Close an idle live session well before the server's idle timeout (from /playground.json) does. */
+  const idleCloseMs = () => Math.round(((state.info && state.info.idle_timeout_ms) || DEFAULT_IDLE_TIMEOUT_MS) * 2 / 3);
 
   const state = {
     info: null,
@@ -517,7 +520,7 @@
       clearTimeout(this.idleTimer);
       this.idleTimer = setTimeout(() => {
         if (this.pending.size === 0 && !this.buffered && !typer) this.retire();
-      }, IDLE_CLOSE_MS);
+      }, idleCloseMs());
     }
 
     async onClose(event) {

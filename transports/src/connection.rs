@@ -1,58 +1,27 @@
 //! One accepted TCP connection: HTTP/1.1 requests, then possibly the WebSocket.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fastwebsockets::upgrade::UpgradeFut;
 use fastwebsockets::{Frame, OpCode};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use speechstream_core::engine::RequestId;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::{debug, info_span, Instrument};
 
-use crate::metrics::Refusal;
+use crate::context::{Admission, ConnectionContext, UpgradeSlot};
 use crate::routes;
-use crate::server::Shared;
+use crate::shared::{stopping, Shared};
 use crate::websocket;
 use crate::write_timeout::WriteTimeout;
-
-/// Whether the server took this connection on or only answers it with a refusal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Admission {
-    Admitted,
-    /// Answered (one request, then closed): health, readiness, metrics and model lists as
-    /// usual, a 503 for speech, a WebSocket closed with 1013.
-    Refused(Refusal),
-}
-
-/// What a connection's requests know about it.
-pub(crate) struct ConnectionContext {
-    pub(crate) id: u64,
-    pub(crate) admission: Admission,
-    next_request: AtomicU64,
-}
-
-impl ConnectionContext {
-    /// A new id for a request on this connection: engine request id and log id at once.
-    pub(crate) fn next_request_id(&self) -> RequestId {
-        RequestId { connection: self.id, utterance: self.next_request.fetch_add(1, Ordering::Relaxed) }
-    }
-}
 
 /// How long a refused WebSocket waits for the peer's answer to its close frame.
 const REFUSAL_LINGER: Duration = Duration::from_secs(2);
 const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
-
-/// Where the request handler leaves a WebSocket upgrade for the connection task to run after
-/// hyper has written the 101 response and handed the socket over. Running the WebSocket here,
-/// rather than in a task spawned by the handler, keeps one task per connection and lets the
-/// server track (and at shutdown, await) every connection through one `JoinSet`.
-pub(crate) type UpgradeSlot = Arc<Mutex<Option<UpgradeFut>>>;
 
 pub(crate) async fn serve_connection(
     stream: TcpStream,
@@ -65,7 +34,7 @@ pub(crate) async fn serve_connection(
 ) {
     let _socket = socket;
     let span = info_span!("conn", id, %peer);
-    let context = Arc::new(ConnectionContext { id, admission, next_request: AtomicU64::new(0) });
+    let context = Arc::new(ConnectionContext::new(id, admission));
     let admitted = admission == Admission::Admitted;
     run(stream, context, shared.clone(), stop).instrument(span).await;
     if admitted {
@@ -158,10 +127,4 @@ async fn refuse_websocket(mut ws: fastwebsockets::WebSocket<TokioIo<hyper::upgra
         }
     })
     .await;
-}
-
-/// Resolves once the server starts shutting down (or is gone).
-pub(crate) async fn stopping(stop: &mut watch::Receiver<bool>) {
-    // The guard `wait_for` returns isn't Send; drop it here rather than hold it in a select.
-    let _ = stop.wait_for(|stopping| *stopping).await.is_ok();
 }

@@ -22,16 +22,21 @@
 //! [`Engine`]: speechstream_core::engine::Engine
 
 mod auth;
+mod body;
 mod connection;
+mod context;
+mod encoding;
 mod metrics;
+mod paths;
 mod playground;
 mod routes;
 mod server;
+mod shared;
 mod sink;
 mod speech;
 mod websocket;
 mod write_timeout;
 mod wyoming;
 
-pub use routes::{SPEECH_PATH, STREAM_PATH};
+pub use paths::{SPEECH_PATH, STREAM_PATH};
 pub use server::{serve, serve_with_wyoming, ServerConfig, WyomingListener};

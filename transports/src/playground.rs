@@ -13,9 +13,10 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use speechstream_core::engine::EngineCapabilities;
+use speechstream_core::session::SessionOptions;
 
-use crate::routes::STREAM_PATH;
-use crate::server::Shared;
+use crate::paths::STREAM_PATH;
+use crate::shared::Shared;
 
 const INDEX_HTML: &str = include_str!("../assets/playground.html");
 const PLAYGROUND_JS: &str = include_str!("../assets/playground.js");
@@ -42,7 +43,7 @@ pub(crate) fn route(request: &Request<Incoming>, shared: &Shared) -> Option<Resp
         "/" | "/playground" => (Bytes::from_static(INDEX_HTML.as_bytes()), "text/html; charset=utf-8"),
         "/playground.js" => (Bytes::from_static(PLAYGROUND_JS.as_bytes()), "text/javascript; charset=utf-8"),
         "/playground.css" => (Bytes::from_static(PLAYGROUND_CSS.as_bytes()), "text/css; charset=utf-8"),
-        "/playground.json" => (Bytes::from(info(&shared.capabilities)), "application/json"),
+        "/playground.json" => (Bytes::from(info(&shared.capabilities, &shared.options)), "application/json"),
         _ => return None,
     };
     let mut response = Response::new(Full::new(body));
@@ -56,14 +57,15 @@ pub(crate) fn route(request: &Request<Incoming>, shared: &Shared) -> Option<Resp
     Some(response)
 }
 
-/// What the page needs to build its form; nothing here is secret.
-fn info(capabilities: &EngineCapabilities) -> String {
+/// What the page needs to build its form and keep its session alive; nothing here is secret.
+fn info(capabilities: &EngineCapabilities, options: &SessionOptions) -> String {
     serde_json::json!({
         "stream_path": STREAM_PATH,
         "models": capabilities.models,
         "voices": capabilities.voices,
         "sample_rate": capabilities.sample_rate,
         "word_timestamps": capabilities.word_timestamps,
+        "idle_timeout_ms": u64::try_from(options.idle_timeout.as_millis()).unwrap_or(u64::MAX),
     })
     .to_string()
 }
@@ -89,13 +91,13 @@ mod tests {
     #[test]
     fn info_describes_the_engine() {
         let capabilities = EngineCapabilities {
-            models: vec!["m".into()],
-            sample_rate: 24000,
             voices: vec!["a".into(), "b".into()],
             word_timestamps: true,
-            codec: None,
+            ..EngineCapabilities::new("m", 24000)
         };
-        let info: serde_json::Value = serde_json::from_str(&info(&capabilities)).unwrap();
+        let options =
+            SessionOptions { idle_timeout: std::time::Duration::from_millis(1500), ..SessionOptions::default() };
+        let info: serde_json::Value = serde_json::from_str(&info(&capabilities, &options)).unwrap();
         assert_eq!(
             info,
             serde_json::json!({
@@ -104,6 +106,7 @@ mod tests {
                 "voices": ["a", "b"],
                 "sample_rate": 24000,
                 "word_timestamps": true,
+                "idle_timeout_ms": 1500,
             })
         );
     }

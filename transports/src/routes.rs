@@ -8,8 +8,7 @@ use std::sync::Arc;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE, UPGRADE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
@@ -18,19 +17,12 @@ use speechstream_core::speech_http::{error_json, voices_json};
 use tracing::{debug, info_span, Instrument};
 
 use crate::auth;
-use crate::connection::{Admission, ConnectionContext, UpgradeSlot};
+use crate::body::{full, json, Body};
+use crate::context::{Admission, ConnectionContext, UpgradeSlot};
 use crate::metrics::{ErrorKind, Refusal};
-use crate::server::Shared;
+use crate::paths::{SPEECH_PATH, STREAM_PATH};
+use crate::shared::Shared;
 use crate::speech;
-
-/// The streaming speech WebSocket endpoint (protocol.md §a).
-pub const STREAM_PATH: &str = "/v1/audio/speech/stream";
-/// The OpenAI-compatible speech endpoint (protocol.md §f).
-pub const SPEECH_PATH: &str = "/v1/audio/speech";
-
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// Every response's body: whole (`full`) or streamed (the speech handler's).
-pub(crate) type Body = BoxBody<Bytes, BoxError>;
 
 /// Paths anyone may ask, key or not: probes must work without credentials, and the
 /// playground's page carries no secret (the user types the key into it). Whatever reveals the
@@ -190,30 +182,14 @@ fn detail(status: StatusCode, message: &str) -> Response<Body> {
     json(status, serde_json::json!({ "detail": message }).to_string())
 }
 
-pub(crate) fn full(bytes: Bytes) -> Body {
-    Full::new(bytes).map_err(|never| match never {}).boxed()
-}
-
-pub(crate) fn json(status: StatusCode, body: String) -> Response<Body> {
-    let mut response = Response::new(full(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn models_lists_every_served_name() {
-        let capabilities = EngineCapabilities {
-            models: vec!["a".into(), "b\"c".into()],
-            sample_rate: 24000,
-            voices: vec![],
-            word_timestamps: false,
-            codec: None,
-        };
+        let capabilities =
+            EngineCapabilities { models: vec!["a".into(), "b\"c".into()], ..EngineCapabilities::new("a", 24000) };
         let body: serde_json::Value = serde_json::from_str(&models(&capabilities, 7)).unwrap();
         assert_eq!(
             body,

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use speechstream_core::engine::{Engine, EngineCapabilities};
+use speechstream_core::engine::Engine;
 use speechstream_core::session::SessionOptions;
 use speechstream_core::wyoming::{codes, error_event, WyomingOptions};
 use tokio::net::{TcpListener, TcpStream};
@@ -15,8 +15,10 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
-use crate::connection::{self, Admission};
+use crate::connection;
+use crate::context::Admission;
 use crate::metrics::{Metrics, Refusal};
+use crate::shared::Shared;
 use crate::wyoming;
 
 /// How long connections get, past the shutdown grace, to write their close frames before
@@ -85,30 +87,6 @@ impl ServerConfig {
             write_timeout: Duration::from_secs(30),
         }
     }
-}
-
-/// What every connection of one server shares.
-pub(crate) struct Shared {
-    pub(crate) engine: Arc<dyn Engine>,
-    pub(crate) capabilities: Arc<EngineCapabilities>,
-    pub(crate) options: Arc<SessionOptions>,
-    pub(crate) shutdown_grace: Duration,
-    pub(crate) engine_event_queue: usize,
-    /// Largest WebSocket message accepted, in bytes.
-    pub(crate) max_message_bytes: usize,
-    /// Unix time the server started (the models' `created`).
-    pub(crate) started_unix: u64,
-    pub(crate) api_key: Option<String>,
-    pub(crate) max_connections: Option<usize>,
-    pub(crate) header_timeout: Duration,
-    pub(crate) body_timeout: Duration,
-    pub(crate) write_timeout: Duration,
-    pub(crate) max_sockets: usize,
-    /// The whole response written to a connection past `max_sockets`.
-    turned_away: Vec<u8>,
-    pub(crate) metrics: Metrics,
-    /// Set at the shutdown signal: `/ready` turns 503 and new work is refused.
-    pub(crate) draining: AtomicBool,
 }
 
 /// The largest message, in bytes, that can still be within the character limits: a char is at

@@ -1,10 +1,11 @@
 //! `POST /v1/audio/speech`: one request, one engine request, one response.
 //!
-//! The core validates the body and shapes every byte; this module reads the body, submits to
-//! the engine with a sink like the WebSocket path's, and turns engine events into the response:
-//! a whole encoded file, or a streamed body (raw audio or SSE) that hyper polls only as fast as
-//! the client reads, which is the backpressure. If the client goes away, hyper drops the
-//! handler's future or the body, and the request is aborted.
+//! The core validates the body and decides every byte of the response (its
+//! `speech_response::SpeechResponse` machine); this module reads the body, submits to the
+//! engine with a sink like the WebSocket path's, feeds the engine's events to the machine and
+//! moves what comes out: the head, then the body, whole or streamed (raw audio or SSE) as hyper
+//! polls it, only as fast as the client reads, which is the backpressure. If the client goes
+//! away, hyper drops the handler's future or the body, and the request is aborted.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -16,20 +17,16 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
-use speechstream_core::config::ResponseFormat;
-use speechstream_core::encode::encode;
-use speechstream_core::engine::{Engine, EngineCapabilities, EngineEvent, EngineEventKind, RequestId, WordTiming};
-use speechstream_core::session::whole_audio_too_long;
-use speechstream_core::speech_http::{
-    check_content_type, media_type, parse_speech_request, sse_delta, sse_done, sse_error, streaming_wav_header,
-    word_timestamps_header, Delivery, HttpError, SpeechRequest, Usage,
-};
+use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, RequestId};
+use speechstream_core::speech_http::{check_content_type, parse_speech_request, Delivery, HttpError, SpeechRequest};
+use speechstream_core::speech_response::{ResponseHead, ResponseOutput, SpeechResponse};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use crate::body::{full, json, Body, BoxError};
+use crate::encoding::encode_off_runtime;
 use crate::metrics::{ErrorKind, Transport, UtteranceMeter};
-use crate::routes::{full, json, Body, BoxError};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::sink::ChannelSink;
 
 pub(crate) async fn create_speech(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) -> Response<Body> {
@@ -74,20 +71,41 @@ async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) 
         chars = request.synthesis.text.chars().count(),
         "speech request"
     );
-    let mut job = Job::submit(shared, id, &request);
-    match request.delivery {
-        Delivery::Whole => whole(job, &request, shared).await,
-        Delivery::Audio | Delivery::Sse => {
-            // Wait for the first audio before answering, so a request that fails at once
-            // still gets a proper error status rather than an empty 200 stream.
-            let first = job.next_audio().await?;
-            Ok(streamed(job, request, first, shared))
+    let engine_request = EngineRequest::submit(shared, id, &request);
+    let response = SpeechResponse::new(request, shared.capabilities.clone(), shared.options.max_whole_audio_seconds);
+    let mut speech = Speech { engine_request, response, pending: VecDeque::new(), done: false, started: false };
+    // Until the head: a whole file is collected and encoded, a stream waits for its first audio,
+    // so a request that fails at once still gets a proper error status.
+    let head = match speech.next_output().await {
+        Next::Error(error) => return Err(error),
+        Next::Head(head) => head,
+    };
+    speech.started = true;
+    let mut response = if speech.response.request().delivery == Delivery::Whole {
+        // The whole file is already there: one body, with its length.
+        let body: Vec<u8> = std::iter::from_fn(|| speech.response.poll_output())
+            .flat_map(|output| match output {
+                ResponseOutput::Body(bytes) => bytes,
+                _ => Vec::new(),
+            })
+            .collect();
+        info!(bytes = body.len(), "speech done");
+        Response::new(full(Bytes::from(body)))
+    } else {
+        Response::new(BodyExt::boxed(speech))
+    };
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(head.content_type));
+    for (name, value) in head.headers {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), value);
         }
     }
+    Ok(response)
 }
 
 /// One engine request and its event queue; aborted if dropped before its end.
-struct Job {
+struct EngineRequest {
     id: RequestId,
     engine: Arc<dyn Engine>,
     shared: Arc<Shared>,
@@ -96,55 +114,40 @@ struct Job {
     ended: bool,
 }
 
-impl Job {
-    fn submit(shared: &Arc<Shared>, id: RequestId, request: &SpeechRequest) -> Job {
+impl EngineRequest {
+    fn submit(shared: &Arc<Shared>, id: RequestId, request: &SpeechRequest) -> EngineRequest {
         let (events_tx, events) = mpsc::channel(shared.engine_event_queue);
         let meter = UtteranceMeter::start(&shared.metrics, Transport::Http);
         shared.engine.submit(id, request.synthesis.clone(), Box::new(ChannelSink::new(events_tx)));
-        Job { id, engine: shared.engine.clone(), shared: shared.clone(), events, meter, ended: false }
+        EngineRequest { id, engine: shared.engine.clone(), shared: shared.clone(), events, meter, ended: false }
     }
 
-    /// The next event that matters: audio (metered), words, or the end.
-    fn on_event(&mut self, event: Option<EngineEvent>) -> Step {
-        let Some(event) = event else {
-            // The engine dropped the sink without a last word.
-            self.ended = true;
-            return Step::Failed("the engine ended the request without finishing it".to_owned());
-        };
-        match event.kind {
+    /// Meter an event on its way to the response machine.
+    fn meter(&mut self, event: &EngineEventKind) {
+        match event {
             EngineEventKind::Audio { pcm, sample_rate } => {
-                self.meter.audio(&self.shared.metrics, pcm.len(), sample_rate);
-                Step::Audio(pcm)
+                self.meter.audio(&self.shared.metrics, pcm.len(), *sample_rate)
             }
-            EngineEventKind::Words(words) => Step::Words(words),
-            EngineEventKind::Codec { .. } => Step::Words(Vec::new()),
             EngineEventKind::Finished => {
                 self.ended = true;
                 self.meter.finished(&self.shared.metrics);
-                Step::Finished
             }
-            EngineEventKind::Failed(message) => {
-                self.ended = true;
-                Step::Failed(message)
-            }
+            EngineEventKind::Failed(_) => self.ended = true,
+            _ => {}
         }
     }
 
-    /// Wait for the first non-empty audio (or the end, which is returned as no audio).
-    async fn next_audio(&mut self) -> Result<Option<Vec<u8>>, HttpError> {
-        loop {
-            let event = self.events.recv().await;
-            match self.on_event(event) {
-                Step::Audio(pcm) if !pcm.is_empty() => return Ok(Some(pcm)),
-                Step::Audio(_) | Step::Words(_) => {}
-                Step::Finished => return Ok(None),
-                Step::Failed(message) => return Err(generation_failed(&message)),
-            }
+    /// The response ended without the rest of the request: stop it.
+    fn abort(&mut self) {
+        if !self.ended {
+            self.ended = true;
+            self.shared.metrics.cancelled(Transport::Http);
+            self.engine.abort(self.id);
         }
     }
 }
 
-impl Drop for Job {
+impl Drop for EngineRequest {
     fn drop(&mut self) {
         if !self.ended {
             debug!(request = %self.id, "client gone: aborting the engine request");
@@ -154,168 +157,81 @@ impl Drop for Job {
     }
 }
 
-enum Step {
-    Audio(Vec<u8>),
-    Words(Vec<WordTiming>),
-    Finished,
-    Failed(String),
-}
-
-fn generation_failed(message: &str) -> HttpError {
-    HttpError::new(500, "InternalServerError", format!("Speech generation failed: {message}"))
-}
-
-/// Collect the whole utterance, encode it, answer with the file and its usage headers.
-async fn whole(mut job: Job, request: &SpeechRequest, shared: &Shared) -> Result<Response<Body>, HttpError> {
-    let mut pcm = Vec::new();
-    let mut words = Vec::new();
-    let seconds = shared.options.max_whole_audio_seconds;
-    let limit = u64::from(seconds) * u64::from(request.sample_rate) * 2;
-    loop {
-        let event = job.events.recv().await;
-        match job.on_event(event) {
-            Step::Audio(chunk) => {
-                if (pcm.len() + chunk.len()) as u64 > limit {
-                    // Dropping the job aborts its engine request.
-                    let message = whole_audio_too_long(seconds, "stream_format='audio' or 'sse'");
-                    return Err(HttpError::bad_request(format!("Speech generation failed: {message}")));
-                }
-                pcm.extend_from_slice(&chunk);
-            }
-            Step::Words(more) => words.extend(more),
-            Step::Finished => break,
-            Step::Failed(message) => return Err(generation_failed(&message)),
-        }
-    }
-    let usage = Usage::new(&request.synthesis.text, pcm.len() as u64, &shared.capabilities);
-    let (format, rate) = (request.response_format, request.sample_rate);
-    // mp3 and opus encoding is real CPU work: keep it off the runtime's threads.
-    let encoded = tokio::task::spawn_blocking(move || {
-        let samples: Vec<i16> = pcm.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect();
-        encode(format, &samples, rate)
-    })
-    .await
-    .map_err(|e| generation_failed(&e.to_string()))?
-    .map_err(|e| generation_failed(&format!("audio encoding failed: {e}")))?;
-    info!(bytes = encoded.len(), "speech done");
-    let mut response = Response::new(full(Bytes::from(encoded)));
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static(media_type(format)));
-    for (name, value) in usage.headers() {
-        headers.insert(HeaderName::from_static(name), HeaderValue::from(value));
-    }
-    if request.synthesis.word_timestamps {
-        let (name, value) = match word_timestamps_header(&words) {
-            Ok(list) => ("x-word-timestamps", list),
-            Err(omitted) => ("x-word-timestamps-omitted", omitted),
-        };
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            headers.insert(HeaderName::from_static(name), value);
-        }
-    }
-    Ok(response)
-}
-
-fn streamed(job: Job, request: SpeechRequest, first: Option<Vec<u8>>, shared: &Shared) -> Response<Body> {
-    let sse = request.delivery == Delivery::Sse;
-    let format = request.response_format;
-    let mut stream = SpeechStream {
-        job,
-        sse,
-        format,
-        pending: VecDeque::new(),
-        // A streamed wav starts with the header that leaves its sizes open.
-        header: (format == ResponseFormat::Wav).then(|| streaming_wav_header(request.sample_rate).to_vec()),
-        audio_bytes: 0,
-        sent_audio: false,
-        done: false,
-        text: request.synthesis.text,
-        capabilities: shared.capabilities.clone(),
-    };
-    match first {
-        Some(pcm) => stream.push_audio(pcm),
-        None => stream.finish(),
-    }
-    let content_type = if sse { "text/event-stream" } else { media_type(format) };
-    let mut response = Response::new(BodyExt::boxed(stream));
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    if sse {
-        response.headers_mut().insert(hyper::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    }
-    response
-}
-
-/// The body of a streamed response: engine events turned into raw audio or SSE events as
-/// hyper asks for the next frame.
-struct SpeechStream {
-    job: Job,
-    sse: bool,
-    format: ResponseFormat,
+/// The response in progress: the engine request, the core's machine, and the body chunks it
+/// has produced that hyper has not taken yet. After the head it is the streamed body.
+struct Speech {
+    engine_request: EngineRequest,
+    response: SpeechResponse,
     pending: VecDeque<Bytes>,
-    header: Option<Vec<u8>>,
-    /// PCM bytes received from the engine (usage).
-    audio_bytes: u64,
-    sent_audio: bool,
     done: bool,
-    text: String,
-    capabilities: Arc<EngineCapabilities>,
+    /// The head has gone out: a failure now is counted here (before, as the error answer).
+    started: bool,
 }
 
-impl SpeechStream {
-    fn push_audio(&mut self, pcm: Vec<u8>) {
-        if pcm.is_empty() {
-            return;
-        }
-        self.audio_bytes += pcm.len() as u64;
-        let bytes = match self.header.take() {
-            Some(mut header) => {
-                header.extend_from_slice(&pcm);
-                header
+/// What the handler waits for before answering.
+enum Next {
+    Error(HttpError),
+    Head(ResponseHead),
+}
+
+impl Speech {
+    /// Feed one engine event (or its end: `None`) to the machine.
+    fn feed(&mut self, event: Option<EngineEvent>) {
+        match event {
+            Some(event) => {
+                self.engine_request.meter(&event.kind);
+                if let (EngineEventKind::Failed(message), true) = (&event.kind, self.started) {
+                    self.engine_request.shared.metrics.error(ErrorKind::Engine);
+                    warn!(message, "speech generation failed mid-stream");
+                }
+                self.response.handle_engine(event.kind);
             }
-            None => pcm,
-        };
-        self.sent_audio = true;
-        self.push_audio_bytes(bytes);
-    }
-
-    fn finish(&mut self) {
-        if let Some(header) = self.header.take() {
-            // No audio at all: a valid, empty streamed wav is still just the header.
-            self.push_audio_bytes(header);
-        }
-        if self.sse {
-            let usage = Usage::new(&self.text, self.audio_bytes, &self.capabilities);
-            self.pending.push_back(Bytes::from(sse_done(&usage)));
-        }
-        info!(audio_bytes = self.audio_bytes, "speech done");
-        self.done = true;
-    }
-
-    fn push_audio_bytes(&mut self, bytes: Vec<u8>) {
-        if self.sse {
-            self.pending.push_back(Bytes::from(sse_delta(&bytes, self.format)));
-        } else {
-            self.pending.push_back(Bytes::from(bytes));
+            None => {
+                self.engine_request.ended = true;
+                if self.started {
+                    self.engine_request.shared.metrics.error(ErrorKind::Engine);
+                }
+                self.response.handle_engine_gone();
+            }
         }
     }
 
-    /// A failure mid-stream: SSE says so in an event; a raw stream can only be cut short, so
-    /// the client sees an incomplete transfer rather than a clean end.
-    fn fail(&mut self, message: &str) -> Option<BoxError> {
-        warn!(message, "speech generation failed mid-stream");
-        self.job.shared.metrics.error(ErrorKind::Engine);
-        self.done = true;
-        if self.sse {
-            let text = format!("Speech generation failed: {message}");
-            self.pending.push_back(Bytes::from(sse_error(&text, self.sent_audio)));
-            None
-        } else {
-            Some(format!("speech generation failed: {message}").into())
+    /// Carry out the machine's outputs up to the first the handler must answer (an error, the
+    /// head), queueing body chunks; encodings run off the runtime.
+    async fn next_output(&mut self) -> Next {
+        loop {
+            while let Some(output) = self.response.poll_output() {
+                if let Some(next) = self.take_output(output).await {
+                    return next;
+                }
+            }
+            let event = self.engine_request.events.recv().await;
+            self.feed(event);
         }
+    }
+
+    async fn take_output(&mut self, output: ResponseOutput) -> Option<Next> {
+        match output {
+            ResponseOutput::Error(error) => {
+                self.engine_request.abort();
+                return Some(Next::Error(error));
+            }
+            ResponseOutput::Head(head) => return Some(Next::Head(head)),
+            ResponseOutput::Encode(job) => {
+                let encoded = encode_off_runtime(job).await;
+                self.response.handle_encoded(encoded);
+            }
+            ResponseOutput::Abort => self.engine_request.abort(),
+            ResponseOutput::Body(bytes) => self.pending.push_back(Bytes::from(bytes)),
+            ResponseOutput::End => self.done = true,
+            // Only after the head, which the streamed body handles.
+            ResponseOutput::Cut(_) => self.done = true,
+        }
+        None
     }
 }
 
-impl hyper::body::Body for SpeechStream {
+impl hyper::body::Body for Speech {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -328,20 +244,33 @@ impl hyper::body::Body for SpeechStream {
             if this.done {
                 return Poll::Ready(None);
             }
-            let event = match this.job.events.poll_recv(cx) {
+            while let Some(output) = this.response.poll_output() {
+                match output {
+                    ResponseOutput::Body(bytes) => this.pending.push_back(Bytes::from(bytes)),
+                    ResponseOutput::End => {
+                        info!("speech done");
+                        this.done = true;
+                    }
+                    ResponseOutput::Cut(message) => {
+                        // A raw stream can only be cut short: the client sees an incomplete
+                        // transfer rather than a clean end.
+                        this.done = true;
+                        this.pending.clear();
+                        return Poll::Ready(Some(Err(message.into())));
+                    }
+                    ResponseOutput::Abort => this.engine_request.abort(),
+                    // Before the head only.
+                    ResponseOutput::Error(_) | ResponseOutput::Head(_) | ResponseOutput::Encode(_) => {}
+                }
+            }
+            if !this.pending.is_empty() || this.done {
+                continue;
+            }
+            let event = match this.engine_request.events.poll_recv(cx) {
                 Poll::Ready(event) => event,
                 Poll::Pending => return Poll::Pending,
             };
-            match this.job.on_event(event) {
-                Step::Audio(pcm) => this.push_audio(pcm),
-                Step::Words(_) => {}
-                Step::Finished => this.finish(),
-                Step::Failed(message) => {
-                    if let Some(error) = this.fail(&message) {
-                        return Poll::Ready(Some(Err(error)));
-                    }
-                }
-            }
+            this.feed(event);
         }
     }
 

@@ -7,7 +7,6 @@
 //! session doesn't want client input the loop stops taking from the queue, the queue fills, and
 //! the reader stops reading the socket.
 
-use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,9 +20,9 @@ use tokio::io::BufWriter;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
-use crate::connection::stopping;
+use crate::encoding::encode_off_runtime;
 use crate::metrics::{ErrorKind, Transport, UtteranceMeter};
-use crate::server::Shared;
+use crate::shared::{stopping, Shared};
 use crate::sink::ChannelSink;
 
 type Stream = TokioIo<Upgraded>;
@@ -80,17 +79,16 @@ pub(crate) async fn run(ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>, mut
         shared,
         writer,
         events_tx,
-        in_flight: HashMap::new(),
+        in_flight: None,
         sent_close: false,
         broken: false,
         told_closed: false,
-        draining: false,
-        finished_while_draining: false,
     };
-    let mut drain_deadline = None;
-    if *stop.borrow() {
-        conn.draining = true;
-        drain_deadline = Some(now + conn.shared.shutdown_grace);
+    // Shutdown is the session's to carry out (it finishes the utterance in flight, then closes
+    // with 1001); this only tells it when the server starts shutting down.
+    let mut shutting_down = *stop.borrow();
+    if shutting_down {
+        conn.session.begin_shutdown(now, conn.shared.shutdown_grace);
     }
     conn.execute_outputs().await;
 
@@ -98,14 +96,8 @@ pub(crate) async fn run(ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>, mut
         if conn.session.is_closed() || conn.told_closed || conn.sent_close {
             break;
         }
-        if conn.draining && (conn.in_flight.is_empty() || conn.finished_while_draining) {
-            conn.close_for_shutdown().await;
-            break;
-        }
         let timer = conn.session.poll_timeout();
-        // While draining no new client input is taken: the connection only finishes what it
-        // is generating.
-        let reading = !conn.draining && conn.session.wants_client_input();
+        let reading = conn.session.wants_client_input();
         tokio::select! {
             // `events` never ends: this task holds a sender for the sinks it hands out.
             Some(event) = events.recv() => {
@@ -122,18 +114,17 @@ pub(crate) async fn run(ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>, mut
                 conn.session.handle_timeout(Instant::now());
             }
             _ = &mut reader, if !reader_done => reader_done = true,
-            _ = stopping(&mut stop), if !conn.draining => {
-                debug!("shutdown: finishing the utterance in flight");
-                conn.draining = true;
-                drain_deadline = Some(Instant::now() + conn.shared.shutdown_grace);
-            }
-            _ = sleep_until(drain_deadline), if drain_deadline.is_some() => {
-                debug!("shutdown grace over");
-                conn.close_for_shutdown().await;
-                break;
+            _ = stopping(&mut stop), if !shutting_down => {
+                debug!("shutdown: the session finishes what it is generating");
+                shutting_down = true;
+                conn.session.begin_shutdown(Instant::now(), conn.shared.shutdown_grace);
             }
         }
-        conn.execute_outputs().await;
+        if shutting_down && conn.session.is_closed() {
+            conn.execute_final_outputs().await;
+        } else {
+            conn.execute_outputs().await;
+        }
     }
 
     // Give the peer a moment to answer our close frame (or to finish sending its own) so the
@@ -152,10 +143,10 @@ pub(crate) async fn run(ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>, mut
             }
         }
     }
-    if !conn.in_flight.is_empty() {
+    if let Some((id, _)) = &conn.in_flight {
         // Only reachable if the session ended without aborting its request; the dropped event
         // queue still stops the engine at its next send.
-        warn!(requests = conn.in_flight.len(), "connection ended with engine requests in flight");
+        warn!(request = %id, "connection ended with an engine request in flight");
     }
     info!("websocket session ended");
 }
@@ -165,24 +156,22 @@ struct Connection {
     session: Session,
     writer: WebSocketWrite<BufWriter<tokio::io::WriteHalf<Stream>>>,
     events_tx: mpsc::Sender<EngineEvent>,
-    /// Engine requests submitted and not yet finished, failed or aborted: to know when a
-    /// draining connection has finished its utterance, and to meter each for /metrics.
-    in_flight: HashMap<RequestId, UtteranceMeter>,
+    /// The engine request submitted and not yet finished, failed or aborted (a session has one
+    /// at a time), metered for /metrics.
+    in_flight: Option<(RequestId, UtteranceMeter)>,
     /// We wrote a close frame: nothing more may be written.
     sent_close: bool,
     /// A write failed: the socket is unusable.
     broken: bool,
     /// The session was told the peer is gone; its remaining frames are not written.
     told_closed: bool,
-    draining: bool,
-    finished_while_draining: bool,
 }
 
 impl Connection {
     fn on_engine_event(&mut self, event: EngineEvent) {
         let id = event.id;
         let terminal = matches!(event.kind, EngineEventKind::Finished | EngineEventKind::Failed(_));
-        if let Some(meter) = self.in_flight.get_mut(&id) {
+        if let Some((_, meter)) = self.in_flight.as_mut().filter(|(live, _)| *live == id) {
             let metrics = &self.shared.metrics;
             match &event.kind {
                 EngineEventKind::Audio { pcm, sample_rate } => meter.audio(metrics, pcm.len(), *sample_rate),
@@ -196,9 +185,8 @@ impl Connection {
         }
         match self.session.handle_engine(Instant::now(), event) {
             Ok(()) => {
-                if terminal && self.in_flight.remove(&id).is_some() {
+                if terminal && self.in_flight.take_if(|(live, _)| *live == id).is_some() {
                     debug!(request = %id, "utterance finished");
-                    self.finished_while_draining |= self.draining;
                 }
             }
             // An event that raced with our abort of its request.
@@ -265,6 +253,12 @@ impl Connection {
                     }
                 }
                 Output::Engine(command) => self.execute_command(command),
+                Output::Encode { id, job } => {
+                    let encoded = encode_off_runtime(job).await;
+                    if let Err(stale) = self.session.handle_encoded(Instant::now(), id, encoded) {
+                        debug!(request = %stale.0, "encoded file for an utterance that has ended");
+                    }
+                }
                 Output::Close(code) => {
                     if self.frames_allowed() {
                         let reason: &[u8] = if code == CLOSE_GOING_AWAY { b"server shutting down" } else { b"" };
@@ -291,13 +285,13 @@ impl Connection {
         match command {
             EngineCommand::Synthesize { id, request } => {
                 info!(request = %id, chars = request.text.chars().count(), "utterance submitted");
-                self.in_flight.insert(id, UtteranceMeter::start(&self.shared.metrics, Transport::WebSocket));
+                self.in_flight = Some((id, UtteranceMeter::start(&self.shared.metrics, Transport::WebSocket)));
                 let sink = ChannelSink::new(self.events_tx.clone());
                 self.shared.engine.submit(id, request, Box::new(sink));
             }
             EngineCommand::Abort { id } => {
                 info!(request = %id, "utterance aborted");
-                if self.in_flight.remove(&id).is_some() {
+                if self.in_flight.take_if(|(live, _)| *live == id).is_some() {
                     self.shared.metrics.cancelled(Transport::WebSocket);
                 }
                 self.shared.engine.abort(id);
@@ -329,13 +323,12 @@ impl Connection {
         }
     }
 
-    /// End a connection the server is shutting down: the session aborts what is still running,
-    /// ends it with its `audio.done`, and says goodbye with 1001.
-    async fn close_for_shutdown(&mut self) {
-        self.session.handle_shutdown(Instant::now());
+    /// The last outputs of a session the server's shutdown closed: bounded in time, so a peer
+    /// that stopped reading can't hold the shutdown up; what is left is carried out without
+    /// writing (the aborts still reach the engine).
+    async fn execute_final_outputs(&mut self) {
         if tokio::time::timeout(SHUTDOWN_WRITE, self.execute_outputs()).await.is_err() {
             debug!("final frames at shutdown timed out");
-            // Whatever the session still queued is carried out without writing.
             self.broken = true;
             self.execute_outputs().await;
         }

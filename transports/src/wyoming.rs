@@ -20,9 +20,11 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::connection::{stopping, Admission, SocketCount};
+use crate::connection::SocketCount;
+use crate::context::Admission;
 use crate::metrics::{ErrorKind, Transport, UtteranceMeter};
-use crate::server::Shared;
+use crate::shared::stopping;
+use crate::shared::Shared;
 use crate::sink::ChannelSink;
 use crate::write_timeout::WriteTimeout;
 

@@ -166,13 +166,8 @@ const GARBAGE: [&[u8]; 6] = [
 /// Run a session on the operations `data` encodes, checking every invariant. Each byte picks an
 /// operation and the next one is its argument.
 pub fn drive(data: &[u8]) -> Result<(), String> {
-    let capabilities = Arc::new(EngineCapabilities {
-        models: vec!["m".into()],
-        sample_rate: 24_000,
-        voices: vec!["a".into(), "b".into()],
-        word_timestamps: false,
-        codec: None,
-    });
+    let capabilities =
+        Arc::new(EngineCapabilities { voices: vec!["a".into(), "b".into()], ..EngineCapabilities::new("m", 24_000) });
     let options = Arc::new(WyomingOptions {
         frame: FrameLimits { max_header_bytes: 256, max_data_bytes: 256, max_payload_bytes: 64 },
         max_text_chars: 40,

@@ -7,11 +7,8 @@ use super::*;
 
 fn capabilities() -> Arc<EngineCapabilities> {
     Arc::new(EngineCapabilities {
-        models: vec!["hibari".into()],
-        sample_rate: 24_000,
         voices: vec!["heart".into(), "emma".into()],
-        word_timestamps: false,
-        codec: None,
+        ..EngineCapabilities::new("hibari", 24_000)
     })
 }
 

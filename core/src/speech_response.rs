@@ -1,0 +1,361 @@
+//! The response to one `POST /v1/audio/speech` as a sans-IO machine (docs/protocol.md §f.2):
+//! engine events in, the response out (its head, its body in chunks, its end), the way h11
+//! does HTTP. A transport only moves what comes out: it never decides what a response holds.
+//!
+//! A driver makes a [`SpeechResponse`] for a request [`parse_speech_request`] accepted, submits
+//! the request's [`SynthesisRequest`](crate::engine::SynthesisRequest) to the engine, feeds
+//! every event to [`SpeechResponse::handle_engine`] (or [`SpeechResponse::handle_engine_gone`]
+//! if the engine drops the request), and after each drains [`SpeechResponse::poll_output`]:
+//!
+//! - [`ResponseOutput::Error`]: answer with this error instead (only ever before the head);
+//! - [`ResponseOutput::Head`], then [`ResponseOutput::Body`] chunks, then
+//!   [`ResponseOutput::End`]; or [`ResponseOutput::Cut`] where a raw stream fails after its
+//!   head (the body ends in an error, so the client sees an incomplete transfer);
+//! - [`ResponseOutput::Encode`]: a whole file to encode off the driver's event loop, whose
+//!   result goes to [`SpeechResponse::handle_encoded`];
+//! - [`ResponseOutput::Abort`]: the response no longer wants the engine request (a limit).
+//!
+//! A streamed response sends its head only with the first audio, so a request that fails at
+//! once still gets an error status rather than an empty 200.
+//!
+//! [`parse_speech_request`]: crate::speech_http::parse_speech_request
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::config::ResponseFormat;
+use crate::encode::{EncodeJob, Encoded, WholeAudio};
+use crate::engine::{EngineCapabilities, EngineEventKind, WordTiming};
+use crate::speech_http::{
+    media_type, sse_delta, sse_done, sse_error, streaming_wav_header, word_timestamps_header, Delivery, HttpError,
+    SpeechRequest, Usage,
+};
+
+/// What the response wants done next; carry them out in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ResponseOutput {
+    /// Answer with this error (its status and JSON body); nothing follows.
+    Error(HttpError),
+    /// The response head: status 200 and these headers. Once, before any body.
+    Head(ResponseHead),
+    /// The next bytes of the body.
+    Body(Vec<u8>),
+    /// The body is complete.
+    End,
+    /// The body breaks off with this error (a raw stream that failed after its head).
+    Cut(String),
+    /// Encode a whole file where it does not hold up other requests, then hand the result to
+    /// [`SpeechResponse::handle_encoded`].
+    Encode(EncodeJob),
+    /// Stop the engine request: the response ended without it.
+    Abort,
+}
+
+/// A 200 response's head.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResponseHead {
+    /// The `Content-Type`.
+    pub content_type: &'static str,
+    /// The other headers, lowercase names.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+/// One speech response; see the [module docs](self).
+#[derive(Debug)]
+pub struct SpeechResponse {
+    request: SpeechRequest,
+    capabilities: Arc<EngineCapabilities>,
+    state: State,
+    outputs: VecDeque<ResponseOutput>,
+    /// PCM bytes received from the engine (usage).
+    audio_bytes: u64,
+    words: Vec<WordTiming>,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Collecting a whole file.
+    Collecting(WholeAudio),
+    /// The whole file is being encoded.
+    Encoding,
+    /// Streamed, waiting for the first audio before the head.
+    AwaitingAudio,
+    /// Streamed, head sent; `header` is the streaming WAV header not yet sent (before audio).
+    Streaming { header: Option<Vec<u8>>, sent_audio: bool },
+    /// Ended: nothing more comes out.
+    Done,
+}
+
+impl SpeechResponse {
+    /// The response to `request` (accepted by
+    /// [`parse_speech_request`](crate::speech_http::parse_speech_request)) from an engine with
+    /// `capabilities`; a whole file holds at most `max_whole_audio_seconds` of audio.
+    pub fn new(
+        request: SpeechRequest,
+        capabilities: Arc<EngineCapabilities>,
+        max_whole_audio_seconds: u32,
+    ) -> SpeechResponse {
+        let state = match request.delivery {
+            Delivery::Whole => State::Collecting(WholeAudio::new(request.response_format, max_whole_audio_seconds)),
+            Delivery::Audio | Delivery::Sse => State::AwaitingAudio,
+        };
+        SpeechResponse { request, capabilities, state, outputs: VecDeque::new(), audio_bytes: 0, words: Vec::new() }
+    }
+
+    /// The request being answered.
+    pub fn request(&self) -> &SpeechRequest {
+        &self.request
+    }
+
+    /// Feed an event of the engine request.
+    pub fn handle_engine(&mut self, event: EngineEventKind) {
+        match event {
+            EngineEventKind::Audio { pcm, sample_rate } => self.on_audio(pcm, sample_rate),
+            EngineEventKind::Words(words) => self.words.extend(words),
+            // Not asked for over HTTP.
+            EngineEventKind::Codec { .. } => {}
+            EngineEventKind::Finished => self.on_finished(),
+            EngineEventKind::Failed(message) => self.fail(&message),
+        }
+    }
+
+    /// The engine dropped the request without finishing or failing it.
+    pub fn handle_engine_gone(&mut self) {
+        self.fail("the engine ended the request without finishing it");
+    }
+
+    /// Feed the result of the [`ResponseOutput::Encode`] job.
+    pub fn handle_encoded(&mut self, encoded: Encoded) {
+        if !matches!(self.state, State::Encoding) {
+            return;
+        }
+        self.state = State::Done;
+        match encoded.0 {
+            Ok(file) => {
+                let usage = Usage::new(&self.request.synthesis.text, self.audio_bytes, &self.capabilities);
+                let mut headers: Vec<(&'static str, String)> =
+                    usage.headers().iter().map(|&(name, value)| (name, value.to_string())).collect();
+                if self.request.synthesis.output.words() {
+                    headers.push(match word_timestamps_header(&self.words) {
+                        Ok(list) => ("x-word-timestamps", list),
+                        Err(omitted) => ("x-word-timestamps-omitted", omitted),
+                    });
+                }
+                let content_type = media_type(self.request.response_format);
+                self.outputs.push_back(ResponseOutput::Head(ResponseHead { content_type, headers }));
+                self.outputs.push_back(ResponseOutput::Body(file));
+                self.outputs.push_back(ResponseOutput::End);
+            }
+            Err(message) => self.outputs.push_back(ResponseOutput::Error(generation_failed(&message))),
+        }
+    }
+
+    /// The next thing to do, in order; `None` once everything queued has been taken.
+    pub fn poll_output(&mut self) -> Option<ResponseOutput> {
+        self.outputs.pop_front()
+    }
+
+    /// The response has ended (its end, its error, or its cut is queued or taken): no more
+    /// engine events are wanted.
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
+    fn sse(&self) -> bool {
+        self.request.delivery == Delivery::Sse
+    }
+
+    fn on_audio(&mut self, pcm: Vec<u8>, sample_rate: u32) {
+        match &mut self.state {
+            State::Collecting(audio) => {
+                if let Err(message) = audio.push(&pcm, sample_rate, "stream_format='audio' or 'sse'") {
+                    self.state = State::Done;
+                    self.outputs.push_back(ResponseOutput::Abort);
+                    let error = HttpError::bad_request(format!("Speech generation failed: {message}"));
+                    self.outputs.push_back(ResponseOutput::Error(error));
+                    return;
+                }
+                self.audio_bytes += pcm.len() as u64;
+            }
+            State::AwaitingAudio if !pcm.is_empty() => {
+                self.start_stream();
+                self.stream_audio(pcm);
+            }
+            State::Streaming { .. } => self.stream_audio(pcm),
+            State::AwaitingAudio | State::Encoding | State::Done => {}
+        }
+    }
+
+    fn on_finished(&mut self) {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Collecting(audio) => {
+                self.state = State::Encoding;
+                let job = audio.finish(self.request.sample_rate);
+                self.outputs.push_back(ResponseOutput::Encode(job));
+            }
+            State::AwaitingAudio => {
+                self.start_stream();
+                self.end_stream();
+            }
+            State::Streaming { header, sent_audio } => {
+                self.state = State::Streaming { header, sent_audio };
+                self.end_stream();
+            }
+            state @ (State::Encoding | State::Done) => self.state = state,
+        }
+    }
+
+    fn fail(&mut self, message: &str) {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Collecting(_) | State::AwaitingAudio => {
+                self.outputs.push_back(ResponseOutput::Error(generation_failed(message)));
+            }
+            State::Streaming { sent_audio, .. } => {
+                if self.sse() {
+                    let text = format!("Speech generation failed: {message}");
+                    self.outputs.push_back(ResponseOutput::Body(sse_error(&text, sent_audio).into_bytes()));
+                    self.outputs.push_back(ResponseOutput::End);
+                } else {
+                    self.outputs.push_back(ResponseOutput::Cut(format!("speech generation failed: {message}")));
+                }
+            }
+            state @ (State::Encoding | State::Done) => self.state = state,
+        }
+    }
+
+    fn start_stream(&mut self) {
+        let format = self.request.response_format;
+        let (content_type, headers) = if self.sse() {
+            ("text/event-stream", vec![("cache-control", "no-cache".to_owned())])
+        } else {
+            (media_type(format), Vec::new())
+        };
+        self.outputs.push_back(ResponseOutput::Head(ResponseHead { content_type, headers }));
+        // A streamed wav starts with the header that leaves its sizes open.
+        let header = (format == ResponseFormat::Wav).then(|| streaming_wav_header(self.request.sample_rate).to_vec());
+        self.state = State::Streaming { header, sent_audio: false };
+    }
+
+    fn stream_audio(&mut self, pcm: Vec<u8>) {
+        if pcm.is_empty() {
+            return;
+        }
+        self.audio_bytes += pcm.len() as u64;
+        let State::Streaming { header, sent_audio } = &mut self.state else { return };
+        let bytes = match header.take() {
+            Some(mut header) => {
+                header.extend_from_slice(&pcm);
+                header
+            }
+            None => pcm,
+        };
+        *sent_audio = true;
+        self.push_stream_bytes(bytes);
+    }
+
+    fn end_stream(&mut self) {
+        if let State::Streaming { header, .. } = &mut self.state {
+            if let Some(header) = header.take() {
+                // No audio at all: a valid, empty streamed wav is still just the header.
+                self.push_stream_bytes(header);
+            }
+        }
+        if self.sse() {
+            let usage = Usage::new(&self.request.synthesis.text, self.audio_bytes, &self.capabilities);
+            self.outputs.push_back(ResponseOutput::Body(sse_done(&usage).into_bytes()));
+        }
+        self.outputs.push_back(ResponseOutput::End);
+        self.state = State::Done;
+    }
+
+    fn push_stream_bytes(&mut self, bytes: Vec<u8>) {
+        let body = if self.sse() { sse_delta(&bytes, self.request.response_format).into_bytes() } else { bytes };
+        self.outputs.push_back(ResponseOutput::Body(body));
+    }
+}
+
+/// The 500 of a generation that failed before the response began.
+pub fn generation_failed(message: &str) -> HttpError {
+    HttpError::new(500, "InternalServerError", format!("Speech generation failed: {message}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::speech_http::parse_speech_request;
+
+    fn response(body: &str) -> SpeechResponse {
+        let capabilities =
+            Arc::new(EngineCapabilities { word_timestamps: true, ..EngineCapabilities::new("m", 24_000) });
+        let request = parse_speech_request(body, &capabilities, 1 << 20).expect("valid request");
+        SpeechResponse::new(request, capabilities, 1)
+    }
+
+    fn drain(r: &mut SpeechResponse) -> Vec<ResponseOutput> {
+        std::iter::from_fn(|| r.poll_output()).collect()
+    }
+
+    fn audio(n: usize) -> EngineEventKind {
+        EngineEventKind::Audio { pcm: vec![1; n], sample_rate: 24_000 }
+    }
+
+    #[test]
+    fn whole_file_is_encoded_then_sent_with_usage() {
+        let mut r = response(r#"{"input":"two words","response_format":"pcm","word_timestamps":true}"#);
+        r.handle_engine(audio(4));
+        r.handle_engine(EngineEventKind::Words(vec![WordTiming { word: "two".into(), start_ms: 0, end_ms: 5 }]));
+        r.handle_engine(EngineEventKind::Finished);
+        let [ResponseOutput::Encode(job)] = &drain(&mut r)[..] else { panic!("one encode") };
+        r.handle_encoded(job.clone().run());
+        let out = drain(&mut r);
+        let ResponseOutput::Head(head) = &out[0] else { panic!("{out:?}") };
+        assert_eq!(head.content_type, "audio/pcm");
+        assert!(head.headers.contains(&("x-vllm-omni-input-text-tokens", "2".to_owned())));
+        assert!(head.headers.iter().any(|(name, value)| *name == "x-word-timestamps" && value.contains("\"two\"")));
+        assert_eq!(&out[1..], [ResponseOutput::Body(vec![1; 4]), ResponseOutput::End]);
+        assert!(r.is_done());
+    }
+
+    #[test]
+    fn whole_file_past_its_limit_aborts_with_a_400() {
+        let mut r = response(r#"{"input":"x"}"#);
+        r.handle_engine(audio(48_000));
+        r.handle_engine(audio(2));
+        let out = drain(&mut r);
+        assert_eq!(out[0], ResponseOutput::Abort);
+        let ResponseOutput::Error(e) = &out[1] else { panic!("{out:?}") };
+        assert_eq!((e.status, e.message.contains("stream_format='audio' or 'sse'")), (400, true));
+    }
+
+    #[test]
+    fn streamed_wav_waits_for_audio_then_leads_with_its_header() {
+        let mut r = response(r#"{"input":"x","stream_format":"audio"}"#);
+        r.handle_engine(audio(0));
+        assert!(drain(&mut r).is_empty());
+        r.handle_engine(audio(2));
+        r.handle_engine(EngineEventKind::Finished);
+        let out = drain(&mut r);
+        assert!(matches!(&out[0], ResponseOutput::Head(h) if h.content_type == "audio/wav"));
+        let ResponseOutput::Body(first) = &out[1] else { panic!("{out:?}") };
+        assert_eq!((first.len(), &first[..4]), (46, &b"RIFF"[..]));
+        assert_eq!(out[2], ResponseOutput::End);
+    }
+
+    #[test]
+    fn failures_are_an_error_before_the_head_and_an_event_or_a_cut_after() {
+        let mut r = response(r#"{"input":"x","stream":true}"#);
+        r.handle_engine(EngineEventKind::Failed("boom".into()));
+        assert_eq!(drain(&mut r), [ResponseOutput::Error(generation_failed("boom"))]);
+        let mut r = response(r#"{"input":"x","stream":true,"response_format":"pcm"}"#);
+        r.handle_engine(audio(2));
+        r.handle_engine(EngineEventKind::Failed("boom".into()));
+        let out = drain(&mut r);
+        let ResponseOutput::Body(event) = &out[2] else { panic!("{out:?}") };
+        let event = String::from_utf8_lossy(event);
+        assert!(event.starts_with("event: speech.audio.error") && event.contains("\"partial_audio\":true"));
+        let mut r = response(r#"{"input":"x","stream_format":"audio","response_format":"pcm"}"#);
+        r.handle_engine(audio(2));
+        r.handle_engine_gone();
+        assert!(matches!(drain(&mut r).last(), Some(ResponseOutput::Cut(_))));
+    }
+}

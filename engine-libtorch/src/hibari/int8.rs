@@ -1,0 +1,372 @@
+//! The int8 network: the same layers with int8 Linear weights and the row-wise kernels of
+//! [`crate::kernels`].
+
+use super::*;
+
+/// The int8 path's weights (CPU), in the layouts of [`crate::kernels`].
+pub(super) struct Int8 {
+    /// ConvNeXt blocks by prefix (m.text.convs.i, pn.text.convs.i, pn.pro.i, m.dec.i)
+    pub(super) blocks: HashMap<String, QBlock>,
+    /// the two weight-tied transformer layers by prefix (m.text.attn, pn.text.attn)
+    pub(super) layers: HashMap<String, QLayer>,
+    /// m.dec_in as a Linear on im2col rows ([256, 130 · 7]), pn.pro_in and pn.pro_out (K=1 convs)
+    pub(super) dec_in: LinearF32,
+    pub(super) pro_in: LinearF32,
+    pub(super) pro_out: LinearF32,
+    pub(super) dec_norm: (Tensor, Tensor),
+    pub(super) head: QWeight,
+}
+
+/// A ConvNeXt block of the int8 path.
+pub(super) struct QBlock {
+    /// the depthwise weight as [K, C]
+    pub(super) wk: Tensor,
+    pub(super) db: Tensor,
+    pub(super) norm: (Tensor, Tensor),
+    pub(super) gamma: Tensor,
+    pub(super) pw1: QWeight,
+    pub(super) pw2: QWeight,
+}
+
+/// A transformer pass of the int8 path.
+pub(super) struct QLayer {
+    pub(super) norm1: (Tensor, Tensor),
+    pub(super) in_proj: QWeight,
+    pub(super) out_proj: QWeight,
+    pub(super) norm2: (Tensor, Tensor),
+    pub(super) linear1: QWeight,
+    pub(super) linear2: QWeight,
+}
+
+impl Int8 {
+    pub(super) fn new(h: &Hibari, level: Level) -> Result<Int8, HibariError> {
+        crate::gemm::calibrate();
+        let qw = |name: &str| -> Result<QWeight, HibariError> {
+            let (scale, bias) =
+                h.weight_scales.get(name).ok_or_else(|| HibariError::Invalid(format!("{name}: no int8 weights")))?;
+            let b = h.params.get(bias).ok_or_else(|| HibariError::Invalid(format!("{name}: bias {bias} missing")))?;
+            QWeight::new_at(h.param(name), *scale, b, level).map_err(|e| HibariError::Invalid(format!("{name}: {e}")))
+        };
+        let c = |t: &Tensor| t.to_device(Device::Cpu).to_kind(Kind::Float).contiguous();
+        let mut blocks = HashMap::new();
+        let prefixes = (0..2)
+            .map(|i| format!("m.text.convs.{i}"))
+            .chain((0..2).map(|i| format!("pn.text.convs.{i}")))
+            .chain((0..6).map(|i| format!("pn.pro.{i}")))
+            .chain((0..8).map(|i| format!("m.dec.{i}")));
+        for pre in prefixes {
+            let p = |n: &str| h.param(&format!("{pre}.{n}"));
+            let block = QBlock {
+                wk: c(&p("dw.weight").squeeze_dim(1).transpose(0, 1)),
+                db: c(p("dw.bias")),
+                norm: (c(p("norm.weight")), c(p("norm.bias"))),
+                gamma: c(p("gamma")),
+                pw1: qw(&format!("{pre}.pw1.weight"))?,
+                pw2: qw(&format!("{pre}.pw2.weight"))?,
+            };
+            blocks.insert(pre, block);
+        }
+        let mut layers = HashMap::new();
+        for pre in ["m.text.attn", "pn.text.attn"] {
+            let p = |n: &str| c(h.param(&format!("{pre}.{n}")));
+            let layer = QLayer {
+                norm1: (p("norm1.weight"), p("norm1.bias")),
+                in_proj: qw(&format!("{pre}.self_attn.in_proj_weight"))?,
+                out_proj: qw(&format!("{pre}.self_attn.out_proj.weight"))?,
+                norm2: (p("norm2.weight"), p("norm2.bias")),
+                linear1: qw(&format!("{pre}.linear1.weight"))?,
+                linear2: qw(&format!("{pre}.linear2.weight"))?,
+            };
+            layers.insert(pre.to_owned(), layer);
+        }
+        Ok(Int8 {
+            blocks,
+            layers,
+            dec_in: LinearF32::new(&h.param("m.dec_in.weight").reshape([256, -1]), h.param("m.dec_in.bias")),
+            pro_in: LinearF32::new(h.param("pn.pro_in.weight"), h.param("pn.pro_in.bias")),
+            pro_out: LinearF32::new(h.param("pn.pro_out.weight"), h.param("pn.pro_out.bias")),
+            dec_norm: (c(h.param("m.dec_norm.weight")), c(h.param("m.dec_norm.bias"))),
+            head: qw("m.head.weight")?,
+        })
+    }
+
+    pub(super) fn block(&self, pre: &str) -> &QBlock {
+        &self.blocks[pre]
+    }
+}
+
+/// A ConvNeXt block of the int8 path on x [Σ seqs, C]: sequences of `seqs` frames one after the
+/// other, time-major, updated in place (x must not share its storage); `mask` (one value per
+/// row) is 0 at frames that don't exist (padding), which the depthwise conv reads as zeros, as
+/// it reads the frames outside each sequence.
+pub(super) fn cnx_int8(b: &QBlock, x: &mut Tensor, seqs: &[usize], dil: usize, mask: Option<&[f32]>) {
+    let u = depthwise_int8(b, x, seqs, dil, mask);
+    pointwise_int8(b, &u, x);
+}
+
+/// The depthwise conv of a ConvNeXt block (see [`cnx_int8`]): u [Σ seqs, C].
+pub(super) fn depthwise_int8(b: &QBlock, x: &Tensor, seqs: &[usize], dil: usize, mask: Option<&[f32]>) -> Tensor {
+    let c = b.db.size()[0] as usize;
+    let mut u = Tensor::empty(x.size(), (Kind::Float, Device::Cpu));
+    {
+        let (xs, us) = (f32s(x), f32s_mut(&mut u));
+        assert_eq!(seqs.iter().sum::<usize>() * c, xs.len(), "sequence lengths");
+        let mut row = 0;
+        for &t in seqs {
+            let r = row * c..(row + t) * c;
+            let m = mask.map(|m| &m[row..row + t]);
+            dwconv(&xs[r.clone()], c, f32s(&b.wk), f32s(&b.db), dil, m, &mut us[r]);
+            row += t;
+        }
+    }
+    u
+}
+
+/// The rest of a ConvNeXt block, row by row: x += gamma ⊙ pw2(gelu(pw1(LN(u)))), in place.
+pub(super) fn pointwise_int8(b: &QBlock, u: &Tensor, x: &mut Tensor) {
+    let q = layernorm_quantize(f32s(u), f32s(&b.norm.0), f32s(&b.norm.1));
+    let Out::Quant(h) = b.pw1.forward(&q, Epilogue::GeluQuantize) else { unreachable!("quantized rows") };
+    b.pw2.forward(&h, Epilogue::Residual { x: f32s_mut(x), gamma: Some(f32s(&b.gamma)) });
+}
+
+/// One transformer pass of the int8 path on x [L, C] (one sentence), updated in place. The
+/// attention itself (scores, softmax, weighted sum) is float, as in onnxruntime's int8 graph.
+pub(super) fn tl_int8(l: &QLayer, x: &mut Tensor) {
+    let (len, c) = x.size2().expect("[L, C]");
+    let hd = c / 2;
+    let q = layernorm_quantize(f32s(x), f32s(&l.norm1.0), f32s(&l.norm1.1));
+    let Out::Float(qkv) = l.in_proj.forward(&q, Epilogue::Bias) else { unreachable!("floats") };
+    let heads = |i: i64| qkv.narrow(1, i * c, c).view([len, 2, hd]).transpose(0, 1);
+    let (qh, kh, vh) = (heads(0), heads(1), heads(2));
+    let s = qh.matmul(&kh.transpose(-2, -1)) / (hd as f64).sqrt();
+    let o = s.softmax(-1, Kind::Float).matmul(&vh).transpose(0, 1).contiguous().view([len, c]);
+    let qo = quantize(f32s(&o), c as usize);
+    l.out_proj.forward(&qo, Epilogue::Residual { x: f32s_mut(x), gamma: None });
+    let q = layernorm_quantize(f32s(x), f32s(&l.norm2.0), f32s(&l.norm2.1));
+    let Out::Quant(h) = l.linear1.forward(&q, Epilogue::GeluQuantize) else { unreachable!("quantized rows") };
+    l.linear2.forward(&h, Epilogue::Residual { x: f32s_mut(x), gamma: None });
+}
+
+/// The int8 path ([`Precision::Int8`]): the same network with int8 Linear layers and the
+/// row-wise kernels of [`crate::kernels`] in time-major layout. Sentences are encoded one at a
+/// time (attention mixes a sentence's tokens, so padding could change its float round-off);
+/// the prosody net and the decoder are row-local, so batches and chunks give every row bit for
+/// bit what it gets alone.
+impl Hibari {
+    /// Text encoder `pre` on one sentence's ids: [L, C].
+    pub(super) fn encoder_int8(&self, q: &Int8, pre: &str, ids: &[i64], passes: usize) -> Tensor {
+        let t = Tensor::from_slice(ids);
+        let mut x = Tensor::embedding(self.p(pre, "emb.weight"), &t, -1, false, false).contiguous();
+        for i in 0..2 {
+            cnx_int8(q.block(&format!("{pre}.convs.{i}")), &mut x, &[ids.len()], 1, None);
+        }
+        let layer = &q.layers[&format!("{pre}.attn")];
+        for _ in 0..passes {
+            tl_int8(layer, &mut x);
+        }
+        ln(&x, self.p(pre, "norm.weight"), self.p(pre, "norm.bias"))
+    }
+
+    pub(super) fn prosody_int8(&self, q: &Int8, items: &[(&[i64], f32)], forced: Option<&[i64]>) -> Vec<Prosody> {
+        let (mut hms, mut hps, mut reg) = (Vec::new(), Vec::new(), Vec::new());
+        for (ids, speed) in items {
+            let hm = self.encoder_int8(q, "m.text", ids, 4);
+            let hp = self.encoder_int8(q, "pn.text", ids, 6);
+            let s: Vec<f32> = Vec::try_from(&self.log_durations(&hp.unsqueeze(0), None).squeeze_dim(0)).expect("f32");
+            let d = forced.map_or_else(|| durations(&s, *speed), <[i64]>::to_vec);
+            hms.push(hm);
+            hps.push(hp);
+            reg.push((s, d));
+        }
+        let ts: Vec<usize> = reg.iter().map(|(_, d)| d.iter().sum::<i64>() as usize).collect();
+        let tmax = *ts.iter().max().expect("items");
+        let c = hps[0].size()[1];
+        let (mut g, mut mask, mut idxs) = (Vec::new(), Vec::new(), Vec::new());
+        for (b, (_, d)) in reg.iter().enumerate() {
+            let idx: Vec<i64> =
+                d.iter().enumerate().flat_map(|(i, &di)| std::iter::repeat_n(i as i64, di as usize)).collect();
+            let idx = Tensor::from_slice(&idx);
+            g.push(hps[b].index_select(0, &idx));
+            if ts[b] < tmax {
+                g.push(Tensor::zeros([(tmax - ts[b]) as i64, c], (Kind::Float, Device::Cpu)));
+            }
+            mask.extend((0..tmax).map(|t| if t < ts[b] { 1f32 } else { 0f32 }));
+            idxs.push(idx);
+        }
+        let mut g = q.pro_in.forward(&Tensor::cat(&g, 0));
+        let m = mask.contains(&0.0).then_some(mask.as_slice());
+        let seqs = vec![tmax; items.len()];
+        for (i, dil) in PRO_DILATIONS.iter().enumerate() {
+            cnx_int8(q.block(&format!("pn.pro.{i}")), &mut g, &seqs, *dil as usize, m);
+        }
+        let p = q.pro_out.forward(&g); // [B · tmax, 4]
+        let mut out = Vec::new();
+        for (b, ((ids, speed), (s, d))) in items.iter().zip(reg).enumerate() {
+            let pb = p.narrow(0, (b * tmax) as i64, ts[b] as i64);
+            let hm = &hms[b];
+            out.push(self.assemble(ids, *speed, s, d, &pb, &idxs[b], |fine| hm.index_select(0, fine)));
+        }
+        out
+    }
+
+    /// The int8 decoder as a staircase: each of its 9 layers (m.dec_in, 8 blocks) keeps the rows
+    /// of its output that the next chunk of the same sentence needs (`Prosody::dec`), so a
+    /// sentence decoded chunk after chunk computes every layer's row once, instead of 27 frames
+    /// of context on each side of every chunk. Layer L's rows up to b + 3·(9 − L) are computed for
+    /// output frames up to b (the k7 convs' radius), each from the previous layer's rows around it
+    /// (3 each side) only, so every row is exact and bit for bit the row of a whole-sentence
+    /// pass. Items that don't continue their sentence's previous item start a new staircase at
+    /// their first frame.
+    pub(super) fn decode_int8(&self, q: &Int8, items: &[(&Prosody, usize, usize)]) -> Vec<Spectra> {
+        const LAYERS: usize = 9;
+        let mut states: Vec<DecState> = items
+            .iter()
+            .map(|&(p, a, b)| {
+                assert!(a < b && b <= p.frames, "frames [{a}, {b}) of {}", p.frames);
+                match p.dec.take() {
+                    Some(s) if s.rows[LAYERS - 1].0 <= a && a <= s.hi(LAYERS - 1) => s,
+                    _ => DecState::starting_at(a, LAYERS),
+                }
+            })
+            .collect();
+        let cin = items[0].0.z.size()[1];
+        let zeros = |n: usize, c: i64| Tensor::zeros([n as i64, c], (Kind::Float, Device::Cpu));
+        for l in 0..LAYERS {
+            // rows [hi, t) of layer l, per item that needs them
+            let todo: Vec<(usize, usize, usize)> = items
+                .iter()
+                .zip(&states)
+                .enumerate()
+                .filter_map(|(i, (&(p, _, b), s))| {
+                    let t = (b + 3 * (LAYERS - 1 - l)).min(p.frames);
+                    (s.hi(l) < t).then(|| (i, s.hi(l), t))
+                })
+                .collect();
+            if todo.is_empty() {
+                continue;
+            }
+            let mut new_rows: Vec<Tensor> = if l == 0 {
+                // m.dec_in through im2col: z rows [hi − 3, t + 3), zero outside the sentence
+                let cols: Vec<Tensor> = todo
+                    .iter()
+                    .map(|&(i, hi, t)| {
+                        let p = items[i].0;
+                        let (za, zb) = (hi.saturating_sub(3), (t + 3).min(p.frames));
+                        let z = Tensor::cat(
+                            &[
+                                zeros(za + 3 - hi, cin),
+                                p.z.narrow(0, za as i64, (zb - za) as i64),
+                                zeros(t + 3 - zb, cin),
+                            ],
+                            0,
+                        );
+                        z.unfold(0, 7, 1).reshape([(t - hi) as i64, -1])
+                    })
+                    .collect();
+                let x = q.dec_in.forward(&Tensor::cat(&cols, 0));
+                let sizes: Vec<i64> = todo.iter().map(|&(_, hi, t)| (t - hi) as i64).collect();
+                x.split_with_sizes(&sizes, 0)
+            } else {
+                // block l − 1 on the previous layer's rows [hi − 3, t + 3) (clipped to the sentence)
+                let mut windows = Vec::new();
+                let mut seqs = Vec::new();
+                for &(i, hi, t) in &todo {
+                    let (lo, prev) = &states[i].rows[l - 1];
+                    let (wa, wb) = (hi.saturating_sub(3), (t + 3).min(items[i].0.frames));
+                    assert!(*lo <= wa && wb <= lo + prev.size()[0] as usize, "layer {l} rows missing");
+                    windows.push(prev.narrow(0, (wa - lo) as i64, (wb - wa) as i64));
+                    seqs.push(wb - wa);
+                }
+                // the depthwise conv reads the window; the rest of the block runs on the new rows only
+                let block = q.block(&format!("m.dec.{}", l - 1));
+                let xw = Tensor::cat(&windows, 0);
+                let u = depthwise_int8(block, &xw, &seqs, 1, None);
+                let mut rows = Vec::new();
+                let mut start = 0;
+                for (&(_, hi, t), &n) in todo.iter().zip(&seqs) {
+                    let first = start + hi - hi.saturating_sub(3);
+                    rows.extend((first..first + t - hi).map(|r| r as i64));
+                    start += n;
+                }
+                let rows = Tensor::from_slice(&rows);
+                let mut x = xw.index_select(0, &rows);
+                pointwise_int8(block, &u.index_select(0, &rows), &mut x);
+                let sizes: Vec<i64> = todo.iter().map(|&(_, hi, t)| (t - hi) as i64).collect();
+                x.split_with_sizes(&sizes, 0)
+            };
+            for (&(i, _, t), rows) in todo.iter().zip(new_rows.drain(..)) {
+                let s = &mut states[i];
+                s.append(l, rows);
+                if l > 0 {
+                    s.keep_from(l - 1, t.saturating_sub(3)); // what layer l's next rows read
+                }
+            }
+        }
+        // dec_norm and the head on the last layer's rows [a, b)
+        let last: Vec<Tensor> = items
+            .iter()
+            .zip(&states)
+            .map(|(&(_, a, b), s)| {
+                let (lo, rows) = &s.rows[LAYERS - 1];
+                rows.narrow(0, (a - lo) as i64, (b - a) as i64)
+            })
+            .collect();
+        let x = Tensor::cat(&last, 0);
+        let qx = layernorm_quantize(f32s(&x), f32s(&q.dec_norm.0), f32s(&q.dec_norm.1));
+        let Out::Parts(parts) = q.head.forward(&qx, Epilogue::Split(5)) else { unreachable!("five parts") };
+        let mut start = 0i64;
+        let out = items
+            .iter()
+            .map(|&(p, a, b)| {
+                let n = (b - a) as i64;
+                let sp = Spectra::from_parts(p, a, n, |i| parts[i].narrow(0, start, n));
+                start += n;
+                sp
+            })
+            .collect();
+        // Keep each sentence's staircase for its next chunk, whose first frame is b − 3 when the
+        // chunks are synthesized (frames [a − 1, b + 2), see synthesize_chunks).
+        for (&(p, _, b), mut s) in items.iter().zip(states) {
+            s.keep_from(LAYERS - 1, b.saturating_sub(3));
+            p.dec.replace(Some(s));
+        }
+        out
+    }
+}
+
+/// The rows an int8 decoder staircase keeps per layer: (first row, rows [n, 256]).
+#[derive(Debug)]
+pub(crate) struct DecState {
+    pub(super) rows: Vec<(usize, Tensor)>,
+}
+
+impl DecState {
+    /// An empty staircase whose last layer starts at frame `a`: layer l starts 3 rows earlier per
+    /// layer above it.
+    pub(super) fn starting_at(a: usize, layers: usize) -> DecState {
+        let rows = (0..layers)
+            .map(|l| (a.saturating_sub(3 * (layers - 1 - l)), Tensor::zeros([0, 256], (Kind::Float, Device::Cpu))))
+            .collect();
+        DecState { rows }
+    }
+
+    pub(super) fn hi(&self, l: usize) -> usize {
+        self.rows[l].0 + self.rows[l].1.size()[0] as usize
+    }
+
+    pub(super) fn append(&mut self, l: usize, new: Tensor) {
+        let (_, rows) = &mut self.rows[l];
+        *rows = if rows.size()[0] == 0 { new.contiguous() } else { Tensor::cat(&[&*rows, &new], 0) };
+    }
+
+    /// Drops layer l's rows before `from`.
+    pub(super) fn keep_from(&mut self, l: usize, from: usize) {
+        let hi = self.hi(l);
+        let (lo, rows) = &mut self.rows[l];
+        if from > *lo {
+            let from = from.min(hi);
+            *rows = rows.narrow(0, (from - *lo) as i64, (hi - from) as i64).contiguous();
+            *lo = from;
+        }
+    }
+}

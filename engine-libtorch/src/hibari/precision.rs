@@ -1,0 +1,52 @@
+//! The arithmetic of the Linear layers, and what the start-up probe chose.
+
+use super::*;
+
+/// Arithmetic of the network's Linear layers (45 matrices, 77 uses; everything else is fp32).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    /// The shipped int8 weights with int8 activations (our own kernels, [`crate::gemm`], exact
+    /// int32 accumulation), as the packaged onnxruntime graph computes them, but with one
+    /// activation scale per row (frame or token) instead of per tensor, so a frame's output
+    /// depends on that frame's inputs only. CPU only. Not the fp32 graph's math (like
+    /// onnxruntime's int8 graph, it is as far from it as it is from onnxruntime's int8 output,
+    /// see `tests/hibari_int8.rs`), but exact with itself: the row-wise kernels of
+    /// [`crate::kernels`] compute every row as they would alone, so chunks equal the whole
+    /// sentence and batches equal single items bit for bit, on every CPU level ([`crate::cpu`]).
+    Int8,
+    /// Weights dequantized to float32 (W = q·scale), float activations: the exact target of the
+    /// fp32 graph (hibari-architecture.md §6).
+    Fp32,
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Precision::Int8 => "int8",
+            Precision::Fp32 => "fp32",
+        })
+    }
+}
+
+impl FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Precision, String> {
+        match s {
+            "int8" => Ok(Precision::Int8),
+            "fp32" => Ok(Precision::Fp32),
+            _ => Err(format!("precision {s:?}: int8 or fp32")),
+        }
+    }
+}
+
+/// What [`Hibari::set_fastest_precision`] measured and chose.
+#[derive(Clone, Copy, Debug)]
+pub struct PrecisionChoice {
+    pub precision: Precision,
+    /// The int8 kernels' level ([`crate::cpu::level`]).
+    pub level: crate::cpu::Level,
+    /// Best time of the probe (one decoder block on 128 frames) in each precision; None where
+    /// not measured (CUDA: fp32 without measuring).
+    pub int8_s: Option<f64>,
+    pub fp32_s: Option<f64>,
+}
