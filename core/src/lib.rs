@@ -142,6 +142,7 @@
 // The invariant checker and its byte-driven session driver: a test harness, public only because
 // the fuzz targets and the property tests (other crates) run it. Not part of the API.
 #[doc(hidden)]
+pub mod capacity;
 pub mod check;
 pub mod codec;
 pub mod config;

@@ -1,6 +1,7 @@
 //! speechstream-engine-libtorch: the hibari voice natively in tch ([`hibari`], [`dsp`], [`noise`]),
 //! its text front end ([`g2p`]), and [`HibariEngine`], which serves it behind speechstream-core's
-//! `Engine` trait with a scheduler thread that streams, batches and paces requests.
+//! `Engine` trait with worker threads that stream, batch and pace requests by their playback
+//! deadlines ([`pacing`], [`workers`]).
 //!
 //! Groundwork so far (no libtorch needed to build): a dependency-free reader of ONNX files
 //! ([`onnx`], on the protobuf walker in [`proto`]) and the naming and dequantization of hibari's
@@ -15,18 +16,22 @@ pub mod hibari;
 pub mod kernels;
 pub mod noise;
 pub mod onnx;
+pub mod pacing;
 pub mod proto;
 pub mod quant;
 mod scheduler;
 pub mod timing;
 pub mod voices;
+pub mod workers;
 
 pub use cpu::Level;
 pub use engine::{HibariEngine, HibariOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE};
 pub use hibari::{chunk_ranges, stream_ranges, Hibari, HibariError, Precision, PrecisionChoice, Prosody, Spectra};
 pub use noise::NoiseSource;
 pub use onnx::{read_initializers, DataType, Model, OnnxError, Tensor};
+pub use pacing::Pacing;
 pub use quant::{linear_weights, parameters, LinearWeight};
+pub use workers::AdmissionMode;
 
 /// Loads `libtorch_cuda.so` so that tch sees CUDA (the linker drops it as unneeded, see
 /// shared/docs/libtorch.md). Call once at start-up, before any CUDA query; returns whether it

@@ -14,8 +14,9 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Frame, Incoming};
-use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Request, Response, StatusCode};
+use speechstream_core::capacity::Overloaded;
 use speechstream_core::config::ResponseFormat;
 use speechstream_core::encode::encode;
 use speechstream_core::engine::{Engine, EngineCapabilities, EngineEvent, EngineEventKind, RequestId, WordTiming};
@@ -40,7 +41,11 @@ pub(crate) async fn create_speech(request: Request<Incoming>, shared: &Arc<Share
             shared.metrics.error(kind);
             info!(status = error.status, message = %error.message, "speech request failed");
             let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            json(status, error.body())
+            let mut response = json(status, error.body());
+            if let Some(refusal) = Overloaded::parse(&error.message).filter(|_| error.status == 503) {
+                response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(refusal.retry_after_seconds));
+            }
+            response
         }
     }
 }
@@ -161,8 +166,14 @@ enum Step {
     Failed(String),
 }
 
+/// A failed engine request: 500, or 503 (with `Retry-After`, see `create_speech`) when the
+/// engine refused it for lack of capacity.
 fn generation_failed(message: &str) -> HttpError {
-    HttpError::new(500, "InternalServerError", format!("Speech generation failed: {message}"))
+    let message = format!("Speech generation failed: {message}");
+    match Overloaded::parse(&message) {
+        Some(_) => HttpError::new(503, "ServiceUnavailableError", message),
+        None => HttpError::new(500, "InternalServerError", message),
+    }
 }
 
 /// Collect the whole utterance, encode it, answer with the file and its usage headers.
