@@ -32,7 +32,7 @@ impl Default for Pacing {
     fn default() -> Pacing {
         Pacing {
             first_audio: Duration::from_millis(250),
-            margin: Duration::from_millis(100),
+            margin: Duration::from_millis(200),
             max_lead: Duration::from_secs(10),
         }
     }
@@ -146,18 +146,111 @@ impl Speed {
 }
 
 /// The admission rule: may one more stream start, with `streams` in flight on workers whose
-/// real-time factors are `factors`? `utilization` is the share of the workers' time the streams
-/// may take.
-pub fn admits(streams: u64, factors: &[f64], utilization: f64) -> bool {
+/// real-time factors are `factors`, delivering `throughput` audio seconds per second lately,
+/// `behind` telling whether any worker is already past the deadline of its most urgent stream
+/// (its measured speed then overstates what it can give streams: its core is shared, or a burst
+/// of new streams eats it)? `utilization` is the share of the workers' speed that streams may
+/// take: both the streams in flight (each owed a second of audio per second) and the audio
+/// delivered must stay under it.
+pub fn admits(streams: u64, throughput: f64, factors: &[f64], utilization: f64, behind: bool) -> bool {
     let capacity: f64 = factors.iter().map(|f| f.max(0.0)).sum::<f64>() * utilization;
-    (streams + 1) as f64 <= capacity
+    !behind && (streams + 1) as f64 <= capacity && throughput + 1.0 <= capacity
 }
 
-/// The worker a new request goes to: the one owing the least audio (ties: the first).
-pub fn least_pending(pending_seconds: &[f64]) -> usize {
-    let mut best = 0;
-    for (i, p) in pending_seconds.iter().enumerate() {
-        if *p < pending_seconds[best] {
+/// Audio delivered per second of wall time, over the last few seconds (a sum decaying with
+/// time): what the workers are giving their requests now, against their measured speed.
+#[derive(Clone, Copy, Debug)]
+pub struct Throughput {
+    decayed: f64,
+    at: Instant,
+}
+
+/// Seconds of wall time over which [`Throughput`] forgets (to 1/e).
+pub const THROUGHPUT_MEMORY_S: f64 = 2.0;
+
+impl Throughput {
+    pub fn new(now: Instant) -> Throughput {
+        Throughput { decayed: 0.0, at: now }
+    }
+
+    fn decay_to(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.decayed *= (-elapsed / THROUGHPUT_MEMORY_S).exp();
+        self.at = now.max(self.at);
+    }
+
+    pub fn record(&mut self, now: Instant, audio_seconds: f64) {
+        self.decay_to(now);
+        self.decayed += audio_seconds.max(0.0);
+    }
+
+    /// Audio seconds per second, lately.
+    pub fn rate(&self, now: Instant) -> f64 {
+        let mut t = *self;
+        t.decay_to(now);
+        t.decayed / THROUGHPUT_MEMORY_S
+    }
+}
+
+/// The burst rule: a new stream owes most of its first second of audio at once (its first
+/// chunk is small, so the next is due a fraction of a second later), so streams admitted
+/// together can make each other late even while the workers keep up in the long run. A
+/// bucket of audio seconds, refilled at the workers' speed, pays for each new stream's first
+/// second; it holds what the workers compute in [`BURST_WINDOW_S`].
+#[derive(Clone, Copy, Debug)]
+pub struct Burst {
+    tokens: f64,
+    at: Instant,
+}
+
+/// Seconds of the workers' compute the burst bucket holds.
+pub const BURST_WINDOW_S: f64 = 0.25;
+/// Seconds of audio a new stream owes at its start (its first and second chunks).
+pub const STARTING_AUDIO_S: f64 = 1.2;
+
+impl Burst {
+    pub fn new(now: Instant) -> Burst {
+        Burst { tokens: f64::INFINITY, at: now }
+    }
+
+    /// Takes a new stream's start from the bucket if it holds enough, refilled at `rate`
+    /// audio seconds per second since the last call.
+    pub fn take(&mut self, now: Instant, rate: f64) -> bool {
+        let full = rate.max(0.0) * BURST_WINDOW_S;
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * rate.max(0.0)).min(full.max(STARTING_AUDIO_S));
+        self.at = now.max(self.at);
+        if self.tokens >= STARTING_AUDIO_S {
+            self.tokens -= STARTING_AUDIO_S;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// How far past its deadline the most urgent of `candidates` is at `now` (negative: how long
+/// until it is due); None when no stream is among them.
+pub fn behind(candidates: &[Candidate], now: Instant) -> Option<f64> {
+    let due = candidates
+        .iter()
+        .filter_map(|c| match c.urgency {
+            Urgency::Due(t) => Some(t),
+            Urgency::Background(_) => None,
+        })
+        .min()?;
+    Some(if due <= now { (now - due).as_secs_f64() } else { -(due - now).as_secs_f64() })
+}
+
+/// The worker a new request goes to: the one owing the least audio; among equals, the first
+/// from `start` on (the caller turns `start`, so that idle workers share the requests, and each
+/// keeps its measure of its speed fresh).
+pub fn least_pending(pending_seconds: &[f64], start: usize) -> usize {
+    let n = pending_seconds.len().max(1);
+    let mut best = start % n;
+    for k in 1..pending_seconds.len() {
+        let i = (start + k) % n;
+        if pending_seconds[i] < pending_seconds[best] {
             best = i;
         }
     }
@@ -271,11 +364,58 @@ mod tests {
     fn admission_keeps_the_streams_within_the_measured_speed() {
         // Two workers, 40x and 60x real time, 80% of their time for streams: 80 streams.
         let factors = [40.0, 60.0];
-        assert!(admits(0, &factors, 0.8));
-        assert!(admits(79, &factors, 0.8));
-        assert!(!admits(80, &factors, 0.8));
-        assert!(!admits(0, &[], 0.8));
-        assert!(!admits(0, &[0.5], 0.8), "a worker slower than real time carries no stream");
+        assert!(admits(0, 0.0, &factors, 0.8, false));
+        assert!(admits(79, 0.0, &factors, 0.8, false));
+        assert!(!admits(80, 0.0, &factors, 0.8, false));
+        assert!(!admits(0, 0.0, &[], 0.8, false));
+        assert!(!admits(0, 0.0, &[0.5], 0.8, false), "a worker slower than real time carries no stream");
+        // Few streams in flight, but the workers already deliver 79.5 s of audio per second.
+        assert!(admits(10, 79.0, &factors, 0.8, false));
+        assert!(!admits(10, 79.5, &factors, 0.8, false));
+        // A worker already late for a stream takes no new one, whatever its measured speed.
+        assert!(!admits(0, 0.0, &factors, 0.8, true));
+    }
+
+    #[test]
+    fn throughput_is_the_audio_delivered_lately_per_second() {
+        let t0 = Instant::now();
+        let mut t = Throughput::new(t0);
+        assert_eq!(t.rate(t0), 0.0);
+        // 10 audio seconds every 100 ms for a minute: 100 s/s.
+        for i in 1..=600 {
+            t.record(t0 + ms(100 * i), 10.0);
+        }
+        let end = t0 + ms(60_000);
+        assert!((t.rate(end) - 100.0).abs() < 3.0, "{}", t.rate(end));
+        // Silence for 10 s forgets it.
+        assert!(t.rate(end + Duration::from_secs(10)) < 1.0);
+    }
+
+    #[test]
+    fn new_streams_are_admitted_no_faster_than_their_starts_can_be_computed() {
+        let t0 = Instant::now();
+        // 96 audio seconds per second: the bucket holds 24 s, 20 starts of 1.2 s.
+        let mut burst = Burst::new(t0);
+        let admitted = (0..100).filter(|_| burst.take(t0, 96.0)).count();
+        assert_eq!(admitted, 20);
+        // 100 ms later, 9.6 s more: 8 starts.
+        let admitted = (0..100).filter(|_| burst.take(t0 + ms(100), 96.0)).count();
+        assert_eq!(admitted, 8);
+        // However long it waits, no more than a full bucket at once.
+        let admitted = (0..100).filter(|_| burst.take(t0 + Duration::from_secs(60), 96.0)).count();
+        assert_eq!(admitted, 20);
+    }
+
+    #[test]
+    fn behind_is_the_most_urgent_streams_lateness() {
+        let t0 = Instant::now();
+        let c = |index, urgency| Candidate { index, voice: 0, work: Work::Chunk, urgency };
+        let now = t0 + ms(1000);
+        let late = [c(0, Urgency::Due(t0 + ms(1200))), c(1, Urgency::Due(t0 + ms(900))), c(2, Urgency::Background(t0))];
+        assert!((behind(&late, now).unwrap() - 0.1).abs() < 1e-9);
+        let early = [c(0, Urgency::Due(t0 + ms(1300))), c(2, Urgency::Background(t0))];
+        assert!((behind(&early, now).unwrap() + 0.3).abs() < 1e-9);
+        assert_eq!(behind(&[c(2, Urgency::Background(t0))], now), None);
     }
 
     #[test]
@@ -294,9 +434,14 @@ mod tests {
 
     #[test]
     fn new_requests_go_to_the_worker_owing_the_least_audio() {
-        assert_eq!(least_pending(&[3.0, 1.0, 2.0]), 1);
-        assert_eq!(least_pending(&[0.0, 0.0]), 0);
-        assert_eq!(least_pending(&[5.0]), 0);
+        assert_eq!(least_pending(&[3.0, 1.0, 2.0], 0), 1);
+        assert_eq!(least_pending(&[3.0, 1.0, 2.0], 2), 1);
+        // Ties go round from `start`.
+        assert_eq!(least_pending(&[0.0, 0.0, 0.0], 0), 0);
+        assert_eq!(least_pending(&[0.0, 0.0, 0.0], 1), 1);
+        assert_eq!(least_pending(&[0.0, 0.0, 0.0], 5), 2);
+        assert_eq!(least_pending(&[1.0, 0.0, 0.0], 3), 1);
+        assert_eq!(least_pending(&[5.0], 7), 0);
     }
 
     #[test]

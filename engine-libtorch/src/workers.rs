@@ -10,7 +10,7 @@
 //! declared `Sync` here, where that sharing is made.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -23,7 +23,7 @@ use speechstream_core::engine::{
 
 use crate::engine::HibariOptions;
 use crate::hibari::Hibari;
-use crate::pacing::{self, Delivery};
+use crate::pacing::{self, Burst, Delivery, Throughput};
 use crate::scheduler::{Command, Scheduler, Submission, VoiceModel};
 
 // SAFETY: see the module doc: nothing in a loaded `Hibari` is written after loading (the one
@@ -37,7 +37,7 @@ pub(crate) const CHARS_PER_SECOND: f64 = 15.0;
 
 /// Share of the workers' measured speed that admitted streams may use: the rest absorbs first
 /// chunks, prosody passes and requests that are not streamed.
-pub const ADMISSION_UTILIZATION: f64 = 0.75;
+pub const ADMISSION_UTILIZATION: f64 = 0.6;
 
 /// Seconds the refusal tells a client to wait before trying again.
 const RETRY_AFTER_SECONDS: u32 = 1;
@@ -69,6 +69,7 @@ impl std::str::FromStr for AdmissionMode {
 pub(crate) struct Admission {
     pub mode: AdmissionMode,
     pub max_streams: Option<u64>,
+    burst: Mutex<Burst>,
     pub streams: AtomicU64,
     pub refused: AtomicU64,
 }
@@ -84,8 +85,11 @@ pub(crate) struct WorkerStats {
     busy_us: AtomicU64,
     /// The measured real-time factor, as f64 bits.
     factor: AtomicU64,
+    /// At its last planning, its most urgent stream was past its deadline.
+    behind: AtomicBool,
     batch_sizes: Mutex<BTreeMap<u64, u64>>,
     timing: Mutex<StreamTiming>,
+    delivered: Mutex<Throughput>,
 }
 
 impl WorkerStats {
@@ -97,8 +101,10 @@ impl WorkerStats {
             pending_us: AtomicI64::new(0),
             busy_us: AtomicU64::new(0),
             factor: AtomicU64::new(0f64.to_bits()),
+            behind: AtomicBool::new(false),
             batch_sizes: Mutex::new(BTreeMap::new()),
             timing: Mutex::new(StreamTiming { lateness: Histogram::new(LATENESS_BUCKETS), ..StreamTiming::default() }),
+            delivered: Mutex::new(Throughput::new(Instant::now())),
         }
     }
 
@@ -116,8 +122,21 @@ impl WorkerStats {
         self.factor.store(factor.to_bits(), Ordering::Relaxed);
     }
 
+    pub fn set_behind(&self, behind: bool) {
+        self.behind.store(behind, Ordering::Relaxed);
+    }
+
     pub fn factor(&self) -> f64 {
         f64::from_bits(self.factor.load(Ordering::Relaxed))
+    }
+
+    /// Counts `seconds` of audio made now in the worker's throughput.
+    pub fn record_audio(&self, seconds: f64) {
+        self.delivered.lock().unwrap_or_else(|p| p.into_inner()).record(Instant::now(), seconds);
+    }
+
+    fn throughput(&self, now: Instant) -> f64 {
+        self.delivered.lock().unwrap_or_else(|p| p.into_inner()).rate(now)
     }
 
     pub fn record_delivery(&self, delivery: Delivery) {
@@ -156,6 +175,8 @@ struct Worker {
 pub(crate) struct Pool {
     workers: Vec<Worker>,
     admission: Arc<Admission>,
+    /// Where the search for the least busy worker starts (turned at each request).
+    turn: AtomicU64,
 }
 
 /// The default worker count: the CPUs this process may run on (its affinity mask, and a cgroup
@@ -175,6 +196,7 @@ impl Pool {
         let admission = Arc::new(Admission {
             mode: options.admission,
             max_streams: options.max_streams,
+            burst: Mutex::new(Burst::new(Instant::now())),
             streams: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         });
@@ -207,7 +229,7 @@ impl Pool {
         for rx in warm {
             rx.recv().map_err(|_| "a hibari worker failed while warming up".to_owned())?;
         }
-        Ok(Pool { workers, admission })
+        Ok(Pool { workers, admission, turn: AtomicU64::new(0) })
     }
 
     pub fn submit(&self, id: RequestId, request: SynthesisRequest, sink: Box<dyn EventSink>) {
@@ -226,7 +248,8 @@ impl Pool {
         };
         let pending: Vec<f64> =
             self.workers.iter().map(|w| w.stats.pending_us.load(Ordering::Relaxed) as f64).collect();
-        let worker = &self.workers[pacing::least_pending(&pending)];
+        let start = self.turn.fetch_add(1, Ordering::Relaxed) as usize;
+        let worker = &self.workers[pacing::least_pending(&pending, start)];
         let owed_us =
             if refusal.is_some() { 0 } else { (request.text.chars().count() as f64 / CHARS_PER_SECOND * 1e6) as i64 };
         worker.stats.pending_us.fetch_add(owed_us, Ordering::Relaxed);
@@ -255,18 +278,30 @@ impl Pool {
             AdmissionMode::Off => Vec::new(),
             AdmissionMode::Realtime => self.workers.iter().map(|w| w.stats.factor()).collect(),
         };
+        let behind = self.workers.iter().any(|w| w.stats.behind.load(Ordering::Relaxed));
+        let now = Instant::now();
+        let throughput: f64 = self.workers.iter().map(|w| w.stats.throughput(now)).sum();
         let mut n = streams.load(Ordering::Relaxed);
         loop {
-            let realtime =
-                self.admission.mode == AdmissionMode::Off || pacing::admits(n, &factors, ADMISSION_UTILIZATION);
+            let realtime = self.admission.mode == AdmissionMode::Off
+                || pacing::admits(n, throughput, &factors, ADMISSION_UTILIZATION, behind);
             if n >= cap || !realtime {
                 return false;
             }
             match streams.compare_exchange_weak(n, n + 1, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return true,
+                Ok(_) => break,
                 Err(now) => n = now,
             }
         }
+        if self.admission.mode == AdmissionMode::Realtime {
+            let rate = factors.iter().sum::<f64>() * ADMISSION_UTILIZATION;
+            let mut burst = self.admission.burst.lock().unwrap_or_else(|p| p.into_inner());
+            if !burst.take(Instant::now(), rate) {
+                streams.fetch_sub(1, Ordering::Relaxed);
+                return false;
+            }
+        }
+        true
     }
 
     /// Every worker drops the request if it has it (a request is on one worker, unknown to the
