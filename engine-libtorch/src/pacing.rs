@@ -62,8 +62,9 @@ pub struct Pace {
 pub enum Delivery {
     /// Not a streamed request: no playback to be late for.
     Unpaced,
-    /// In time (the first chunk always is: playback starts with it).
-    OnTime,
+    /// In time (the first chunk always is: playback starts with it), this many seconds before
+    /// the audio before it ran out.
+    OnTime(f64),
     /// After the audio before it ran out, by this many seconds: a gap the listener hears.
     Late(f64),
 }
@@ -105,10 +106,10 @@ impl Pace {
             (false, _) => Delivery::Unpaced,
             (true, None) => {
                 self.first_sent = Some(now);
-                Delivery::OnTime
+                Delivery::OnTime(0.0)
             }
             (true, Some(dry)) if now > dry => Delivery::Late((now - dry).as_secs_f64()),
-            (true, Some(_)) => Delivery::OnTime,
+            (true, Some(dry)) => Delivery::OnTime((dry - now).as_secs_f64()),
         };
         self.sent += seconds;
         outcome
@@ -146,7 +147,8 @@ impl Speed {
 }
 
 /// The admission rule: may one more stream start, with `streams` in flight on workers whose
-/// real-time factors are `factors`, delivering `throughput` audio seconds per second lately,
+/// real-time factors are `factors`, delivering `throughput` audio seconds per second lately to
+/// streams that needed it ([`Throughput`]),
 /// `behind` telling whether any worker is already past the deadline of its most urgent stream
 /// (its measured speed then overstates what it can give streams: its core is shared, or a burst
 /// of new streams eats it)? `utilization` is the share of the workers' speed that streams may
@@ -158,12 +160,18 @@ pub fn admits(streams: u64, throughput: f64, factors: &[f64], utilization: f64, 
 }
 
 /// Audio delivered per second of wall time, over the last few seconds (a sum decaying with
-/// time): what the workers are giving their requests now, against their measured speed.
+/// time). The workers count the audio that streams needed soon (delivered less than
+/// [`URGENT_LEAD_S`] before their listener would have run out, or late): what keeping the
+/// streams in real time takes now, against their measured speed. Audio computed far ahead
+/// (the workers are work-conserving) is not demand.
 #[derive(Clone, Copy, Debug)]
 pub struct Throughput {
     decayed: f64,
     at: Instant,
 }
+
+/// A chunk delivered with less lead than this was needed (see [`Throughput`]).
+pub const URGENT_LEAD_S: f64 = 1.0;
 
 /// Seconds of wall time over which [`Throughput`] forgets (to 1/e).
 pub const THROUGHPUT_MEMORY_S: f64 = 2.0;
@@ -312,10 +320,13 @@ mod tests {
         let mut pace = Pace::new(t0, true);
         assert_eq!(pace.urgency(&pacing), Urgency::Due(t0 + ms(200)));
         // First chunk (0.2 s) at 30 ms: playback starts, the client runs dry at 230 ms.
-        assert_eq!(pace.delivered(t0 + ms(30), 0.2), Delivery::OnTime);
+        assert_eq!(pace.delivered(t0 + ms(30), 0.2), Delivery::OnTime(0.0));
         assert_eq!(pace.urgency(&pacing), Urgency::Due(t0 + ms(180)));
         // One second more at 100 ms: dry at 1230 ms.
-        assert_eq!(pace.delivered(t0 + ms(100), 1.0), Delivery::OnTime);
+        match pace.delivered(t0 + ms(100), 1.0) {
+            Delivery::OnTime(lead) => assert!((lead - 0.13).abs() < 1e-9, "{lead}"),
+            other => panic!("{other:?}"),
+        }
         assert_eq!(pace.urgency(&pacing), Urgency::Due(t0 + ms(1180)));
         // The next chunk comes 70 ms after the audio ran out: an underrun of 0.07 s.
         match pace.delivered(t0 + ms(1300), 1.0) {

@@ -131,7 +131,7 @@ impl Job {
                 Ok(()) => {
                     delivered = true;
                     if let Some(seconds) = seconds {
-                        stats.record_delivery(self.pace.delivered(Instant::now(), seconds));
+                        stats.record_delivery(self.pace.delivered(Instant::now(), seconds), seconds);
                     }
                 }
                 Err(TrySendError::Full(event)) => {
@@ -306,7 +306,6 @@ impl Scheduler {
     /// Counts a finished round in the worker's speed and busy time.
     fn measure(&mut self, round: Option<(Instant, f64)>) {
         if let Some((started, audio)) = round {
-            self.stats.record_audio(audio);
             let busy = started.elapsed().as_secs_f64();
             self.speed.record(audio, busy);
             self.stats.record_work(busy, self.speed.factor());

@@ -23,7 +23,7 @@ use speechstream_core::engine::{
 
 use crate::engine::HibariOptions;
 use crate::hibari::Hibari;
-use crate::pacing::{self, Burst, Delivery, Throughput};
+use crate::pacing::{self, Burst, Delivery, Throughput, URGENT_LEAD_S};
 use crate::scheduler::{Command, Scheduler, Submission, VoiceModel};
 
 // SAFETY: see the module doc: nothing in a loaded `Hibari` is written after loading (the one
@@ -37,7 +37,7 @@ pub(crate) const CHARS_PER_SECOND: f64 = 15.0;
 
 /// Share of the workers' measured speed that admitted streams may use: the rest absorbs first
 /// chunks, prosody passes and requests that are not streamed.
-pub const ADMISSION_UTILIZATION: f64 = 0.6;
+pub const ADMISSION_UTILIZATION: f64 = 0.5;
 
 /// Seconds the refusal tells a client to wait before trying again.
 const RETRY_AFTER_SECONDS: u32 = 1;
@@ -130,18 +130,19 @@ impl WorkerStats {
         f64::from_bits(self.factor.load(Ordering::Relaxed))
     }
 
-    /// Counts `seconds` of audio made now in the worker's throughput.
-    pub fn record_audio(&self, seconds: f64) {
-        self.delivered.lock().unwrap_or_else(|p| p.into_inner()).record(Instant::now(), seconds);
-    }
-
     fn throughput(&self, now: Instant) -> f64 {
         self.delivered.lock().unwrap_or_else(|p| p.into_inner()).rate(now)
     }
 
-    pub fn record_delivery(&self, delivery: Delivery) {
-        if delivery == Delivery::Unpaced {
-            return;
+    /// Counts a chunk of `seconds` of audio delivered now.
+    pub fn record_delivery(&self, delivery: Delivery, seconds: f64) {
+        let urgent = match delivery {
+            Delivery::Unpaced => return,
+            Delivery::OnTime(lead) => lead < URGENT_LEAD_S,
+            Delivery::Late(_) => true,
+        };
+        if urgent {
+            self.delivered.lock().unwrap_or_else(|p| p.into_inner()).record(Instant::now(), seconds);
         }
         let mut timing = self.timing.lock().unwrap_or_else(|p| p.into_inner());
         timing.chunks += 1;
