@@ -18,8 +18,7 @@ use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
-const REFUSAL: &str =
-    "Server overloaded: every worker is busy keeping the running streams in real time; retry in 1 s";
+const REFUSAL: &str = "Server overloaded: every worker is busy keeping the running streams in real time; retry in 1 s";
 
 fn assets() -> PathBuf {
     let cache = std::env::var_os("SPEECHSTREAM_CACHE")
@@ -46,7 +45,9 @@ fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (St
     (status.to_owned(), headers.to_lowercase(), body.to_owned())
 }
 
-async fn frames_until_done(ws: &mut (impl StreamExt<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin)) -> (Vec<Value>, usize) {
+async fn frames_until_done(
+    ws: &mut (impl StreamExt<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin),
+) -> (Vec<Value>, usize) {
     let (mut texts, mut binary) = (Vec::new(), 0);
     loop {
         let message = tokio::time::timeout(TIMEOUT, ws.next()).await.expect("timed out").expect("open").expect("frame");

@@ -164,6 +164,15 @@ impl Job {
         (current * SAMPLES_PER_FRAME) as f64 / f64::from(SAMPLE_RATE) + self.chars_left as f64 / CHARS_PER_SECOND
     }
 
+    /// Skips the next sentences with no phoneme the model knows, as the reference does.
+    fn drop_unspeakable(&mut self, model: &Hibari) {
+        while self.sentences.front().is_some_and(|s| model.ids(&s.phonemes).len() < 3) {
+            if let Some(s) = self.sentences.pop_front() {
+                self.chars_left = self.chars_left.saturating_sub(s.phonemes.chars().count());
+            }
+        }
+    }
+
     /// Brings its share of the worker's pending audio up to date.
     fn update_owed(&mut self, stats: &WorkerStats) {
         let owed = (self.owed_seconds() * 1e6) as i64;
@@ -434,20 +443,14 @@ impl Scheduler {
         ))
     }
 
-    /// Ends the jobs with no sentence left (`Finished`); a sentence the model has no phoneme
-    /// for is skipped, as in the reference.
+    /// Ends the jobs with no sentence left (`Finished`).
     fn finish_done(&mut self) -> bool {
         let mut progress = false;
         for job in &mut self.jobs {
             if !job.ready() || job.current.is_some() {
                 continue;
             }
-            let model = &self.voices[job.voice].model;
-            while job.sentences.front().is_some_and(|s| model.ids(&s.phonemes).len() < 3) {
-                if let Some(s) = job.sentences.pop_front() {
-                    job.chars_left = job.chars_left.saturating_sub(s.phonemes.chars().count());
-                }
-            }
+            job.drop_unspeakable(&self.voices[job.voice].model);
             if job.sentences.is_empty() && job.texts.is_empty() {
                 job.finish(EngineEventKind::Finished);
                 job.flush(&self.stats);
@@ -522,12 +525,7 @@ impl Scheduler {
                     job.sentences.extend(sentences);
                 }
             }
-            let model = &self.voices[voice].model;
-            while job.sentences.front().is_some_and(|s| model.ids(&s.phonemes).len() < 3) {
-                if let Some(s) = job.sentences.pop_front() {
-                    job.chars_left = job.chars_left.saturating_sub(s.phonemes.chars().count());
-                }
-            }
+            job.drop_unspeakable(&self.voices[voice].model);
             if !job.sentences.is_empty() {
                 ready.push(i);
             }

@@ -111,7 +111,11 @@ fn main() -> ExitCode {
         "sentences": results,
     });
     println!("{line}");
-    eprintln!("device-check: {device:?} against the CPU, fp32: worst difference {worst:.3e} (tolerance {:.0e}): {}", args.tolerance, if pass { "pass" } else { "FAIL" });
+    eprintln!(
+        "device-check: {device:?} against the CPU, fp32: worst difference {worst:.3e} (tolerance {:.0e}): {}",
+        args.tolerance,
+        if pass { "pass" } else { "FAIL" }
+    );
     if pass {
         ExitCode::SUCCESS
     } else {
