@@ -33,7 +33,6 @@ fn field(v: &Value, key: &str) -> Result<u64, String> {
 }
 
 impl Checker {
-    /// Checks one output of the session against the invariants; the violation, if any.
     pub fn output(&mut self, output: &Output) -> Result<(), String> {
         if self.closed {
             return Err(format!("output after close: {output:?}"));
@@ -125,12 +124,10 @@ impl Checker {
         }
     }
 
-    /// An engine request the session has started and not yet seen end, if any.
     pub fn live_request(&self) -> Option<RequestId> {
         self.live.iter().next().copied()
     }
 
-    /// `session.done` frames seen so far.
     pub fn session_dones(&self) -> u64 {
         self.session_dones
     }

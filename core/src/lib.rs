@@ -139,10 +139,10 @@
 
 #![warn(missing_docs)]
 
+pub mod capacity;
 // The invariant checker and its byte-driven session driver: a test harness, public only because
 // the fuzz targets and the property tests (other crates) run it. Not part of the API.
 #[doc(hidden)]
-pub mod capacity;
 pub mod check;
 pub mod codec;
 pub mod config;
