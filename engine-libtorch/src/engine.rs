@@ -31,8 +31,8 @@ pub struct HibariOptions {
     pub device: Device,
     /// Served model name (`/v1/models`, the config's `model` check).
     pub model_name: String,
-    /// libtorch intra-op threads for CPU work, per worker; `None` leaves libtorch's default (all
-    /// cores, which oversubscribes them with more than one worker).
+    /// libtorch intra-op threads for CPU work, per worker; `None`: libtorch's default (all
+    /// cores) with one worker, the cores shared out between the workers with several.
     pub threads: Option<i32>,
     /// Engine workers (threads computing requests, sharing the weights); `None`: one per CPU
     /// this process may use on the CPU ([`crate::workers::default_workers`]), one on CUDA (a

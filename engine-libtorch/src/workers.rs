@@ -208,7 +208,11 @@ impl Pool {
             let (commands, receiver) = mpsc::channel();
             let mut scheduler =
                 Scheduler::new(voices.clone(), default_voice, options, receiver, stats.clone(), admission.clone());
-            let threads = options.threads;
+            // Unset, libtorch would give every worker all the cores: split them instead.
+            let threads = options.threads.or_else(|| {
+                let share = (default_workers() / count.max(1)).max(1);
+                (count > 1).then_some(share as i32)
+            });
             let (warm_tx, warm_rx) = mpsc::channel();
             let thread = std::thread::Builder::new()
                 .name(format!("hibari-worker-{n}"))
