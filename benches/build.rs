@@ -5,5 +5,6 @@ fn main() {
     println!("cargo:rerun-if-env-changed=DEP_SPEECHSTREAM_LIBTORCH_LIB_DIR");
     if let Ok(dir) = std::env::var("DEP_SPEECHSTREAM_LIBTORCH_LIB_DIR") {
         println!("cargo:rustc-link-arg-bin=hibari-rtf=-Wl,-rpath,{dir}");
+        println!("cargo:rustc-link-arg-bin=device-check=-Wl,-rpath,{dir}");
     }
 }

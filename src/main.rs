@@ -163,9 +163,9 @@ struct VoiceArgs {
     /// cpu, cuda or cuda:N.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
     device: String,
-    /// libtorch threads for CPU work: the model runs on one scheduler thread, and these are the
-    /// threads each of its operations may use. Its operations are small (a sentence or a chunk),
-    /// so one thread gave the best latency here; more help only large batches on many cores.
+    /// libtorch threads for CPU work, per worker (--workers): the threads each of a worker's
+    /// operations may use. Its operations are small (a sentence or a chunk), so one thread gave
+    /// the best latency here; more help only large batches on many cores.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=1024))]
     threads: i32,
     /// Arithmetic of the network's Linear layers: auto (times int8 and fp32 on one decoder block at
@@ -176,6 +176,33 @@ struct VoiceArgs {
     /// on all); SPEECHSTREAM_SIMD=LEVEL caps them.
     #[arg(long, value_name = "PRECISION", default_value = "auto", value_parser = parse_precision)]
     precision: PrecisionArg,
+    /// Engine workers: threads that each compute their own requests (batched), sharing the
+    /// voice's weights; a new request goes to the one owing the least audio. Each uses
+    /// --threads libtorch threads [default: the CPUs this process may use (its affinity mask);
+    /// 1 on CUDA].
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = positive_count)]
+    workers: Option<usize>,
+    /// Admission of streamed utterances: `realtime` refuses one (a WebSocket `error` frame, the
+    /// session stays open; HTTP 503 with Retry-After) when the workers' measured speed can't
+    /// keep one more stream in real time beside those running; `off` takes every one.
+    #[arg(long, value_name = "MODE", default_value = "realtime", value_parser = parse_admission)]
+    admission: speechstream_engine_libtorch::AdmissionMode,
+    /// Most streamed utterances in flight at once (refused past it, as by admission)
+    /// [default: no fixed cap].
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64))]
+    max_streams: Option<u64>,
+    /// Milliseconds after submission by which a stream's first audio is due: its deadline,
+    /// against which workers order their work (earliest deadline first).
+    #[arg(long, value_name = "MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    first_audio_target_ms: u64,
+    /// Seconds of audio a stream may get ahead of its playback before it waits (computed
+    /// audio a cancel would throw away, and compute taken from streams that need it).
+    #[arg(long, value_name = "SECONDS", default_value = "10", allow_negative_numbers = true, value_parser = positive_seconds)]
+    max_lead: Duration,
+}
+
+fn parse_admission(s: &str) -> Result<speechstream_engine_libtorch::AdmissionMode, String> {
+    s.parse()
 }
 
 /// `--precision`: None for auto.
@@ -196,6 +223,11 @@ impl VoiceArgs {
         options.device = device;
         options.threads = Some(self.threads);
         options.precision = self.precision.0;
+        options.workers = self.workers;
+        options.admission = self.admission;
+        options.max_streams = self.max_streams;
+        options.pacing.first_audio = Duration::from_millis(self.first_audio_target_ms);
+        options.pacing.max_lead = self.max_lead;
         let precision = self.precision.0.map_or("auto".to_owned(), |p| p.to_string());
         let simd = speechstream_engine_libtorch::cpu::env_cap()?;
         let level = speechstream_engine_libtorch::cpu::level();
@@ -203,7 +235,9 @@ impl VoiceArgs {
         if let Some(name) = model_name {
             options.model_name = name;
         }
-        HibariEngine::new(options)
+        let engine = HibariEngine::new(options)?;
+        info!(workers = engine.workers(), admission = ?self.admission, "hibari ready");
+        Ok(engine)
     }
 
     /// The first candidate directory that holds hibari.onnx; nothing is downloaded at run time.
@@ -372,7 +406,11 @@ fn run_say(args: SayArgs) -> Result<(), String> {
         return Err("nothing to say: the text is empty".to_owned());
     }
     let format = args.format.or_else(|| format_of(&args.output)).unwrap_or(ResponseFormat::Wav);
-    let engine = args.voice_args.engine(None)?;
+    // One request: one worker, nothing to admit.
+    let mut voice_args = args.voice_args;
+    voice_args.workers.get_or_insert(1);
+    voice_args.admission = speechstream_engine_libtorch::AdmissionMode::Off;
+    let engine = voice_args.engine(None)?;
     let loaded = started.elapsed();
     let request = SynthesisRequest {
         voice: Some(args.voice.clone()),

@@ -121,6 +121,9 @@ fn ffmpeg_decode(file: &[u8], name: &str) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hibari_through_every_mode() {
     let mut options = HibariOptions::new(assets());
+    // Behaviour, not capacity, is tested here: admission (which reads the machine's speed)
+    // must not refuse a stream because the tests run side by side.
+    options.admission = speechstream_engine_libtorch::AdmissionMode::Off;
     options.threads = Some(1);
     let engine = Arc::new(tokio::task::block_in_place(|| HibariEngine::new(options)).expect("engine"));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");

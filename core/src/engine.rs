@@ -402,7 +402,7 @@ pub enum TrySendError {
 }
 
 /// How busy an engine is, for `/metrics`. Engines fill in what they know.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct EngineLoad {
     /// Requests accepted but not started (waiting for a batch slot).
     pub queued: u64,
@@ -411,6 +411,10 @@ pub struct EngineLoad {
     /// Batches run so far, by size: `(batch size, how many batches of that size)`. Cumulative
     /// since the engine started; empty for an engine that does not batch.
     pub batch_sizes: Vec<(u64, u64)>,
+    /// Per worker, for an engine that computes on several (empty otherwise).
+    pub workers: Vec<crate::capacity::WorkerLoad>,
+    /// Streamed audio against real-time playback, and refusals.
+    pub streams: crate::capacity::StreamTiming,
 }
 
 /// A synthesis engine shared by all sessions.

@@ -147,6 +147,7 @@
 
 #![warn(missing_docs)]
 
+pub mod capacity;
 // The invariant checker and its byte-driven session driver: a test harness for the fuzz targets
 // and the property tests (other crates), behind the `check` feature. Not part of the API.
 #[cfg(feature = "check")]

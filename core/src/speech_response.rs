@@ -23,6 +23,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use crate::capacity::Overloaded;
 use crate::config::ResponseFormat;
 use crate::encode::{EncodeJob, Encoded, WholeAudio};
 use crate::engine::{EngineCapabilities, EngineEventKind, WordTiming};
@@ -274,9 +275,14 @@ impl SpeechResponse {
     }
 }
 
-/// The 500 of a generation that failed before the response began.
+/// The error of a generation that failed before the response began: 500, or 503 when the
+/// engine refused it for lack of capacity ([`Overloaded`]; the transport adds `Retry-After`).
 pub fn generation_failed(message: &str) -> HttpError {
-    HttpError::new(500, "InternalServerError", format!("Speech generation failed: {message}"))
+    let message = format!("Speech generation failed: {message}");
+    match Overloaded::parse(&message) {
+        Some(_) => HttpError::new(503, "ServiceUnavailableError", message),
+        None => HttpError::new(500, "InternalServerError", message),
+    }
 }
 
 #[cfg(test)]

@@ -1,15 +1,12 @@
 //! [`HibariEngine`]: the hibari voice behind speechstream-core's [`Engine`] trait.
 //!
-//! All the model work happens on one scheduler thread (see [`crate::scheduler`]) that owns the
-//! weights; `submit` and `abort` only post commands to it, so they never block the caller (the
-//! transport calls them from its async tasks).
+//! All the model work happens on the engine's worker threads ([`crate::workers`], each a
+//! [`crate::scheduler`] loop) that share the weights; `submit` and `abort` only decide where a
+//! request goes (or refuse it) and post commands, so they never block the caller (the
+//! transport calls them from its async tasks). One engine serves every transport.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 
 use speechstream_core::config::TaskType;
 use speechstream_core::engine::{
@@ -20,8 +17,10 @@ use tch::Device;
 use crate::dsp::SAMPLE_RATE;
 use crate::g2p::FrontEnd;
 use crate::hibari::{Hibari, Precision};
-use crate::scheduler::{Command, Scheduler, VoiceModel};
+use crate::pacing::Pacing;
+use crate::scheduler::VoiceModel;
 use crate::voices::{check_voice_file, read_voice_list};
+use crate::workers::{default_workers, AdmissionMode, Pool};
 
 /// The model name served by default.
 pub const DEFAULT_MODEL_NAME: &str = "hibari";
@@ -35,8 +34,20 @@ pub struct HibariOptions {
     pub device: Device,
     /// Served model name (`/v1/models`, the config's `model` check).
     pub model_name: String,
-    /// libtorch intra-op threads for CPU work; `None` leaves libtorch's default (all cores).
+    /// libtorch intra-op threads for CPU work, per worker; `None`: libtorch's default (all
+    /// cores) with one worker, the cores shared out between the workers with several.
     pub threads: Option<i32>,
+    /// Engine workers (threads computing requests, sharing the weights); `None`: one per CPU
+    /// this process may use on the CPU ([`crate::workers::default_workers`]), one on CUDA (a
+    /// device runs one batch at a time: its workers would only take turns).
+    pub workers: Option<usize>,
+    /// Deadlines and lead of streamed requests ([`crate::pacing`]).
+    pub pacing: Pacing,
+    /// Whether streams are refused when the workers can't keep one more in real time.
+    pub admission: AdmissionMode,
+    /// Most streams in flight at once, whatever the admission mode; past it a stream is refused
+    /// as by admission. `None`: no fixed cap.
+    pub max_streams: Option<u64>,
     /// Fine frames (12.5 ms) in the first audio chunk of an utterance: small, so the first audio
     /// leaves early.
     pub first_chunk_frames: usize,
@@ -66,36 +77,23 @@ impl HibariOptions {
             max_chunk_frames: 200,
             precision: None,
             max_batch: 16,
+            workers: None,
+            pacing: Pacing::default(),
+            admission: AdmissionMode::Realtime,
+            max_streams: None,
         }
-    }
-}
-
-/// Counters the scheduler keeps for `/metrics`.
-#[derive(Default)]
-pub(crate) struct LoadStats {
-    pub queued: AtomicU64,
-    pub running: AtomicU64,
-    pub batch_sizes: Mutex<BTreeMap<u64, u64>>,
-}
-
-impl LoadStats {
-    pub fn record_batch(&self, size: usize) {
-        let mut sizes = self.batch_sizes.lock().unwrap_or_else(|p| p.into_inner());
-        *sizes.entry(size as u64).or_default() += 1;
     }
 }
 
 pub struct HibariEngine {
     capabilities: EngineCapabilities,
-    commands: mpsc::Sender<Command>,
-    stats: Arc<LoadStats>,
+    pool: Pool,
     precision: Precision,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl HibariEngine {
     /// Loads every voice whose file is present (checked against `voices.json`) and the front ends
-    /// they need, then starts the scheduler thread. Errors say what is missing.
+    /// they need, then starts the workers. Errors say what is missing.
     pub fn new(options: HibariOptions) -> Result<HibariEngine, String> {
         crate::keep_freed_memory();
         if let Some(threads) = options.threads {
@@ -184,31 +182,19 @@ impl HibariEngine {
             ..EngineCapabilities::new(options.model_name.clone(), SAMPLE_RATE)
         };
         let precision = precision.unwrap_or(Precision::Fp32);
-        let stats = Arc::new(LoadStats::default());
-        let (commands, receiver) = mpsc::channel();
-        let scheduler = Scheduler::new(voices, default, capabilities.clone(), &options, receiver, stats.clone());
-        let threads = options.threads;
-        let (warm_tx, warm_rx) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("hibari-scheduler".into())
-            .spawn(move || {
-                // OpenMP's thread count is per calling thread: set it where the work runs too.
-                if let Some(threads) = threads {
-                    tch::set_num_threads(threads);
-                }
-                scheduler.warm_up();
-                let _ = warm_tx.send(());
-                scheduler.run();
-            })
-            .map_err(|e| format!("cannot start the scheduler thread: {e}"))?;
-        // Ready to serve only once warm: the first request's latency is then the steady one.
-        warm_rx.recv().map_err(|_| "the hibari scheduler failed while warming up".to_owned())?;
-        Ok(HibariEngine { capabilities, commands, stats, precision, thread: Some(thread) })
+        let workers = options.workers.unwrap_or(if device == Device::Cpu { default_workers() } else { 1 });
+        let pool = Pool::start(workers, Arc::new(voices), default, &capabilities, &options)?;
+        Ok(HibariEngine { capabilities, pool, precision })
     }
 
     /// The precision the voices run in (what `auto` chose, when it was asked to).
     pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// How many workers compute requests.
+    pub fn workers(&self) -> usize {
+        self.pool.workers()
     }
 }
 
@@ -218,33 +204,14 @@ impl Engine for HibariEngine {
     }
 
     fn load(&self) -> EngineLoad {
-        let sizes = self.stats.batch_sizes.lock().unwrap_or_else(|p| p.into_inner());
-        EngineLoad {
-            queued: self.stats.queued.load(Ordering::Relaxed),
-            running: self.stats.running.load(Ordering::Relaxed),
-            batch_sizes: sizes.iter().map(|(&k, &v)| (k, v)).collect(),
-        }
+        self.pool.load()
     }
 
     fn submit(&self, id: RequestId, request: SynthesisRequest, sink: Box<dyn EventSink>) {
-        self.stats.queued.fetch_add(1, Ordering::Relaxed);
-        if self.commands.send(Command::Submit(Box::new((id, request, sink)))).is_err() {
-            // Only after the scheduler thread died (a panic in libtorch): nothing can answer.
-            self.stats.queued.fetch_sub(1, Ordering::Relaxed);
-            tracing::error!(request = %id, "the hibari scheduler is not running");
-        }
+        self.pool.submit(id, request, sink);
     }
 
     fn abort(&self, id: RequestId) {
-        let _ = self.commands.send(Command::Abort(id));
-    }
-}
-
-impl Drop for HibariEngine {
-    fn drop(&mut self) {
-        let _ = self.commands.send(Command::Shutdown);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.pool.abort(id);
     }
 }

@@ -19,13 +19,20 @@
 //! - **AMX**: where oneDNN has AMX tiles, libtorch's `_int_mm` beats these kernels on many rows;
 //!   [`calibrate`] measures that once and hands such products to it (the same exact sums).
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use tch::{Device, Kind, Tensor};
 
 use crate::cpu::Level;
+
+/// A tensor made once and then only read, from any worker thread (see `crate::workers` on
+/// sharing tensors between threads).
+struct ReadOnly(Tensor);
+// SAFETY: the tensor is never written after it is made (OnceLock publishes it once), and
+// libtorch reads a tensor from several threads at once safely.
+unsafe impl Sync for ReadOnly {}
 
 /// Rows from which [`Packed::matmul`] hands the product to libtorch's `_int_mm` instead: the same
 /// exact int32 sums, so nothing changes but the time, and only where [`calibrate`] measured it
@@ -67,7 +74,7 @@ pub struct Packed {
     /// A + 128; 0 for the others), padded to whole panels.
     offset: Vec<i32>,
     /// W as libtorch's int8 [K, N], made the first time `_int_mm` is used ([`TORCH_FROM_ROWS`])
-    torch_w: OnceCell<Tensor>,
+    torch_w: OnceLock<ReadOnly>,
 }
 
 impl Packed {
@@ -85,7 +92,7 @@ impl Packed {
         };
         if lanes == 0 {
             let data = w.iter().map(|&v| v as u8).collect();
-            return Packed { level, k, n, groups: 0, lanes, data, offset: Vec::new(), torch_w: OnceCell::new() };
+            return Packed { level, k, n, groups: 0, lanes, data, offset: Vec::new(), torch_w: OnceLock::new() };
         }
         let groups = k.div_ceil(per_group);
         let panels = n.div_ceil(lanes);
@@ -107,7 +114,7 @@ impl Packed {
                 offset[j] = 128 * row.iter().map(|&v| i32::from(v)).sum::<i32>();
             }
         }
-        Packed { level, k, n, groups, lanes, data, offset, torch_w: OnceCell::new() }
+        Packed { level, k, n, groups, lanes, data, offset, torch_w: OnceLock::new() }
     }
 
     /// W [N, K] back from the packed form.
@@ -131,8 +138,10 @@ impl Packed {
 
     /// The product through libtorch's `_int_mm` (exact int32, like ours).
     fn matmul_torch(&self, a: &[i8], m: usize, c: &mut [i32]) {
-        let w = self.torch_w.get_or_init(|| {
-            Tensor::from_slice(&self.unpacked()).view([self.n as i64, self.k as i64]).transpose(0, 1).contiguous()
+        let ReadOnly(w) = self.torch_w.get_or_init(|| {
+            ReadOnly(
+                Tensor::from_slice(&self.unpacked()).view([self.n as i64, self.k as i64]).transpose(0, 1).contiguous(),
+            )
         });
         let at = Tensor::from_slice(a).view([m as i64, self.k as i64]);
         let r = at.internal_int_mm(w);

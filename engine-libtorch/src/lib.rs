@@ -1,6 +1,7 @@
 //! speechstream-engine-libtorch: the hibari voice natively in tch ([`Hibari`], [`dsp`], [`NoiseSource`]),
 //! its text front end ([`g2p`]), and [`HibariEngine`], which serves it behind speechstream-core's
-//! `Engine` trait with a scheduler thread that streams, batches and paces requests.
+//! `Engine` trait with worker threads that stream, batch and pace requests by their playback
+//! deadlines ([`pacing`], [`workers`]).
 //!
 //! The weights come from the voice's ONNX file, read without onnxruntime (`onnx`, on the
 //! protobuf walker in `proto`); `quant` names and dequantizes its int8 Linear weights, and
@@ -17,18 +18,22 @@ mod hibari;
 mod kernels;
 mod noise;
 mod onnx;
+pub mod pacing;
 mod proto;
 mod quant;
 mod scheduler;
 pub mod timing;
 pub mod voices;
+pub mod workers;
 
 pub use cpu::Level;
 pub use engine::{HibariEngine, HibariOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE};
 pub use hibari::{chunk_ranges, stream_ranges, Hibari, HibariError, Precision, PrecisionChoice, Prosody, Spectra};
 pub use noise::NoiseSource;
 pub use onnx::{read_initializers, DataType, Model, OnnxError, Tensor};
+pub use pacing::Pacing;
 pub use quant::{linear_weights, parameters, LinearWeight};
+pub use workers::AdmissionMode;
 
 /// Loads `libtorch_cuda.so` so that tch sees CUDA (the linker drops it as unneeded, see
 /// shared/docs/libtorch.md). Call once at start-up, before any CUDA query; returns whether it

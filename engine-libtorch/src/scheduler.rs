@@ -1,18 +1,18 @@
-//! The scheduler thread: the only place the model runs.
+//! One engine worker: a thread with its own requests, computing on the voices it shares with
+//! the other workers ([`crate::workers`]).
 //!
-//! Requests from all sessions queue here. Each loop iteration (1) takes new requests and aborts,
-//! (2) delivers events held back for slow consumers, (3) runs the front end on one sentence of
-//! text (at most `MAX_SENTENCE_CHARS`, so one client's text can't hold the thread between two looks
-//! at the commands) and the prosody pass for every request that needs its next sentence, batched
-//! per voice into one forward pass, and (4)
-//! computes the next audio chunk of a batch of requests (one voice, up to `max_batch`; utterances
-//! waiting for their first chunk first, else round-robin) in one decoder pass and sends each at
-//! once. So the first audio of a sentence leaves after its prosody and one small chunk, requests
-//! share the model chunk by chunk, a new request waits at most one decoder batch for its prosody,
-//! and an abort takes effect before the next chunk.
+//! Each loop iteration (1) takes new requests and aborts, (2) delivers events held back for
+//! slow consumers, (3) ends the requests out of text, and (4) runs one batch, the one
+//! [`pacing::plan_batch`] picks by deadline ([`crate::pacing`]): the front end on one sentence
+//! (at most `MAX_SENTENCE_CHARS`, so one client's text can't hold the thread between two looks
+//! at the commands) and the prosody pass of the requests that need their next sentence,
+//! batched per voice, or the next audio chunk of a batch of requests (one voice) in one decoder
+//! pass, each sent at once. So the most urgent stream is served first, a new request waits at
+//! most one batch, an abort takes effect before the next chunk, and a stream far ahead of its
+//! playback waits.
 //!
 //! Slow consumers: events go out with `try_send`. When a consumer's queue is full the event is
-//! kept and that request is skipped (not computed further) until a retry succeeds; the scheduler
+//! kept and that request is skipped (not computed further) until a retry succeeds; the worker
 //! never blocks on one client. At most one chunk (plus its words) is held per request.
 
 use std::collections::VecDeque;
@@ -20,18 +20,20 @@ use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use speechstream_core::engine::{
     EngineCapabilities, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest, TrySendError,
 };
 
 use crate::dsp::SAMPLE_RATE;
-use crate::engine::{HibariOptions, LoadStats};
+use crate::engine::HibariOptions;
 use crate::g2p::{FrontEnd, Sentence};
-use crate::hibari::{stream_ranges, Hibari, Prosody};
+use crate::hibari::{stream_ranges, Hibari, Prosody, SAMPLES_PER_FRAME};
 use crate::noise::NoiseSource;
+use crate::pacing::{self, Candidate, Pace, Pacing, Speed, Work};
 use crate::timing::word_timings;
+use crate::workers::{Admission, AdmissionMode, WorkerStats, CHARS_PER_SECOND};
 
 /// How long to wait before retrying when every request is paused on a slow consumer.
 const PAUSE_POLL: Duration = Duration::from_millis(3);
@@ -44,9 +46,23 @@ const SPEED_RANGE: (f64, f64) = (0.25, 4.0);
 const CPU_ROUND: usize = 4;
 
 pub(crate) enum Command {
-    Submit(Box<(RequestId, SynthesisRequest, Box<dyn EventSink>)>),
+    Submit(Box<Submission>),
     Abort(RequestId),
     Shutdown,
+}
+
+/// A request handed to a worker.
+pub(crate) struct Submission {
+    pub id: RequestId,
+    pub request: SynthesisRequest,
+    pub sink: Box<dyn EventSink>,
+    pub submitted: Instant,
+    /// Counted in the admission's streams (to be given back when the request is over).
+    pub admitted_stream: bool,
+    /// Microseconds of audio the submitter added to the worker's pending audio for it.
+    pub owed_us: i64,
+    /// Refused: the job is born failed with this message.
+    pub refusal: Option<String>,
 }
 
 /// A loaded voice: its weights and the front end of its accent.
@@ -88,6 +104,14 @@ struct Job {
     done: bool,
     /// The consumer is gone: drop at once.
     closed: bool,
+    /// Its timeline against real-time playback (deadlines, lead, lateness).
+    pace: Pace,
+    /// Counted in the admission's streams and this worker's.
+    admitted_stream: bool,
+    /// Its share of the worker's pending audio, in microseconds.
+    owed_us: i64,
+    /// Characters in `texts` and `sentences`: the estimate of the audio not yet through prosody.
+    chars_left: usize,
 }
 
 impl Job {
@@ -96,12 +120,22 @@ impl Job {
         self.pending.is_empty() && !self.done && !self.closed
     }
 
-    /// Delivers held events in order; stops at the first the consumer can't take.
-    fn flush(&mut self) -> bool {
+    /// Delivers held events in order; stops at the first the consumer can't take. Streamed
+    /// audio is timed against its playback here, as it leaves.
+    fn flush(&mut self, stats: &WorkerStats) -> bool {
         let mut delivered = false;
         while let Some(kind) = self.pending.pop_front() {
+            let seconds = match &kind {
+                EngineEventKind::Audio { pcm, .. } => Some(pcm.len() as f64 / 2.0 / f64::from(SAMPLE_RATE)),
+                _ => None,
+            };
             match self.sink.try_send(EngineEvent { id: self.id, kind }) {
-                Ok(()) => delivered = true,
+                Ok(()) => {
+                    delivered = true;
+                    if let Some(seconds) = seconds {
+                        stats.record_delivery(self.pace.delivered(Instant::now(), seconds), seconds);
+                    }
+                }
                 Err(TrySendError::Full(event)) => {
                     self.pending.push_front(event.kind);
                     break;
@@ -120,22 +154,49 @@ impl Job {
         self.pending.push_back(last);
         self.done = true;
         self.current = None;
+        self.texts.clear();
+        self.sentences.clear();
+        self.chars_left = 0;
+    }
+
+    /// The audio it still owes: exact for the sentence being streamed, estimated from the
+    /// characters for the rest.
+    fn owed_seconds(&self) -> f64 {
+        let current = self.current.as_ref().map_or(0, |c| c.ranges[c.next..].iter().map(|r| r.len()).sum::<usize>());
+        (current * SAMPLES_PER_FRAME) as f64 / f64::from(SAMPLE_RATE) + self.chars_left as f64 / CHARS_PER_SECOND
+    }
+
+    /// Skips the next sentences with no phoneme the model knows, as the reference does.
+    fn drop_unspeakable(&mut self, model: &Hibari) {
+        while self.sentences.front().is_some_and(|s| model.ids(&s.phonemes).len() < 3) {
+            if let Some(s) = self.sentences.pop_front() {
+                self.chars_left = self.chars_left.saturating_sub(s.phonemes.chars().count());
+            }
+        }
+    }
+
+    /// Brings its share of the worker's pending audio up to date.
+    fn update_owed(&mut self, stats: &WorkerStats) {
+        let owed = (self.owed_seconds() * 1e6) as i64;
+        stats.pending_us.fetch_add(owed - self.owed_us, Ordering::Relaxed);
+        self.owed_us = owed;
     }
 }
 
 pub(crate) struct Scheduler {
-    voices: Vec<VoiceModel>,
+    voices: Arc<Vec<VoiceModel>>,
     default_voice: usize,
     capabilities: EngineCapabilities,
     first_chunk: usize,
     chunk: usize,
     max_chunk: usize,
     max_batch: usize,
+    pacing: Pacing,
     commands: Receiver<Command>,
-    stats: Arc<LoadStats>,
+    stats: Arc<WorkerStats>,
+    admission: Arc<Admission>,
+    speed: Speed,
     jobs: Vec<Job>,
-    /// Round-robin position in `jobs`.
-    cursor: usize,
 }
 
 enum Wait {
@@ -146,12 +207,13 @@ enum Wait {
 
 impl Scheduler {
     pub fn new(
-        voices: Vec<VoiceModel>,
+        voices: Arc<Vec<VoiceModel>>,
         default_voice: usize,
         capabilities: EngineCapabilities,
         options: &HibariOptions,
         commands: Receiver<Command>,
-        stats: Arc<LoadStats>,
+        stats: Arc<WorkerStats>,
+        admission: Arc<Admission>,
     ) -> Scheduler {
         Scheduler {
             voices,
@@ -161,17 +223,22 @@ impl Scheduler {
             chunk: options.chunk_frames.max(1),
             max_chunk: options.max_chunk_frames,
             max_batch: options.max_batch.max(1),
+            pacing: options.pacing,
             commands,
             stats,
+            admission,
+            speed: Speed::new(1.0, 1.0),
             jobs: Vec::new(),
-            cursor: 0,
         }
     }
 
     /// Runs each voice once on a short sentence: libtorch's first passes allocate and pick
-    /// kernels, which would otherwise land on the first request's time to first audio.
-    pub fn warm_up(&self) {
-        for voice in &self.voices {
+    /// kernels, which would otherwise land on the first request's time to first audio. With
+    /// admission on, then streams a longer sentence of the default voice, warm, as this
+    /// worker's first measure of its speed (what admission starts from; the work it does
+    /// refines it).
+    pub fn warm_up(&mut self) {
+        for voice in self.voices.iter() {
             let ids = voice.model.ids("həlˈO.");
             let prosody = voice.model.prosody(&ids, 1.0);
             let end = prosody.frames.min(self.first_chunk);
@@ -181,24 +248,81 @@ impl Scheduler {
             }
             let _ = voice.front_end.sentences("Hello there.");
         }
+        if self.admission.mode == AdmissionMode::Off {
+            return;
+        }
+        const TEXT: &str = "Hello there, this sentence measures how fast the voice runs on this worker.";
+        let voice = &self.voices[self.default_voice];
+        // Twice: the first pass of these larger shapes still allocates; the second is measured.
+        let mut measured = (0.0, 0.0);
+        for _ in 0..2 {
+            let started = Instant::now();
+            let mut samples = 0;
+            for sentence in voice.front_end.sentences(TEXT) {
+                let prosody = voice.model.prosody(&voice.model.ids(&sentence.phonemes), 1.0);
+                let noise = NoiseSource::new(0, 0);
+                for r in stream_ranges(prosody.frames, self.first_chunk, self.chunk, self.max_chunk) {
+                    samples += voice.model.synthesize_chunk(&prosody, r.start, r.end, &noise).numel();
+                }
+            }
+            measured = (samples as f64 / f64::from(SAMPLE_RATE), started.elapsed().as_secs_f64());
+        }
+        self.speed = Speed::new(measured.0, measured.1);
+        self.stats.set_factor(self.speed.factor());
     }
 
     pub fn run(mut self) {
+        // The round being measured: when it started and the audio it made. A round lasts until
+        // the next one starts, so its cost includes the bookkeeping between batches and the
+        // time the thread lost to others on its core: the speed admission reads is what this
+        // worker really delivers. Waits for work are not counted.
+        let mut round: Option<(Instant, f64)> = None;
         loop {
             let wait = if self.jobs.is_empty() { Wait::Block } else { Wait::No };
+            if matches!(wait, Wait::Block) {
+                self.measure(round.take());
+            }
             if !self.take_commands(wait) {
                 return;
             }
+            let started = Instant::now();
+            self.measure(round.take());
             let mut progress = false;
             for job in &mut self.jobs {
-                progress |= job.flush();
+                progress |= job.flush(&self.stats);
             }
-            progress |= self.prepare();
-            progress |= self.step();
+            progress |= self.finish_done();
+            let (audio, resume) = self.run_next(started);
             self.reap();
-            if !progress && !self.jobs.is_empty() && !self.take_commands(Wait::For(PAUSE_POLL)) {
-                return;
+            if let Some(audio) = audio {
+                round = Some((started, audio));
+                progress = true;
             }
+            if !progress && !self.jobs.is_empty() {
+                // Everyone is paused on a slow consumer or ahead of its playback: wait for a
+                // command, the next retry, or the first stream to fall back within its lead.
+                self.measure(round.take());
+                let paused = self.jobs.iter().any(|j| !j.pending.is_empty());
+                let until_resume = resume.map(|t| t.saturating_duration_since(Instant::now()));
+                let timeout = match (paused, until_resume) {
+                    (true, Some(d)) => d.min(PAUSE_POLL),
+                    (true, None) => PAUSE_POLL,
+                    (false, Some(d)) => d,
+                    (false, None) => PAUSE_POLL,
+                };
+                if !self.take_commands(Wait::For(timeout)) {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Counts a finished round in the worker's speed and busy time.
+    fn measure(&mut self, round: Option<(Instant, f64)>) {
+        if let Some((started, audio)) = round {
+            let busy = started.elapsed().as_secs_f64();
+            self.speed.record(audio, busy);
+            self.stats.record_work(busy, self.speed.factor());
         }
     }
 
@@ -228,8 +352,8 @@ impl Scheduler {
             };
             match command {
                 Command::Submit(submission) => {
-                    let (id, request, sink) = *submission;
-                    let job = self.admit(id, request, sink);
+                    let mut job = self.admit(*submission);
+                    job.update_owed(&self.stats);
                     self.jobs.push(job);
                 }
                 Command::Abort(id) => {
@@ -245,7 +369,8 @@ impl Scheduler {
     }
 
     /// A job for a new request; one that can't be served is born done, holding its `Failed`.
-    fn admit(&self, id: RequestId, request: SynthesisRequest, sink: Box<dyn EventSink>) -> Job {
+    fn admit(&self, submission: Submission) -> Job {
+        let Submission { id, request, sink, submitted, admitted_stream, owed_us, refusal } = submission;
         let mut job = Job {
             id,
             sink,
@@ -262,14 +387,19 @@ impl Scheduler {
             running: false,
             done: false,
             closed: false,
+            pace: Pace::new(submitted, request.stream),
+            admitted_stream,
+            owed_us,
+            chars_left: 0,
         };
-        match self.check(&request) {
+        match refusal.map_or_else(|| self.check(&request), Err) {
             Ok(voice) => {
                 job.voice = voice;
                 let speed = if request.speed.is_finite() { request.speed } else { 1.0 };
                 job.speed = speed.clamp(SPEED_RANGE.0, SPEED_RANGE.1) as f32;
                 let front_end = &self.voices[voice].front_end;
                 job.texts = front_end.split_sentences(&request.text).into_iter().map(str::to_owned).collect();
+                job.chars_left = job.texts.iter().map(|t| t.chars().count()).sum();
             }
             Err(message) => job.finish(EngineEventKind::Failed(message)),
         }
@@ -284,61 +414,113 @@ impl Scheduler {
         Ok(voice.and_then(|name| self.voices.iter().position(|v| v.name == name)).unwrap_or(self.default_voice))
     }
 
-    /// Starts the next sentence of every ready job that has none: front end, then one batched
-    /// prosody pass per voice. Jobs out of sentences get their `Finished`.
-    fn prepare(&mut self) -> bool {
+    /// Ends the jobs with no sentence left (`Finished`).
+    fn finish_done(&mut self) -> bool {
         let mut progress = false;
-        let mut wanting: Vec<usize> = Vec::new();
-        for (i, job) in self.jobs.iter_mut().enumerate() {
+        for job in &mut self.jobs {
             if !job.ready() || job.current.is_some() {
                 continue;
             }
-            let voice = &self.voices[job.voice];
-            // At most one sentence through the front end per job and round, so a long text doesn't
-            // hold up everyone's chunks: a sentence is bounded (MAX_SENTENCE_CHARS), and the
-            // commands are read between rounds, so an abort drops the rest of the text unprepared.
-            if job.sentences.is_empty() {
-                if let Some(text) = job.texts.pop_front() {
-                    job.sentences.extend(voice.front_end.sentences(&text));
-                    progress = true;
-                }
-            }
-            // Sentences with no phoneme the model knows are skipped, as in the reference.
-            while job.sentences.front().is_some_and(|s| voice.model.ids(&s.phonemes).len() < 3) {
-                job.sentences.pop_front();
-            }
-            if !job.sentences.is_empty() {
-                wanting.push(i);
-            } else if job.texts.is_empty() {
+            job.drop_unspeakable(&self.voices[job.voice].model);
+            if job.sentences.is_empty() && job.texts.is_empty() {
                 job.finish(EngineEventKind::Finished);
-                job.flush();
-                progress = true;
-            }
-        }
-        for voice in 0..self.voices.len() {
-            let group: Vec<usize> = wanting.iter().copied().filter(|&i| self.jobs[i].voice == voice).collect();
-            for batch in group.chunks(self.max_batch) {
-                self.start_sentences(voice, batch);
+                job.flush(&self.stats);
                 progress = true;
             }
         }
         progress
     }
 
-    fn start_sentences(&mut self, voice: usize, batch: &[usize]) {
-        let model = &self.voices[voice].model;
+    /// Plans the most urgent batch ([`pacing::plan_batch`]) and runs it; returns the seconds of
+    /// audio it made (None if nothing ran), and when the first job waiting on its lead may run
+    /// again.
+    fn run_next(&mut self, now: Instant) -> (Option<f64>, Option<Instant>) {
+        let mut resume: Option<Instant> = None;
+        let mut candidates = Vec::new();
+        for (index, job) in self.jobs.iter().enumerate() {
+            if !job.ready() {
+                continue;
+            }
+            if let Some(at) = job.pace.waits_until(now, &self.pacing) {
+                resume = Some(resume.map_or(at, |r| r.min(at)));
+                continue;
+            }
+            let work = match &job.current {
+                None => Work::Prosody,
+                Some(c) if job.started_sentences == 1 && c.next == 0 => Work::FirstChunk,
+                Some(_) => Work::Chunk,
+            };
+            candidates.push(Candidate { index, voice: job.voice, work, urgency: job.pace.urgency(&self.pacing) });
+        }
+        let cpu_round = match candidates.first().map(|c| self.voices[c.voice].model.device()) {
+            Some(tch::Device::Cpu) => CPU_ROUND,
+            _ => self.max_batch,
+        };
+        self.stats.set_behind(pacing::behind(&candidates, now).is_some_and(|late| late > 0.0));
+        // On the CPU, prosody batches are bounded like chunk rounds: a batch is not preempted,
+        // and 16 sentences' encoders would hold up streams that are due.
+        let max_batch = if cpu_round < self.max_batch { cpu_round } else { self.max_batch };
+        let (work, batch) = pacing::plan_batch(&candidates, max_batch, cpu_round);
+        let audio = match work {
+            None => return (None, resume),
+            Some(Work::Prosody) => {
+                self.start_sentences(&batch);
+                0.0
+            }
+            Some(Work::FirstChunk | Work::Chunk) => self.step(&batch),
+        };
+        for &i in &batch {
+            if let Some(job) = self.jobs.get_mut(i) {
+                job.update_owed(&self.stats);
+            }
+        }
+        (Some(audio), resume)
+    }
+
+    /// Starts the next sentence of each job of `batch` (one voice): the front end on its next
+    /// text if it has no sentence ready (one per job and round: a sentence is bounded, and the
+    /// commands are read between rounds, so an abort drops the rest of the text unprepared),
+    /// then one batched prosody pass for those that have one.
+    fn start_sentences(&mut self, batch: &[usize]) {
+        let Some(&lead) = batch.first() else { return };
+        let voice = self.jobs[lead].voice;
+        let front_end = self.voices[voice].front_end.clone();
+        let mut ready = Vec::new();
+        for &i in batch {
+            let job = &mut self.jobs[i];
+            if job.sentences.is_empty() {
+                if let Some(text) = job.texts.pop_front() {
+                    let sentences = front_end.sentences(&text);
+                    let phonemes: usize = sentences.iter().map(|s| s.phonemes.chars().count()).sum();
+                    job.chars_left = job.chars_left.saturating_sub(text.chars().count()) + phonemes;
+                    job.sentences.extend(sentences);
+                }
+            }
+            job.drop_unspeakable(&self.voices[voice].model);
+            if !job.sentences.is_empty() {
+                ready.push(i);
+            }
+        }
+        if !ready.is_empty() {
+            self.prosody(voice, &ready);
+        }
+    }
+
+    fn prosody(&mut self, voice: usize, batch: &[usize]) {
+        let voices = self.voices.clone();
+        let model = &voices[voice].model;
         let sentences: Vec<Sentence> = batch.iter().filter_map(|&i| self.jobs[i].sentences.pop_front()).collect();
         let ids: Vec<Vec<i64>> = sentences.iter().map(|s| model.ids(&s.phonemes)).collect();
         let items: Vec<(&[i64], f32)> =
             ids.iter().zip(batch).map(|(ids, &i)| (ids.as_slice(), self.jobs[i].speed)).collect();
         // tch turns libtorch's C++ exceptions (e.g. out of device memory) into panics: fail the
-        // requests concerned instead of losing the scheduler and every other request with it.
+        // requests concerned instead of losing the worker and every other request with it.
         let prosodies = match guarded(|| model.prosody_batch(&items)) {
             Ok(prosodies) => prosodies,
             Err(message) => {
                 for &i in batch {
                     self.jobs[i].finish(EngineEventKind::Failed(message.clone()));
-                    self.jobs[i].flush();
+                    self.jobs[i].flush(&self.stats);
                 }
                 return;
             }
@@ -346,6 +528,7 @@ impl Scheduler {
         self.stats.record_batch(batch.len());
         for ((&i, sentence), prosody) in batch.iter().zip(sentences).zip(prosodies) {
             let job = &mut self.jobs[i];
+            job.chars_left = job.chars_left.saturating_sub(sentence.phonemes.chars().count());
             if !job.running {
                 job.running = true;
                 self.stats.queued.fetch_sub(1, Ordering::Relaxed);
@@ -370,12 +553,13 @@ impl Scheduler {
         }
     }
 
-    /// Computes and sends the next chunk of a batch of jobs (see [`Scheduler::pick`]) in one
-    /// decoder pass ([`Hibari::synthesize_chunks`]; the DSP stays per request).
-    fn step(&mut self) -> bool {
-        let batch = self.pick();
-        let Some(&lead) = batch.first() else { return false };
-        let model = &self.voices[self.jobs[lead].voice].model;
+    /// Computes and sends the next chunk of each job of `batch` (one voice) in one decoder pass
+    /// ([`Hibari::synthesize_chunks`]; the DSP stays per request); returns the seconds of
+    /// audio made.
+    fn step(&mut self, batch: &[usize]) -> f64 {
+        let Some(&lead) = batch.first() else { return 0.0 };
+        let voices = self.voices.clone();
+        let model = &voices[self.jobs[lead].voice].model;
         let items: Vec<(&Prosody, usize, usize, &NoiseSource)> = batch
             .iter()
             .map(|&i| self.jobs[i].current.as_ref().expect("picked jobs have a sentence"))
@@ -393,14 +577,15 @@ impl Scheduler {
         let audio = match audio {
             Ok(audio) => audio,
             Err(message) => {
-                for &i in &batch {
+                for &i in batch {
                     self.jobs[i].finish(EngineEventKind::Failed(message.clone()));
-                    self.jobs[i].flush();
+                    self.jobs[i].flush(&self.stats);
                 }
-                return true;
+                return 0.0;
             }
         };
         self.stats.record_batch(batch.len());
+        let mut samples_made = 0;
         for (&i, samples) in batch.iter().zip(audio) {
             let job = &mut self.jobs[i];
             let Some(current) = job.current.as_mut() else { continue };
@@ -409,56 +594,30 @@ impl Scheduler {
                 job.offset += current.prosody.samples() as u64;
                 job.current = None;
             }
+            samples_made += samples.len();
             job.pending.push_back(EngineEventKind::Audio { pcm: to_s16le(&samples), sample_rate: SAMPLE_RATE });
-            job.flush();
+            job.flush(&self.stats);
         }
-        true
-    }
-
-    /// The jobs whose next chunk is computed now, all of one voice, at most `max_batch` (regular
-    /// chunks on the CPU: at most [`CPU_ROUND`]). Utterances waiting for their first chunk go
-    /// before anything else and only with each other (it is what their clients wait for; the
-    /// others have audio to play), so a new utterance's first audio never waits for a batch of
-    /// long chunks. Otherwise the ready jobs in round-robin order from the cursor, with the voice
-    /// of the first.
-    fn pick(&mut self) -> Vec<usize> {
-        let n = self.jobs.len();
-        let ready = |job: &Job| job.ready() && job.current.is_some();
-        let first_chunk =
-            |job: &Job| ready(job) && job.started_sentences == 1 && job.current.as_ref().is_some_and(|c| c.next == 0);
-        let firsts: Vec<usize> = (0..n).filter(|&i| first_chunk(&self.jobs[i])).collect();
-        let (candidates, round_robin) = if firsts.is_empty() {
-            ((0..n).map(|k| (self.cursor + k) % n).filter(|&i| ready(&self.jobs[i])).collect(), true)
-        } else {
-            (firsts, false)
-        };
-        let Some(&lead) = candidates.first() else { return Vec::new() };
-        let voice = self.jobs[lead].voice;
-        let cap = match self.voices[voice].model.device() {
-            tch::Device::Cpu if round_robin => self.max_batch.min(CPU_ROUND),
-            _ => self.max_batch,
-        };
-        let batch: Vec<usize> = candidates.into_iter().filter(|&i| self.jobs[i].voice == voice).take(cap).collect();
-        if round_robin {
-            self.cursor = batch.last().map_or(self.cursor, |&i| i + 1);
-        }
-        batch
+        samples_made as f64 / f64::from(SAMPLE_RATE)
     }
 
     /// Drops jobs that are over: aborted, consumer gone, or last event delivered.
     fn reap(&mut self) {
         let stats = &self.stats;
+        let admission = &self.admission;
         self.jobs.retain(|job| {
             let keep = !(job.closed || (job.done && job.pending.is_empty()));
             if !keep {
                 let counter = if job.running { &stats.running } else { &stats.queued };
                 counter.fetch_sub(1, Ordering::Relaxed);
+                stats.pending_us.fetch_sub(job.owed_us, Ordering::Relaxed);
+                if job.admitted_stream {
+                    stats.streams.fetch_sub(1, Ordering::Relaxed);
+                    admission.streams.fetch_sub(1, Ordering::Relaxed);
+                }
             }
             keep
         });
-        if self.cursor >= self.jobs.len() {
-            self.cursor = 0;
-        }
     }
 }
 

@@ -26,6 +26,9 @@ fn engine() -> &'static HibariEngine {
     static ENGINE: OnceLock<HibariEngine> = OnceLock::new();
     ENGINE.get_or_init(|| {
         let mut options = HibariOptions::new(hibari_assets());
+        // Behaviour, not capacity, is tested here: admission (which reads the machine's speed)
+        // must not refuse a stream because the tests run side by side.
+        options.admission = speechstream_engine_libtorch::AdmissionMode::Off;
         options.threads = Some(1);
         HibariEngine::new(options).expect("engine")
     })

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use speechstream_core::capacity::WorkerLoad;
 use speechstream_core::engine::EngineLoad;
 
 /// Which door an utterance came through (the `transport` label).
@@ -178,8 +179,82 @@ impl Metrics {
         gauge(&mut out, "speechstream_engine_queue_depth", "Engine requests waiting to start.", load.queued);
         gauge(&mut out, "speechstream_engine_requests_running", "Engine requests being computed.", load.running);
         batch_histogram(&mut out, &load.batch_sizes);
+        render_workers(&mut out, &load.workers);
+        let streams = &load.streams;
+        counter(
+            &mut out,
+            "speechstream_stream_chunks_total",
+            "Streamed audio chunks the engine delivered.",
+            streams.chunks,
+        );
+        counter(
+            &mut out,
+            "speechstream_stream_underruns_total",
+            "Streamed chunks delivered after the audio before them ran out, for a client playing from the first chunk.",
+            streams.underruns,
+        );
+        lateness_histogram(&mut out, &streams.lateness);
+        counter(
+            &mut out,
+            "speechstream_admission_refusals_total",
+            "Streams refused because the engine could not keep one more in real time.",
+            streams.refused,
+        );
         out
     }
+}
+
+/// Per-worker gauges and counters, labelled `worker="N"`.
+fn render_workers(out: &mut String, workers: &[WorkerLoad]) {
+    type Field = fn(&WorkerLoad) -> f64;
+    let families: [(&str, &str, &str, Field); 6] = [
+        ("speechstream_engine_worker_queue_depth", "gauge", "Requests waiting to start, per worker.", |w| {
+            w.queued as f64
+        }),
+        ("speechstream_engine_worker_requests_running", "gauge", "Requests being computed, per worker.", |w| {
+            w.running as f64
+        }),
+        (
+            "speechstream_engine_worker_pending_audio_seconds",
+            "gauge",
+            "Seconds of audio a worker owes its requests (estimated before prosody).",
+            |w| w.pending_audio_seconds,
+        ),
+        ("speechstream_engine_worker_busy_seconds_total", "counter", "Seconds a worker spent computing.", |w| {
+            w.busy_seconds
+        }),
+        (
+            "speechstream_engine_worker_realtime_factor",
+            "gauge",
+            "Seconds of audio a worker computes per second of work, as measured lately.",
+            |w| w.realtime_factor,
+        ),
+        (
+            "speechstream_engine_worker_realtime_headroom",
+            "gauge",
+            "A worker's real-time factor over the streams it serves: below 1 they fall behind.",
+            |w| w.headroom,
+        ),
+    ];
+    for (name, kind, help, field) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (n, worker) in workers.iter().enumerate() {
+            let _ = writeln!(out, "{name}{{worker=\"{n}\"}} {}", field(worker));
+        }
+    }
+}
+
+/// The engine's lateness histogram (per-bucket counts) in Prometheus' cumulative form.
+fn lateness_histogram(out: &mut String, h: &speechstream_core::capacity::Histogram) {
+    let name = "speechstream_stream_lateness_seconds";
+    let _ = writeln!(out, "# HELP {name} How late the late streamed chunks were.\n# TYPE {name} histogram");
+    let mut cumulative = 0;
+    for (bound, n) in h.bounds.iter().zip(&h.counts) {
+        cumulative += n;
+        let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+    }
+    let _ =
+        writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}", h.count(), h.sum, h.count());
 }
 
 /// One utterance's timing, from submit to its end: time to first audio, real-time factor and
@@ -300,7 +375,16 @@ mod tests {
         meter.audio(&metrics, 48_000, 24_000);
         meter.finished(&metrics);
         metrics.error(ErrorKind::Auth);
-        let load = EngineLoad { queued: 2, running: 3, batch_sizes: vec![(1, 4), (3, 2)] };
+        let mut lateness = speechstream_core::capacity::Histogram::new(&[0.01, 0.1]);
+        lateness.observe(0.05);
+        let worker = |busy_seconds| WorkerLoad { queued: 1, running: 2, busy_seconds, ..WorkerLoad::default() };
+        let load = EngineLoad {
+            queued: 2,
+            running: 3,
+            batch_sizes: vec![(1, 4), (3, 2)],
+            workers: vec![worker(1.5), worker(2.0)],
+            streams: speechstream_core::capacity::StreamTiming { chunks: 9, underruns: 1, lateness, refused: 4 },
+        };
         let text = metrics.render(&load);
         for line in [
             "speechstream_connections_open 1",
@@ -317,6 +401,15 @@ mod tests {
             "speechstream_engine_batch_size_bucket{le=\"2\"} 4",
             "speechstream_engine_batch_size_bucket{le=\"4\"} 6",
             "speechstream_engine_batch_size_sum 10",
+            "speechstream_engine_worker_queue_depth{worker=\"1\"} 1",
+            "speechstream_engine_worker_busy_seconds_total{worker=\"0\"} 1.5",
+            "speechstream_engine_worker_busy_seconds_total{worker=\"1\"} 2",
+            "speechstream_stream_chunks_total 9",
+            "speechstream_stream_underruns_total 1",
+            "speechstream_stream_lateness_seconds_bucket{le=\"0.01\"} 0",
+            "speechstream_stream_lateness_seconds_bucket{le=\"0.1\"} 1",
+            "speechstream_stream_lateness_seconds_count 1",
+            "speechstream_admission_refusals_total 4",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }

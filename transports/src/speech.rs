@@ -15,8 +15,9 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Frame, Incoming};
-use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Request, Response, StatusCode};
+use speechstream_core::capacity::Overloaded;
 use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, RequestId};
 use speechstream_core::speech_http::{check_content_type, parse_speech_request, Delivery, HttpError, SpeechRequest};
 use speechstream_core::speech_response::{ResponseHead, ResponseOutput, SpeechResponse};
@@ -37,7 +38,11 @@ pub(crate) async fn create_speech(request: Request<Incoming>, shared: &Arc<Share
             shared.metrics.error(kind);
             info!(status = error.status, message = %error.message, "speech request failed");
             let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            json(status, error.body())
+            let mut response = json(status, error.body());
+            if let Some(refusal) = Overloaded::parse(&error.message).filter(|_| error.status == 503) {
+                response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(refusal.retry_after_seconds));
+            }
+            response
         }
     }
 }

@@ -11,6 +11,13 @@
 //! input.done -> `session.done`. Every run is bounded: no new utterance starts after the
 //! duration, and one in flight is abandoned after `--utterance-timeout`.
 //!
+//! Underruns, from the client's side: each connection plays its audio from the first byte at
+//! `--bytes-per-second`; a binary frame arriving after the audio before it ran out is a late
+//! chunk (an audible gap). `--playback` also holds each connection until its utterance has been
+//! played out before the next (a listener, not a file downloader), `--ramp` staggers the
+//! connections' starts, and refusals for lack of capacity (the server's `Server overloaded`
+//! error) are counted apart, each followed by `--refusal-backoff` before the next try.
+//!
 //! Results: one JSON object on stdout (one line), the human summary on stderr.
 //! Only loopback servers are meant to be loaded; use `--allow-remote` to override.
 
@@ -120,6 +127,18 @@ struct RunArgs {
     /// Server pid: report its CPU time and resident memory over the run.
     #[arg(long)]
     pid: Option<u32>,
+    /// Bytes of audio per second of playback (24 kHz s16le mono: 48000), for the underruns.
+    #[arg(long, default_value_t = 48_000.0)]
+    bytes_per_second: f64,
+    /// Play each utterance out (in real time from its first audio) before sending the next.
+    #[arg(long)]
+    playback: bool,
+    /// Start the connections' first utterances evenly over this many seconds.
+    #[arg(long, default_value_t = 0.0)]
+    ramp: f64,
+    /// Seconds a connection waits after a refusal (`Server overloaded`) before trying again.
+    #[arg(long, default_value_t = 1.0)]
+    refusal_backoff: f64,
 }
 
 #[derive(Args)]
@@ -232,6 +251,13 @@ struct ServerMessage {
 #[derive(Default)]
 struct UtteranceResult {
     first_audio: Option<Duration>,
+    /// When the first audio arrived (playback starts).
+    first_audio_at: Option<Instant>,
+    /// Binary frames, and those that arrived after the audio before them ran out.
+    chunks: u64,
+    late: Vec<Duration>,
+    /// The server refused the utterance for lack of capacity, after this long.
+    refused: Option<Duration>,
     done: Duration,
     audio_bytes: u64,
     /// Error frames or `audio.done {error: true}` seen for this utterance.
@@ -241,7 +267,12 @@ struct UtteranceResult {
 }
 
 /// One utterance on an open, configured connection: send, then read to `session.done`.
-async fn utterance(ws: &mut Client, text_msg: &str, done_msg: &str) -> Result<UtteranceResult, String> {
+async fn utterance(
+    ws: &mut Client,
+    text_msg: &str,
+    done_msg: &str,
+    bytes_per_second: f64,
+) -> Result<UtteranceResult, String> {
     send_text(ws, text_msg).await?;
     let t0 = Instant::now();
     send_text(ws, done_msg).await?;
@@ -250,7 +281,14 @@ async fn utterance(ws: &mut Client, text_msg: &str, done_msg: &str) -> Result<Ut
         let frame = ws.read_frame().await.map_err(|e| format!("read: {e}"))?;
         match frame.opcode {
             OpCode::Binary => {
-                r.first_audio.get_or_insert_with(|| t0.elapsed());
+                let now = Instant::now();
+                r.first_audio.get_or_insert_with(|| now - t0);
+                let start = *r.first_audio_at.get_or_insert(now);
+                let runs_dry = start + Duration::from_secs_f64(r.audio_bytes as f64 / bytes_per_second);
+                if now > runs_dry {
+                    r.late.push(now - runs_dry);
+                }
+                r.chunks += 1;
                 r.audio_bytes += frame.payload.len() as u64;
             }
             OpCode::Text => {
@@ -269,7 +307,14 @@ async fn utterance(ws: &mut Client, text_msg: &str, done_msg: &str) -> Result<Ut
                             r.bytes_mismatch = true;
                         }
                     }
-                    Some("error") => r.server_errors.push(msg.message.unwrap_or_else(|| "error frame".into())),
+                    Some("error") => {
+                        let message = msg.message.unwrap_or_else(|| "error frame".into());
+                        if message.contains("Server overloaded") {
+                            r.refused.get_or_insert_with(|| t0.elapsed());
+                        } else {
+                            r.server_errors.push(message);
+                        }
+                    }
                     Some("session.done") => {
                         r.done = t0.elapsed();
                         return Ok(r);
@@ -296,6 +341,14 @@ struct WorkerStats {
     audio_bytes: u64,
     ttfa: Samples,
     done: Samples,
+    /// Refused utterances and how long their refusal took.
+    refused: u64,
+    refusal: Samples,
+    /// Streamed chunks received, late ones, how late, and utterances with at least one.
+    chunks: u64,
+    late_chunks: u64,
+    lateness: Samples,
+    late_utterances: u64,
     /// First few distinct error texts, for the human report.
     error_texts: BTreeMap<String, u64>,
 }
@@ -317,6 +370,12 @@ impl WorkerStats {
         self.audio_bytes += o.audio_bytes;
         self.ttfa.extend(o.ttfa);
         self.done.extend(o.done);
+        self.refused += o.refused;
+        self.refusal.extend(o.refusal);
+        self.chunks += o.chunks;
+        self.late_chunks += o.late_chunks;
+        self.lateness.extend(o.lateness);
+        self.late_utterances += o.late_utterances;
         for (k, v) in o.error_texts {
             if self.error_texts.len() < 16 || self.error_texts.contains_key(&k) {
                 *self.error_texts.entry(k).or_default() += v;
@@ -335,6 +394,9 @@ struct RunShared {
     started: AtomicU64,
     utterance_timeout: Duration,
     connect_timeout: Duration,
+    bytes_per_second: f64,
+    playback: bool,
+    refusal_backoff: Duration,
 }
 
 impl RunShared {
@@ -356,8 +418,9 @@ async fn open_configured(url: &WsUrl, config: &str, timeout: Duration) -> Result
     Ok(ws)
 }
 
-async fn worker(shared: Arc<RunShared>, mut ws: Option<Client>) -> WorkerStats {
+async fn worker(shared: Arc<RunShared>, mut ws: Option<Client>, delay: Duration) -> WorkerStats {
     let mut st = WorkerStats::default();
+    tokio::time::sleep(delay).await;
     while shared.claim() {
         let conn = match ws.as_mut() {
             Some(c) => c,
@@ -374,10 +437,30 @@ async fn worker(shared: Arc<RunShared>, mut ws: Option<Client>) -> WorkerStats {
                 }
             },
         };
-        let attempt =
-            tokio::time::timeout(shared.utterance_timeout, utterance(conn, &shared.text_msg, &shared.done_msg)).await;
+        let attempt = tokio::time::timeout(
+            shared.utterance_timeout,
+            utterance(conn, &shared.text_msg, &shared.done_msg, shared.bytes_per_second),
+        )
+        .await;
         match attempt {
+            Ok(Ok(r)) if r.refused.is_some() && r.first_audio.is_none() => {
+                st.refused += 1;
+                st.refusal.push(r.refused.unwrap_or_default());
+                tokio::time::sleep(shared.refusal_backoff).await;
+            }
             Ok(Ok(r)) => {
+                st.chunks += r.chunks;
+                st.late_chunks += r.late.len() as u64;
+                st.late_utterances += u64::from(!r.late.is_empty());
+                for late in &r.late {
+                    st.lateness.push(*late);
+                }
+                if shared.playback {
+                    if let Some(start) = r.first_audio_at {
+                        let played = start + Duration::from_secs_f64(r.audio_bytes as f64 / shared.bytes_per_second);
+                        tokio::time::sleep_until(played.into()).await;
+                    }
+                }
                 if r.bytes_mismatch {
                     st.bytes_mismatch += 1;
                 }
@@ -490,10 +573,15 @@ async fn run(args: RunArgs) -> Result<(), String> {
         started: AtomicU64::new(0),
         utterance_timeout: Duration::from_secs_f64(args.utterance_timeout),
         connect_timeout,
+        bytes_per_second: args.bytes_per_second,
+        playback: args.playback,
+        refusal_backoff: Duration::from_secs_f64(args.refusal_backoff),
     });
     let mut workers = JoinSet::new();
-    for c in clients {
-        workers.spawn(worker(shared.clone(), Some(c)));
+    let n = clients.len();
+    for (i, c) in clients.into_iter().enumerate() {
+        let delay = Duration::from_secs_f64(args.ramp * i as f64 / n as f64);
+        workers.spawn(worker(shared.clone(), Some(c), delay));
     }
     let mut total = WorkerStats::default();
     let mut end = start;
@@ -513,6 +601,9 @@ async fn run(args: RunArgs) -> Result<(), String> {
 
     let ttfa = total.ttfa.summary();
     let done = total.done.summary();
+    let lateness = total.lateness.summary();
+    let refusal = total.refusal.summary();
+    let audio_seconds_per_s = total.audio_bytes as f64 / args.bytes_per_second / elapsed.max(1e-9);
     // Throughput counts what completed inside the window, over the window: utterances still
     // in flight at the deadline are finished (their latencies count) but the drain is not
     // charged to the rate. A run that used its budget early is timed to its end.
@@ -551,6 +642,16 @@ async fn run(args: RunArgs) -> Result<(), String> {
         "done_ms": {"mean": ms(&done, |s| s.mean_ms), "p50": ms(&done, |s| s.p50_ms),
                     "p90": ms(&done, |s| s.p90_ms), "p99": ms(&done, |s| s.p99_ms),
                     "max": ms(&done, |s| s.max_ms)},
+        "playback": args.playback,
+        "audio_seconds_per_s": round3(audio_seconds_per_s),
+        "chunks": total.chunks,
+        "late_chunks": total.late_chunks,
+        "late_utterances": total.late_utterances,
+        "lateness_ms": {"p50": ms(&lateness, |s| s.p50_ms), "p99": ms(&lateness, |s| s.p99_ms),
+                        "max": ms(&lateness, |s| s.max_ms)},
+        "refused": total.refused,
+        "refusal_ms": {"p50": ms(&refusal, |s| s.p50_ms), "p99": ms(&refusal, |s| s.p99_ms),
+                       "max": ms(&refusal, |s| s.max_ms)},
         "server_pid": args.pid,
         "server_cpu_s": server_cpu.map(round3),
         "server_cpu_ms_per_utterance": cpu_ms_per_utt.map(round3),
@@ -579,6 +680,18 @@ async fn run(args: RunArgs) -> Result<(), String> {
     if let (Some(t), Some(d)) = (ttfa, done) {
         eprintln!("  first audio: p50 {:.3} ms  p99 {:.3} ms  max {:.3} ms", t.p50_ms, t.p99_ms, t.max_ms);
         eprintln!("  session.done: p50 {:.3} ms  p99 {:.3} ms  max {:.3} ms", d.p50_ms, d.p99_ms, d.max_ms);
+    }
+    eprintln!(
+        "  audio {:.1} s/s; late chunks {} of {} ({} utterances){}",
+        audio_seconds_per_s,
+        total.late_chunks,
+        total.chunks,
+        total.late_utterances,
+        lateness.map_or(String::new(), |l| format!(", lateness p50 {:.1} ms p99 {:.1} ms", l.p50_ms, l.p99_ms))
+    );
+    if total.refused > 0 {
+        let p99 = refusal.map_or(f64::NAN, |r| r.p99_ms);
+        eprintln!("  refused: {} (refusal p99 {:.1} ms)", total.refused, p99);
     }
     if let Some(c) = server_cpu {
         eprintln!(
@@ -754,13 +867,16 @@ fn render_report(records: &[Value], ours: &str, reference: &str) -> String {
         out.push_str(&format!(
             "| mode | conns | metric | {ours} | {reference} | {ours}/{reference} |\n|---|---:|---|---:|---:|---:|\n"
         ));
-        let metrics: [(&str, &[&str], usize); 7] = [
+        let metrics: [(&str, &[&str], usize); 10] = [
             ("utterances/s", &["utterances_per_s"], 1),
             ("TTFA p50 ms", &["ttfa_ms", "p50"], 3),
             ("TTFA p99 ms", &["ttfa_ms", "p99"], 3),
             ("session.done p50 ms", &["done_ms", "p50"], 3),
             ("session.done p99 ms", &["done_ms", "p99"], 3),
             ("server CPU ms/utt", &["server_cpu_ms_per_utterance"], 3),
+            ("late chunks (client)", &["late_chunks"], 0),
+            ("lateness p99 ms", &["lateness_ms", "p99"], 1),
+            ("refused", &["refused"], 0),
             ("errors", &["errors"], 0),
         ];
         for ((mode, conns), by_label) in &runs {
@@ -769,7 +885,8 @@ fn render_report(records: &[Value], ours: &str, reference: &str) -> String {
             for (name, path, dec) in metrics {
                 let ov = o.and_then(|v| get_f64(v, path));
                 let rv = r.and_then(|v| get_f64(v, path));
-                let ratio = if name == "errors" { String::new() } else { fmt_ratio(ov, rv) };
+                let counts = ["errors", "refused", "late chunks (client)", "lateness p99 ms"];
+                let ratio = if counts.contains(&name) { String::new() } else { fmt_ratio(ov, rv) };
                 out.push_str(&format!(
                     "| {mode} | {conns} | {name} | {} | {} | {ratio} |\n",
                     fmt_num(ov, dec),

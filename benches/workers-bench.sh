@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Engine workers and admission, with the real voice (benches/texts/short.txt, 4.03 s of audio per
+# utterance), streamed PCM over the WebSocket, `loadgen` on the same machine:
+#   1. scaling: `serve --workers 1` against the default (one worker per CPU), both with
+#      `--admission off` (a closed loop saturates the server), both servers up
+#      at once and loaded in turn at each concurrency (closed loop: each connection sends its
+#      next utterance when the last one is done): utterances/s, time to first audio.
+#   2. overload: connections that listen (`loadgen --playback`: each utterance is played out in
+#      real time before the next), at CAPACITY connections with admission off, then at twice
+#      that with admission off and on: late chunks (client and server side), refusals.
+# Run it alone on the machine (its figures are timings):
+#   /work/bin/cpu-exclusive benches/workers-bench.sh        # ~3.5 min with the defaults
+#
+# Knobs: CONNS ["1 4 16 32 64"], DURATION [10] (scaling, s per point), CAPACITY [300],
+# OVERLOAD_DURATION [15], RAMP [4] (s over which the listeners start), PORT [28960] (and +1, +2),
+# SKIP_BUILD [0], SKIP_SCALING [0], SKIP_OVERLOAD [0]. Results: target/bench/workers-<stamp>.{jsonl,md}.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+CONNS="${CONNS:-1 4 16 32 64}"
+DURATION="${DURATION:-10}"
+CAPACITY="${CAPACITY:-300}"
+OVERLOAD_DURATION="${OVERLOAD_DURATION:-15}"
+RAMP="${RAMP:-4}"
+PORT="${PORT:-28960}"
+WS=/v1/audio/speech/stream
+export LD_LIBRARY_PATH="$ROOT/.cache/libtorch/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+say() { echo "workers-bench: $*" >&2; }
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+  cargo build --release --quiet --bin speechstream
+  cargo build --release --quiet -p speechstream-benches --bin loadgen
+fi
+ulimit -n 16384 2>/dev/null || true
+STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
+OUT="target/bench/workers-$STAMP"
+mkdir -p target/bench
+TEXT="$(cat benches/texts/short.txt)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+start() { # port args... -> pid in $server
+  target/release/speechstream serve --port "$1" "${@:2}" 2>>"$OUT.server.log" &
+  server=$!
+  pids+=("$server")
+  for _ in $(seq 1 600); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done
+  say "nothing listens on $1"; return 1
+}
+metric() { curl -s "127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git rev-parse --short HEAD); nproc $(nproc)"
+  echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); flags: $(grep -o -w -E 'avx2|avx512f|avx512_vnni|avx_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+} | tee "$OUT.md" >&2
+
+if [[ "${SKIP_SCALING:-0}" != 1 ]]; then
+  # Throughput, not admission, is measured here: a closed loop saturates the server and would
+  # otherwise be refused (its first audio is past due), so both run with --admission off.
+  start "$PORT" --workers 1 --admission off; one=$server
+  start "$((PORT + 1))" --admission off; all=$server
+  for c in $CONNS; do
+    for side in workers-1 default; do
+      if [[ $side == workers-1 ]]; then port=$PORT pid=$one; else port=$((PORT + 1)) pid=$all; fi
+      say "scaling: $side, $c connection(s), ${DURATION}s"
+      target/release/loadgen run -u "ws://127.0.0.1:$port$WS" -l "$side" -c "$c" -d "$DURATION" -m pcm \
+        --text "$TEXT" --utterance-timeout 60 --pid "$pid" >>"$OUT.jsonl"
+    done
+  done
+  echo "### scaling: default (one worker per CPU) against --workers 1" | tee -a "$OUT.md"
+  target/release/loadgen report --ours default --reference workers-1 "$OUT.jsonl" | tee -a "$OUT.md"
+  kill "$one" "$all"; wait "$one" "$all" 2>/dev/null || true
+fi
+
+if [[ "${SKIP_OVERLOAD:-0}" != 1 ]]; then
+  echo "### overload: listeners (--playback), admission off and realtime" | tee -a "$OUT.md"
+  echo "| admission | conns | utterances/s | audio s/s | TTFA p50 ms | TTFA p99 ms | late chunks (client) | of chunks | lateness p99 ms | underruns (server) | refused | refusal p99 ms |" | tee -a "$OUT.md"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" | tee -a "$OUT.md"
+  for run in "off $CAPACITY" "off $((2 * CAPACITY))" "realtime $((2 * CAPACITY))"; do
+    set -- $run
+    port=$((PORT + 2))
+    start "$port" --admission "$1"
+    say "overload: admission $1, $2 listeners, ${OVERLOAD_DURATION}s"
+    line="$(target/release/loadgen run -u "ws://127.0.0.1:$port$WS" -l "admission-$1" -c "$2" \
+      -d "$OVERLOAD_DURATION" -m pcm --playback --ramp "$RAMP" --text "$TEXT" --utterance-timeout 60 \
+      --pid "$server")"
+    echo "$line" >>"$OUT.overload.jsonl"
+    under="$(metric "$port" speechstream_stream_underruns_total)"
+    echo "$line" | python3 -c "
+import json, sys
+r = json.load(sys.stdin)
+g = lambda *p: (lambda v: '-' if v is None else v)(__import__('functools').reduce(lambda a, k: (a or {}).get(k), p, r))
+print(f\"| $1 | $2 | {g('utterances_per_s')} | {g('audio_seconds_per_s')} | {g('ttfa_ms','p50')} | {g('ttfa_ms','p99')} | {g('late_chunks')} | {g('chunks')} | {g('lateness_ms','p99')} | $under | {g('refused')} | {g('refusal_ms','p99')} |\")
+" | tee -a "$OUT.md"
+    kill "$server"; wait "$server" 2>/dev/null || true
+  done
+fi
+say "results: $OUT.md, $OUT.jsonl, $OUT.overload.jsonl"

@@ -1,0 +1,370 @@
+//! The engine's workers: N threads, each a [`Scheduler`] with its own requests, all computing on
+//! one copy of the voices' weights; the submit side that spreads requests over them and admits
+//! or refuses streams; the counters `/metrics` reads.
+//!
+//! Sharing the weights: a [`Hibari`] is read-only once loaded (tensors and packed matrices that
+//! no forward pass writes; per-sentence state lives in each request's [`crate::Prosody`], per-
+//! thread scratch in thread-locals), and libtorch's ops may read one tensor from several
+//! threads at once (its reference counts are atomic), which is how PyTorch serves one module
+//! from many threads. tch marks its tensors `Send` only, conservatively, so the voice is
+//! declared `Sync` here, where that sharing is made.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use speechstream_core::capacity::{Histogram, Overloaded, StreamTiming, WorkerLoad};
+use speechstream_core::engine::{
+    EngineCapabilities, EngineEvent, EngineEventKind, EngineLoad, EventSink, RequestId, SynthesisRequest, TrySendError,
+};
+
+use crate::engine::HibariOptions;
+use crate::hibari::Hibari;
+use crate::pacing::{self, Burst, Delivery, Throughput, URGENT_LEAD_S};
+use crate::scheduler::{Command, Scheduler, Submission, VoiceModel};
+
+// SAFETY: see the module doc: nothing in a loaded `Hibari` is written after loading (the one
+// lazily built tensor of `gemm::Packed` is behind a `OnceLock`), and libtorch supports reading a
+// tensor from several threads at once.
+unsafe impl Sync for Hibari {}
+
+/// Characters of text per second of speech, to estimate a request's audio before its prosody
+/// pass (hibari's default voice at speed 1: ~16).
+pub(crate) const CHARS_PER_SECOND: f64 = 15.0;
+
+/// Share of the workers' measured speed that admitted streams may use: the rest absorbs first
+/// chunks, prosody passes and requests that are not streamed.
+pub const ADMISSION_UTILIZATION: f64 = 0.5;
+
+/// Seconds the refusal tells a client to wait before trying again.
+const RETRY_AFTER_SECONDS: u32 = 1;
+
+/// Upper bounds of the lateness histogram, seconds.
+const LATENESS_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+
+/// `--admission`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdmissionMode {
+    /// Every request is taken.
+    Off,
+    /// A stream is refused when admitting it would make the running ones late.
+    Realtime,
+}
+
+impl std::str::FromStr for AdmissionMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<AdmissionMode, String> {
+        match s {
+            "off" => Ok(AdmissionMode::Off),
+            "realtime" => Ok(AdmissionMode::Realtime),
+            _ => Err(format!("admission {s:?}: off or realtime")),
+        }
+    }
+}
+
+/// The streams in flight on all workers, against which admission decides.
+pub(crate) struct Admission {
+    pub mode: AdmissionMode,
+    pub max_streams: Option<u64>,
+    burst: Mutex<Burst>,
+    pub streams: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+/// One worker's counters, written by its thread (and the submit side), read by `/metrics`.
+pub(crate) struct WorkerStats {
+    pub queued: AtomicU64,
+    pub running: AtomicU64,
+    /// Streamed requests admitted on this worker and not over.
+    pub streams: AtomicU64,
+    /// Audio owed to its requests, microseconds (estimates included).
+    pub pending_us: AtomicI64,
+    busy_us: AtomicU64,
+    /// The measured real-time factor, as f64 bits.
+    factor: AtomicU64,
+    /// At its last planning, its most urgent stream was past its deadline.
+    behind: AtomicBool,
+    batch_sizes: Mutex<BTreeMap<u64, u64>>,
+    timing: Mutex<StreamTiming>,
+    delivered: Mutex<Throughput>,
+}
+
+impl WorkerStats {
+    fn new() -> WorkerStats {
+        WorkerStats {
+            queued: AtomicU64::new(0),
+            running: AtomicU64::new(0),
+            streams: AtomicU64::new(0),
+            pending_us: AtomicI64::new(0),
+            busy_us: AtomicU64::new(0),
+            factor: AtomicU64::new(0f64.to_bits()),
+            behind: AtomicBool::new(false),
+            batch_sizes: Mutex::new(BTreeMap::new()),
+            timing: Mutex::new(StreamTiming { lateness: Histogram::new(LATENESS_BUCKETS), ..StreamTiming::default() }),
+            delivered: Mutex::new(Throughput::new(Instant::now())),
+        }
+    }
+
+    pub fn record_batch(&self, size: usize) {
+        let mut sizes = self.batch_sizes.lock().unwrap_or_else(|p| p.into_inner());
+        *sizes.entry(size as u64).or_default() += 1;
+    }
+
+    pub fn record_work(&self, busy_seconds: f64, factor: f64) {
+        self.busy_us.fetch_add((busy_seconds * 1e6) as u64, Ordering::Relaxed);
+        self.set_factor(factor);
+    }
+
+    pub fn set_factor(&self, factor: f64) {
+        self.factor.store(factor.to_bits(), Ordering::Relaxed);
+    }
+
+    pub fn set_behind(&self, behind: bool) {
+        self.behind.store(behind, Ordering::Relaxed);
+    }
+
+    pub fn factor(&self) -> f64 {
+        f64::from_bits(self.factor.load(Ordering::Relaxed))
+    }
+
+    fn throughput(&self, now: Instant) -> f64 {
+        self.delivered.lock().unwrap_or_else(|p| p.into_inner()).rate(now)
+    }
+
+    /// Counts a chunk of `seconds` of audio delivered now.
+    pub fn record_delivery(&self, delivery: Delivery, seconds: f64) {
+        let urgent = match delivery {
+            Delivery::Unpaced => return,
+            Delivery::OnTime(lead) => lead < URGENT_LEAD_S,
+            Delivery::Late(_) => true,
+        };
+        if urgent {
+            self.delivered.lock().unwrap_or_else(|p| p.into_inner()).record(Instant::now(), seconds);
+        }
+        let mut timing = self.timing.lock().unwrap_or_else(|p| p.into_inner());
+        timing.chunks += 1;
+        if let Delivery::Late(seconds) = delivery {
+            timing.underruns += 1;
+            timing.lateness.observe(seconds);
+        }
+    }
+
+    fn load(&self) -> WorkerLoad {
+        let factor = self.factor();
+        let streams = self.streams.load(Ordering::Relaxed);
+        WorkerLoad {
+            queued: self.queued.load(Ordering::Relaxed),
+            running: self.running.load(Ordering::Relaxed),
+            pending_audio_seconds: self.pending_us.load(Ordering::Relaxed).max(0) as f64 / 1e6,
+            busy_seconds: self.busy_us.load(Ordering::Relaxed) as f64 / 1e6,
+            realtime_factor: factor,
+            headroom: factor / streams.max(1) as f64,
+        }
+    }
+}
+
+struct Worker {
+    commands: mpsc::Sender<Command>,
+    stats: Arc<WorkerStats>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The workers and the submit side.
+pub(crate) struct Pool {
+    workers: Vec<Worker>,
+    admission: Arc<Admission>,
+    /// Where the search for the least busy worker starts (turned at each request).
+    turn: AtomicU64,
+}
+
+/// The default worker count: the CPUs this process may run on (its affinity mask, and a cgroup
+/// quota where one is set), one worker each.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+impl Pool {
+    /// Starts `count` workers on the shared voices and waits until each is warm.
+    pub fn start(
+        count: usize,
+        voices: Arc<Vec<VoiceModel>>,
+        default_voice: usize,
+        capabilities: &EngineCapabilities,
+        options: &HibariOptions,
+    ) -> Result<Pool, String> {
+        let admission = Arc::new(Admission {
+            mode: options.admission,
+            max_streams: options.max_streams,
+            burst: Mutex::new(Burst::new(Instant::now())),
+            streams: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        });
+        let mut workers = Vec::new();
+        let mut warm = Vec::new();
+        for n in 0..count.max(1) {
+            let stats = Arc::new(WorkerStats::new());
+            let (commands, receiver) = mpsc::channel();
+            let mut scheduler = Scheduler::new(
+                voices.clone(),
+                default_voice,
+                capabilities.clone(),
+                options,
+                receiver,
+                stats.clone(),
+                admission.clone(),
+            );
+            // Unset, libtorch would give every worker all the cores: split them instead.
+            let threads = options.threads.or_else(|| {
+                let share = (default_workers() / count.max(1)).max(1);
+                (count > 1).then_some(share as i32)
+            });
+            let (warm_tx, warm_rx) = mpsc::channel();
+            let thread = std::thread::Builder::new()
+                .name(format!("hibari-worker-{n}"))
+                .spawn(move || {
+                    // OpenMP's thread count is per calling thread: set it where the work runs
+                    // (one libtorch thread per worker by default, so N workers use N cores).
+                    if let Some(threads) = threads {
+                        tch::set_num_threads(threads);
+                    }
+                    scheduler.warm_up();
+                    let _ = warm_tx.send(());
+                    scheduler.run();
+                })
+                .map_err(|e| format!("cannot start engine worker {n}: {e}"))?;
+            warm.push(warm_rx);
+            workers.push(Worker { commands, stats, thread: Some(thread) });
+        }
+        // Ready to serve only once warm: the first request's latency is then the steady one.
+        for rx in warm {
+            rx.recv().map_err(|_| "a hibari worker failed while warming up".to_owned())?;
+        }
+        Ok(Pool { workers, admission, turn: AtomicU64::new(0) })
+    }
+
+    pub fn submit(&self, id: RequestId, request: SynthesisRequest, sink: Box<dyn EventSink>) {
+        let refusal = (request.stream && !self.admit_stream()).then(|| {
+            self.admission.refused.fetch_add(1, Ordering::Relaxed);
+            Overloaded { retry_after_seconds: RETRY_AFTER_SECONDS }.to_string()
+        });
+        let admitted_stream = request.stream && refusal.is_none();
+        // Refused at once, from the caller's thread; through a worker only if the sink is full.
+        let sink = match refusal.as_ref() {
+            Some(message) => match sink.try_send(EngineEvent { id, kind: EngineEventKind::Failed(message.clone()) }) {
+                Ok(()) | Err(TrySendError::Closed) => return,
+                Err(TrySendError::Full(_)) => sink,
+            },
+            None => sink,
+        };
+        let pending: Vec<f64> =
+            self.workers.iter().map(|w| w.stats.pending_us.load(Ordering::Relaxed) as f64).collect();
+        let start = self.turn.fetch_add(1, Ordering::Relaxed) as usize;
+        let worker = &self.workers[pacing::least_pending(&pending, start)];
+        let owed_us =
+            if refusal.is_some() { 0 } else { (request.text.chars().count() as f64 / CHARS_PER_SECOND * 1e6) as i64 };
+        worker.stats.pending_us.fetch_add(owed_us, Ordering::Relaxed);
+        worker.stats.queued.fetch_add(1, Ordering::Relaxed);
+        if admitted_stream {
+            worker.stats.streams.fetch_add(1, Ordering::Relaxed);
+        }
+        let submission = Submission { id, request, sink, submitted: Instant::now(), admitted_stream, owed_us, refusal };
+        if worker.commands.send(Command::Submit(Box::new(submission))).is_err() {
+            // Only after the worker thread died (a panic in libtorch): nothing can answer.
+            worker.stats.queued.fetch_sub(1, Ordering::Relaxed);
+            worker.stats.pending_us.fetch_sub(owed_us, Ordering::Relaxed);
+            if admitted_stream {
+                worker.stats.streams.fetch_sub(1, Ordering::Relaxed);
+                self.admission.streams.fetch_sub(1, Ordering::Relaxed);
+            }
+            tracing::error!(request = %id, "the hibari worker is not running");
+        }
+    }
+
+    /// Counts one more stream in flight if admission allows it.
+    fn admit_stream(&self) -> bool {
+        let streams = &self.admission.streams;
+        let cap = self.admission.max_streams.unwrap_or(u64::MAX);
+        let factors: Vec<f64> = match self.admission.mode {
+            AdmissionMode::Off => Vec::new(),
+            AdmissionMode::Realtime => self.workers.iter().map(|w| w.stats.factor()).collect(),
+        };
+        let behind = self.workers.iter().any(|w| w.stats.behind.load(Ordering::Relaxed));
+        let now = Instant::now();
+        let throughput: f64 = self.workers.iter().map(|w| w.stats.throughput(now)).sum();
+        let mut n = streams.load(Ordering::Relaxed);
+        loop {
+            let realtime = self.admission.mode == AdmissionMode::Off
+                || pacing::admits(n, throughput, &factors, ADMISSION_UTILIZATION, behind);
+            if n >= cap || !realtime {
+                return false;
+            }
+            match streams.compare_exchange_weak(n, n + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(now) => n = now,
+            }
+        }
+        if self.admission.mode == AdmissionMode::Realtime {
+            let rate = factors.iter().sum::<f64>() * ADMISSION_UTILIZATION;
+            let mut burst = self.admission.burst.lock().unwrap_or_else(|p| p.into_inner());
+            if !burst.take(Instant::now(), rate) {
+                streams.fetch_sub(1, Ordering::Relaxed);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Every worker drops the request if it has it (a request is on one worker, unknown to the
+    /// others, which ignore the id).
+    pub fn abort(&self, id: RequestId) {
+        for worker in &self.workers {
+            let _ = worker.commands.send(Command::Abort(id));
+        }
+    }
+
+    pub fn load(&self) -> EngineLoad {
+        let mut load = EngineLoad::default();
+        let mut sizes: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut timing = StreamTiming { lateness: Histogram::new(LATENESS_BUCKETS), ..StreamTiming::default() };
+        for worker in &self.workers {
+            let w = worker.stats.load();
+            load.queued += w.queued;
+            load.running += w.running;
+            load.workers.push(w);
+            for (&size, &n) in worker.stats.batch_sizes.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                *sizes.entry(size).or_default() += n;
+            }
+            let t = worker.stats.timing.lock().unwrap_or_else(|p| p.into_inner());
+            timing.chunks += t.chunks;
+            timing.underruns += t.underruns;
+            timing.lateness.sum += t.lateness.sum;
+            for (total, n) in timing.lateness.counts.iter_mut().zip(&t.lateness.counts) {
+                *total += n;
+            }
+        }
+        timing.refused = self.admission.refused.load(Ordering::Relaxed);
+        load.batch_sizes = sizes.into_iter().collect();
+        load.streams = timing;
+        load
+    }
+
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for worker in &self.workers {
+            let _ = worker.commands.send(Command::Shutdown);
+        }
+        for worker in &mut self.workers {
+            if let Some(thread) = worker.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
