@@ -281,7 +281,19 @@ pub struct EngineCapabilities {
     pub word_timestamps: bool,
     /// `Some` when codec_tokens output is supported.
     pub codec: Option<CodecSpec>,
+    /// Other names for voices, as `(alias, voice)`: a request naming the alias (in any case)
+    /// gets the voice, and `voice` may be `default` (the engine's default voice). The server
+    /// sets them (OpenAI's voice names by default, `--voice-alias`); engines leave them empty.
+    pub voice_aliases: Vec<(String, String)>,
 }
+
+/// OpenAI's voice names, which its clients (Pipecat, LiveKit, the openai SDK's examples) send
+/// and some allow no others: by default each is an alias of the default voice.
+pub const OPENAI_VOICES: [&str; 13] =
+    ["alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova", "onyx", "sage", "shimmer", "verse"];
+
+/// OpenAI's speech model names, accepted by default as names of the served model.
+pub const OPENAI_MODELS: [&str; 3] = ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"];
 
 impl EngineCapabilities {
     /// Capabilities of an engine that serves `model` at `sample_rate`: any voice, language and
@@ -296,6 +308,7 @@ impl EngineCapabilities {
             instructions: true,
             word_timestamps: false,
             codec: None,
+            voice_aliases: Vec::new(),
         }
     }
 
@@ -320,6 +333,16 @@ impl EngineCapabilities {
             };
             return Err(format!("task_type '{}' is not supported by {}: {detail}", task.as_str(), self.name()));
         }
+        let cloning = !request.ref_audio.is_empty()
+            || request.ref_text.as_deref().is_some_and(|t| !t.trim().is_empty())
+            || request.speaker_embedding.is_some();
+        if cloning && !self.task_types.is_empty() && !self.task_types.contains(&TaskType::Base) {
+            return Err(format!(
+                "voice cloning (ref_audio, ref_text, speaker_embedding) is not supported by {}: it speaks with \
+                 preset voices only (leave those fields out)",
+                self.name()
+            ));
+        }
         if !self.instructions && request.instructions.as_deref().is_some_and(|i| !i.trim().is_empty()) {
             return Err(format!(
                 "instructions are not supported by {} (it has no voice design or style prompts)",
@@ -343,7 +366,8 @@ impl EngineCapabilities {
     }
 
     /// The engine's name for the voice a client asked for: the declared voice it names in any
-    /// case, or `None` (the default voice) for no voice or `default`. An engine that declares
+    /// case, the voice an alias stands for, or `None` (the default voice) for no voice,
+    /// `default` or an alias of it. An engine that declares
     /// no voices takes any name as it is.
     pub fn resolve_voice<'a>(&'a self, voice: Option<&'a str>) -> Result<Option<&'a str>, String> {
         let Some(voice) = voice else { return Ok(None) };
@@ -356,6 +380,12 @@ impl EngineCapabilities {
         }
         if lower == "default" {
             return Ok(None);
+        }
+        if let Some((_, target)) = self.voice_aliases.iter().find(|(alias, _)| alias.to_lowercase() == lower) {
+            return match self.voices.iter().find(|v| v.eq_ignore_ascii_case(target)) {
+                Some(name) => Ok(Some(name)),
+                None => Ok(None), // an alias of `default`
+            };
         }
         let mut names: Vec<&str> = self.voices.iter().map(String::as_str).collect();
         names.sort_unstable();
