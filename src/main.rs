@@ -74,10 +74,22 @@ struct ServeArgs {
     #[command(flatten)]
     voice: VoiceArgs,
     /// Model name clients see in /v1/models and may send as `model` (session.config, or the
-    /// body of POST /v1/audio/speech)
-    /// [default: hibari, or speechstream-synthetic for the synthetic engine].
+    /// body of POST /v1/audio/speech); repeat it for more names, the first is the model's own
+    /// [default: hibari, or speechstream-synthetic for the synthetic engine; OpenAI's tts-1,
+    /// tts-1-hd and gpt-4o-mini-tts are accepted too unless --no-openai-names].
+    #[arg(long, value_name = "NAME")]
+    served_model_name: Vec<String>,
+    /// Another name for a voice, as NAME=VOICE (VOICE one of the engine's voices, or
+    /// `default`); repeatable. A client sending NAME (in any case) gets VOICE. It overrides the
+    /// OpenAI voice name of the same NAME.
+    #[arg(long, value_name = "NAME=VOICE", value_parser = voice_alias)]
+    voice_alias: Vec<(String, String)>,
+    /// Refuse OpenAI's names unless given by the flags above: by default its voice names
+    /// (alloy, ash, ballad, cedar, coral, echo, fable, marin, nova, onyx, sage, shimmer, verse)
+    /// are aliases of the default voice and its model names are accepted, so OpenAI clients
+    /// (Pipecat, LiveKit, the openai SDK's examples) work unchanged.
     #[arg(long)]
-    served_model_name: Option<String>,
+    no_openai_names: bool,
 
     /// Seconds a session may wait for its first valid session.config.
     #[arg(long, value_name = "SECONDS", default_value = "10", allow_negative_numbers = true, value_parser = positive_seconds)]
@@ -464,11 +476,21 @@ fn run_serve(args: ServeArgs) -> ExitCode {
     }
 }
 
+/// `--voice-alias NAME=VOICE`.
+fn voice_alias(value: &str) -> Result<(String, String), String> {
+    match value.split_once('=') {
+        Some((name, voice)) if !name.trim().is_empty() && !voice.trim().is_empty() => {
+            Ok((name.trim().to_owned(), voice.trim().to_owned()))
+        }
+        _ => Err(format!("expected NAME=VOICE (e.g. alloy=heart), got '{value}'")),
+    }
+}
+
 async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
     let engine: Arc<dyn Engine> = match args.engine {
-        EngineKind::Hibari => Arc::new(args.voice.engine(args.served_model_name.clone())?),
+        EngineKind::Hibari => Arc::new(args.voice.engine(args.served_model_name.first().cloned())?),
         EngineKind::Synthetic => Arc::new(SyntheticEngine::new(SyntheticOptions {
-            model_name: args.served_model_name.clone().unwrap_or_else(|| DEFAULT_MODEL_NAME.to_owned()),
+            model_name: args.served_model_name.first().cloned().unwrap_or_else(|| DEFAULT_MODEL_NAME.to_owned()),
             chunk_ms: args.synthetic_chunk_ms,
             chunk_delay: Duration::from_millis(args.synthetic_chunk_delay_ms),
             real_time_factor: args.synthetic_real_time_factor,
@@ -503,6 +525,19 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
     config.header_timeout = args.header_timeout;
     config.body_timeout = args.body_timeout;
     config.write_timeout = args.write_timeout;
+    if args.no_openai_names {
+        config.model_aliases.clear();
+        config.voice_aliases.clear();
+    }
+    config.extra_models = args.served_model_name.iter().skip(1).cloned().collect();
+    let voices = &engine.capabilities().voices;
+    for (alias, voice) in &args.voice_alias {
+        if !voice.eq_ignore_ascii_case("default") && !voices.iter().any(|v| v.eq_ignore_ascii_case(voice)) {
+            return Err(format!("--voice-alias {alias}={voice}: no voice '{voice}' (voices: {})", voices.join(", ")));
+        }
+        config.voice_aliases.retain(|(name, _)| !name.eq_ignore_ascii_case(alias));
+        config.voice_aliases.push((alias.clone(), voice.clone()));
+    }
 
     let address = format!("{}:{}", args.host, args.port);
     let listener =
@@ -512,6 +547,9 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
         address = ?local,
         engine = ?args.engine,
         models = ?engine.capabilities().models,
+        also_models = ?config.extra_models,
+        model_aliases = ?config.model_aliases,
+        voice_aliases = config.voice_aliases.len(),
         "speechstream serving"
     );
     serve_with_wyoming(listener, wyoming, engine, config, shutdown_signal())

@@ -1,5 +1,6 @@
 //! Encoding audio for replies: wav, pcm, flac, mp3, opus (Ogg), whole ([`encode`]) or as it
-//! is made ([`StreamEncoder`]); G.711 mu-law and A-law bytes ([`ulaw`], [`alaw`]).
+//! is made ([`StreamEncoder`]; [`AudioStream`] resamples too); G.711 mu-law and A-law bytes
+//! ([`ulaw`], [`alaw`]).
 //!
 //! Every format takes mono 16-bit samples and returns one complete file (docs/protocol.md §e.1).
 //! Empty input still yields a valid, decodable file of zero length. wav, pcm and flac are
@@ -14,6 +15,7 @@ mod ogg;
 mod opus;
 
 use crate::config::ResponseFormat;
+use crate::resample::{resample, Resampler};
 
 /// Why audio could not be encoded (a bad sample rate, an encoder library's error).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,6 +73,12 @@ enum StreamKind {
     Opus(opus::OpusStream),
 }
 
+impl std::fmt::Debug for StreamEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamEncoder").finish_non_exhaustive()
+    }
+}
+
 impl StreamEncoder {
     /// A stream of `format` at `sample_rate` Hz. Errors for rates the format cannot carry.
     pub fn new(format: ResponseFormat, sample_rate: u32, paging: Paging) -> Result<StreamEncoder, EncodeError> {
@@ -111,6 +119,51 @@ impl StreamEncoder {
             StreamKind::Mp3(s) => s.finish(),
             StreamKind::Opus(s) => s.finish(),
         }
+    }
+}
+
+/// A response's audio encoded as it arrives: the engine's s16le PCM, converted to the
+/// response's rate ([`Resampler`], chunk-independent) and encoded ([`StreamEncoder`]).
+#[derive(Debug)]
+pub struct AudioStream {
+    from: u32,
+    resampler: Resampler,
+    encoder: StreamEncoder,
+    samples: Vec<i16>,
+    converted: Vec<i16>,
+}
+
+impl AudioStream {
+    /// A stream of `format` at `to` Hz from audio at `from` Hz.
+    pub fn new(format: ResponseFormat, from: u32, to: u32, paging: Paging) -> Result<AudioStream, EncodeError> {
+        let resampler = Resampler::new(from, to).map_err(|e| EncodeError(e.0))?;
+        let encoder = StreamEncoder::new(format, to, paging)?;
+        Ok(AudioStream { from, resampler, encoder, samples: Vec::new(), converted: Vec::new() })
+    }
+
+    /// More s16le PCM at `sample_rate` Hz (the rate the stream began with); returns the bytes
+    /// that are ready.
+    pub fn push_s16le(&mut self, pcm: &[u8], sample_rate: u32) -> Result<Vec<u8>, EncodeError> {
+        if sample_rate != self.from {
+            return Err(EncodeError(format!(
+                "Audio sample rate changed during streaming: {} Hz to {sample_rate} Hz",
+                self.from
+            )));
+        }
+        self.samples.clear();
+        self.samples.extend(pcm.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])));
+        self.converted.clear();
+        self.resampler.push(&self.samples, &mut self.converted);
+        self.encoder.push(&self.converted)
+    }
+
+    /// End of audio: the bytes that close the file.
+    pub fn finish(mut self) -> Result<Vec<u8>, EncodeError> {
+        self.converted.clear();
+        self.resampler.finish(&mut self.converted);
+        let mut out = self.encoder.push(&self.converted)?;
+        out.extend(self.encoder.finish()?);
+        Ok(out)
     }
 }
 
@@ -190,7 +243,8 @@ impl WholeAudio {
 
     /// The encoding of what was collected, at its rate (`default_rate` when no audio came).
     pub fn finish(self, default_rate: u32) -> EncodeJob {
-        EncodeJob { format: self.format, sample_rate: self.sample_rate.unwrap_or(default_rate), pcm: self.pcm }
+        let sample_rate = self.sample_rate.unwrap_or(default_rate);
+        EncodeJob { format: self.format, sample_rate, out_rate: sample_rate, pcm: self.pcm }
     }
 }
 
@@ -210,15 +264,27 @@ pub fn whole_audio_too_long(seconds: u32, instead: &str) -> String {
 pub struct EncodeJob {
     format: ResponseFormat,
     sample_rate: u32,
+    out_rate: u32,
     pcm: Vec<u8>,
 }
 
 impl EncodeJob {
+    /// The same file at `rate` Hz: the audio is resampled before it is encoded.
+    pub fn at_rate(self, rate: u32) -> EncodeJob {
+        EncodeJob { out_rate: rate, ..self }
+    }
+
     /// Encode: the file, or why it failed (`audio encoding failed: ...`).
     pub fn run(self) -> Encoded {
-        Encoded(
-            encode_s16le(self.format, self.pcm, self.sample_rate).map_err(|e| format!("audio encoding failed: {e}")),
-        )
+        let file = if self.out_rate == self.sample_rate {
+            encode_s16le(self.format, self.pcm, self.sample_rate)
+        } else {
+            let samples: Vec<i16> = self.pcm.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect();
+            resample(self.sample_rate, self.out_rate, &samples)
+                .map_err(|e| EncodeError(e.0))
+                .and_then(|samples| encode(self.format, &samples, self.out_rate))
+        };
+        Encoded(file.map_err(|e| format!("audio encoding failed: {e}")))
     }
 }
 

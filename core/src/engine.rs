@@ -285,6 +285,9 @@ pub struct EngineCapabilities {
     /// gets the voice, and `voice` may be `default` (the engine's default voice). The server
     /// sets them (OpenAI's voice names by default, `--voice-alias`); engines leave them empty.
     pub voice_aliases: Vec<(String, String)>,
+    /// More model names a request may send, not listed in `GET /v1/models` (OpenAI's, by
+    /// default in the server); engines leave it empty.
+    pub model_aliases: Vec<String>,
 }
 
 /// OpenAI's voice names, which its clients (Pipecat, LiveKit, the openai SDK's examples) send
@@ -292,7 +295,8 @@ pub struct EngineCapabilities {
 pub const OPENAI_VOICES: [&str; 13] =
     ["alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova", "onyx", "sage", "shimmer", "verse"];
 
-/// OpenAI's speech model names, accepted by default as names of the served model.
+/// OpenAI's speech model names, accepted by default as names of the served model
+/// ([`EngineCapabilities::model_aliases`]).
 pub const OPENAI_MODELS: [&str; 3] = ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"];
 
 impl EngineCapabilities {
@@ -309,7 +313,13 @@ impl EngineCapabilities {
             word_timestamps: false,
             codec: None,
             voice_aliases: Vec::new(),
+            model_aliases: Vec::new(),
         }
+    }
+
+    /// Whether a request may name `model`: one of `models` or `model_aliases`.
+    pub fn serves_model(&self, model: &str) -> bool {
+        self.models.iter().chain(&self.model_aliases).any(|m| m == model)
     }
 
     /// The name refusals give the engine.
@@ -365,6 +375,13 @@ impl EngineCapabilities {
         self.resolve_voice(request.voice.as_deref()).map(drop)
     }
 
+    /// Whether `voice` names an alias rather than one of the engine's voices.
+    pub fn is_voice_alias(&self, voice: &str) -> bool {
+        let lower = voice.to_lowercase();
+        let declared = self.voices.is_empty() || self.voices.iter().any(|v| v.to_lowercase() == lower);
+        !declared && self.voice_aliases.iter().any(|(alias, _)| alias.to_lowercase() == lower)
+    }
+
     /// The engine's name for the voice a client asked for: the declared voice it names in any
     /// case, the voice an alias stands for, or `None` (the default voice) for no voice,
     /// `default` or an alias of it. An engine that declares
@@ -382,7 +399,8 @@ impl EngineCapabilities {
             return Ok(None);
         }
         if let Some((_, target)) = self.voice_aliases.iter().find(|(alias, _)| alias.to_lowercase() == lower) {
-            return match self.voices.iter().find(|v| v.eq_ignore_ascii_case(target)) {
+            let target = target.to_lowercase();
+            return match self.voices.iter().find(|v| v.to_lowercase() == target) {
                 Some(name) => Ok(Some(name)),
                 None => Ok(None), // an alias of `default`
             };

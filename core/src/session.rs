@@ -622,7 +622,7 @@ impl Session {
             Err(details) => return self.reject(&format!("Invalid session config: {details}")),
         };
         if let Some(model) = config.model.as_deref().filter(|m| !m.is_empty()) {
-            if !self.capabilities.models.iter().any(|m| m == model) {
+            if !self.capabilities.serves_model(model) {
                 let inner = Value::Str(format!("The model `{model}` does not exist.")).py_repr();
                 return self.reject(&format!(
                     "error=ErrorInfo(message={inner}, type='NotFoundError', param='model', code=404)"
@@ -812,7 +812,14 @@ impl Session {
         };
         self.state = State::Generating(Generation { id, mode, total: 0, sample_rate: None });
         match self.capabilities.check(&request) {
-            Ok(()) => self.push(Output::Engine(EngineCommand::Synthesize { id, request })),
+            Ok(()) => {
+                let mut request = request;
+                // An alias (the server's) reaches the engine as the voice it stands for.
+                if let Some(alias) = request.voice.as_deref().filter(|v| self.capabilities.is_voice_alias(v)) {
+                    request.voice = self.capabilities.resolve_voice(Some(alias)).ok().flatten().map(str::to_owned);
+                }
+                self.push(Output::Engine(EngineCommand::Synthesize { id, request }))
+            }
             // What the engine cannot do fails as a generation error would, after the start
             // message (as the reference's adapter refuses it). The caller goes on with the
             // held messages: no `resume` here, which would nest one call per message.

@@ -4,9 +4,9 @@
 //! streaming WAV header, SSE events, usage) are shaped here so transports only move them.
 //!
 //! Where the reference applies Qwen3-TTS adapter rules, the engine's [`EngineCapabilities`]
-//! stand in: its voices, its one sample rate (no resampling: another `sample_rate` is a 400
-//! naming the supported one), its word timings. Our engines control speed natively, so speed
-//! is allowed when streaming too.
+//! stand in: its voices (and the server's aliases of them), its word timings. `sample_rate`
+//! may be any of [`SUPPORTED_RATES`] (the audio is resampled). Our engines control speed
+//! natively, so speed is allowed when streaming too, and every format streams.
 
 use std::fmt::Write as _;
 
@@ -19,6 +19,7 @@ use crate::config::{
 use crate::engine::{EngineCapabilities, OutputKind, SynthesisRequest, WordTiming};
 use crate::json::{self, Object, Value};
 use crate::pydantic::{render, saturate, FieldError, Validator};
+use crate::resample::SUPPORTED_RATES;
 use crate::text::py_strip;
 
 /// The pydantic model name the reference validates the body with.
@@ -53,7 +54,8 @@ pub struct SpeechRequest {
     pub response_format: ResponseFormat,
     /// How the reply is sent.
     pub delivery: Delivery,
-    /// The rate of the audio returned (the engine's).
+    /// The rate of the audio returned: the engine's, or the request's `sample_rate` (one of
+    /// [`SUPPORTED_RATES`], resampled).
     pub sample_rate: u32,
 }
 
@@ -130,7 +132,7 @@ pub fn parse_speech_request(
     };
     let body = validate_body(&object).map_err(HttpError::bad_request)?;
     if let Some(model) = body.model.as_deref().filter(|m| !m.is_empty()) {
-        if !capabilities.models.iter().any(|m| m == model) {
+        if !capabilities.serves_model(model) {
             let mut error = HttpError::new(404, "NotFoundError", format!("The model `{model}` does not exist."));
             error.param = Some("model");
             return Err(error);
@@ -173,12 +175,23 @@ pub fn parse_speech_request(
     if body.max_new_tokens.is_some_and(|n| n > MAX_NEW_TOKENS) {
         return Err(HttpError::bad_request(format!("max_new_tokens cannot exceed {MAX_NEW_TOKENS}")));
     }
-    let sample_rate = capabilities.sample_rate;
-    if let Some(rate) = body.sample_rate.filter(|&rate| rate != i64::from(sample_rate)) {
-        return Err(HttpError::bad_request(format!(
-            "sample_rate={rate} is not supported by the current TTS model; supported rates: {sample_rate}"
-        )));
-    }
+    let native = capabilities.sample_rate;
+    let sample_rate = match body.sample_rate {
+        None => native,
+        Some(rate) => match u32::try_from(rate).ok().filter(|&r| r == native || SUPPORTED_RATES.contains(&r)) {
+            Some(rate) => rate,
+            None => {
+                let mut rates: Vec<u32> = SUPPORTED_RATES.into_iter().chain([native]).collect();
+                rates.sort_unstable();
+                rates.dedup();
+                let rates: Vec<String> = rates.iter().map(u32::to_string).collect();
+                return Err(HttpError::bad_request(format!(
+                    "sample_rate={rate} is not supported by the current TTS model; supported rates: {}",
+                    rates.join(", ")
+                )));
+            }
+        },
+    };
     let synthesis = SynthesisRequest {
         text: text.to_owned(),
         model: body.model,
@@ -337,14 +350,7 @@ fn validate_body(msg: &Object) -> Result<Body, String> {
     if !v.errors.is_empty() {
         return Err(render(MODEL, &v.errors));
     }
-    let streaming = body.stream || body.stream_format.is_some();
-    let rule = if streaming && !matches!(body.response_format, ResponseFormat::Pcm | ResponseFormat::Wav) {
-        Some(format!(
-            "Streaming (stream=true, stream_format='audio', or stream_format='sse') requires response_format='pcm' \
-             or 'wav'. Got response_format='{}'.",
-            body.response_format.as_str()
-        ))
-    } else if embedding.is_some() && ref_audio {
+    let rule = if embedding.is_some() && ref_audio {
         Some("'speaker_embedding' and 'ref_audio' are mutually exclusive".to_owned())
     } else if embedding.as_ref().is_some_and(|e| e.iter().any(|x| !x.is_finite())) {
         Some("'speaker_embedding' values must be finite (no NaN or Inf)".to_owned())
@@ -392,13 +398,19 @@ fn voice(v: &mut Validator<'_>) -> Option<String> {
     }
 }
 
-/// `GET /v1/audio/voices`: the engine's voices plus the `default` placeholder, sorted.
+/// `GET /v1/audio/voices`: the engine's voices plus the `default` placeholder, sorted, and
+/// the aliases (`{"alloy": "default", ...}`: each name and the voice it stands for).
 pub fn voices_json(capabilities: &EngineCapabilities) -> String {
     let mut voices: Vec<String> = capabilities.voices.iter().map(|v| v.to_lowercase()).collect();
     voices.push("default".to_owned());
     voices.sort_unstable();
     voices.dedup();
-    serde_json::json!({"voices": voices, "uploaded_voices": []}).to_string()
+    let aliases: serde_json::Map<String, serde_json::Value> = capabilities
+        .voice_aliases
+        .iter()
+        .map(|(alias, voice)| (alias.to_lowercase(), serde_json::Value::from(voice.to_lowercase())))
+        .collect();
+    serde_json::json!({"voices": voices, "uploaded_voices": [], "aliases": aliases}).to_string()
 }
 
 /// The `Content-Type` of each format (docs/protocol.md §e.1).
@@ -410,27 +422,6 @@ pub fn media_type(format: ResponseFormat) -> &'static str {
         ResponseFormat::Mp3 => "audio/mpeg",
         ResponseFormat::Opus => "audio/ogg",
     }
-}
-
-/// The 44-byte header that starts a streamed WAV: mono 16-bit PCM with both sizes 0xFFFFFFFF,
-/// as the length is unknown when it is sent.
-pub fn streaming_wav_header(sample_rate: u32) -> [u8; 44] {
-    let mut h = [0u8; 44];
-    let mut put = |at: usize, bytes: &[u8]| h[at..at + bytes.len()].copy_from_slice(bytes);
-    put(0, b"RIFF");
-    put(4, &u32::MAX.to_le_bytes());
-    put(8, b"WAVE");
-    put(12, b"fmt ");
-    put(16, &16u32.to_le_bytes());
-    put(20, &1u16.to_le_bytes()); // PCM
-    put(22, &1u16.to_le_bytes()); // channels
-    put(24, &sample_rate.to_le_bytes());
-    put(28, &sample_rate.saturating_mul(2).to_le_bytes()); // byte rate
-    put(32, &2u16.to_le_bytes()); // block align
-    put(34, &16u16.to_le_bytes()); // bits per sample
-    put(36, b"data");
-    put(40, &u32::MAX.to_le_bytes());
-    h
 }
 
 /// What a request cost. Input tokens are the text's whitespace-separated words; output tokens

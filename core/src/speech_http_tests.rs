@@ -77,14 +77,11 @@ fn schema_errors_are_pydantic_text() {
 
 #[test]
 fn model_rules() {
-    let e = err(r#"{"input":"x","stream":true,"response_format":"mp3"}"#);
-    assert!(
-        e.message.contains(
-            "Value error, Streaming (stream=true, stream_format='audio', or stream_format='sse') requires \
-             response_format='pcm' or 'wav'. Got response_format='mp3'."
-        ),
-        "{e:?}"
-    );
+    // Every format streams (LiveKit sends mp3 with stream_format sse).
+    for format in ["mp3", "opus", "flac", "wav", "pcm"] {
+        let r = ok(&format!(r#"{{"input":"x","stream_format":"sse","response_format":"{format}"}}"#));
+        assert_eq!((r.delivery, r.response_format.as_str()), (Delivery::Sse, format));
+    }
     let e = err(r#"{"input":"x","speaker_embedding":[0.5],"ref_audio":"data:x"}"#);
     assert!(e.message.contains("'speaker_embedding' and 'ref_audio' are mutually exclusive"));
     let e = err(r#"{"input":"x","speaker_embedding":[NaN]}"#);
@@ -108,9 +105,12 @@ fn serving_checks() {
     );
     assert_eq!(err(r#"{"input":"x","max_new_tokens":4097}"#).message, "max_new_tokens cannot exceed 4096");
     assert_eq!(
-        err(r#"{"input":"x","sample_rate":8000}"#).message,
-        "sample_rate=8000 is not supported by the current TTS model; supported rates: 24000"
+        err(r#"{"input":"x","sample_rate":12345}"#).message,
+        "sample_rate=12345 is not supported by the current TTS model; supported rates: 8000, 16000, 22050, 24000, \
+         44100, 48000"
     );
+    assert_eq!(ok(r#"{"input":"x","sample_rate":8000}"#).sample_rate, 8000);
+    assert_eq!(ok(r#"{"input":"x"}"#).sample_rate, 24_000);
     assert!(err(r#"{"input":"x","word_timestamps":true,"stream":true}"#)
         .message
         .starts_with("word_timestamps=true is currently supported by the WebSocket"));
@@ -132,12 +132,22 @@ fn content_type() {
 
 #[test]
 fn voices_are_sorted_with_default() {
-    assert_eq!(voices_json(&caps()), r#"{"uploaded_voices":[],"voices":["aiden","default","vivian"]}"#);
+    assert_eq!(voices_json(&caps()), r#"{"aliases":{},"uploaded_voices":[],"voices":["aiden","default","vivian"]}"#);
+    let mut aliased = caps();
+    aliased.voice_aliases = vec![("Alloy".into(), "default".into()), ("nova".into(), "Vivian".into())];
+    assert_eq!(
+        voices_json(&aliased),
+        r#"{"aliases":{"alloy":"default","nova":"vivian"},"uploaded_voices":[],"voices":["aiden","default","vivian"]}"#
+    );
+    assert!(err(r#"{"input":"x","voice":"nova"}"#).message.starts_with("Invalid voice 'nova'"));
+    let voice = |body: &str| parse_speech_request(body, &aliased, 1 << 20).map(|r| r.synthesis.voice);
+    assert_eq!(voice(r#"{"input":"x","voice":"NOVA"}"#), Ok(Some("vivian".to_owned())));
+    assert_eq!(voice(r#"{"input":"x","voice":"alloy"}"#), Ok(None));
 }
 
 #[test]
 fn streaming_wav_header_has_unknown_sizes() {
-    let h = streaming_wav_header(24_000);
+    let h = crate::encode::streaming_wav_header(24_000);
     assert_eq!(&h[0..4], b"RIFF");
     assert_eq!(&h[4..8], &[0xff; 4]);
     assert_eq!(&h[8..16], b"WAVEfmt ");

@@ -24,12 +24,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::capacity::Overloaded;
-use crate::config::ResponseFormat;
-use crate::encode::{EncodeJob, Encoded, WholeAudio};
+use crate::encode::{AudioStream, EncodeJob, Encoded, Paging, WholeAudio};
 use crate::engine::{EngineCapabilities, EngineEventKind, WordTiming};
 use crate::speech_http::{
-    media_type, sse_delta, sse_done, sse_error, streaming_wav_header, word_timestamps_header, Delivery, HttpError,
-    SpeechRequest, Usage,
+    media_type, sse_delta, sse_done, sse_error, word_timestamps_header, Delivery, HttpError, SpeechRequest, Usage,
 };
 
 /// What the response wants done next; carry them out in order.
@@ -81,8 +79,9 @@ enum State {
     Encoding,
     /// Streamed, waiting for the first audio before the head.
     AwaitingAudio,
-    /// Streamed, head sent; `header` is the streaming WAV header not yet sent (before audio).
-    Streaming { header: Option<Vec<u8>>, sent_audio: bool },
+    /// Streamed, head sent; `audio` encodes at the response's rate (made with the first
+    /// audio, so at the engine's rate).
+    Streaming { audio: Option<Box<AudioStream>>, sent_audio: bool },
     /// Ended: nothing more comes out.
     Done,
 }
@@ -180,9 +179,9 @@ impl SpeechResponse {
             }
             State::AwaitingAudio if !pcm.is_empty() => {
                 self.start_stream();
-                self.stream_audio(pcm);
+                self.stream_audio(pcm, sample_rate);
             }
-            State::Streaming { .. } => self.stream_audio(pcm),
+            State::Streaming { .. } => self.stream_audio(pcm, sample_rate),
             State::AwaitingAudio | State::Encoding | State::Done => {}
         }
     }
@@ -191,15 +190,15 @@ impl SpeechResponse {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Collecting(audio) => {
                 self.state = State::Encoding;
-                let job = audio.finish(self.request.sample_rate);
+                let job = audio.finish(self.capabilities.sample_rate).at_rate(self.request.sample_rate);
                 self.outputs.push_back(ResponseOutput::Encode(job));
             }
             State::AwaitingAudio => {
                 self.start_stream();
                 self.end_stream();
             }
-            State::Streaming { header, sent_audio } => {
-                self.state = State::Streaming { header, sent_audio };
+            State::Streaming { audio, sent_audio } => {
+                self.state = State::Streaming { audio, sent_audio };
                 self.end_stream();
             }
             state @ (State::Encoding | State::Done) => self.state = state,
@@ -232,33 +231,47 @@ impl SpeechResponse {
             (media_type(format), Vec::new())
         };
         self.outputs.push_back(ResponseOutput::Head(ResponseHead { content_type, headers }));
-        // A streamed wav starts with the header that leaves its sizes open.
-        let header = (format == ResponseFormat::Wav).then(|| streaming_wav_header(self.request.sample_rate).to_vec());
-        self.state = State::Streaming { header, sent_audio: false };
+        self.state = State::Streaming { audio: None, sent_audio: false };
     }
 
-    fn stream_audio(&mut self, pcm: Vec<u8>) {
+    fn stream_audio(&mut self, pcm: Vec<u8>, sample_rate: u32) {
         if pcm.is_empty() {
             return;
         }
         self.audio_bytes += pcm.len() as u64;
-        let State::Streaming { header, sent_audio } = &mut self.state else { return };
-        let bytes = match header.take() {
-            Some(mut header) => {
-                header.extend_from_slice(&pcm);
-                header
-            }
-            None => pcm,
+        let (format, rate) = (self.request.response_format, self.request.sample_rate);
+        let State::Streaming { audio, sent_audio } = &mut self.state else { return };
+        let encoded = match audio {
+            Some(stream) => stream.push_s16le(&pcm, sample_rate),
+            None => AudioStream::new(format, sample_rate, rate, Paging::Eager)
+                .and_then(|stream| audio.insert(Box::new(stream)).push_s16le(&pcm, sample_rate)),
         };
-        *sent_audio = true;
-        self.push_stream_bytes(bytes);
+        match encoded {
+            Ok(bytes) if bytes.is_empty() => {}
+            Ok(bytes) => {
+                *sent_audio = true;
+                self.push_stream_bytes(bytes);
+            }
+            Err(e) => self.fail(&e.0),
+        }
     }
 
     fn end_stream(&mut self) {
-        if let State::Streaming { header, .. } = &mut self.state {
-            if let Some(header) = header.take() {
-                // No audio at all: a valid, empty streamed wav is still just the header.
-                self.push_stream_bytes(header);
+        if let State::Streaming { audio, .. } = &mut self.state {
+            // No audio at all: still a valid, empty file of the format (a wav is its header).
+            let stream = match audio.take() {
+                Some(stream) => Ok(*stream),
+                None => AudioStream::new(
+                    self.request.response_format,
+                    self.request.sample_rate,
+                    self.request.sample_rate,
+                    Paging::Eager,
+                ),
+            };
+            match stream.and_then(AudioStream::finish) {
+                Ok(bytes) if bytes.is_empty() => {}
+                Ok(bytes) => self.push_stream_bytes(bytes),
+                Err(e) => return self.fail(&e.0),
             }
         }
         if self.sse() {

@@ -717,6 +717,11 @@ fn voices_languages_and_task_types_are_refused_in_the_core() {
             r#"{"type":"session.config","instructions":"whisper"}"#,
             "instructions are not supported by hibari (it has no voice design or style prompts)",
         ),
+        (
+            r#"{"type":"session.config","ref_audio":"data:audio/wav;base64,AAAA","ref_text":"hello"}"#,
+            "voice cloning (ref_audio, ref_text, speaker_embedding) is not supported by hibari: it speaks with \
+             preset voices only (leave those fields out)",
+        ),
     ];
     for (config, why) in cases {
         let mut caps = capabilities(false, false);
@@ -742,6 +747,28 @@ fn voices_languages_and_task_types_are_refused_in_the_core() {
             h.engine(id, EngineEventKind::Finished);
         }
     }
+}
+
+// Issue 13: the server's aliases (OpenAI's voice names) reach the engine as its own names.
+#[test]
+fn voice_aliases_reach_the_engine_as_its_voices() {
+    let mut caps = capabilities(false, false);
+    caps.voices = vec!["heart".into(), "Bella".into()];
+    caps.voice_aliases = vec![("alloy".into(), "default".into()), ("Nova".into(), "bella".into())];
+    let mut h = Harness::new(caps, SessionOptions::default());
+    for (voice, expected) in [("ALLOY", None), ("nova", Some("Bella")), ("heart", Some("heart")), ("default", None)] {
+        h.send(&format!(r#"{{"type":"session.config","voice":"{voice}"}}"#)).send(&text("x")).send(DONE);
+        let (id, request) = Harness::request(&h.take());
+        assert_eq!(request.voice.as_deref(), expected, "{voice}");
+        h.engine(id, EngineEventKind::Finished);
+    }
+    h.send(r#"{"type":"session.config","voice":"echo"}"#).send(&text("x")).send(DONE);
+    let outs = h.take();
+    let error = frames(&outs).into_iter().find(|f| f["type"] == "error").expect("an error frame");
+    assert_eq!(
+        error["message"],
+        "Generation failed for utterance 4, sentence 0: Invalid voice 'echo'. Supported: Bella, heart"
+    );
 }
 
 #[test]

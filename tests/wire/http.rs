@@ -167,14 +167,14 @@ async fn errors_are_openai_json() {
         json!({"error": {"message": "The model `nope` does not exist.", "type": "NotFoundError", "param": "model", "code": 404}})
     );
     assert_eq!(post(json!({"input": "x", "model": DEFAULT_MODEL_NAME})).await.status, 200);
-    let reply = post(json!({"input": "x", "stream": true, "response_format": "mp3"})).await;
+    let reply = post(json!({"input": "x", "stream": true, "voice": "nobody"})).await;
     assert_eq!((reply.status, &reply.json()["error"]["type"]), (400, &json!("BadRequestError")));
-    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("requires response_format='pcm' or 'wav'"));
     assert_eq!(post(json!({"input": "  "})).await.json()["error"]["message"], "Input text cannot be empty");
-    let reply = post(json!({"input": "x", "sample_rate": 16000})).await;
+    let reply = post(json!({"input": "x", "sample_rate": 16001})).await;
     assert_eq!(
         reply.json()["error"]["message"],
-        "sample_rate=16000 is not supported by the current TTS model; supported rates: 24000"
+        "sample_rate=16001 is not supported by the current TTS model; supported rates: 8000, 16000, 22050, 24000, \
+         44100, 48000"
     );
     let reply = request(server.addr, "POST", "/v1/audio/speech", &[("Content-Type", "text/plain")], "{}").await;
     assert_eq!(reply.status, 400);
@@ -300,5 +300,121 @@ async fn connection_limit_refuses_clearly() {
         assert!(tokio::time::Instant::now() < deadline, "capacity never freed");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    server.shutdown().await;
+}
+
+/// The audio of an SSE body: its deltas' bytes, in order (the last event must be `done`).
+fn sse_audio(body: &[u8]) -> Vec<u8> {
+    let text = std::str::from_utf8(body).expect("utf-8 events");
+    let mut audio = Vec::new();
+    let mut done = false;
+    for data in text.lines().filter_map(|line| line.strip_prefix("data: ")) {
+        let data: Value = serde_json::from_str(data).expect("JSON data");
+        assert!(!done, "an event after done");
+        match data["type"].as_str() {
+            Some("speech.audio.delta") => {
+                audio.extend(base64::engine::general_purpose::STANDARD.decode(data["audio"].as_str().unwrap()).unwrap())
+            }
+            Some("speech.audio.done") => done = true,
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    assert!(done, "no done event");
+    audio
+}
+
+/// Decodes a file with ffmpeg (from Debian) to mono s16le at its own rate (opus: 24 kHz).
+fn ffmpeg_decode(file: &[u8], format: &str) -> Vec<u8> {
+    use std::io::Write as _;
+    // Opus decodes at 48 kHz; ours are made at 24 kHz.
+    let rate: &[&str] = if format == "ogg" { &["-ar", "24000"] } else { &[] };
+    let mut child = std::process::Command::new("ffmpeg")
+        .args(["-v", "error", "-f", format, "-i", "pipe:0", "-f", "s16le", "-ac", "1"])
+        .args(rate)
+        .arg("pipe:1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("ffmpeg (scripts/setup.sh installs it)");
+    let mut stdin = child.stdin.take().unwrap();
+    let file = file.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&file));
+    let out = child.wait_with_output().expect("ffmpeg");
+    writer.join().unwrap().expect("write to ffmpeg");
+    assert!(out.status.success(), "ffmpeg: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_names_streams_of_every_format_rates_and_request_ids() {
+    let engine = synthetic();
+    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
+    let pcm = expected_pcm(&engine, "Hello over HTTP.");
+    let post = |body: Value, headers: Vec<(&'static str, &'static str)>| {
+        let addr = server.addr;
+        async move {
+            let mut all = vec![JSON];
+            all.extend(headers);
+            request(addr, "POST", "/v1/audio/speech", &all, &body.to_string()).await
+        }
+    };
+    // OpenAI's model and voice names (as Pipecat and LiveKit send them) are the default voice.
+    let reply = post(
+        json!({"input": "Hello over HTTP.", "model": "gpt-4o-mini-tts", "voice": "ALLOY", "response_format": "pcm"}),
+        vec![],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(reply.body, pcm);
+    let voices = request(server.addr, "GET", "/v1/audio/voices", &[], "").await.json();
+    assert_eq!(voices["aliases"]["alloy"], "default");
+    assert_eq!(voices["aliases"].as_object().unwrap().len(), 13);
+    let models = request(server.addr, "GET", "/v1/models", &[], "").await.json();
+    let ids: Vec<&str> = models["data"].as_array().unwrap().iter().filter_map(|m| m["id"].as_str()).collect();
+    assert_eq!(ids, [DEFAULT_MODEL_NAME], "OpenAI's names are accepted, not listed");
+
+    // Every format streams, raw and as SSE; each stream decodes whole with ffmpeg. Lossless
+    // formats give back the very samples; mp3 and opus about as many (encoder delay, padding).
+    for (format, demuxer) in [("wav", "wav"), ("flac", "flac"), ("mp3", "mp3"), ("opus", "ogg")] {
+        for delivery in [json!({"stream_format": "audio"}), json!({"stream_format": "sse"})] {
+            let mut body = json!({"input": "Hello over HTTP.", "response_format": format, "model": "tts-1"});
+            body.as_object_mut().unwrap().extend(delivery.as_object().unwrap().clone());
+            let reply = post(body, vec![]).await;
+            assert_eq!(reply.status, 200, "{format} {delivery}");
+            let file = if delivery["stream_format"] == "sse" { sse_audio(&reply.body) } else { reply.body };
+            let decoded = ffmpeg_decode(&file, demuxer);
+            match format {
+                "wav" | "flac" => assert_eq!(decoded, pcm, "{format} {delivery}"),
+                _ => {
+                    let (got, want) = (decoded.len() as f64, pcm.len() as f64);
+                    assert!((got - want).abs() < 0.1 * want + 9600.0, "{format} {delivery}: {got} bytes for {want}");
+                }
+            }
+        }
+    }
+
+    // Other rates: resampled, the header and the byte counts at the new rate.
+    let reply = post(json!({"input": "Hello over HTTP.", "sample_rate": 8000}), vec![]).await;
+    assert_eq!(u32::from_le_bytes(reply.body[24..28].try_into().unwrap()), 8000);
+    assert_eq!(reply.body.len() - 44, (pcm.len() / 2).div_ceil(3) * 2);
+    let reply = post(
+        json!({"input": "Hello over HTTP.", "sample_rate": 48000, "response_format": "pcm", "stream": true}),
+        vec![],
+    )
+    .await;
+    assert_eq!(sse_audio(&reply.body).len(), pcm.len() * 2);
+    let reply =
+        post(json!({"input": "Hello over HTTP.", "sample_rate": 16000, "response_format": "flac"}), vec![]).await;
+    assert_eq!(ffmpeg_decode(&reply.body, "flac").len(), (pcm.len() / 2 * 2).div_ceil(3) * 2);
+
+    // X-Request-Id on every response: the client's own, else ours (as the logs name it).
+    let reply = post(json!({"input": "x"}), vec![("X-Request-Id", "client-id-42")]).await;
+    assert_eq!(reply.header("x-request-id"), Some("client-id-42"));
+    let reply = post(json!({"input": ""}), vec![]).await;
+    assert_eq!(reply.status, 400);
+    assert!(reply.header("x-request-id").is_some_and(|id| id.starts_with("speech-http-")), "{:?}", reply.headers);
+    let reply = request(server.addr, "GET", "/nowhere", &[("x-request-id", "bad id with spaces")], "").await;
+    assert!(reply.header("x-request-id").is_some_and(|id| id.starts_with("speech-http-")));
     server.shutdown().await;
 }

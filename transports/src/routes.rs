@@ -38,15 +38,32 @@ pub(crate) async fn route(
     slot: UpgradeSlot,
 ) -> Response<Body> {
     let id = context.next_request_id();
-    let span = info_span!("http", request = %id, method = %request.method(), path = request.uri().path());
+    // `X-Request-Id`: the client's own when it sent a usable one (logged beside ours), else ours.
+    let client_id = request.headers().get(X_REQUEST_ID).filter(|v| usable_request_id(v.as_bytes())).cloned();
+    let span = match &client_id {
+        Some(theirs) => info_span!("http", request = %id, client_request = %String::from_utf8_lossy(theirs.as_bytes()),
+            method = %request.method(), path = request.uri().path()),
+        None => info_span!("http", request = %id, method = %request.method(), path = request.uri().path()),
+    };
     let refused = context.admission != Admission::Admitted;
+    let ours = HeaderValue::from_str(&id.to_string()).ok();
     let mut response = respond(request, shared, context, slot, id).instrument(span).await;
+    if let Some(value) = client_id.or(ours) {
+        response.headers_mut().insert(X_REQUEST_ID, value);
+    }
     // A refused connection gets one answer and is closed (a 101 must keep its `Connection:
     // upgrade`; the refused WebSocket is closed with 1013 instead).
     if refused && response.status() != StatusCode::SWITCHING_PROTOCOLS {
         response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
     }
     response
+}
+
+const X_REQUEST_ID: &str = "x-request-id";
+
+/// A client's request id worth echoing: 1 to 200 visible ASCII characters.
+fn usable_request_id(id: &[u8]) -> bool {
+    (1..=200).contains(&id.len()) && id.iter().all(|b| b.is_ascii_graphic())
 }
 
 async fn respond(

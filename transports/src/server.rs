@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use speechstream_core::engine::Engine;
+use speechstream_core::engine::{Engine, OPENAI_MODELS, OPENAI_VOICES};
 use speechstream_core::session::SessionOptions;
 use speechstream_core::wyoming::{codes, error_event, WyomingOptions};
 use tokio::net::{TcpListener, TcpStream};
@@ -65,6 +65,14 @@ pub struct ServerConfig {
     /// How long a write may wait for a peer that has stopped reading before the connection is
     /// dropped (and its engine request aborted).
     pub write_timeout: Duration,
+    /// More names of the served model, listed in `GET /v1/models` after the engine's own and
+    /// accepted as `model` (HTTP, `session.config`).
+    pub extra_models: Vec<String>,
+    /// Model names accepted as `model` but not listed. Default: OpenAI's ([`OPENAI_MODELS`]).
+    pub model_aliases: Vec<String>,
+    /// Other names for the engine's voices, `(alias, voice)`; `voice` may be `default`.
+    /// Default: each of OpenAI's voice names ([`OPENAI_VOICES`]) stands for the default voice.
+    pub voice_aliases: Vec<(String, String)>,
 }
 
 impl Default for ServerConfig {
@@ -85,6 +93,9 @@ impl ServerConfig {
             body_timeout: Duration::from_secs(30),
             max_sockets: None,
             write_timeout: Duration::from_secs(30),
+            extra_models: Vec::new(),
+            model_aliases: OPENAI_MODELS.iter().map(|m| m.to_string()).collect(),
+            voice_aliases: OPENAI_VOICES.iter().map(|v| (v.to_string(), "default".to_owned())).collect(),
         }
     }
 }
@@ -129,8 +140,16 @@ pub async fn serve_with_wyoming(
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let wyoming = wyoming.map(|w| (w.listener, Arc::new(w.options)));
+    let mut capabilities = engine.capabilities().clone();
+    for model in cfg.extra_models {
+        if !capabilities.models.contains(&model) {
+            capabilities.models.push(model);
+        }
+    }
+    capabilities.voice_aliases = cfg.voice_aliases;
+    capabilities.model_aliases = cfg.model_aliases;
     let shared = Arc::new(Shared {
-        capabilities: Arc::new(engine.capabilities().clone()),
+        capabilities: Arc::new(capabilities),
         engine,
         max_message_bytes: max_message_bytes(&cfg.session),
         options: Arc::new(cfg.session),

@@ -61,7 +61,7 @@ impl OpusStream {
         }
         let scale = u64::from(GRANULE_RATE / sample_rate);
         let frame = (sample_rate / 50) as usize;
-        let encoder = Encoder::new(sample_rate)?;
+        let mut encoder = Encoder::new(sample_rate)?;
         encoder.ctl_set(ffi::OPUS_SET_BITRATE_REQUEST, BITRATE)?;
         let lookahead = usize::try_from(encoder.ctl_get(ffi::OPUS_GET_LOOKAHEAD_REQUEST)?)
             .map_err(|_| EncodeError("opus: negative encoder lookahead".into()))?;
@@ -175,6 +175,12 @@ fn opus_error(what: &str, code: c_int) -> EncodeError {
 /// Owns one libopus encoder; destroyed on drop.
 struct Encoder(*mut ffi::OpusEncoder);
 
+// SAFETY: the encoder state is owned by this value alone and libopus keeps no thread-local
+// state, so it may move between threads; every call that touches it takes `&mut self`, so a
+// shared `&Encoder` can do nothing with it.
+unsafe impl Send for Encoder {}
+unsafe impl Sync for Encoder {}
+
 impl Encoder {
     fn new(sample_rate: u32) -> Result<Self, EncodeError> {
         let mut error: c_int = 0;
@@ -190,7 +196,7 @@ impl Encoder {
         Ok(Encoder(st))
     }
 
-    fn ctl_set(&self, request: c_int, value: i32) -> Result<(), EncodeError> {
+    fn ctl_set(&mut self, request: c_int, value: i32) -> Result<(), EncodeError> {
         // SAFETY: SET requests take one opus_int32 argument.
         let rc = unsafe { ffi::opus_encoder_ctl(self.0, request, value) };
         if rc == ffi::OPUS_OK {
@@ -200,7 +206,7 @@ impl Encoder {
         }
     }
 
-    fn ctl_get(&self, request: c_int) -> Result<i32, EncodeError> {
+    fn ctl_get(&mut self, request: c_int) -> Result<i32, EncodeError> {
         let mut value: i32 = 0;
         // SAFETY: GET requests take one opus_int32 out-pointer, valid for the call.
         let rc = unsafe { ffi::opus_encoder_ctl(self.0, request, &mut value as *mut i32) };
@@ -212,7 +218,7 @@ impl Encoder {
     }
 
     /// Encode one whole frame into `out`, returning the packet length.
-    fn encode(&self, pcm: &[i16], out: &mut [u8]) -> Result<usize, EncodeError> {
+    fn encode(&mut self, pcm: &[i16], out: &mut [u8]) -> Result<usize, EncodeError> {
         let frame = c_int::try_from(pcm.len()).map_err(|_| EncodeError("opus: frame too long".into()))?;
         let capacity = i32::try_from(out.len()).unwrap_or(i32::MAX);
         // SAFETY: `pcm` holds `frame` mono samples and `out` has `capacity` writable bytes.
