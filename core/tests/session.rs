@@ -756,7 +756,10 @@ fn voice_aliases_reach_the_engine_as_its_voices() {
     caps.voices = vec!["heart".into(), "Bella".into()];
     caps.voice_aliases = vec![("alloy".into(), "default".into()), ("Nova".into(), "bella".into())];
     let mut h = Harness::new(caps, SessionOptions::default());
-    for (voice, expected) in [("ALLOY", None), ("nova", Some("Bella")), ("heart", Some("heart")), ("default", None)] {
+    // Aliases become the voice they stand for; the engine's own names pass as they were sent.
+    for (voice, expected) in
+        [("ALLOY", None), ("nova", Some("Bella")), ("HEART", Some("HEART")), ("default", Some("default"))]
+    {
         h.send(&format!(r#"{{"type":"session.config","voice":"{voice}"}}"#)).send(&text("x")).send(DONE);
         let (id, request) = Harness::request(&h.take());
         assert_eq!(request.voice.as_deref(), expected, "{voice}");

@@ -5,7 +5,6 @@
 //! request goes (or refuse it) and post commands, so they never block the caller (the
 //! transport calls them from its async tasks). One engine serves every transport.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use speechstream_core::config::TaskType;
@@ -17,73 +16,10 @@ use tch::Device;
 use crate::dsp::SAMPLE_RATE;
 use crate::g2p::FrontEnd;
 use crate::hibari::{Hibari, Precision};
-use crate::pacing::Pacing;
+use crate::options::{HibariOptions, DEFAULT_VOICE};
 use crate::scheduler::VoiceModel;
 use crate::voices::{check_voice_file, read_voice_list};
-use crate::workers::{default_workers, AdmissionMode, Pool};
-
-/// The model name served by default.
-pub const DEFAULT_MODEL_NAME: &str = "hibari";
-/// The voice used when a request names none (the only one in the wheel).
-pub const DEFAULT_VOICE: &str = "heart";
-
-#[derive(Clone, Debug)]
-pub struct HibariOptions {
-    /// hibari's assets (`scripts/setup-voice.sh` puts them in `.cache/hibari`).
-    pub assets_dir: PathBuf,
-    pub device: Device,
-    /// Served model name (`/v1/models`, the config's `model` check).
-    pub model_name: String,
-    /// libtorch intra-op threads for CPU work, per worker; `None`: libtorch's default (all
-    /// cores) with one worker, the cores shared out between the workers with several.
-    pub threads: Option<i32>,
-    /// Engine workers (threads computing requests, sharing the weights); `None`: one per CPU
-    /// this process may use on the CPU ([`crate::workers::default_workers`]), one on CUDA (a
-    /// device runs one batch at a time: its workers would only take turns).
-    pub workers: Option<usize>,
-    /// Deadlines and lead of streamed requests ([`crate::pacing`]).
-    pub pacing: Pacing,
-    /// Whether streams are refused when the workers can't keep one more in real time.
-    pub admission: AdmissionMode,
-    /// Most streams in flight at once, whatever the admission mode; past it a stream is refused
-    /// as by admission. `None`: no fixed cap.
-    pub max_streams: Option<u64>,
-    /// Fine frames (12.5 ms) in the first audio chunk of an utterance: small, so the first audio
-    /// leaves early.
-    pub first_chunk_frames: usize,
-    /// Fine frames in every other chunk: larger, since each chunk decodes 27 frames of context on
-    /// each side and the client already has audio to play.
-    pub chunk_frames: usize,
-    /// Fine frames in every chunk after the second (at least `chunk_frames`): fewer chunks, so
-    /// less decoder context computed twice, once the client has a second of audio.
-    pub max_chunk_frames: usize,
-    /// Arithmetic of the network's Linear layers; `None`: the faster on this machine, measured
-    /// at load ([`Hibari::set_fastest_precision`]; fp32 on CUDA).
-    pub precision: Option<Precision>,
-    /// Most sentences whose prosody, and most requests whose decoder chunks, run in one forward
-    /// pass (on CPU, chunks after the first are batched by at most 4: see scheduler.rs).
-    pub max_batch: usize,
-}
-
-impl HibariOptions {
-    pub fn new(assets_dir: impl Into<PathBuf>) -> HibariOptions {
-        HibariOptions {
-            assets_dir: assets_dir.into(),
-            device: Device::Cpu,
-            model_name: DEFAULT_MODEL_NAME.to_owned(),
-            threads: None,
-            first_chunk_frames: 16,
-            chunk_frames: 80,
-            max_chunk_frames: 200,
-            precision: None,
-            max_batch: 16,
-            workers: None,
-            pacing: Pacing::default(),
-            admission: AdmissionMode::Realtime,
-            max_streams: None,
-        }
-    }
-}
+use crate::workers::{default_workers, Pool};
 
 pub struct HibariEngine {
     capabilities: EngineCapabilities,

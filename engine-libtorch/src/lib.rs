@@ -18,22 +18,25 @@ mod hibari;
 mod kernels;
 mod noise;
 mod onnx;
+mod options;
 pub mod pacing;
 mod proto;
 mod quant;
 mod scheduler;
+mod stats;
 pub mod timing;
 pub mod voices;
 pub mod workers;
 
 pub use cpu::Level;
-pub use engine::{HibariEngine, HibariOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE};
+pub use engine::HibariEngine;
 pub use hibari::{chunk_ranges, stream_ranges, Hibari, HibariError, Precision, PrecisionChoice, Prosody, Spectra};
 pub use noise::NoiseSource;
 pub use onnx::{read_initializers, DataType, Model, OnnxError, Tensor};
+pub use options::{HibariOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE};
 pub use pacing::Pacing;
 pub use quant::{linear_weights, parameters, LinearWeight};
-pub use workers::AdmissionMode;
+pub use stats::AdmissionMode;
 
 /// Loads `libtorch_cuda.so` so that tch sees CUDA (the linker drops it as unneeded, see
 /// shared/docs/libtorch.md). Call once at start-up, before any CUDA query; returns whether it

@@ -27,13 +27,13 @@ use speechstream_core::engine::{
 };
 
 use crate::dsp::SAMPLE_RATE;
-use crate::engine::HibariOptions;
 use crate::g2p::{FrontEnd, Sentence};
 use crate::hibari::{stream_ranges, Hibari, Prosody, SAMPLES_PER_FRAME};
 use crate::noise::NoiseSource;
+use crate::options::HibariOptions;
 use crate::pacing::{self, Candidate, Pace, Pacing, Speed, Work};
+use crate::stats::{Admission, AdmissionMode, WorkerStats, CHARS_PER_SECOND};
 use crate::timing::word_timings;
-use crate::workers::{Admission, AdmissionMode, WorkerStats, CHARS_PER_SECOND};
 
 /// How long to wait before retrying when every request is paused on a slow consumer.
 const PAUSE_POLL: Duration = Duration::from_millis(3);
