@@ -9,7 +9,7 @@
 #      real time before the next), at CAPACITY connections with admission off, then at twice
 #      that with admission off and on: late chunks (client and server side), refusals.
 # Run it alone on the machine (its figures are timings):
-#   /work/bin/cpu-exclusive benches/workers-bench.sh        # ~3.5 min with the defaults
+#   benches/workers-bench.sh        # ~3.5 min with the defaults
 #
 # Knobs: CONNS ["1 4 16 32 64"], DURATION [10] (scaling, s per point), CAPACITY [300],
 # OVERLOAD_DURATION [15], RAMP [4] (s over which the listeners start), PORT [28960] (and +1, +2),

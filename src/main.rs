@@ -312,7 +312,9 @@ fn response_format(value: &str) -> Result<ResponseFormat, String> {
         "flac" => Ok(ResponseFormat::Flac),
         "mp3" => Ok(ResponseFormat::Mp3),
         "opus" | "ogg" => Ok(ResponseFormat::Opus),
-        _ => Err(format!("unknown format `{value}`; use wav, pcm, flac, mp3 or opus")),
+        "ulaw" | "mulaw" => Ok(ResponseFormat::Ulaw),
+        "alaw" => Ok(ResponseFormat::Alaw),
+        _ => Err(format!("unknown format `{value}`; use wav, pcm, flac, mp3, opus, ulaw or alaw")),
     }
 }
 

@@ -19,6 +19,10 @@ pub enum ResponseFormat {
     Mp3,
     /// Opus in an Ogg stream.
     Opus,
+    /// G.711 mu-law, 8 kHz, one byte a sample, no header (telephony; not in the reference).
+    Ulaw,
+    /// G.711 A-law, 8 kHz, one byte a sample, no header (telephony; not in the reference).
+    Alaw,
 }
 
 impl ResponseFormat {
@@ -30,9 +34,19 @@ impl ResponseFormat {
             ResponseFormat::Flac => "flac",
             ResponseFormat::Mp3 => "mp3",
             ResponseFormat::Opus => "opus",
+            ResponseFormat::Ulaw => "ulaw",
+            ResponseFormat::Alaw => "alaw",
         }
     }
+
+    /// The one rate the format carries (G.711: 8000 Hz), if it has one.
+    pub fn fixed_rate(self) -> Option<u32> {
+        matches!(self, ResponseFormat::Ulaw | ResponseFormat::Alaw).then_some(G711_RATE)
+    }
 }
+
+/// G.711's sample rate.
+pub const G711_RATE: u32 = 8_000;
 
 /// What a session streams (`output_mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -240,9 +254,17 @@ const MODEL: &str = "StreamingSpeechSessionConfig";
 pub(crate) const TASK_TYPES: &[&str] = &["CustomVoice", "VoiceDesign", "Base"];
 pub(crate) const TASK_TYPE_VALUES: &[TaskType] = &[TaskType::CustomVoice, TaskType::VoiceDesign, TaskType::Base];
 pub(crate) const TASK_TYPE_MSG: &str = "Input should be 'CustomVoice', 'VoiceDesign' or 'Base'";
-pub(crate) const FORMATS: &[&str] = &["wav", "pcm", "flac", "mp3", "opus"];
-pub(crate) const FORMAT_VALUES: &[ResponseFormat] =
-    &[ResponseFormat::Wav, ResponseFormat::Pcm, ResponseFormat::Flac, ResponseFormat::Mp3, ResponseFormat::Opus];
+// ulaw and alaw are our extensions: accepted, but the refusal keeps the reference's message.
+pub(crate) const FORMATS: &[&str] = &["wav", "pcm", "flac", "mp3", "opus", "ulaw", "alaw"];
+pub(crate) const FORMAT_VALUES: &[ResponseFormat] = &[
+    ResponseFormat::Wav,
+    ResponseFormat::Pcm,
+    ResponseFormat::Flac,
+    ResponseFormat::Mp3,
+    ResponseFormat::Opus,
+    ResponseFormat::Ulaw,
+    ResponseFormat::Alaw,
+];
 pub(crate) const FORMAT_MSG: &str = "Input should be 'wav', 'pcm', 'flac', 'mp3' or 'opus'";
 const MODES: &[&str] = &["pcm", "codec_tokens"];
 const MODE_MSG: &str = "Input should be 'pcm' or 'codec_tokens'";

@@ -14,7 +14,7 @@ mod mp3;
 mod ogg;
 mod opus;
 
-use crate::config::ResponseFormat;
+use crate::config::{ResponseFormat, G711_RATE};
 use crate::resample::{resample, Resampler};
 
 /// Why audio could not be encoded (a bad sample rate, an encoder library's error).
@@ -40,6 +40,17 @@ pub fn encode(format: ResponseFormat, samples: &[i16], sample_rate: u32) -> Resu
         ResponseFormat::Flac => flac::encode(samples, sample_rate),
         ResponseFormat::Mp3 => mp3::encode(samples, sample_rate),
         ResponseFormat::Opus => opus::encode(samples, sample_rate),
+        // G.711 is 8 kHz only: other rates are resampled first.
+        ResponseFormat::Ulaw | ResponseFormat::Alaw => {
+            let resampled;
+            let samples = if sample_rate == G711_RATE {
+                samples
+            } else {
+                resampled = resample(sample_rate, G711_RATE, samples).map_err(|e| EncodeError(e.0))?;
+                &resampled[..]
+            };
+            Ok(if format == ResponseFormat::Ulaw { ulaw(samples) } else { alaw(samples) })
+        }
     }
 }
 
@@ -71,6 +82,7 @@ enum StreamKind {
     Flac(flac::FlacStream),
     Mp3(mp3::Mp3Stream),
     Opus(opus::OpusStream),
+    G711 { alaw: bool },
 }
 
 impl std::fmt::Debug for StreamEncoder {
@@ -91,6 +103,11 @@ impl StreamEncoder {
             ResponseFormat::Flac => StreamKind::Flac(flac::FlacStream::new(sample_rate)?),
             ResponseFormat::Mp3 => StreamKind::Mp3(mp3::Mp3Stream::new(sample_rate)?),
             ResponseFormat::Opus => StreamKind::Opus(opus::OpusStream::new(sample_rate, paging == Paging::Eager)?),
+            ResponseFormat::Ulaw | ResponseFormat::Alaw if sample_rate != G711_RATE => {
+                return Err(EncodeError(format!("{} is {G711_RATE} Hz only, not {sample_rate} Hz", format.as_str())))
+            }
+            ResponseFormat::Ulaw => StreamKind::G711 { alaw: false },
+            ResponseFormat::Alaw => StreamKind::G711 { alaw: true },
         };
         Ok(StreamEncoder { kind })
     }
@@ -107,6 +124,7 @@ impl StreamEncoder {
             StreamKind::Flac(s) => s.push(samples),
             StreamKind::Mp3(s) => s.push(samples),
             StreamKind::Opus(s) => s.push(samples),
+            StreamKind::G711 { alaw } => Ok(if *alaw { self::alaw(samples) } else { ulaw(samples) }),
         }
     }
 
@@ -118,6 +136,7 @@ impl StreamEncoder {
             StreamKind::Flac(s) => s.finish(),
             StreamKind::Mp3(s) => s.finish(),
             StreamKind::Opus(s) => s.finish(),
+            StreamKind::G711 { .. } => Ok(Vec::new()),
         }
     }
 }
@@ -426,9 +445,7 @@ mod tests {
 
     #[test]
     fn zero_sample_rate_is_an_error() {
-        for format in
-            [ResponseFormat::Wav, ResponseFormat::Pcm, ResponseFormat::Flac, ResponseFormat::Mp3, ResponseFormat::Opus]
-        {
+        for format in crate::config::FORMAT_VALUES.iter().copied() {
             let err = encode(format, &[1, 2, 3], 0).expect_err("rate 0");
             assert!(err.0.contains("sample rate"), "{err}");
         }

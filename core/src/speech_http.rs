@@ -176,20 +176,30 @@ pub fn parse_speech_request(
         return Err(HttpError::bad_request(format!("max_new_tokens cannot exceed {MAX_NEW_TOKENS}")));
     }
     let native = capabilities.sample_rate;
-    let sample_rate = match body.sample_rate {
-        None => native,
-        Some(rate) => match u32::try_from(rate).ok().filter(|&r| r == native || SUPPORTED_RATES.contains(&r)) {
-            Some(rate) => rate,
-            None => {
-                let mut rates: Vec<u32> = SUPPORTED_RATES.into_iter().chain([native]).collect();
-                rates.sort_unstable();
-                rates.dedup();
-                let rates: Vec<String> = rates.iter().map(u32::to_string).collect();
-                return Err(HttpError::bad_request(format!(
-                    "sample_rate={rate} is not supported by the current TTS model; supported rates: {}",
-                    rates.join(", ")
-                )));
-            }
+    let sample_rate = match (body.sample_rate, body.response_format.fixed_rate()) {
+        (None, Some(fixed)) => fixed,
+        (Some(rate), Some(fixed)) if rate != i64::from(fixed) => {
+            return Err(HttpError::bad_request(format!(
+                "sample_rate={rate} is not supported with response_format='{}': G.711 is {fixed} Hz (leave \
+                 sample_rate out)",
+                body.response_format.as_str()
+            )));
+        }
+        (rate, _) => match rate {
+            None => native,
+            Some(rate) => match u32::try_from(rate).ok().filter(|&r| r == native || SUPPORTED_RATES.contains(&r)) {
+                Some(rate) => rate,
+                None => {
+                    let mut rates: Vec<u32> = SUPPORTED_RATES.into_iter().chain([native]).collect();
+                    rates.sort_unstable();
+                    rates.dedup();
+                    let rates: Vec<String> = rates.iter().map(u32::to_string).collect();
+                    return Err(HttpError::bad_request(format!(
+                        "sample_rate={rate} is not supported by the current TTS model; supported rates: {}",
+                        rates.join(", ")
+                    )));
+                }
+            },
         },
     };
     let synthesis = SynthesisRequest {
@@ -421,6 +431,8 @@ pub fn media_type(format: ResponseFormat) -> &'static str {
         ResponseFormat::Flac => "audio/flac",
         ResponseFormat::Mp3 => "audio/mpeg",
         ResponseFormat::Opus => "audio/ogg",
+        ResponseFormat::Ulaw => "audio/PCMU",
+        ResponseFormat::Alaw => "audio/PCMA",
     }
 }
 

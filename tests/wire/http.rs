@@ -346,6 +346,25 @@ fn ffmpeg_decode(file: &[u8], format: &str) -> Vec<u8> {
     out.stdout
 }
 
+/// Raw G.711 (`mulaw` or `alaw`, 8 kHz) decoded by ffmpeg to s16le.
+fn ffmpeg_decode_g711(bytes: &[u8], format: &str) -> Vec<u8> {
+    let path = std::env::temp_dir().join(format!("speechstream-wire-{}-{format}", std::process::id()));
+    std::fs::write(&path, bytes).expect("write temp file");
+    let out = std::process::Command::new("ffmpeg")
+        .args(["-v", "error", "-f", format, "-ar", "8000", "-ac", "1", "-i"])
+        .arg(&path)
+        .args(["-f", "s16le", "pipe:1"])
+        .output()
+        .expect("ffmpeg (scripts/setup.sh installs it)");
+    let _ = std::fs::remove_file(&path);
+    assert!(out.status.success(), "ffmpeg: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+fn samples(s16le: &[u8]) -> Vec<i16> {
+    s16le.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_names_streams_of_every_format_rates_and_request_ids() {
     let engine = synthetic();
@@ -407,6 +426,28 @@ async fn openai_names_streams_of_every_format_rates_and_request_ids() {
     let reply =
         post(json!({"input": "Hello over HTTP.", "sample_rate": 16000, "response_format": "flac"}), vec![]).await;
     assert_eq!(ffmpeg_decode(&reply.body, "flac").len(), (pcm.len() / 2 * 2).div_ceil(3) * 2);
+
+    // Telephony: G.711 at 8 kHz, whole and streamed; ffmpeg decodes it (as 16-bit at 8 kHz).
+    for (format, demuxer, media) in [("ulaw", "mulaw", "audio/PCMU"), ("alaw", "alaw", "audio/PCMA")] {
+        let reply = post(json!({"input": "Hello over HTTP.", "response_format": format}), vec![]).await;
+        assert_eq!((reply.status, reply.header("content-type")), (200, Some(media)));
+        assert_eq!(reply.body.len(), (pcm.len() / 2).div_ceil(3), "{format}: a byte a sample");
+        // ffmpeg's decoding is our resampled audio within G.711's step (about 1/16 of a value).
+        let decoded = samples(&ffmpeg_decode_g711(&reply.body, demuxer));
+        let resampled = speechstream_core::resample::resample(24_000, 8000, &samples(&pcm)).unwrap();
+        assert_eq!(decoded.len(), resampled.len());
+        for (d, r) in decoded.iter().zip(&resampled) {
+            let (d, r) = (i32::from(*d), i32::from(*r));
+            assert!((d - r).abs() <= r.abs() / 16 + 40, "{format}: decoded {d} for {r}");
+        }
+        // Streamed: the same bytes (the resampler does not depend on how the audio is chunked).
+        let streamed =
+            post(json!({"input": "Hello over HTTP.", "response_format": format, "stream": true}), vec![]).await;
+        assert_eq!(sse_audio(&streamed.body), reply.body, "{format}");
+    }
+    let reply = post(json!({"input": "x", "response_format": "ulaw", "sample_rate": 16000}), vec![]).await;
+    assert_eq!(reply.status, 400);
+    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("G.711 is 8000 Hz"));
 
     // X-Request-Id on every response: the client's own, else ours (as the logs name it).
     let reply = post(json!({"input": "x"}), vec![("X-Request-Id", "client-id-42")]).await;
