@@ -4,6 +4,7 @@
 
 use crate::json::{Int, Object};
 use crate::pydantic::{render, saturate, FieldError, Validator};
+use crate::split::Granularity;
 
 /// The audio format of the reply (`response_format`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,6 +120,10 @@ pub struct SessionConfig {
     pub seed: Option<Int>,
     /// Audio or codec frames.
     pub output_mode: OutputMode,
+    /// Upstream vLLM-Omni's `split_granularity` (not in the reference): `none` (the default:
+    /// one request per `input.done`), `sentence` or `clause` (each unit synthesized as soon as
+    /// its text is complete, before `input.done`).
+    pub split_granularity: Granularity,
 }
 
 impl Default for SessionConfig {
@@ -142,6 +147,7 @@ impl Default for SessionConfig {
             word_timestamps: false,
             seed: None,
             output_mode: OutputMode::Pcm,
+            split_granularity: Granularity::None,
         }
     }
 }
@@ -189,6 +195,10 @@ pub fn validate_session_config(msg: &Object) -> Result<SessionConfig, String> {
             .literal("output_mode", false, MODES, MODE_MSG)
             .map(|n| if n == 1 { OutputMode::CodecTokens } else { OutputMode::Pcm })
             .unwrap_or(d.output_mode),
+        split_granularity: v
+            .literal("split_granularity", false, GRANULARITIES, GRANULARITY_MSG)
+            .and_then(|n| GRANULARITY_VALUES.get(n).copied())
+            .unwrap_or(d.split_granularity),
     };
     if msg.get("speed").is_none() {
         c.speed = d.speed;
@@ -254,6 +264,10 @@ const MODEL: &str = "StreamingSpeechSessionConfig";
 pub(crate) const TASK_TYPES: &[&str] = &["CustomVoice", "VoiceDesign", "Base"];
 pub(crate) const TASK_TYPE_VALUES: &[TaskType] = &[TaskType::CustomVoice, TaskType::VoiceDesign, TaskType::Base];
 pub(crate) const TASK_TYPE_MSG: &str = "Input should be 'CustomVoice', 'VoiceDesign' or 'Base'";
+const GRANULARITIES: &[&str] = &["none", "sentence", "clause"];
+const GRANULARITY_VALUES: &[Granularity] = &[Granularity::None, Granularity::Sentence, Granularity::Clause];
+const GRANULARITY_MSG: &str = "Input should be 'none', 'sentence' or 'clause'";
+
 // ulaw and alaw are our extensions: accepted, but the refusal keeps the reference's message.
 pub(crate) const FORMATS: &[&str] = &["wav", "pcm", "flac", "mp3", "opus", "ulaw", "alaw"];
 pub(crate) const FORMAT_VALUES: &[ResponseFormat] = &[

@@ -20,6 +20,7 @@ use crate::messages::{
     AudioChunk, AudioDone, AudioStart, CodecDone, CodecStart, ErrorMessage, InputCancelled, SessionDone,
 };
 use crate::parse::{parse_client_text, ClientMessage, Limits, ParseError};
+use crate::split::{Granularity, Splitter};
 use crate::text::py_strip;
 
 /// Tunables of a session; defaults are the reference's.
@@ -189,6 +190,18 @@ pub struct Session {
     buffer_chars: usize,
     buffered: bool,
     utterance_index: u64,
+    /// Upstream's `split_granularity` (sentence or clause; `None` for the reference's one
+    /// request per `input.done`): the text not yet part of a unit.
+    splitter: Option<Splitter>,
+    /// With a splitter: the utterance's units not yet synthesized, how many were started
+    /// (`sentence_index` of the next, `total_sentences` at the end), whether a non-empty
+    /// `input.text` opened the utterance, and whether its `input.done` came.
+    units: VecDeque<String>,
+    units_started: u32,
+    utterance_open: bool,
+    flushing: bool,
+    /// The request id of the last generation (ids stay unique when an utterance has several).
+    last_request: Option<u64>,
     /// Client frames that arrived during a generation, handled after it in order, and
     /// what they cost against `max_deferred_bytes`.
     deferred: VecDeque<Deferred>,
@@ -274,6 +287,9 @@ enum Action {
 /// The utterance being synthesized.
 struct Generation {
     id: RequestId,
+    /// Its utterance and its unit in it (`sentence_index`: 0 unless split).
+    utterance: u64,
+    sentence: u32,
     mode: Mode,
     /// Audio bytes (or codec frames) sent so far.
     total: u64,
@@ -353,6 +369,12 @@ impl Session {
             buffer_chars: 0,
             buffered: false,
             utterance_index: 0,
+            splitter: None,
+            units: VecDeque::new(),
+            units_started: 0,
+            utterance_open: false,
+            flushing: false,
+            last_request: None,
             deferred: VecDeque::new(),
             deferred_bytes: 0,
             outputs: VecDeque::new(),
@@ -571,9 +593,20 @@ impl Session {
         match Self::action(self.phase(), incoming) {
             Action::Ignore => return,
             Action::Hold => return self.defer(held),
-            Action::Cancel => return self.end_generation(now, Ending::Cancelled),
+            Action::Cancel => {
+                // With splitting, the units not yet synthesized go too (the utterance stays open).
+                self.drop_pending_units();
+                return self.end_generation(now, Ending::Cancelled);
+            }
             Action::Configure(object) => self.configure(&object),
+            Action::Buffer(text) if self.splitter.is_some() => self.split_text(now, &text),
             Action::Buffer(text) => self.buffer_text(text),
+            Action::Flush if self.splitter.is_some() => {
+                let rest = self.splitter.as_mut().map(Splitter::flush).unwrap_or_default();
+                self.units.extend(rest);
+                self.flushing = true;
+                self.next_unit(now);
+            }
             Action::Flush => {
                 let buffer = std::mem::take(&mut self.buffer);
                 self.buffer_chars = 0;
@@ -582,10 +615,11 @@ impl Session {
                 if text.is_empty() {
                     self.session_done(0);
                 } else {
-                    self.start_utterance(now, text);
+                    self.start_utterance(now, text, 0);
                 }
             }
             Action::ClearBuffer => {
+                self.drop_pending_units();
                 self.buffer.clear();
                 self.buffer_chars = 0;
                 self.buffered = false;
@@ -609,10 +643,15 @@ impl Session {
             self.push(Output::Engine(EngineCommand::Abort { id }));
         }
         self.clear_deferred();
+        self.units.clear();
         self.state = State::Closed;
     }
 
     fn configure(&mut self, object: &Object) {
+        if self.splitter.is_some() && self.utterance_open {
+            let message = "session.config cannot be applied while an utterance is in progress; send input.done first";
+            return self.send_error(message, false);
+        }
         if self.buffered {
             let message = "session.config cannot be applied while input is buffered; send input.done first";
             return self.send_error(message, false);
@@ -629,6 +668,9 @@ impl Session {
                 ));
             }
         }
+        // A fresh splitter for every accepted config (upstream's rule).
+        self.splitter =
+            (config.split_granularity != Granularity::None).then(|| Splitter::new(config.split_granularity));
         self.config = Some(Arc::new(config));
         if let State::AwaitingConfig = self.state {
             self.state = State::Idle;
@@ -645,6 +687,53 @@ impl Session {
         self.buffer.push_str(&text);
         self.buffer_chars += chars;
         self.buffered = true;
+    }
+
+    /// `input.text` with a splitter: each unit it completes is synthesized in turn, before
+    /// `input.done` (units of one utterance strictly one after another).
+    fn split_text(&mut self, now: Instant, text: &str) {
+        let Some(splitter) = self.splitter.as_mut() else { return };
+        let chars = text.chars().count();
+        let limit = self.options.max_buffered_chars;
+        if splitter.buffered_chars() + chars > limit {
+            let message = format!("Buffered input exceeds {limit} characters; send input.done to flush it first");
+            return self.send_error(&message, false);
+        }
+        if !text.is_empty() {
+            self.utterance_open = true;
+        }
+        let units = splitter.feed(text);
+        self.units.extend(units);
+        self.next_unit(now);
+    }
+
+    /// With a splitter and nothing generating: start the next unit; once none is left after
+    /// `input.done`, end the utterance (`total_sentences`: the units started).
+    fn next_unit(&mut self, now: Instant) {
+        while self.splitter.is_some() && self.phase() == Phase::Idle {
+            if let Some(unit) = self.units.pop_front() {
+                let sentence = self.units_started;
+                self.units_started += 1;
+                self.start_utterance(now, &unit, sentence);
+                continue;
+            }
+            if self.flushing {
+                let total = self.units_started;
+                self.flushing = false;
+                self.utterance_open = false;
+                self.units_started = 0;
+                self.session_done(total);
+            }
+            break;
+        }
+    }
+
+    /// A cancel drops the text not yet synthesized: the splitter's remainder and the units.
+    fn drop_pending_units(&mut self) {
+        if let Some(splitter) = self.splitter.as_mut() {
+            *splitter = Splitter::new(splitter.granularity());
+        }
+        self.units.clear();
     }
 
     fn generation_mut(&mut self) -> Option<&mut Generation> {
@@ -737,13 +826,16 @@ impl Session {
     }
 
     /// An utterance that ends before reaching the engine: the error, then `session.done`
-    /// (with one sentence, as the reference counts it).
+    /// (with one sentence, as the reference counts it). A split unit just fails: it counts,
+    /// and the utterance goes on.
     fn refuse_utterance(&mut self, message: &str) {
         self.send_error(message, false);
-        self.session_done(1);
+        if self.splitter.is_none() {
+            self.session_done(1);
+        }
     }
 
-    fn start_utterance(&mut self, now: Instant, text: &str) {
+    fn start_utterance(&mut self, now: Instant, text: &str, sentence: u32) {
         let Some(config) = self.config.clone() else { return };
         let config = &*config;
         let u = self.utterance_index;
@@ -769,14 +861,17 @@ impl Session {
             Ok(request) => request,
             Err(details) => return self.refuse_utterance(&format!("Invalid request for utterance {u}: {details}")),
         };
-        let id = RequestId { connection: self.connection, utterance: u };
+        // The utterance's index, unless an earlier unit of it took that id.
+        let number = self.last_request.map_or(u, |last| u.max(last + 1));
+        self.last_request = Some(number);
+        let id = RequestId { connection: self.connection, utterance: number };
         let capabilities = Arc::clone(&self.capabilities);
         let mode = if let Some(spec) = capabilities.codec.as_ref().filter(|_| codec_tokens) {
             let start = CodecStart {
                 r#type: "codec.start",
                 version: 1,
                 utterance_index: u,
-                sentence_index: 0,
+                sentence_index: sentence,
                 sentence_text: text,
                 model: config.model.as_deref(),
                 codebooks: spec.codebooks,
@@ -794,7 +889,7 @@ impl Session {
             let start = AudioStart {
                 r#type: "audio.start",
                 utterance_index: u,
-                sentence_index: 0,
+                sentence_index: sentence,
                 sentence_text: text,
                 format: config.response_format.as_str(),
                 sample_rate: streamed_pcm.then_some(NOMINAL_SAMPLE_RATE),
@@ -810,7 +905,7 @@ impl Session {
             self.send_json(&start);
             mode
         };
-        self.state = State::Generating(Generation { id, mode, total: 0, sample_rate: None });
+        self.state = State::Generating(Generation { id, utterance: u, sentence, mode, total: 0, sample_rate: None });
         match self.capabilities.check(&request) {
             Ok(()) => {
                 let mut request = request;
@@ -832,7 +927,7 @@ impl Session {
 
     fn on_audio(&mut self, now: Instant, pcm: Vec<u8>, sample_rate: u32) {
         let Some(generation) = self.generation_mut() else { return };
-        let u = generation.id.utterance;
+        let (u, sentence) = (generation.utterance, generation.sentence);
         match &mut generation.mode {
             Mode::Whole(audio) => {
                 if let Err(message) = audio.push(&pcm, sample_rate, "stream_audio=true") {
@@ -856,7 +951,7 @@ impl Session {
                 self.send_json(&AudioChunk {
                     r#type: "audio.chunk",
                     utterance_index: u,
-                    sentence_index: 0,
+                    sentence_index: sentence,
                     chunk_id: id,
                     chunk_start_ms: start,
                     chunk_end_ms: end,
@@ -895,7 +990,10 @@ impl Session {
     fn end_generation(&mut self, now: Instant, ending: Ending) {
         match self.close_generation(ending) {
             Some(true) => self.close(CLOSE_GOING_AWAY),
-            Some(false) => self.resume(now),
+            Some(false) => {
+                self.next_unit(now);
+                self.resume(now);
+            }
             None => {}
         }
     }
@@ -913,8 +1011,7 @@ impl Session {
             }
         };
         let live = generation.engine_live();
-        let Generation { id, mode, mut total, sample_rate } = generation;
-        let u = id.utterance;
+        let Generation { id, utterance: u, sentence, mode, mut total, sample_rate } = generation;
         // First, so a transport that can't write the rest in time has still stopped it.
         if live && matches!(ending, Ending::Stopped(_) | Ending::Cancelled) {
             self.push(Output::Engine(EngineCommand::Abort { id }));
@@ -940,7 +1037,7 @@ impl Session {
                 self.send_json(&CodecDone {
                     r#type: "codec.done",
                     utterance_index: u,
-                    sentence_index: 0,
+                    sentence_index: sentence,
                     total_frames: total,
                     seq_last: seq as i64 - 1,
                     error: failure.is_some(),
@@ -964,7 +1061,7 @@ impl Session {
                         self.send_json(&AudioChunk {
                             r#type: "audio.chunk",
                             utterance_index: u,
-                            sentence_index: 0,
+                            sentence_index: sentence,
                             chunk_id,
                             chunk_start_ms: 0,
                             chunk_end_ms: end,
@@ -976,19 +1073,24 @@ impl Session {
                     _ => {}
                 }
                 if let Some(message) = &failure {
-                    self.send_error(&format!("Generation failed for utterance {u}, sentence 0: {message}"), total > 0);
+                    self.send_error(
+                        &format!("Generation failed for utterance {u}, sentence {sentence}: {message}"),
+                        total > 0,
+                    );
                 }
                 self.send_json(&AudioDone {
                     r#type: "audio.done",
                     utterance_index: u,
-                    sentence_index: 0,
+                    sentence_index: sentence,
                     total_bytes: total,
                     error: failure.is_some(),
                     cancelled: cancelled.then_some(true),
                 });
             }
         }
-        self.session_done(1);
+        if self.splitter.is_none() {
+            self.session_done(1);
+        }
         Some(draining)
     }
 }

@@ -783,3 +783,141 @@ fn http_request_ids_never_read_like_utterance_ids() {
     assert_eq!(http.to_string(), "speech-http-3-0");
     assert!(http.is_http() && !utterance.is_http());
 }
+
+// Issue 13: upstream's split_granularity (protocol-upstream.md §2). What the client sees of one
+// utterance: (type, sentence_index, sentence_text or total_sentences).
+fn summary(outs: &[Out]) -> Vec<(String, i64, String)> {
+    frames(outs)
+        .iter()
+        .map(|f| {
+            let detail = f.get("sentence_text").or(f.get("total_sentences")).or(f.get("message")).cloned();
+            let detail = detail.map(|d| d.as_str().map(str::to_owned).unwrap_or(d.to_string())).unwrap_or_default();
+            (f["type"].as_str().unwrap().to_owned(), f["sentence_index"].as_i64().unwrap_or(-1), detail)
+        })
+        .collect()
+}
+
+fn synthesized(outs: &[Out]) -> Vec<(RequestId, String)> {
+    outs.iter()
+        .filter_map(|o| match o {
+            Out::Synthesize(id, r) => Some((*id, r.text.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn finish_taken(h: &mut Harness) -> Vec<Out> {
+    let outs = h.take();
+    finish_all(h, outs)
+}
+
+/// Finish every request among `outs` (in order), returning what that made come out.
+fn finish_all(h: &mut Harness, mut outs: Vec<Out>) -> Vec<Out> {
+    let mut all = Vec::new();
+    loop {
+        let requests = synthesized(&outs);
+        all.append(&mut outs);
+        let Some((id, _)) = requests.first() else { return all };
+        h.engine(*id, EngineEventKind::Audio { pcm: vec![1, 0], sample_rate: 24_000 });
+        h.engine(*id, EngineEventKind::Finished);
+        outs = h.take();
+    }
+}
+
+#[test]
+fn sentence_granularity_synthesizes_each_sentence_before_input_done() {
+    let mut h = Harness::default();
+    h.send(r#"{"type":"session.config","voice":"Vivian","split_granularity":"sentence"}"#);
+    h.send(&text("Hello world. How are"));
+    let outs = h.take();
+    // The first sentence goes to the engine at once; the rest waits for more text.
+    assert_eq!(synthesized(&outs).iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>(), ["Hello world."]);
+    let mut all = finish_all(&mut h, outs);
+    h.send(&text(" you? Fine."));
+    all.extend(finish_taken(&mut h));
+    h.send(DONE);
+    all.extend(finish_taken(&mut h));
+    let s = |t: &str, i: i64, d: &str| (t.to_owned(), i, d.to_owned());
+    assert_eq!(
+        summary(&all),
+        [
+            s("audio.start", 0, "Hello world."),
+            s("audio.done", 0, ""),
+            s("audio.start", 1, "How are you?"),
+            s("audio.done", 1, ""),
+            s("audio.start", 2, "Fine."),
+            s("audio.done", 2, ""),
+            s("session.done", -1, "3"),
+        ]
+    );
+    // Each unit its own request; the next utterance starts at sentence 0 again.
+    let ids: Vec<u64> = all
+        .iter()
+        .filter_map(|o| match o {
+            Out::Synthesize(id, _) => Some(id.utterance),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, [0, 1, 2]);
+    h.send(&text("Next one.")).send(DONE);
+    let next = finish_taken(&mut h);
+    assert_eq!(summary(&next)[0], s("audio.start", 0, "Next one."));
+    assert_eq!(frames(&next).last().unwrap()["utterance_index"], 1);
+    assert_eq!(synthesized(&next)[0].0.utterance, 3, "ids stay unique");
+}
+
+#[test]
+fn clause_granularity_and_the_reconfiguration_rule() {
+    let mut h = Harness::default();
+    h.send(r#"{"type":"session.config","voice":"Vivian","split_granularity":"clause"}"#);
+    h.send(&text("Hello, world. "));
+    let all = finish_taken(&mut h);
+    let texts: Vec<String> = synthesized(&all).into_iter().map(|(_, t)| t).collect();
+    assert_eq!(texts, ["Hello,", "world."]);
+    // The utterance is open (its buffer is empty): no reconfiguration until input.done.
+    h.send(r#"{"type":"session.config","voice":"Serena"}"#);
+    let error = frames(&h.take()).into_iter().find(|f| f["type"] == "error").expect("refused");
+    assert_eq!(
+        error["message"],
+        "session.config cannot be applied while an utterance is in progress; send input.done first"
+    );
+    h.send(DONE);
+    assert_eq!(summary(&h.take()).last().unwrap().2, "2");
+    h.send(r#"{"type":"session.config","voice":"Serena"}"#).send(&text("Third.")).send(DONE);
+    let outs = h.take();
+    assert_eq!(Harness::request(&outs).1.voice.as_deref(), Some("Serena"));
+    // An unknown granularity is the pydantic error, fatal on the first config.
+    let mut h = Harness::default();
+    h.send(r#"{"type":"session.config","split_granularity":"paragraph"}"#);
+    let outs = h.take();
+    assert!(frames(&outs)[0]["message"].as_str().unwrap().contains(
+        "split_granularity\n  Input should be 'none', 'sentence' or 'clause' [type=literal_error, input_value='paragraph'"
+    ));
+    assert_eq!(outs.last(), Some(&Out::Close(1000)));
+}
+
+#[test]
+fn split_units_fail_alone_and_a_cancel_drops_the_rest() {
+    let mut h = Harness::default();
+    h.send(r#"{"type":"session.config","split_granularity":"sentence"}"#);
+    h.send(&text("One. Two. Three. Four"));
+    let outs = h.take();
+    let (first, _) = synthesized(&outs)[0];
+    // A failed unit: its error and audio.done; the next unit still runs.
+    h.engine(first, EngineEventKind::Failed("boom".into()));
+    let outs = h.take();
+    let s = summary(&outs);
+    assert_eq!(s[0].2, "Generation failed for utterance 0, sentence 0: boom");
+    assert_eq!(s[1].0, "audio.done");
+    assert_eq!(s[2], ("audio.start".to_owned(), 1, "Two.".to_owned()));
+    let (second, _) = synthesized(&outs)[0];
+    // A cancel ends the unit in flight and drops "Three." and the remainder "Four"; the
+    // utterance stays open until input.done, which counts the units started.
+    h.send(r#"{"type":"input.cancel"}"#);
+    let outs = h.take();
+    assert_eq!(outs.first(), Some(&Out::Abort(second)));
+    assert!(synthesized(&outs).is_empty(), "{outs:?}");
+    assert_eq!(frames(&outs).last().unwrap()["cancelled"], true);
+    h.send(DONE);
+    assert_eq!(summary(&h.take()), [("session.done".to_owned(), -1, "2".to_owned())]);
+}
