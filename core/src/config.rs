@@ -120,10 +120,12 @@ pub struct SessionConfig {
     pub seed: Option<Int>,
     /// Audio or codec frames.
     pub output_mode: OutputMode,
-    /// Upstream vLLM-Omni's `split_granularity` (not in the reference): `none` (the default:
-    /// one request per `input.done`), `sentence` or `clause` (each unit synthesized as soon as
-    /// its text is complete, before `input.done`).
-    pub split_granularity: Granularity,
+    /// Upstream vLLM-Omni's `split_granularity` (not in the reference): `none` (one request
+    /// per `input.done`), `sentence` or `clause` (each unit synthesized as soon as its text is
+    /// complete, before `input.done`). `None` when the client did not send it: the reference's
+    /// framing; when it did, upstream's (a streamed `audio.start` waits for the first audio and
+    /// carries its `sample_rate` and `channels`; `audio.chunk` has `channels`).
+    pub split_granularity: Option<Granularity>,
 }
 
 impl Default for SessionConfig {
@@ -147,7 +149,7 @@ impl Default for SessionConfig {
             word_timestamps: false,
             seed: None,
             output_mode: OutputMode::Pcm,
-            split_granularity: Granularity::None,
+            split_granularity: None,
         }
     }
 }
@@ -197,8 +199,7 @@ pub fn validate_session_config(msg: &Object) -> Result<SessionConfig, String> {
             .unwrap_or(d.output_mode),
         split_granularity: v
             .literal("split_granularity", false, GRANULARITIES, GRANULARITY_MSG)
-            .and_then(|n| GRANULARITY_VALUES.get(n).copied())
-            .unwrap_or(d.split_granularity),
+            .and_then(|n| GRANULARITY_VALUES.get(n).copied()),
     };
     if msg.get("speed").is_none() {
         c.speed = d.speed;

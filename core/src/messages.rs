@@ -18,6 +18,22 @@ pub(crate) struct AudioStart<'a> {
     pub(crate) word_timestamps: Option<bool>,
 }
 
+/// Upstream's `audio.start` for streamed PCM, sent with the first audio: its field order.
+#[derive(Serialize)]
+pub(crate) struct AudioStartDeferred<'a> {
+    pub(crate) r#type: &'static str,
+    pub(crate) utterance_index: u64,
+    pub(crate) sentence_index: u32,
+    pub(crate) sentence_text: &'a str,
+    pub(crate) format: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) word_timestamps: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) sample_rate: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) channels: Option<u32>,
+}
+
 #[derive(Serialize)]
 pub(crate) struct AudioChunk<'a> {
     pub(crate) r#type: &'static str,
@@ -27,6 +43,8 @@ pub(crate) struct AudioChunk<'a> {
     pub(crate) chunk_start_ms: i64,
     pub(crate) chunk_end_ms: i64,
     pub(crate) sample_rate: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) channels: Option<u32>,
     pub(crate) audio_b64: &'a str,
     pub(crate) timestamps: Option<&'a [WordTiming]>,
 }

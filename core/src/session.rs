@@ -17,7 +17,8 @@ use crate::engine::{
 };
 use crate::json::{Object, Value};
 use crate::messages::{
-    AudioChunk, AudioDone, AudioStart, CodecDone, CodecStart, ErrorMessage, InputCancelled, SessionDone,
+    AudioChunk, AudioDone, AudioStart, AudioStartDeferred, CodecDone, CodecStart, ErrorMessage, InputCancelled,
+    SessionDone,
 };
 use crate::parse::{parse_client_text, ClientMessage, Limits, ParseError};
 use crate::split::{Granularity, Splitter};
@@ -290,6 +291,11 @@ struct Generation {
     /// Its utterance and its unit in it (`sentence_index`: 0 unless split).
     utterance: u64,
     sentence: u32,
+    /// Upstream's framing: the streamed `audio.start` not yet sent (its text, format and
+    /// word timestamps), which goes out with the first audio, or bare before the end.
+    pending_start: Option<(String, &'static str, bool)>,
+    /// Upstream's framing: `channels` on `audio.chunk`.
+    channels: Option<u32>,
     mode: Mode,
     /// Audio bytes (or codec frames) sent so far.
     total: u64,
@@ -669,8 +675,7 @@ impl Session {
             }
         }
         // A fresh splitter for every accepted config (upstream's rule).
-        self.splitter =
-            (config.split_granularity != Granularity::None).then(|| Splitter::new(config.split_granularity));
+        self.splitter = config.split_granularity.filter(|&g| g != Granularity::None).map(Splitter::new);
         self.config = Some(Arc::new(config));
         if let State::AwaitingConfig = self.state {
             self.state = State::Idle;
@@ -866,6 +871,8 @@ impl Session {
         self.last_request = Some(number);
         let id = RequestId { connection: self.connection, utterance: number };
         let capabilities = Arc::clone(&self.capabilities);
+        let upstream = config.split_granularity.is_some();
+        let mut pending_start = None;
         let mode = if let Some(spec) = capabilities.codec.as_ref().filter(|_| codec_tokens) {
             let start = CodecStart {
                 r#type: "codec.start",
@@ -902,10 +909,24 @@ impl Session {
             } else {
                 Mode::Whole(WholeAudio::new(config.response_format, self.options.max_whole_audio_seconds))
             };
-            self.send_json(&start);
+            if upstream && streamed_pcm {
+                pending_start = Some((text.to_owned(), start.format, config.word_timestamps));
+            } else {
+                self.send_json(&start);
+            }
             mode
         };
-        self.state = State::Generating(Generation { id, utterance: u, sentence, mode, total: 0, sample_rate: None });
+        let channels = upstream.then_some(1);
+        self.state = State::Generating(Generation {
+            id,
+            utterance: u,
+            sentence,
+            pending_start,
+            channels,
+            mode,
+            total: 0,
+            sample_rate: None,
+        });
         match self.capabilities.check(&request) {
             Ok(()) => {
                 let mut request = request;
@@ -926,8 +947,9 @@ impl Session {
     }
 
     fn on_audio(&mut self, now: Instant, pcm: Vec<u8>, sample_rate: u32) {
+        self.send_pending_start(Some(sample_rate));
         let Some(generation) = self.generation_mut() else { return };
-        let (u, sentence) = (generation.utterance, generation.sentence);
+        let (u, sentence, channels) = (generation.utterance, generation.sentence, generation.channels);
         match &mut generation.mode {
             Mode::Whole(audio) => {
                 if let Err(message) = audio.push(&pcm, sample_rate, "stream_audio=true") {
@@ -956,6 +978,7 @@ impl Session {
                     chunk_start_ms: start,
                     chunk_end_ms: end,
                     sample_rate,
+                    channels,
                     audio_b64: &audio_b64,
                     timestamps: None,
                 });
@@ -965,6 +988,24 @@ impl Session {
     }
 
     /// The engine finished a whole file's audio: hand its encoding to the driver.
+    /// Upstream's deferred `audio.start`, if it is still to be sent: with the audio's rate
+    /// and one channel, or bare (`None`: no audio came).
+    fn send_pending_start(&mut self, sample_rate: Option<u32>) {
+        let Some(generation) = self.generation_mut() else { return };
+        let Some((text, format, words)) = generation.pending_start.take() else { return };
+        let (u, sentence) = (generation.utterance, generation.sentence);
+        self.send_json(&AudioStartDeferred {
+            r#type: "audio.start",
+            utterance_index: u,
+            sentence_index: sentence,
+            sentence_text: &text,
+            format,
+            word_timestamps: words.then_some(true),
+            sample_rate,
+            channels: sample_rate.map(|_| 1),
+        });
+    }
+
     fn start_encoding(&mut self) {
         let default_rate = self.capabilities.sample_rate;
         let Some(generation) = self.generation_mut() else { return };
@@ -1002,6 +1043,7 @@ impl Session {
     /// `audio.done`/`codec.done` and `session.done`; the session is `Idle` after. Returns
     /// whether it was draining, or `None` when no utterance was in flight.
     fn close_generation(&mut self, ending: Ending) -> Option<bool> {
+        self.send_pending_start(None);
         let (generation, draining) = match std::mem::replace(&mut self.state, State::Idle) {
             State::Generating(generation) => (generation, false),
             State::Draining { generation, .. } => (generation, true),
@@ -1011,7 +1053,7 @@ impl Session {
             }
         };
         let live = generation.engine_live();
-        let Generation { id, utterance: u, sentence, mode, mut total, sample_rate } = generation;
+        let Generation { id, utterance: u, sentence, mode, mut total, sample_rate, channels, .. } = generation;
         // First, so a transport that can't write the rest in time has still stopped it.
         if live && matches!(ending, Ending::Stopped(_) | Ending::Cancelled) {
             self.push(Output::Engine(EngineCommand::Abort { id }));
@@ -1066,6 +1108,7 @@ impl Session {
                             chunk_start_ms: 0,
                             chunk_end_ms: end,
                             sample_rate: rate,
+                            channels,
                             audio_b64: "",
                             timestamps: any_words.then_some(&words[..heard]),
                         });

@@ -921,3 +921,53 @@ fn split_units_fail_alone_and_a_cancel_drops_the_rest() {
     h.send(DONE);
     assert_eq!(summary(&h.take()), [("session.done".to_owned(), -1, "2".to_owned())]);
 }
+
+// Upstream's framing, chosen by a client that sends split_granularity: the streamed
+// audio.start waits for the first audio and carries its rate and channels.
+#[test]
+fn upstream_clients_get_the_deferred_audio_start() {
+    let config = r#"{"type":"session.config","stream_audio":true,"response_format":"pcm","split_granularity":"none"}"#;
+    let mut h = Harness::default();
+    h.send(config).send(&text("Hello.")).send(DONE);
+    let outs = h.take();
+    assert!(frames(&outs).is_empty(), "nothing before the audio: {outs:?}");
+    let (id, _) = Harness::request(&outs);
+    h.audio(id, &[1, 0, 2, 0], 24_000);
+    let outs = h.take();
+    assert_eq!(
+        frames(&outs)[0],
+        serde_json::json!({"type":"audio.start","utterance_index":0,"sentence_index":0,"sentence_text":"Hello.","format":"pcm","sample_rate":24000,"channels":1})
+    );
+    assert_eq!(outs[1], Out::Binary(vec![1, 0, 2, 0]));
+    h.engine(id, EngineEventKind::Finished);
+    // A failure before any audio: the bare start, the error, audio.done.
+    h.send(&text("Again.")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.engine(id, EngineEventKind::Failed("boom".into()));
+    let outs = h.take();
+    let f = frames(&outs);
+    assert_eq!(
+        f[0],
+        serde_json::json!({"type":"audio.start","utterance_index":1,"sentence_index":0,"sentence_text":"Again.","format":"pcm"})
+    );
+    assert_eq!(
+        (f[1]["type"].as_str(), f[2]["type"].as_str(), &f[2]["error"]),
+        (Some("error"), Some("audio.done"), &serde_json::json!(true))
+    );
+    // Word timestamps: channels on every audio.chunk, the start before the first.
+    let mut h = Harness::new(capabilities(true, false), SessionOptions::default());
+    h.send(r#"{"type":"session.config","stream_audio":true,"response_format":"pcm","word_timestamps":true,"split_granularity":"sentence"}"#);
+    h.send(&text("Hi there.")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.audio(id, &[0; 480], 24_000).engine(id, EngineEventKind::Finished);
+    let f = frames(&h.take());
+    assert_eq!(
+        (f[0]["type"].as_str(), &f[0]["word_timestamps"], &f[0]["channels"]),
+        (Some("audio.start"), &serde_json::json!(true), &serde_json::json!(1))
+    );
+    assert!(f.iter().filter(|f| f["type"] == "audio.chunk").all(|c| c["channels"] == 1));
+    // The reference's framing is unchanged without split_granularity.
+    let mut h = Harness::default();
+    h.send(STREAM_CONFIG).send(&text("x")).send(DONE);
+    assert_eq!(frames(&h.take())[0]["sample_rate"], 24000);
+}

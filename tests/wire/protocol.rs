@@ -607,3 +607,50 @@ async fn messages_during_a_stream_are_handled_after_it() {
     let texts: Vec<_> = engine.requests().into_iter().map(|r| r.1.text).collect();
     assert_eq!(texts, vec!["first".to_owned(), "second".to_owned()]);
 }
+
+// protocol-upstream.md §2.7 H1/H2 over a real socket: with split_granularity, each sentence is
+// synthesized as soon as its text is complete (the first before input.done).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_granularity_sentences_stream_before_input_done() {
+    let engine = synthetic();
+    let (_server, mut client) = configured(
+        engine.clone(),
+        SessionOptions::default(),
+        json!({"voice": "Vivian", "split_granularity": "sentence", "stream_audio": true, "response_format": "pcm"}),
+    )
+    .await;
+    client.send(text("First sentence. Second")).await;
+    // No input.done yet: the first sentence's audio comes, announced with its rate and channels.
+    let start = client.json().await;
+    assert_eq!(
+        start,
+        json!({"type": "audio.start", "utterance_index": 0, "sentence_index": 0, "sentence_text": "First sentence.",
+               "format": "pcm", "sample_rate": 24000, "channels": 1})
+    );
+    let expected = engine.inner().render(&SynthesisRequest::new("First sentence.")).0;
+    let mut audio = Vec::new();
+    let end = loop {
+        match client.recv().await {
+            Received::Binary(bytes) => audio.extend(bytes),
+            Received::Json(message) => break message,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(audio, expected);
+    assert_eq!(end["type"], "audio.done");
+    client.send(text(" one.")).await;
+    client.send(done()).await;
+    let rest = client.until_session_done().await;
+    let messages: Vec<&Value> = rest
+        .iter()
+        .filter_map(|r| match r {
+            Received::Json(m) => Some(m),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(messages[0]["sentence_text"], "Second one.");
+    assert_eq!(messages[0]["sentence_index"], 1);
+    assert_eq!(**messages.last().unwrap(), session_done(0, 2));
+    let texts: Vec<String> = engine.requests().into_iter().map(|(_, r)| r.text).collect();
+    assert_eq!(texts, ["First sentence.", "Second one."]);
+}
