@@ -30,6 +30,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start-up: the size of its variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve WS /v1/audio/speech/stream, POST /v1/audio/speech and the operator endpoints.

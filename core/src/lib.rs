@@ -163,6 +163,7 @@ pub mod parse;
 mod pydantic;
 pub mod resample;
 pub mod session;
+pub mod speech_batch;
 pub mod speech_http;
 pub mod speech_response;
 pub mod split;

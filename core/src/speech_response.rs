@@ -107,6 +107,11 @@ impl SpeechResponse {
         &self.request
     }
 
+    /// The usage so far: the input's words, the audio received (all of it once done).
+    pub fn usage(&self) -> Usage {
+        Usage::new(&self.request.synthesis.text, self.audio_bytes, &self.capabilities)
+    }
+
     /// Feed an event of the engine request.
     pub fn handle_engine(&mut self, event: EngineEventKind) {
         match event {

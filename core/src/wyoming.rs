@@ -106,6 +106,8 @@ impl Default for WyomingOptions {
 }
 
 /// One thing the session wants done, from [`WyomingSession::poll_output`]; carry them out in order.
+// Taken one at a time from a queue: boxing the request would cost an allocation for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Output {
     /// Bytes of one whole event to write.

@@ -459,3 +459,46 @@ async fn openai_names_streams_of_every_format_rates_and_request_ids() {
     assert!(reply.header("x-request-id").is_some_and(|id| id.starts_with("speech-http-")));
     server.shutdown().await;
 }
+
+// Upstream's POST /v1/audio/speech/batch: the items at once, each a whole file or its error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_of_whole_files() {
+    let engine = synthetic();
+    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
+    let body = json!({"voice": "vivian", "response_format": "pcm", "items": [
+        {"input": "First item."},
+        {"input": "   "},
+        {"input": "Second item.", "response_format": "wav", "voice": "alloy"},
+        {"input": "Third.", "voice": "nobody"},
+    ]})
+    .to_string();
+    let reply = request(server.addr, "POST", "/v1/audio/speech/batch", &[JSON], &body).await;
+    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    let batch = reply.json();
+    assert!(batch["id"].as_str().unwrap().starts_with("speech-batch-"));
+    assert_eq!((&batch["total"], &batch["succeeded"], &batch["failed"]), (&json!(4), &json!(2), &json!(2)));
+    let results = batch["results"].as_array().unwrap();
+    let audio = |i: usize| {
+        base64::engine::general_purpose::STANDARD.decode(results[i]["audio_data"].as_str().unwrap()).unwrap()
+    };
+    assert_eq!((&results[0]["status"], &results[0]["media_type"]), (&json!("success"), &json!("audio/pcm")));
+    let mut first = SynthesisRequest::new("First item.");
+    first.voice = Some("vivian".into());
+    assert_eq!(audio(0), engine.render(&first).0);
+    assert_eq!(results[0]["usage"]["input_tokens"], 2);
+    assert_eq!(results[1], json!({"index": 1, "status": "error", "error": "Input text cannot be empty"}));
+    // The OpenAI alias is the default voice; a wav item is a whole file.
+    assert_eq!(&audio(2)[44..], &expected_pcm(&engine, "Second item.")[..]);
+    assert_eq!(results[3]["status"], "error");
+    assert!(results[3]["error"].as_str().unwrap().starts_with("Invalid voice 'nobody'"));
+    // The batch's own errors.
+    let too_many = json!({"items": vec![json!({"input": "x"}); 33]}).to_string();
+    let reply = request(server.addr, "POST", "/v1/audio/speech/batch", &[JSON], &too_many).await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.json()["error"]["message"], "Batch contains 33 items, exceeding the maximum of 32.");
+    let reply =
+        request(server.addr, "POST", "/v1/audio/speech/batch", &[JSON], r#"{"model":"x","items":[{"input":"a"}]}"#)
+            .await;
+    assert_eq!(reply.status, 404);
+    server.shutdown().await;
+}

@@ -4,3 +4,5 @@
 pub const STREAM_PATH: &str = "/v1/audio/speech/stream";
 /// The OpenAI-compatible speech endpoint (docs/protocol.md §f).
 pub const SPEECH_PATH: &str = "/v1/audio/speech";
+/// Upstream vLLM-Omni's batch of whole files in one request.
+pub const BATCH_PATH: &str = "/v1/audio/speech/batch";

@@ -20,7 +20,7 @@ use crate::auth;
 use crate::body::{full, json, Body};
 use crate::context::{Admission, ConnectionContext, UpgradeSlot};
 use crate::metrics::{ErrorKind, Refusal};
-use crate::paths::{SPEECH_PATH, STREAM_PATH};
+use crate::paths::{BATCH_PATH, SPEECH_PATH, STREAM_PATH};
 use crate::shared::Shared;
 use crate::speech;
 
@@ -100,12 +100,16 @@ async fn respond(
                 Some(why) => refused(why, &shared),
                 None => speech::create_speech(request, &shared, id).await,
             },
+            (&Method::POST, BATCH_PATH) => match refusal {
+                Some(why) => refused(why, &shared),
+                None => speech::create_batch(request, &shared, &context, id).await,
+            },
             (&Method::GET, "/health") => json(StatusCode::OK, "{}".to_owned()),
             (&Method::GET, "/ready") => ready(&shared),
             (&Method::GET, "/metrics") => metrics(&shared),
             (&Method::GET, "/v1/models") => json(StatusCode::OK, models(&shared.capabilities, shared.started_unix)),
             (&Method::GET, "/v1/audio/voices") => json(StatusCode::OK, voices_json(&shared.capabilities)),
-            (_, "/health" | "/ready" | "/metrics" | "/v1/models" | "/v1/audio/voices" | SPEECH_PATH) => {
+            (_, "/health" | "/ready" | "/metrics" | "/v1/models" | "/v1/audio/voices" | SPEECH_PATH | BATCH_PATH) => {
                 detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
             }
             _ => detail(StatusCode::NOT_FOUND, "Not Found"),

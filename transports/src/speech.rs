@@ -1,4 +1,5 @@
-//! `POST /v1/audio/speech`: one request, one engine request, one response.
+//! `POST /v1/audio/speech`: one request, one engine request, one response; and
+//! `POST /v1/audio/speech/batch`: several, each a whole file, in one JSON reply.
 //!
 //! The core validates the body and decides every byte of the response (its
 //! `speech_response::SpeechResponse` machine); this module reads the body, submits to the
@@ -19,12 +20,15 @@ use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY
 use hyper::{Request, Response, StatusCode};
 use speechstream_core::capacity::Overloaded;
 use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, RequestId};
+use speechstream_core::speech_batch::{batch_response_json, parse_batch_request, ItemResult, MAX_BATCH_ITEMS};
 use speechstream_core::speech_http::{check_content_type, parse_speech_request, Delivery, HttpError, SpeechRequest};
 use speechstream_core::speech_response::{ResponseHead, ResponseOutput, SpeechResponse};
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::body::{full, json, Body, BoxError};
+use crate::context::ConnectionContext;
 use crate::encoding::encode_off_runtime;
 use crate::metrics::{ErrorKind, Transport, UtteranceMeter};
 use crate::shared::Shared;
@@ -47,7 +51,8 @@ pub(crate) async fn create_speech(request: Request<Incoming>, shared: &Arc<Share
     }
 }
 
-async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) -> Result<Response<Body>, HttpError> {
+/// The JSON body of a speech request, read within the size and time limits.
+async fn read_body(request: Request<Incoming>, shared: &Shared) -> Result<String, HttpError> {
     let content_type = request.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
     check_content_type(content_type)?;
     let limit = shared.max_message_bytes;
@@ -68,8 +73,12 @@ async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) 
             return Err(HttpError::new(408, "RequestTimeoutError", message));
         }
     };
-    let body = std::str::from_utf8(&body).map_err(|_| HttpError::bad_request("JSON decode error"))?;
-    let request = parse_speech_request(body, &shared.capabilities, shared.options.max_buffered_chars)?;
+    String::from_utf8(body.to_vec()).map_err(|_| HttpError::bad_request("JSON decode error"))
+}
+
+async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) -> Result<Response<Body>, HttpError> {
+    let body = read_body(request, shared).await?;
+    let request = parse_speech_request(&body, &shared.capabilities, shared.options.max_buffered_chars)?;
     info!(
         format = request.response_format.as_str(),
         delivery = ?request.delivery,
@@ -107,6 +116,67 @@ async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) 
         }
     }
     Ok(response)
+}
+
+/// `POST /v1/audio/speech/batch`: every valid item synthesized at once, each a whole file;
+/// one JSON reply with each item's audio or error (upstream's shape, `speech_batch`).
+pub(crate) async fn create_batch(
+    request: Request<Incoming>,
+    shared: &Arc<Shared>,
+    context: &ConnectionContext,
+    id: RequestId,
+) -> Response<Body> {
+    let batch_id = id.to_string().replacen("speech-http-", "speech-batch-", 1);
+    let parsed = match read_body(request, shared).await.and_then(|body| {
+        parse_batch_request(&body, &shared.capabilities, shared.options.max_buffered_chars, MAX_BATCH_ITEMS)
+    }) {
+        Ok(items) => items,
+        Err(error) => {
+            shared.metrics.error(ErrorKind::Request);
+            info!(status = error.status, message = %error.message, "speech batch refused");
+            let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::BAD_REQUEST);
+            return json(status, error.body());
+        }
+    };
+    info!(batch = %batch_id, items = parsed.len(), "speech batch");
+    // Dropping the set (the client left) aborts the items' tasks, and so their engine requests.
+    let mut tasks = JoinSet::new();
+    for (index, item) in parsed.iter().enumerate() {
+        if let Ok(item) = item {
+            let (shared, item, id) = (shared.clone(), item.clone(), context.next_request_id());
+            tasks.spawn(async move { (index, whole_file(&shared, id, item).await) });
+        }
+    }
+    let mut results: Vec<ItemResult> =
+        parsed.iter().map(|item| Err(item.as_ref().err().map(|e| e.message.clone()).unwrap_or_default())).collect();
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok((index, result)) => results[index] = result,
+            Err(e) => warn!(error = %e, "a batch item's task failed"),
+        }
+    }
+    let failed = results.iter().filter(|r| r.is_err()).count();
+    info!(batch = %batch_id, failed, "speech batch done");
+    json(StatusCode::OK, batch_response_json(&batch_id, &parsed, &results))
+}
+
+/// One request synthesized and encoded as a whole file: the file and its usage, or why not.
+async fn whole_file(shared: &Arc<Shared>, id: RequestId, request: SpeechRequest) -> ItemResult {
+    let engine_request = EngineRequest::submit(shared, id, &request);
+    let response = SpeechResponse::new(request, shared.capabilities.clone(), shared.options.max_whole_audio_seconds);
+    let mut speech = Speech { engine_request, response, pending: VecDeque::new(), done: false, started: false };
+    match speech.next_output().await {
+        Next::Error(error) => Err(error.message),
+        Next::Head(_) => {
+            let file = std::iter::from_fn(|| speech.response.poll_output())
+                .flat_map(|output| match output {
+                    ResponseOutput::Body(bytes) => bytes,
+                    _ => Vec::new(),
+                })
+                .collect();
+            Ok((file, speech.response.usage()))
+        }
+    }
 }
 
 /// One engine request and its event queue; aborted if dropped before its end.

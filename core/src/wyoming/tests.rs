@@ -24,6 +24,7 @@ fn event(kind: &str, data: Value) -> Vec<u8> {
 
 /// What the session asked for: events as (type, data, payload bytes), engine commands, closes.
 #[derive(Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)] // a test log
 enum Seen {
     Event(String, Value, usize),
     Submit(RequestId, SynthesisRequest),
