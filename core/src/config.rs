@@ -4,6 +4,7 @@
 
 use crate::json::{Int, Object};
 use crate::pydantic::{render, saturate, FieldError, Validator};
+use crate::resample::SUPPORTED_RATES;
 use crate::split::Granularity;
 
 /// The audio format of the reply (`response_format`).
@@ -126,6 +127,9 @@ pub struct SessionConfig {
     /// framing; when it did, upstream's (a streamed `audio.start` waits for the first audio and
     /// carries its `sample_rate` and `channels`; `audio.chunk` has `channels`).
     pub split_granularity: Option<Granularity>,
+    /// Our extension (upstream ignores the key on the WebSocket): the rate of the audio sent,
+    /// one of [`SUPPORTED_RATES`] (resampled); `None`: the engine's.
+    pub sample_rate: Option<u32>,
 }
 
 impl Default for SessionConfig {
@@ -150,6 +154,7 @@ impl Default for SessionConfig {
             seed: None,
             output_mode: OutputMode::Pcm,
             split_granularity: None,
+            sample_rate: None,
         }
     }
 }
@@ -200,7 +205,20 @@ pub fn validate_session_config(msg: &Object) -> Result<SessionConfig, String> {
         split_granularity: v
             .literal("split_granularity", false, GRANULARITIES, GRANULARITY_MSG)
             .and_then(|n| GRANULARITY_VALUES.get(n).copied()),
+        sample_rate: None,
     };
+    if let Some(x) = msg.get("sample_rate").filter(|x| **x != crate::json::Value::Null) {
+        if let Some(rate) = v.int("sample_rate", None).map(|i| saturate(&i)) {
+            match u32::try_from(rate).ok().filter(|r| SUPPORTED_RATES.contains(r)) {
+                Some(rate) => c.sample_rate = Some(rate),
+                None => {
+                    let rates: Vec<String> = SUPPORTED_RATES.iter().map(u32::to_string).collect();
+                    let message = format!("Value error, sample_rate must be one of {}", rates.join(", "));
+                    v.fail("sample_rate".into(), "value_error", message, x);
+                }
+            }
+        }
+    }
     if msg.get("speed").is_none() {
         c.speed = d.speed;
     }
@@ -238,6 +256,20 @@ fn cross_field(c: &mut SessionConfig) -> Result<(), String> {
         if c.response_format != ResponseFormat::Pcm {
             return Err("output_mode='codec_tokens' requires response_format='pcm'.".into());
         }
+    }
+    if let (Some(rate), Some(fixed)) = (c.sample_rate, c.response_format.fixed_rate()) {
+        if rate != fixed {
+            return Err(format!(
+                "response_format='{}' is {fixed} Hz only (G.711); leave sample_rate out or set it to {fixed}. Got \
+                 sample_rate={rate}.",
+                c.response_format.as_str()
+            ));
+        }
+    }
+    if c.output_mode == OutputMode::CodecTokens && c.sample_rate.is_some() {
+        return Err(
+            "output_mode='codec_tokens' does not support sample_rate (codec frames have no rate to change).".into()
+        );
     }
     if c.stream_audio {
         if c.response_format != ResponseFormat::Pcm {

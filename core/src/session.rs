@@ -21,6 +21,7 @@ use crate::messages::{
     SessionDone,
 };
 use crate::parse::{parse_client_text, ClientMessage, Limits, ParseError};
+use crate::resample::Resampler;
 use crate::split::{Granularity, Splitter};
 use crate::text::py_strip;
 
@@ -296,6 +297,10 @@ struct Generation {
     pending_start: Option<(String, &'static str, bool)>,
     /// Upstream's framing: `channels` on `audio.chunk`.
     channels: Option<u32>,
+    /// The config's `sample_rate` (streamed audio is resampled to it, a whole file encoded
+    /// at it), and the resampler once the engine's rate is known.
+    out_rate: Option<u32>,
+    resampler: Option<Resampler>,
     mode: Mode,
     /// Audio bytes (or codec frames) sent so far.
     total: u64,
@@ -899,7 +904,7 @@ impl Session {
                 sentence_index: sentence,
                 sentence_text: text,
                 format: config.response_format.as_str(),
-                sample_rate: streamed_pcm.then_some(NOMINAL_SAMPLE_RATE),
+                sample_rate: streamed_pcm.then_some(config.sample_rate.unwrap_or(NOMINAL_SAMPLE_RATE)),
                 word_timestamps: config.word_timestamps.then_some(true),
             };
             let mode = if config.word_timestamps {
@@ -923,6 +928,8 @@ impl Session {
             sentence,
             pending_start,
             channels,
+            out_rate: config.sample_rate,
+            resampler: None,
             mode,
             total: 0,
             sample_rate: None,
@@ -947,6 +954,15 @@ impl Session {
     }
 
     fn on_audio(&mut self, now: Instant, pcm: Vec<u8>, sample_rate: u32) {
+        let Some(generation) = self.generation_mut() else { return };
+        let streamed = matches!(generation.mode, Mode::Streamed | Mode::Words { .. });
+        let (pcm, sample_rate) = match streamed {
+            true => match resampled(&mut generation.resampler, generation.out_rate, pcm, sample_rate) {
+                Ok(converted) => converted,
+                Err(message) => return self.end_generation(now, Ending::Stopped(message)),
+            },
+            false => (pcm, sample_rate),
+        };
         self.send_pending_start(Some(sample_rate));
         let Some(generation) = self.generation_mut() else { return };
         let (u, sentence, channels) = (generation.utterance, generation.sentence, generation.channels);
@@ -987,7 +1003,6 @@ impl Session {
         }
     }
 
-    /// The engine finished a whole file's audio: hand its encoding to the driver.
     /// Upstream's deferred `audio.start`, if it is still to be sent: with the audio's rate
     /// and one channel, or bare (`None`: no audio came).
     fn send_pending_start(&mut self, sample_rate: Option<u32>) {
@@ -1006,13 +1021,19 @@ impl Session {
         });
     }
 
+    /// The engine finished a whole file's audio: hand its encoding to the driver.
     fn start_encoding(&mut self) {
         let default_rate = self.capabilities.sample_rate;
         let Some(generation) = self.generation_mut() else { return };
         let Mode::Whole(audio) = std::mem::replace(&mut generation.mode, Mode::Encoding) else { return };
         let rate = generation.sample_rate.unwrap_or(default_rate);
         let id = generation.id;
-        self.push(Output::Encode { id, job: audio.finish(rate) });
+        let job = audio.finish(rate);
+        let job = match generation.out_rate {
+            Some(out) => job.at_rate(out),
+            None => job,
+        };
+        self.push(Output::Encode { id, job });
     }
 
     fn on_codec(&mut self, codes: &[i32], flags: CodecFlags) -> Result<(), codec::CodecError> {
@@ -1053,7 +1074,19 @@ impl Session {
             }
         };
         let live = generation.engine_live();
-        let Generation { id, utterance: u, sentence, mode, mut total, sample_rate, channels, .. } = generation;
+        let Generation {
+            id, utterance: u, sentence, mode, mut total, sample_rate, channels, resampler, out_rate, ..
+        } = generation;
+        // A finished stream's last resampled samples (the filter's tail).
+        let tail = match (&ending, resampler) {
+            (Ending::Finished, Some(mut resampler)) => {
+                let mut samples = Vec::new();
+                resampler.finish(&mut samples);
+                samples.iter().flat_map(|s| s.to_le_bytes()).collect()
+            }
+            _ => Vec::new(),
+        };
+        let sample_rate = out_rate.filter(|_| sample_rate.is_some()).or(sample_rate);
         // First, so a transport that can't write the rest in time has still stopped it.
         if live && matches!(ending, Ending::Stopped(_) | Ending::Cancelled) {
             self.push(Output::Engine(EngineCommand::Abort { id }));
@@ -1094,8 +1127,30 @@ impl Session {
                             self.push(Output::Binary(file));
                         }
                     }
-                    Mode::Words { chunk_id, words, any_words } if failure.is_none() => {
+                    Mode::Streamed if !tail.is_empty() => {
+                        total += tail.len() as u64;
+                        self.push(Output::Binary(tail));
+                    }
+                    Mode::Words { mut chunk_id, words, any_words } if failure.is_none() => {
                         let rate = sample_rate.unwrap_or(NOMINAL_SAMPLE_RATE);
+                        if !tail.is_empty() {
+                            let start = pcm_ms(total, rate);
+                            total += tail.len() as u64;
+                            let audio_b64 = base64::engine::general_purpose::STANDARD.encode(&tail);
+                            self.send_json(&AudioChunk {
+                                r#type: "audio.chunk",
+                                utterance_index: u,
+                                sentence_index: sentence,
+                                chunk_id,
+                                chunk_start_ms: start,
+                                chunk_end_ms: pcm_ms(total, rate),
+                                sample_rate: rate,
+                                channels,
+                                audio_b64: &audio_b64,
+                                timestamps: None,
+                            });
+                            chunk_id += 1;
+                        }
                         let end = pcm_ms(total, rate);
                         // After a cancel, only the words that were (at least partly) heard.
                         let heard =
@@ -1136,6 +1191,25 @@ impl Session {
         }
         Some(draining)
     }
+}
+
+/// Streamed audio at the config's rate: through the resampler (made with the first audio)
+/// when the engine's differs.
+fn resampled(
+    resampler: &mut Option<Resampler>,
+    out_rate: Option<u32>,
+    pcm: Vec<u8>,
+    rate: u32,
+) -> Result<(Vec<u8>, u32), String> {
+    let Some(out) = out_rate.filter(|&out| out != rate) else { return Ok((pcm, rate)) };
+    if resampler.is_none() {
+        *resampler = Some(Resampler::new(rate, out).map_err(|e| e.0)?);
+    }
+    let Some(resampler) = resampler.as_mut() else { return Ok((pcm, rate)) };
+    let samples: Vec<i16> = pcm.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect();
+    let mut converted = Vec::with_capacity(samples.len() * out as usize / rate as usize + 1);
+    resampler.push(&samples, &mut converted);
+    Ok((converted.iter().flat_map(|s| s.to_le_bytes()).collect(), out))
 }
 
 /// The per-utterance request, with the checks the reference makes when it builds

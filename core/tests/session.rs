@@ -971,3 +971,50 @@ fn upstream_clients_get_the_deferred_audio_start() {
     h.send(STREAM_CONFIG).send(&text("x")).send(DONE);
     assert_eq!(frames(&h.take())[0]["sample_rate"], 24000);
 }
+
+// Issue 13: session.config's sample_rate (ours): streamed audio resampled, chunk by chunk, to the
+// same samples as the whole; audio.start and total_bytes at the new rate; whole files encoded at it.
+#[test]
+fn session_sample_rate_resamples_what_is_sent() {
+    let samples: Vec<i16> = (0..4801).map(|i| ((i as f64 * 0.05).sin() * 8000.0) as i16).collect();
+    let pcm: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+    let expected = speechstream_core::resample::resample(24_000, 8000, &samples).unwrap();
+    let mut h = Harness::default();
+    h.send(r#"{"type":"session.config","stream_audio":true,"response_format":"pcm","sample_rate":8000}"#);
+    h.send(&text("x")).send(DONE);
+    let outs = h.take();
+    assert_eq!(frames(&outs)[0]["sample_rate"], 8000);
+    let (id, _) = Harness::request(&outs);
+    h.audio(id, &pcm[..1002], 24_000).audio(id, &pcm[1002..], 24_000).engine(id, EngineEventKind::Finished);
+    let outs = h.take();
+    let sent: Vec<u8> = outs
+        .iter()
+        .filter_map(|o| match o {
+            Out::Binary(b) => Some(b.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let expected_bytes: Vec<u8> = expected.iter().flat_map(|s| s.to_le_bytes()).collect();
+    assert_eq!(sent, expected_bytes);
+    let done = frames(&outs).into_iter().find(|f| f["type"] == "audio.done").unwrap();
+    assert_eq!(done["total_bytes"], expected_bytes.len());
+    // A whole wav is encoded at the rate asked for.
+    h.send(r#"{"type":"session.config","sample_rate":16000}"#).send(&text("y")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.audio(id, &pcm, 24_000).engine(id, EngineEventKind::Finished);
+    let wav = h.take().into_iter().find_map(|o| if let Out::Binary(b) = o { Some(b) } else { None }).unwrap();
+    assert_eq!(u32::from_le_bytes(wav[24..28].try_into().unwrap()), 16_000);
+    assert_eq!(wav.len() - 44, (4801usize * 2).div_ceil(3) * 2);
+    // Rates it cannot make, and G.711 at another rate, are config errors (later ones not fatal).
+    h.send(r#"{"type":"session.config","sample_rate":12345}"#);
+    let message = frames(&h.take())[0]["message"].as_str().unwrap().to_owned();
+    assert!(
+        message
+            .contains("sample_rate\n  Value error, sample_rate must be one of 8000, 16000, 22050, 24000, 44100, 48000"),
+        "{message}"
+    );
+    h.send(r#"{"type":"session.config","sample_rate":16000,"response_format":"ulaw"}"#);
+    let message = frames(&h.take())[0]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("response_format='ulaw' is 8000 Hz only (G.711)"), "{message}");
+}
