@@ -32,8 +32,9 @@ const ITEM_FIELDS: [&str; 14] = [
     "non_streaming_mode",
 ];
 
-/// Parse a batch body: `Err` is the batch's own error (not JSON, no items, too many, an
-/// unknown model); otherwise each item's request or why it cannot be made, in order.
+/// Parse a batch body: `Err` is the batch's own error (not JSON, no items, too many, more than
+/// `max_input_chars` of text in all, an unknown model); otherwise each item's request or why it
+/// cannot be made, in order.
 pub fn parse_batch_request(
     body: &str,
     capabilities: &EngineCapabilities,
@@ -53,6 +54,14 @@ pub fn parse_batch_request(
         return Err(HttpError::bad_request(format!(
             "Batch contains {} items, exceeding the maximum of {max_items}.",
             items.len()
+        )));
+    }
+    // The whole batch is bounded as one request is: its texts together.
+    let chars: usize =
+        items.iter().filter_map(|item| item.get("input")?.as_str()).map(|text| text.chars().count()).sum();
+    if chars > max_input_chars {
+        return Err(HttpError::bad_request(format!(
+            "Batch input text too long ({chars} characters in all; max {max_input_chars})"
         )));
     }
     let model = batch.get("model").filter(|m| !m.is_null()).cloned();
@@ -91,6 +100,12 @@ pub fn parse_batch_request(
             parse_speech_request(&Value::Object(merged).to_string(), capabilities, max_input_chars)
         })
         .collect())
+}
+
+/// The longest audio one item's file may hold: the batch's reply holds every file, so together
+/// they stay within `max_whole_audio_seconds` (at least a second each).
+pub fn item_audio_seconds(max_whole_audio_seconds: u32, items: usize) -> u32 {
+    (max_whole_audio_seconds / items.max(1) as u32).max(1)
 }
 
 /// How one item ended: its file and usage, or why it failed.
@@ -166,6 +181,9 @@ mod tests {
         assert_eq!(parse("[]").unwrap_err().status, 400);
         assert_eq!(parse(r#"{"items":[]}"#).unwrap_err().message, "items: List should have at least 1 item");
         assert_eq!(parse(r#"{"model":"other","items":[{"input":"x"}]}"#).unwrap_err().status, 404);
+        let long = format!(r#"{{"items":[{{"input":"{}"}},{{"input":"{}"}}]}}"#, "a".repeat(600), "b".repeat(401));
+        assert_eq!(parse(&long).unwrap_err().message, "Batch input text too long (1001 characters in all; max 1000)");
+        assert_eq!((item_audio_seconds(600, 32), item_audio_seconds(600, 1), item_audio_seconds(10, 32)), (18, 600, 1));
         let requests = parse(r#"{"items":[{"input":"hi there"},{"input":""},{"input":"x"}]}"#).unwrap();
         let usage = Usage { input_text_tokens: 2, output_tokens: 5 };
         let results =

@@ -43,6 +43,9 @@ pub enum ResponseOutput {
     End,
     /// The body breaks off with this error (a raw stream that failed after its head).
     Cut(String),
+    /// Headers that follow the body (HTTP trailers, sent where the client asked for them with
+    /// `TE: trailers`): the usage of a whole file sent as it was made. Just before `End`.
+    Trailers(Vec<(&'static str, String)>),
     /// Encode a whole file where it does not hold up other requests, then hand the result to
     /// [`SpeechResponse::handle_encoded`].
     Encode(EncodeJob),
@@ -96,10 +99,19 @@ impl SpeechResponse {
         max_whole_audio_seconds: u32,
     ) -> SpeechResponse {
         let state = match request.delivery {
-            Delivery::Whole => State::Collecting(WholeAudio::new(request.response_format, max_whole_audio_seconds)),
-            Delivery::Audio | Delivery::Sse => State::AwaitingAudio,
+            Delivery::Whole if !progressive(&request) => {
+                State::Collecting(WholeAudio::new(request.response_format, max_whole_audio_seconds))
+            }
+            Delivery::Whole | Delivery::Audio | Delivery::Sse => State::AwaitingAudio,
         };
         SpeechResponse { request, capabilities, state, outputs: VecDeque::new(), audio_bytes: 0, words: Vec::new() }
+    }
+
+    /// Whether the body is sent as it is made (streamed, or a whole file whose bytes can go
+    /// out before its end): then the head comes with the first audio and the driver forwards
+    /// the body as it comes; otherwise the head comes with the whole file.
+    pub fn is_streamed(&self) -> bool {
+        self.request.delivery != Delivery::Whole || progressive(&self.request)
     }
 
     /// The request being answered.
@@ -232,6 +244,17 @@ impl SpeechResponse {
         let format = self.request.response_format;
         let (content_type, headers) = if self.sse() {
             ("text/event-stream", vec![("cache-control", "no-cache".to_owned())])
+        } else if self.request.delivery == Delivery::Whole {
+            // The usage known now; the output tokens follow as trailers.
+            let usage = self.usage();
+            let known = [
+                ("x-vllm-omni-input-tokens", usage.input_text_tokens),
+                ("x-vllm-omni-input-text-tokens", usage.input_text_tokens),
+                ("x-vllm-omni-input-audio-tokens", 0),
+            ];
+            let mut headers: Vec<(&'static str, String)> = known.iter().map(|&(n, v)| (n, v.to_string())).collect();
+            headers.push(("trailer", "x-vllm-omni-output-tokens, x-vllm-omni-total-tokens".to_owned()));
+            (media_type(format), headers)
         } else {
             (media_type(format), Vec::new())
         };
@@ -244,11 +267,11 @@ impl SpeechResponse {
             return;
         }
         self.audio_bytes += pcm.len() as u64;
-        let (format, rate) = (self.request.response_format, self.request.sample_rate);
+        let (format, rate, paging) = (self.request.response_format, self.request.sample_rate, self.paging());
         let State::Streaming { audio, sent_audio } = &mut self.state else { return };
         let encoded = match audio {
             Some(stream) => stream.push_s16le(&pcm, sample_rate),
-            None => AudioStream::new(format, sample_rate, rate, Paging::Eager)
+            None => AudioStream::new(format, sample_rate, rate, paging)
                 .and_then(|stream| audio.insert(Box::new(stream)).push_s16le(&pcm, sample_rate)),
         };
         match encoded {
@@ -270,7 +293,7 @@ impl SpeechResponse {
                     self.request.response_format,
                     self.request.sample_rate,
                     self.request.sample_rate,
-                    Paging::Eager,
+                    self.paging(),
                 ),
             };
             match stream.and_then(AudioStream::finish) {
@@ -279,18 +302,42 @@ impl SpeechResponse {
                 Err(e) => return self.fail(&e.0),
             }
         }
+        let usage = self.usage();
         if self.sse() {
-            let usage = Usage::new(&self.request.synthesis.text, self.audio_bytes, &self.capabilities);
             self.outputs.push_back(ResponseOutput::Body(sse_done(&usage).into_bytes()));
+        } else if self.request.delivery == Delivery::Whole {
+            self.outputs.push_back(ResponseOutput::Trailers(vec![
+                ("x-vllm-omni-output-tokens", usage.output_tokens.to_string()),
+                ("x-vllm-omni-total-tokens", usage.total().to_string()),
+            ]));
         }
         self.outputs.push_back(ResponseOutput::End);
         self.state = State::Done;
+    }
+
+    /// A whole file sent as it is made keeps the file's exact bytes; a stream pages eagerly.
+    fn paging(&self) -> Paging {
+        if self.request.delivery == Delivery::Whole {
+            Paging::AsFile
+        } else {
+            Paging::Eager
+        }
     }
 
     fn push_stream_bytes(&mut self, bytes: Vec<u8>) {
         let body = if self.sse() { sse_delta(&bytes, self.request.response_format).into_bytes() } else { bytes };
         self.outputs.push_back(ResponseOutput::Body(body));
     }
+}
+
+/// Whether a whole file is sent as it is made: where its bytes do not depend on what follows
+/// (raw `pcm`, Ogg `opus`, and G.711), so the client gets them early and the same file (as
+/// OpenAI's endpoint sends its body); not with word timings, which ride a header.
+fn progressive(request: &SpeechRequest) -> bool {
+    use crate::config::ResponseFormat as F;
+    request.delivery == Delivery::Whole
+        && !request.synthesis.output.words()
+        && matches!(request.response_format, F::Pcm | F::Opus | F::Ulaw | F::Alaw)
 }
 
 /// The error of a generation that failed before the response began: 500, or 503 when the
@@ -338,6 +385,27 @@ mod tests {
         assert!(head.headers.iter().any(|(name, value)| *name == "x-word-timestamps" && value.contains("\"two\"")));
         assert_eq!(&out[1..], [ResponseOutput::Body(vec![1; 4]), ResponseOutput::End]);
         assert!(r.is_done());
+    }
+
+    #[test]
+    fn whole_pcm_goes_out_as_it_is_made_with_its_usage_after() {
+        let mut r = response(r#"{"input":"two words","response_format":"pcm"}"#);
+        assert!(r.is_streamed());
+        r.handle_engine(audio(4));
+        let out = drain(&mut r);
+        let ResponseOutput::Head(head) = &out[0] else { panic!("{out:?}") };
+        assert!(head.headers.contains(&("x-vllm-omni-input-tokens", "2".to_owned())));
+        assert_eq!(out[1], ResponseOutput::Body(vec![1; 4]));
+        r.handle_engine(audio(48_000 * 2)); // past the whole-file limit: no limit when streamed
+        r.handle_engine(EngineEventKind::Finished);
+        let out = drain(&mut r);
+        assert_eq!(out[0], ResponseOutput::Body(vec![1; 96_000]));
+        let ResponseOutput::Trailers(trailers) = &out[1] else { panic!("{out:?}") };
+        assert_eq!(trailers[0], ("x-vllm-omni-output-tokens", "26".to_owned()));
+        assert_eq!(out[2], ResponseOutput::End);
+        // Word timings ride a header: that whole file waits for its end.
+        assert!(!response(r#"{"input":"x","response_format":"pcm","word_timestamps":true}"#).is_streamed());
+        assert!(!response(r#"{"input":"x","response_format":"mp3"}"#).is_streamed());
     }
 
     #[test]

@@ -19,11 +19,19 @@ struct Reply {
     status: u16,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
+    /// The trailers of a chunked body.
+    trailers: Vec<(String, String)>,
 }
 
 impl Reply {
     fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// A header, or the trailer of that name.
+    fn header_or_trailer(&self, name: &str) -> Option<&str> {
+        self.header(name)
+            .or_else(|| self.trailers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str()))
     }
 
     fn json(&self) -> Value {
@@ -55,19 +63,26 @@ async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
     let mut body = response[split + 4..].to_vec();
+    let mut trailers = Vec::new();
     if headers.iter().any(|(n, v)| n == "transfer-encoding" && v == "chunked") {
-        body = dechunk(&body);
+        (body, trailers) = dechunk(&body);
     }
-    Reply { status, headers, body }
+    Reply { status, headers, body, trailers }
 }
 
-fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+/// A chunked body's bytes and its trailers.
+fn dechunk(mut raw: &[u8]) -> (Vec<u8>, Vec<(String, String)>) {
     let mut out = Vec::new();
     loop {
-        let Some(line_end) = raw.windows(2).position(|w| w == b"\r\n") else { return out };
+        let Some(line_end) = raw.windows(2).position(|w| w == b"\r\n") else { return (out, Vec::new()) };
         let size = usize::from_str_radix(std::str::from_utf8(&raw[..line_end]).unwrap_or("0").trim(), 16).unwrap_or(0);
         if size == 0 {
-            return out;
+            let trailers = String::from_utf8_lossy(&raw[line_end + 2..])
+                .lines()
+                .filter_map(|l| l.split_once(':'))
+                .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                .collect();
+            return (out, trailers);
         }
         out.extend_from_slice(&raw[line_end + 2..line_end + 2 + size]);
         raw = &raw[line_end + 2 + size + 2..];
@@ -97,11 +112,22 @@ async fn speech_in_every_format_and_delivery() {
         ("opus", "audio/ogg", b"OggS"),
     ] {
         let body = json!({"input": " Hello over HTTP. ", "response_format": format, "voice": "vivian"}).to_string();
-        let reply = request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body).await;
+        let reply = request(server.addr, "POST", "/v1/audio/speech", &[JSON, ("TE", "trailers")], &body).await;
         assert_eq!((reply.status, reply.header("content-type")), (200, Some(media)), "{format}");
         assert!(reply.body.starts_with(magic) && reply.body.len() > 100, "{format}");
         assert_eq!(reply.header("x-vllm-omni-input-tokens"), Some("3"));
-        assert!(reply.header("x-vllm-omni-output-tokens").is_some_and(|n| n != "0"));
+        // pcm and opus go out as they are made (chunked), their output tokens as trailers.
+        let progressive = matches!(format, "pcm" | "opus");
+        assert_eq!(reply.header("transfer-encoding") == Some("chunked"), progressive, "{format}");
+        assert!(reply.header_or_trailer("x-vllm-omni-output-tokens").is_some_and(|n| n != "0"), "{format}");
+        if format == "opus" {
+            let whole = speechstream_core::encode::encode_s16le(
+                speechstream_core::config::ResponseFormat::Opus,
+                pcm.clone(),
+                24_000,
+            );
+            assert_eq!(reply.body, whole.unwrap(), "the same file, sent as it is made");
+        }
         if format == "wav" {
             assert_eq!(&reply.body[44..], &pcm[..]);
         }

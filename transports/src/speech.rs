@@ -16,12 +16,14 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Frame, Incoming};
-use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Request, Response, StatusCode};
 use speechstream_core::capacity::Overloaded;
 use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, RequestId};
-use speechstream_core::speech_batch::{batch_response_json, parse_batch_request, ItemResult, MAX_BATCH_ITEMS};
-use speechstream_core::speech_http::{check_content_type, parse_speech_request, Delivery, HttpError, SpeechRequest};
+use speechstream_core::speech_batch::{
+    batch_response_json, item_audio_seconds, parse_batch_request, ItemResult, MAX_BATCH_ITEMS,
+};
+use speechstream_core::speech_http::{check_content_type, parse_speech_request, HttpError, SpeechRequest};
 use speechstream_core::speech_response::{ResponseHead, ResponseOutput, SpeechResponse};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -87,7 +89,8 @@ async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) 
     );
     let engine_request = EngineRequest::submit(shared, id, &request);
     let response = SpeechResponse::new(request, shared.capabilities.clone(), shared.options.max_whole_audio_seconds);
-    let mut speech = Speech { engine_request, response, pending: VecDeque::new(), done: false, started: false };
+    let mut speech =
+        Speech { engine_request, response, pending: VecDeque::new(), done: false, started: false, trailers: None };
     // Until the head: a whole file is collected and encoded, a stream waits for its first audio,
     // so a request that fails at once still gets a proper error status.
     let head = match speech.next_output().await {
@@ -95,7 +98,7 @@ async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) 
         Next::Head(head) => head,
     };
     speech.started = true;
-    let mut response = if speech.response.request().delivery == Delivery::Whole {
+    let mut response = if !speech.response.is_streamed() {
         // The whole file is already there: one body, with its length.
         let body: Vec<u8> = std::iter::from_fn(|| speech.response.poll_output())
             .flat_map(|output| match output {
@@ -141,10 +144,11 @@ pub(crate) async fn create_batch(
     info!(batch = %batch_id, items = parsed.len(), "speech batch");
     // Dropping the set (the client left) aborts the items' tasks, and so their engine requests.
     let mut tasks = JoinSet::new();
+    let seconds = item_audio_seconds(shared.options.max_whole_audio_seconds, parsed.len());
     for (index, item) in parsed.iter().enumerate() {
         if let Ok(item) = item {
             let (shared, item, id) = (shared.clone(), item.clone(), context.next_request_id());
-            tasks.spawn(async move { (index, whole_file(&shared, id, item).await) });
+            tasks.spawn(async move { (index, whole_file(&shared, id, item, seconds).await) });
         }
     }
     let mut results: Vec<ItemResult> =
@@ -160,22 +164,30 @@ pub(crate) async fn create_batch(
     json(StatusCode::OK, batch_response_json(&batch_id, &parsed, &results))
 }
 
-/// One request synthesized and encoded as a whole file: the file and its usage, or why not.
-async fn whole_file(shared: &Arc<Shared>, id: RequestId, request: SpeechRequest) -> ItemResult {
+/// One request synthesized and encoded as a whole file of at most `seconds` of audio: the file
+/// and its usage, or why not.
+async fn whole_file(shared: &Arc<Shared>, id: RequestId, request: SpeechRequest, seconds: u32) -> ItemResult {
     let engine_request = EngineRequest::submit(shared, id, &request);
-    let response = SpeechResponse::new(request, shared.capabilities.clone(), shared.options.max_whole_audio_seconds);
-    let mut speech = Speech { engine_request, response, pending: VecDeque::new(), done: false, started: false };
-    match speech.next_output().await {
-        Next::Error(error) => Err(error.message),
-        Next::Head(_) => {
-            let file = std::iter::from_fn(|| speech.response.poll_output())
-                .flat_map(|output| match output {
-                    ResponseOutput::Body(bytes) => bytes,
-                    _ => Vec::new(),
-                })
-                .collect();
-            Ok((file, speech.response.usage()))
+    let response = SpeechResponse::new(request, shared.capabilities.clone(), seconds);
+    let mut speech =
+        Speech { engine_request, response, pending: VecDeque::new(), done: false, started: false, trailers: None };
+    if let Next::Error(error) = speech.next_output().await {
+        return Err(error.message);
+    }
+    // After the head: the rest of the file (all there already, unless it is sent as made).
+    let mut file = Vec::new();
+    loop {
+        while let Some(output) = speech.response.poll_output() {
+            match output {
+                ResponseOutput::Body(bytes) => file.extend(bytes),
+                ResponseOutput::End => return Ok((file, speech.response.usage())),
+                ResponseOutput::Cut(message) => return Err(message),
+                ResponseOutput::Abort => speech.engine_request.abort(),
+                _ => {}
+            }
         }
+        let event = speech.engine_request.events.recv().await;
+        speech.feed(event);
     }
 }
 
@@ -241,6 +253,8 @@ struct Speech {
     done: bool,
     /// The head has gone out: a failure now is counted here (before, as the error answer).
     started: bool,
+    /// Headers to send after the body.
+    trailers: Option<HeaderMap>,
 }
 
 /// What the handler waits for before answering.
@@ -301,6 +315,7 @@ impl Speech {
             ResponseOutput::End => self.done = true,
             // Only after the head, which the streamed body handles.
             ResponseOutput::Cut(_) => self.done = true,
+            ResponseOutput::Trailers(_) => {}
         }
         None
     }
@@ -317,7 +332,8 @@ impl hyper::body::Body for Speech {
                 return Poll::Ready(Some(Ok(Frame::data(bytes))));
             }
             if this.done {
-                return Poll::Ready(None);
+                // hyper sends trailers only to a client that asked for them (`TE: trailers`).
+                return Poll::Ready(this.trailers.take().map(|map| Ok(Frame::trailers(map))));
             }
             while let Some(output) = this.response.poll_output() {
                 match output {
@@ -334,6 +350,15 @@ impl hyper::body::Body for Speech {
                         return Poll::Ready(Some(Err(message.into())));
                     }
                     ResponseOutput::Abort => this.engine_request.abort(),
+                    ResponseOutput::Trailers(trailers) => {
+                        let mut map = HeaderMap::new();
+                        for (name, value) in trailers {
+                            if let Ok(value) = HeaderValue::from_str(&value) {
+                                map.insert(HeaderName::from_static(name), value);
+                            }
+                        }
+                        this.trailers = Some(map);
+                    }
                     // Before the head only.
                     ResponseOutput::Error(_) | ResponseOutput::Head(_) | ResponseOutput::Encode(_) => {}
                 }
@@ -350,6 +375,6 @@ impl hyper::body::Body for Speech {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done && self.pending.is_empty()
+        self.done && self.pending.is_empty() && self.trailers.is_none()
     }
 }
