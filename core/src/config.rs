@@ -127,6 +127,10 @@ pub struct SessionConfig {
     /// framing; when it did, upstream's (a streamed `audio.start` waits for the first audio and
     /// carries its `sample_rate` and `channels`; `audio.chunk` has `channels`).
     pub split_granularity: Option<Granularity>,
+    /// Upstream's open-PR `streaming_mode` (protocol.md §j): `sentence` (the default, the
+    /// reference's utterances), `token_level` (each `input.text` a fragment) or
+    /// `sentence_commit` (fragments at each `input.commit`), one audio stream per session.
+    pub streaming_mode: StreamingMode,
     /// Our extension (upstream ignores the key on the WebSocket): the rate of the audio sent,
     /// one of [`SUPPORTED_RATES`] (resampled); `None`: the engine's.
     pub sample_rate: Option<u32>,
@@ -154,6 +158,7 @@ impl Default for SessionConfig {
             seed: None,
             output_mode: OutputMode::Pcm,
             split_granularity: None,
+            streaming_mode: StreamingMode::Sentence,
             sample_rate: None,
         }
     }
@@ -205,6 +210,10 @@ pub fn validate_session_config(msg: &Object) -> Result<SessionConfig, String> {
         split_granularity: v
             .literal("split_granularity", false, GRANULARITIES, GRANULARITY_MSG)
             .and_then(|n| GRANULARITY_VALUES.get(n).copied()),
+        streaming_mode: v
+            .literal("streaming_mode", false, STREAMING_MODES, STREAMING_MODE_MSG)
+            .and_then(|n| STREAMING_MODE_VALUES.get(n).copied())
+            .unwrap_or(d.streaming_mode),
         sample_rate: None,
     };
     if let Some(x) = msg.get("sample_rate").filter(|x| **x != crate::json::Value::Null) {
@@ -246,6 +255,30 @@ pub fn validate_session_config(msg: &Object) -> Result<SessionConfig, String> {
 
 /// The model's "after" validator; the first failure wins.
 fn cross_field(c: &mut SessionConfig) -> Result<(), String> {
+    if c.streaming_mode != StreamingMode::Sentence {
+        let mode = c.streaming_mode.as_str();
+        if c.word_timestamps {
+            return Err(format!("word_timestamps is not supported in {mode} mode."));
+        }
+        if c.response_format != ResponseFormat::Pcm {
+            return Err(format!(
+                "{mode} streaming requires response_format='pcm'. Got response_format='{}'.",
+                c.response_format.as_str()
+            ));
+        }
+        c.stream_audio = true;
+        if c.speed.is_some_and(|s| s != 1.0) {
+            return Err(format!("Speed adjustment is not supported in {mode} mode."));
+        }
+        c.speed = Some(1.0);
+        // Ours: the two upstream lines do not combine.
+        if c.split_granularity.is_some_and(|g| g != Granularity::None) {
+            return Err(format!("split_granularity cannot be combined with streaming_mode='{mode}'."));
+        }
+        if c.output_mode == OutputMode::CodecTokens {
+            return Err(format!("output_mode='codec_tokens' is not supported in {mode} mode."));
+        }
+    }
     if c.output_mode == OutputMode::CodecTokens {
         if !c.stream_audio {
             return Err("output_mode='codec_tokens' requires stream_audio=true.".into());
@@ -297,6 +330,33 @@ const MODEL: &str = "StreamingSpeechSessionConfig";
 pub(crate) const TASK_TYPES: &[&str] = &["CustomVoice", "VoiceDesign", "Base"];
 pub(crate) const TASK_TYPE_VALUES: &[TaskType] = &[TaskType::CustomVoice, TaskType::VoiceDesign, TaskType::Base];
 pub(crate) const TASK_TYPE_MSG: &str = "Input should be 'CustomVoice', 'VoiceDesign' or 'Base'";
+/// `streaming_mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamingMode {
+    /// Utterances, each flushed by `input.done` (the reference).
+    Sentence,
+    /// Every non-empty `input.text` is the next fragment of the session's one audio stream.
+    TokenLevel,
+    /// `input.commit` makes the text so far the next fragment.
+    SentenceCommit,
+}
+
+impl StreamingMode {
+    /// The name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamingMode::Sentence => "sentence",
+            StreamingMode::TokenLevel => "token_level",
+            StreamingMode::SentenceCommit => "sentence_commit",
+        }
+    }
+}
+
+const STREAMING_MODES: &[&str] = &["sentence", "token_level", "sentence_commit"];
+const STREAMING_MODE_VALUES: &[StreamingMode] =
+    &[StreamingMode::Sentence, StreamingMode::TokenLevel, StreamingMode::SentenceCommit];
+const STREAMING_MODE_MSG: &str = "Input should be 'sentence', 'token_level' or 'sentence_commit'";
+
 const GRANULARITIES: &[&str] = &["none", "sentence", "clause"];
 const GRANULARITY_VALUES: &[Granularity] = &[Granularity::None, Granularity::Sentence, Granularity::Clause];
 const GRANULARITY_MSG: &str = "Input should be 'none', 'sentence' or 'clause'";

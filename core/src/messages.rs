@@ -94,6 +94,40 @@ pub(crate) struct SessionDone {
     pub(crate) total_sentences: u32,
 }
 
+/// Upstream's open-PR fragment streams (`streaming_mode`): no utterance index anywhere.
+#[derive(Serialize)]
+pub(crate) struct StreamStart<'a> {
+    pub(crate) r#type: &'static str,
+    pub(crate) sentence_index: u32,
+    pub(crate) sentence_text: &'a str,
+    pub(crate) format: &'static str,
+    pub(crate) sample_rate: u32,
+}
+
+#[derive(Serialize)]
+pub(crate) struct StreamAudioDone {
+    pub(crate) r#type: &'static str,
+    pub(crate) sentence_index: u32,
+    pub(crate) total_bytes: u64,
+    pub(crate) error: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cancelled: Option<bool>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct StreamSessionDone {
+    pub(crate) r#type: &'static str,
+    pub(crate) total_sentences: u32,
+}
+
+#[derive(Serialize)]
+pub(crate) struct InputCommitted<'a> {
+    pub(crate) r#type: &'static str,
+    pub(crate) commit_id: Option<&'a str>,
+    pub(crate) sentence_index: u32,
+    pub(crate) chars_committed: usize,
+}
+
 #[derive(Serialize)]
 pub(crate) struct InputCancelled {
     pub(crate) r#type: &'static str,

@@ -59,6 +59,9 @@ pub enum ClientMessage {
     InputCancel,
     /// `session.close`.
     SessionClose,
+    /// `input.commit` (upstream's open-PR `streaming_mode: "sentence_commit"`; an unknown type
+    /// otherwise): the whole object, for its `commit_id`.
+    InputCommit(Object),
     /// Any other type, as Python's `str()` renders it (`None` when missing).
     Other(String),
 }
@@ -100,6 +103,7 @@ pub fn parse_client_text(raw: &str, limits: &Limits) -> Result<ClientMessage, Pa
         "input.done" => ClientMessage::InputDone,
         "input.cancel" => ClientMessage::InputCancel,
         "session.close" => ClientMessage::SessionClose,
+        "input.commit" => ClientMessage::InputCommit(obj),
         _ => ClientMessage::Other(obj.get("type").map_or_else(|| "None".to_owned(), Value::py_str)),
     })
 }

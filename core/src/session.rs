@@ -9,7 +9,7 @@ use base64::Engine as _;
 use serde::Serialize;
 
 use crate::codec;
-use crate::config::{validate_session_config, OutputMode, ResponseFormat, SessionConfig};
+use crate::config::{validate_session_config, OutputMode, ResponseFormat, SessionConfig, StreamingMode};
 use crate::encode::{EncodeJob, Encoded, WholeAudio};
 use crate::engine::{
     CodecFlags, EngineCapabilities, EngineEvent, EngineEventKind, OutputKind, RequestId, SynthesisRequest, WordTiming,
@@ -18,9 +18,10 @@ use crate::engine::{
 use crate::json::{Object, Value};
 use crate::messages::{
     AudioChunk, AudioDone, AudioStart, AudioStartDeferred, CodecDone, CodecStart, ErrorMessage, InputCancelled,
-    SessionDone,
+    InputCommitted, SessionDone, StreamAudioDone, StreamSessionDone, StreamStart,
 };
 use crate::parse::{parse_client_text, ClientMessage, Limits, ParseError};
+use crate::pydantic::{render, Validator};
 use crate::resample::Resampler;
 use crate::split::{Granularity, Splitter};
 use crate::text::py_strip;
@@ -204,6 +205,9 @@ pub struct Session {
     flushing: bool,
     /// The request id of the last generation (ids stay unique when an utterance has several).
     last_request: Option<u64>,
+    /// With a `streaming_mode` other than `sentence`: the session's one audio stream, its
+    /// fragments synthesized one after another into it (the units above).
+    stream: Option<FragmentStream>,
     /// Client frames that arrived during a generation, handled after it in order, and
     /// what they cost against `max_deferred_bytes`.
     deferred: VecDeque<Deferred>,
@@ -280,10 +284,27 @@ enum Action {
     ClearBuffer,
     /// Close with 1000.
     Close,
+    /// `input.commit`: the text so far becomes a fragment (in `sentence_commit` mode only).
+    Commit(Object),
     /// An error; the session goes on.
     Report(String),
     /// An error that is fatal before the first valid config.
     Reject(String),
+}
+
+/// Upstream's open-PR `streaming_mode` (`token_level`, `sentence_commit`): fragments of text
+/// that make one audio stream (one `audio.start` ... `audio.done`), then `session.done`.
+#[derive(Default)]
+struct FragmentStream {
+    commit: bool,
+    /// `sentence_commit`: the text since the last commit, as sent.
+    pending: String,
+    /// Fragments so far (`input.committed.sentence_index`, `total_sentences`).
+    fragments: u32,
+    started: bool,
+    total: u64,
+    failed: bool,
+    cancelled: bool,
 }
 
 /// The utterance being synthesized.
@@ -386,6 +407,7 @@ impl Session {
             utterance_open: false,
             flushing: false,
             last_request: None,
+            stream: None,
             deferred: VecDeque::new(),
             deferred_bytes: 0,
             outputs: VecDeque::new(),
@@ -581,6 +603,7 @@ impl Session {
                     M::InputDone => "input.done",
                     M::InputCancel => "input.cancel",
                     M::SessionClose => "session.close",
+                    M::InputCommit(_) => "input.commit",
                     M::Other(kind) => kind.as_str(),
                     M::SessionConfig(_) => "session.config",
                 };
@@ -592,6 +615,7 @@ impl Session {
                 M::InputDone => Action::Flush,
                 M::InputCancel => Action::ClearBuffer,
                 M::SessionClose => Action::Close,
+                M::InputCommit(object) => Action::Commit(object),
                 M::Other(kind) => Action::Report(format!("Unknown message type: {kind}")),
                 M::SessionConfig(_) => unreachable!("matched above"),
             },
@@ -610,8 +634,25 @@ impl Session {
                 return self.end_generation(now, Ending::Cancelled);
             }
             Action::Configure(object) => self.configure(&object),
+            Action::Buffer(text) if self.stream.is_some() => self.stream_text(now, text),
             Action::Buffer(text) if self.splitter.is_some() => self.split_text(now, &text),
             Action::Buffer(text) => self.buffer_text(text),
+            Action::Flush if self.stream.is_some() => {
+                if self.stream.as_ref().is_some_and(|s| s.commit && !py_strip(&s.pending).is_empty()) {
+                    self.commit_fragment(None);
+                }
+                self.flushing = true;
+                self.next_unit(now);
+            }
+            Action::Commit(object) if self.stream.as_ref().is_some_and(|s| s.commit) => match commit_id(&object) {
+                Ok(id) if self.stream.as_ref().is_some_and(|s| !py_strip(&s.pending).is_empty()) => {
+                    self.commit_fragment(id.as_deref());
+                    self.next_unit(now);
+                }
+                Ok(_) => self.send_error("input.commit requires buffered text", false),
+                Err(message) => self.send_error(&message, false),
+            },
+            Action::Commit(_) => self.send_error("Unknown message type: input.commit", false),
             Action::Flush if self.splitter.is_some() => {
                 let rest = self.splitter.as_mut().map(Splitter::flush).unwrap_or_default();
                 self.units.extend(rest);
@@ -659,7 +700,7 @@ impl Session {
     }
 
     fn configure(&mut self, object: &Object) {
-        if self.splitter.is_some() && self.utterance_open {
+        if self.in_units() && self.utterance_open {
             let message = "session.config cannot be applied while an utterance is in progress; send input.done first";
             return self.send_error(message, false);
         }
@@ -681,6 +722,10 @@ impl Session {
         }
         // A fresh splitter for every accepted config (upstream's rule).
         self.splitter = config.split_granularity.filter(|&g| g != Granularity::None).map(Splitter::new);
+        self.stream = (config.streaming_mode != StreamingMode::Sentence).then(|| FragmentStream {
+            commit: config.streaming_mode == StreamingMode::SentenceCommit,
+            ..FragmentStream::default()
+        });
         self.config = Some(Arc::new(config));
         if let State::AwaitingConfig = self.state {
             self.state = State::Idle;
@@ -720,11 +765,14 @@ impl Session {
     /// With a splitter and nothing generating: start the next unit; once none is left after
     /// `input.done`, end the utterance (`total_sentences`: the units started).
     fn next_unit(&mut self, now: Instant) {
-        while self.splitter.is_some() && self.phase() == Phase::Idle {
+        while self.in_units() && self.phase() == Phase::Idle {
             if let Some(unit) = self.units.pop_front() {
                 let sentence = self.units_started;
                 self.units_started += 1;
-                self.start_utterance(now, &unit, sentence);
+                // A fragment may be only whitespace: it counts, but there is nothing to say.
+                if !py_strip(&unit).is_empty() {
+                    self.start_utterance(now, py_strip(&unit), sentence);
+                }
                 continue;
             }
             if self.flushing {
@@ -732,16 +780,84 @@ impl Session {
                 self.flushing = false;
                 self.utterance_open = false;
                 self.units_started = 0;
-                self.session_done(total);
+                match self.stream.take() {
+                    Some(stream) => self.end_stream(stream),
+                    None => self.session_done(total),
+                }
             }
             break;
         }
     }
 
-    /// A cancel drops the text not yet synthesized: the splitter's remainder and the units.
+    /// Units (split sentences or stream fragments) rather than one request per utterance.
+    fn in_units(&self) -> bool {
+        self.splitter.is_some() || self.stream.is_some()
+    }
+
+    /// `input.text` in a fragment stream: `token_level` makes each non-empty text a fragment,
+    /// `sentence_commit` keeps it for the next commit.
+    fn stream_text(&mut self, now: Instant, text: String) {
+        let limit = self.options.max_buffered_chars;
+        let Some(stream) = self.stream.as_mut() else { return };
+        if text.is_empty() {
+            return;
+        }
+        if stream.commit && stream.pending.chars().count() + text.chars().count() > limit {
+            let message = format!("Buffered input exceeds {limit} characters; send input.done to flush it first");
+            return self.send_error(&message, false);
+        }
+        self.utterance_open = true;
+        if stream.commit {
+            stream.pending.push_str(&text);
+        } else {
+            stream.fragments += 1;
+            if stream.failed || stream.cancelled {
+                return;
+            }
+            self.units.push_back(text);
+            self.next_unit(now);
+        }
+    }
+
+    /// The text since the last commit becomes a fragment: `input.committed`, then its turn.
+    fn commit_fragment(&mut self, commit_id: Option<&str>) {
+        let Some(stream) = self.stream.as_mut() else { return };
+        let text = std::mem::take(&mut stream.pending);
+        let sentence_index = stream.fragments;
+        stream.fragments += 1;
+        let skip = stream.failed || stream.cancelled;
+        let chars_committed = text.chars().count();
+        self.send_json(&InputCommitted { r#type: "input.committed", commit_id, sentence_index, chars_committed });
+        if !skip {
+            self.units.push_back(text);
+        }
+    }
+
+    /// A fragment stream's end: its `audio.done` (if it started) and `session.done`; the next
+    /// text starts a new stream with the same config.
+    fn end_stream(&mut self, stream: FragmentStream) {
+        if stream.started {
+            self.send_json(&StreamAudioDone {
+                r#type: "audio.done",
+                sentence_index: 0,
+                total_bytes: stream.total,
+                error: stream.failed,
+                cancelled: stream.cancelled.then_some(true),
+            });
+        }
+        self.send_json(&StreamSessionDone { r#type: "session.done", total_sentences: stream.fragments });
+        self.utterance_index += 1;
+        self.stream = Some(FragmentStream { commit: stream.commit, ..FragmentStream::default() });
+    }
+
+    /// A cancel drops the text not yet synthesized: the splitter's remainder (or the stream's
+    /// uncommitted text) and the units.
     fn drop_pending_units(&mut self) {
         if let Some(splitter) = self.splitter.as_mut() {
             *splitter = Splitter::new(splitter.granularity());
+        }
+        if let Some(stream) = self.stream.as_mut() {
+            stream.pending.clear();
         }
         self.units.clear();
     }
@@ -840,7 +956,7 @@ impl Session {
     /// and the utterance goes on.
     fn refuse_utterance(&mut self, message: &str) {
         self.send_error(message, false);
-        if self.splitter.is_none() {
+        if !self.in_units() {
             self.session_done(1);
         }
     }
@@ -914,7 +1030,25 @@ impl Session {
             } else {
                 Mode::Whole(WholeAudio::new(config.response_format, self.options.max_whole_audio_seconds))
             };
-            if upstream && streamed_pcm {
+            if let Some(stream) = self.stream.as_mut() {
+                // A fragment stream has one start, with its first fragment's text.
+                if !stream.started {
+                    stream.started = true;
+                    let mut shown: String = text.chars().take(80).collect();
+                    if text.chars().count() > 80 {
+                        shown.push_str("...");
+                    }
+                    let sample_rate = config.sample_rate.unwrap_or(NOMINAL_SAMPLE_RATE);
+                    let start = StreamStart {
+                        r#type: "audio.start",
+                        sentence_index: 0,
+                        sentence_text: &shown,
+                        format: "pcm",
+                        sample_rate,
+                    };
+                    self.send_json(&start);
+                }
+            } else if upstream && streamed_pcm {
                 pending_start = Some((text.to_owned(), start.format, config.word_timestamps));
             } else {
                 self.send_json(&start);
@@ -1099,6 +1233,18 @@ impl Session {
             }
             Ending::Cancelled => (None, true, None),
         };
+        if let Some(stream) = self.stream.as_mut() {
+            // One fragment of the session's stream: its audio counts toward the stream's
+            // audio.done, sent at the end; a failure or a cancel ends what is left of it.
+            stream.total += total;
+            stream.cancelled |= cancelled;
+            if let Some(message) = &failure {
+                stream.failed = true;
+                self.units.clear();
+                self.send_error(&format!("Generation failed: {message}"), total > 0);
+            }
+            return Some(draining);
+        }
         match mode {
             Mode::Codec { codebooks, mut seq, eos_sent } => {
                 if let Some(message) = &failure {
@@ -1190,6 +1336,17 @@ impl Session {
             self.session_done(1);
         }
         Some(draining)
+    }
+}
+
+/// `input.commit`'s `commit_id`: a string or null; else the error to send.
+fn commit_id(message: &Object) -> Result<Option<String>, String> {
+    let mut v = Validator { msg: message, errors: Vec::new() };
+    let id = v.opt_str("commit_id");
+    if v.errors.is_empty() {
+        Ok(id)
+    } else {
+        Err(format!("Invalid input.commit: {}", render("InputCommitMessage", &v.errors)))
     }
 }
 

@@ -1018,3 +1018,102 @@ fn session_sample_rate_resamples_what_is_sent() {
     let message = frames(&h.take())[0]["message"].as_str().unwrap().to_owned();
     assert!(message.contains("response_format='ulaw' is 8000 Hz only (G.711)"), "{message}");
 }
+
+// Upstream's open-PR streaming_mode (protocol-upstream.md §4), opt-in: one audio stream per
+// session made of fragments, acknowledged commits, no utterance_index.
+#[test]
+fn sentence_commit_streams_committed_fragments() {
+    let mut h = Harness::default();
+    h.send(r#"{"type":"input.commit"}"#);
+    assert_eq!(frames(&h.take())[0]["message"], "Expected session.config, got: input.commit");
+    let mut h = Harness::default();
+    h.send(r#"{"type":"session.config","voice":"Vivian","streaming_mode":"sentence_commit","response_format":"pcm"}"#);
+    h.send(r#"{"type":"input.commit","commit_id":"c0"}"#);
+    assert_eq!(frames(&h.take())[0]["message"], "input.commit requires buffered text");
+    h.send(r#"{"type":"input.commit","commit_id":7}"#);
+    let message = frames(&h.take())[0]["message"].as_str().unwrap().to_owned();
+    assert!(message.starts_with("Invalid input.commit: 1 validation error for InputCommitMessage\ncommit_id\n  Input should be a valid string"), "{message}");
+    h.send(&text(" Hello there.")).send(r#"{"type":"input.commit","commit_id":"sentence-0"}"#);
+    let outs = h.take();
+    let f = frames(&outs);
+    assert_eq!(
+        f[0],
+        serde_json::json!({"type":"input.committed","commit_id":"sentence-0","sentence_index":0,"chars_committed":13})
+    );
+    assert_eq!(
+        f[1],
+        serde_json::json!({"type":"audio.start","sentence_index":0,"sentence_text":"Hello there.","format":"pcm","sample_rate":24000})
+    );
+    let (first, request) = Harness::request(&outs);
+    assert_eq!(request.text, "Hello there.");
+    h.audio(first, &[1, 0], 24_000).engine(first, EngineEventKind::Finished);
+    assert_eq!(h.take(), [Out::Binary(vec![1, 0])], "one stream: no audio.done per fragment");
+    // input.done commits the rest implicitly, then ends the stream.
+    h.send(&text("And more.")).send(DONE);
+    let outs = h.take();
+    assert_eq!(frames(&outs)[0]["commit_id"], serde_json::Value::Null);
+    let (second, _) = Harness::request(&outs);
+    h.audio(second, &[2, 0, 3, 0], 24_000).engine(second, EngineEventKind::Finished);
+    let outs = h.take();
+    assert_eq!(outs[0], Out::Binary(vec![2, 0, 3, 0]));
+    assert_eq!(
+        frames(&outs),
+        [
+            serde_json::json!({"type":"audio.done","sentence_index":0,"total_bytes":6,"error":false}),
+            serde_json::json!({"type":"session.done","total_sentences":2}),
+        ]
+    );
+    // In the default mode input.commit is still an unknown type.
+    let mut h = Harness::default();
+    h.send(CONFIG).send(r#"{"type":"input.commit"}"#);
+    assert_eq!(frames(&h.take())[0]["message"], "Unknown message type: input.commit");
+}
+
+#[test]
+fn token_level_fragments_and_the_mode_rules() {
+    let mut h = Harness::default();
+    h.send(r#"{"type":"session.config","streaming_mode":"token_level","response_format":"pcm"}"#);
+    h.send(&text("Hello ")).send(&text("")).send(&text("world"));
+    let outs = h.take();
+    let (first, request) = Harness::request(&outs);
+    assert_eq!(request.text, "Hello");
+    h.engine(first, EngineEventKind::Failed("boom".into()));
+    let outs = h.take();
+    // A failure ends the stream's audio: the next fragment is not synthesized.
+    assert_eq!(frames(&outs)[0]["message"], "Generation failed: boom");
+    assert!(!outs.iter().any(|o| matches!(o, Out::Synthesize(..))), "{outs:?}");
+    h.send(DONE);
+    assert_eq!(
+        frames(&h.take()),
+        [
+            serde_json::json!({"type":"audio.done","sentence_index":0,"total_bytes":0,"error":true}),
+            serde_json::json!({"type":"session.done","total_sentences":2}),
+        ]
+    );
+    // The mode's config rules (first failure wins), and an empty session.
+    for (config, why) in [
+        (
+            r#"{"streaming_mode":"token_level"}"#,
+            "token_level streaming requires response_format='pcm'. Got response_format='wav'.",
+        ),
+        (
+            r#"{"streaming_mode":"sentence_commit","response_format":"pcm","speed":2}"#,
+            "Speed adjustment is not supported in sentence_commit mode.",
+        ),
+        (
+            r#"{"streaming_mode":"token_level","word_timestamps":true}"#,
+            "word_timestamps is not supported in token_level mode.",
+        ),
+        (r#"{"streaming_mode":"chunked"}"#, "Input should be 'sentence', 'token_level' or 'sentence_commit'"),
+    ] {
+        let mut h = Harness::default();
+        let mut object: serde_json::Value = serde_json::from_str(config).unwrap();
+        object["type"] = "session.config".into();
+        h.send(&object.to_string());
+        let message = frames(&h.take())[0]["message"].as_str().unwrap().to_owned();
+        assert!(message.contains(why), "{config}: {message}");
+    }
+    let mut h = Harness::default();
+    h.send(r#"{"type":"session.config","streaming_mode":"sentence_commit","response_format":"pcm"}"#).send(DONE);
+    assert_eq!(frames(&h.take()), [serde_json::json!({"type":"session.done","total_sentences":0})]);
+}
