@@ -131,6 +131,9 @@ pub struct SessionConfig {
     /// reference's utterances), `token_level` (each `input.text` a fragment) or
     /// `sentence_commit` (fragments at each `input.commit`), one audio stream per session.
     pub streaming_mode: StreamingMode,
+    /// Upstream's open-PR `text_input_mode`: `buffered` (the default) or `commitment`
+    /// (segments committed at sentence ends as text arrives, raw; `crate::commitment`).
+    pub commitment: bool,
     /// Our extension (upstream ignores the key on the WebSocket): the rate of the audio sent,
     /// one of [`SUPPORTED_RATES`] (resampled); `None`: the engine's.
     pub sample_rate: Option<u32>,
@@ -159,6 +162,7 @@ impl Default for SessionConfig {
             output_mode: OutputMode::Pcm,
             split_granularity: None,
             streaming_mode: StreamingMode::Sentence,
+            commitment: false,
             sample_rate: None,
         }
     }
@@ -214,6 +218,14 @@ pub fn validate_session_config(msg: &Object) -> Result<SessionConfig, String> {
             .literal("streaming_mode", false, STREAMING_MODES, STREAMING_MODE_MSG)
             .and_then(|n| STREAMING_MODE_VALUES.get(n).copied())
             .unwrap_or(d.streaming_mode),
+        commitment: v
+            .literal(
+                "text_input_mode",
+                false,
+                &["buffered", "commitment"],
+                "Input should be 'buffered' or 'commitment'",
+            )
+            .is_some_and(|n| n == 1),
         sample_rate: None,
     };
     if let Some(x) = msg.get("sample_rate").filter(|x| **x != crate::json::Value::Null) {
@@ -255,6 +267,13 @@ pub fn validate_session_config(msg: &Object) -> Result<SessionConfig, String> {
 
 /// The model's "after" validator; the first failure wins.
 fn cross_field(c: &mut SessionConfig) -> Result<(), String> {
+    // Ours: upstream's lines do not combine.
+    if c.commitment && c.split_granularity.is_some_and(|g| g != Granularity::None) {
+        return Err("text_input_mode='commitment' requires split_granularity='none'.".into());
+    }
+    if c.commitment && c.streaming_mode != StreamingMode::Sentence {
+        return Err("text_input_mode='commitment' cannot be combined with streaming_mode.".into());
+    }
     if c.streaming_mode != StreamingMode::Sentence {
         let mode = c.streaming_mode.as_str();
         if c.word_timestamps {

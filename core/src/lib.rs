@@ -154,6 +154,7 @@ pub mod capacity;
 #[doc(hidden)]
 pub mod check;
 pub mod codec;
+pub mod commitment;
 pub mod config;
 pub mod encode;
 pub mod engine;

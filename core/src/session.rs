@@ -9,6 +9,7 @@ use base64::Engine as _;
 use serde::Serialize;
 
 use crate::codec;
+use crate::commitment::{Commitment, MAX_PENDING_CHARS};
 use crate::config::{validate_session_config, OutputMode, ResponseFormat, SessionConfig, StreamingMode};
 use crate::encode::{EncodeJob, Encoded, WholeAudio};
 use crate::engine::{
@@ -208,6 +209,11 @@ pub struct Session {
     /// With a `streaming_mode` other than `sentence`: the session's one audio stream, its
     /// fragments synthesized one after another into it (the units above).
     stream: Option<FragmentStream>,
+    /// `text_input_mode: "commitment"`: the segmenter, the utterance's characters so far, and
+    /// whether the utterance failed (its later text is refused until `input.done`).
+    commitment: Option<Commitment>,
+    utterance_chars: usize,
+    utterance_failed: bool,
     /// Client frames that arrived during a generation, handled after it in order, and
     /// what they cost against `max_deferred_bytes`.
     deferred: VecDeque<Deferred>,
@@ -408,6 +414,9 @@ impl Session {
             flushing: false,
             last_request: None,
             stream: None,
+            commitment: None,
+            utterance_chars: 0,
+            utterance_failed: false,
             deferred: VecDeque::new(),
             deferred_bytes: 0,
             outputs: VecDeque::new(),
@@ -635,6 +644,7 @@ impl Session {
             }
             Action::Configure(object) => self.configure(&object),
             Action::Buffer(text) if self.stream.is_some() => self.stream_text(now, text),
+            Action::Buffer(text) if self.commitment.is_some() => self.commit_text(now, &text),
             Action::Buffer(text) if self.splitter.is_some() => self.split_text(now, &text),
             Action::Buffer(text) => self.buffer_text(text),
             Action::Flush if self.stream.is_some() => {
@@ -653,6 +663,14 @@ impl Session {
                 Err(message) => self.send_error(&message, false),
             },
             Action::Commit(_) => self.send_error("Unknown message type: input.commit", false),
+            Action::Flush if self.commitment.is_some() => {
+                let rest = self.commitment.as_mut().map(Commitment::finish).unwrap_or_default();
+                if !self.utterance_failed {
+                    self.units.extend(rest);
+                }
+                self.flushing = true;
+                self.next_unit(now);
+            }
             Action::Flush if self.splitter.is_some() => {
                 let rest = self.splitter.as_mut().map(Splitter::flush).unwrap_or_default();
                 self.units.extend(rest);
@@ -700,6 +718,10 @@ impl Session {
     }
 
     fn configure(&mut self, object: &Object) {
+        if self.commitment.is_some() && self.utterance_open {
+            let message = "session.config cannot be applied while an utterance is active; wait for session.done first";
+            return self.send_error(message, false);
+        }
         if self.in_units() && self.utterance_open {
             let message = "session.config cannot be applied while an utterance is in progress; send input.done first";
             return self.send_error(message, false);
@@ -722,6 +744,13 @@ impl Session {
         }
         // A fresh splitter for every accepted config (upstream's rule).
         self.splitter = config.split_granularity.filter(|&g| g != Granularity::None).map(Splitter::new);
+        if config.commitment {
+            let language = config.language.as_deref().map(str::to_lowercase);
+            if !matches!(language.as_deref(), Some("chinese" | "english")) {
+                return self.reject("text_input_mode='commitment' requires language='Chinese' or language='English'");
+            }
+        }
+        self.commitment = config.commitment.then(Commitment::new);
         self.stream = (config.streaming_mode != StreamingMode::Sentence).then(|| FragmentStream {
             commit: config.streaming_mode == StreamingMode::SentenceCommit,
             ..FragmentStream::default()
@@ -770,8 +799,10 @@ impl Session {
                 let sentence = self.units_started;
                 self.units_started += 1;
                 // A fragment may be only whitespace: it counts, but there is nothing to say.
+                // Committed segments are said (and shown) as they came, unstripped.
                 if !py_strip(&unit).is_empty() {
-                    self.start_utterance(now, py_strip(&unit), sentence);
+                    let text = if self.commitment.is_some() { unit.as_str() } else { py_strip(&unit) };
+                    self.start_utterance(now, text, sentence);
                 }
                 continue;
             }
@@ -780,6 +811,8 @@ impl Session {
                 self.flushing = false;
                 self.utterance_open = false;
                 self.units_started = 0;
+                self.utterance_chars = 0;
+                self.utterance_failed = false;
                 match self.stream.take() {
                     Some(stream) => self.end_stream(stream),
                     None => self.session_done(total),
@@ -791,7 +824,43 @@ impl Session {
 
     /// Units (split sentences or stream fragments) rather than one request per utterance.
     fn in_units(&self) -> bool {
-        self.splitter.is_some() || self.stream.is_some()
+        self.splitter.is_some() || self.stream.is_some() || self.commitment.is_some()
+    }
+
+    /// `input.text` in commitment mode: each segment it completes is synthesized in turn. Past
+    /// the utterance's limit (or the segmenter's) the utterance fails: its later text is
+    /// refused until `input.done`.
+    fn commit_text(&mut self, now: Instant, text: &str) {
+        if self.utterance_failed {
+            return self.send_error("input.text rejected: the current utterance has failed; send input.done", false);
+        }
+        let limit = self.options.max_buffered_chars;
+        self.utterance_chars += text.chars().count();
+        let Some(commitment) = self.commitment.as_mut() else { return };
+        if !text.is_empty() {
+            self.utterance_open = true;
+        }
+        let segments = commitment.feed(text);
+        let failure = if self.utterance_chars > limit {
+            Some(format!("Commitment utterance exceeds {limit} characters"))
+        } else if commitment.pending_chars() > MAX_PENDING_CHARS {
+            Some(format!("unresolved streaming text suffix exceeds max_pending_chars={MAX_PENDING_CHARS}"))
+        } else {
+            None
+        };
+        if let Some(message) = failure {
+            self.fail_utterance();
+            return self.send_error(&message, false);
+        }
+        self.units.extend(segments);
+        self.next_unit(now);
+    }
+
+    /// Commitment mode: the utterance has failed; what it had not yet said is dropped.
+    fn fail_utterance(&mut self) {
+        self.utterance_failed = true;
+        self.units.clear();
+        self.commitment = Some(Commitment::new());
     }
 
     /// `input.text` in a fragment stream: `token_level` makes each non-empty text a fragment,
@@ -1244,6 +1313,9 @@ impl Session {
                 self.send_error(&format!("Generation failed: {message}"), total > 0);
             }
             return Some(draining);
+        }
+        if failure.is_some() && self.commitment.is_some() {
+            self.fail_utterance();
         }
         match mode {
             Mode::Codec { codebooks, mut seq, eos_sent } => {

@@ -1117,3 +1117,52 @@ fn token_level_fragments_and_the_mode_rules() {
     h.send(r#"{"type":"session.config","streaming_mode":"sentence_commit","response_format":"pcm"}"#).send(DONE);
     assert_eq!(frames(&h.take()), [serde_json::json!({"type":"session.done","total_sentences":0})]);
 }
+
+// Upstream's open-PR text_input_mode "commitment" (protocol-upstream.md §3.5, C1 C4 C5 C6).
+#[test]
+fn commitment_mode_commits_raw_segments_as_text_arrives() {
+    let config = r#"{"type":"session.config","text_input_mode":"commitment","language":"english"}"#;
+    let mut h = Harness::default();
+    h.send(config).send(&text("The total is 2026"));
+    assert!(h.take().is_empty(), "nothing before the sentence ends");
+    h.send(&text(" dollars. "));
+    let all = finish_taken(&mut h);
+    assert_eq!(summary(&all)[0], ("audio.start".to_owned(), 0, "The total is 2026 dollars.".to_owned()));
+    h.send(r#"{"type":"session.config","language":"english"}"#);
+    let error = frames(&h.take()).into_iter().find(|f| f["type"] == "error").unwrap();
+    assert_eq!(
+        error["message"],
+        "session.config cannot be applied while an utterance is active; wait for session.done first"
+    );
+    h.send(&text("Thank you")).send(DONE);
+    let all = finish_taken(&mut h);
+    let s = summary(&all);
+    assert_eq!(s[0], ("audio.start".to_owned(), 1, " Thank you".to_owned()), "raw, with its space");
+    assert_eq!(s.last().unwrap().2, "2");
+    // C5: a failed segment fails the utterance; the rest is not said.
+    let mut h = Harness::default();
+    h.send(config).send(&text("First! Second! Third!")).send(DONE);
+    let outs = h.take();
+    let (id, _) = Harness::request(&outs);
+    h.engine(id, EngineEventKind::Failed("boom".into()));
+    let outs = h.take();
+    assert!(!outs.iter().any(|o| matches!(o, Out::Synthesize(..))), "{outs:?}");
+    let s = summary(&outs);
+    assert!(s[0].2.contains("boom") && s[1].0 == "audio.done" && s.last().unwrap().2 == "1", "{s:?}");
+    // C6: past the utterance's limit it fails, later text is refused, input.done counts none.
+    let options = SessionOptions { max_buffered_chars: 3, ..SessionOptions::default() };
+    let mut h = Harness::new(capabilities(false, false), options);
+    h.send(config).send(&text("1234"));
+    assert_eq!(frames(&h.take())[0]["message"], "Commitment utterance exceeds 3 characters");
+    h.send(&text("late"));
+    assert!(frames(&h.take())[0]["message"].as_str().unwrap().contains("current utterance has failed"));
+    h.send(DONE);
+    assert_eq!(summary(&h.take()), [("session.done".to_owned(), -1, "0".to_owned())]);
+    // C4: the language must be Chinese or English.
+    let mut h = Harness::default();
+    h.send(r#"{"type":"session.config","text_input_mode":"commitment","language":"Auto"}"#);
+    assert_eq!(
+        frames(&h.take())[0]["message"],
+        "text_input_mode='commitment' requires language='Chinese' or language='English'"
+    );
+}
