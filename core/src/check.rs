@@ -138,7 +138,7 @@ impl Checker {
     }
 }
 
-const CONFIGS: [&str; 8] = [
+const CONFIGS: [&str; 11] = [
     r#"{"type":"session.config"}"#,
     r#"{"type":"session.config","voice":"a","stream_audio":true,"response_format":"pcm"}"#,
     r#"{"type":"session.config","stream_audio":true,"response_format":"pcm","word_timestamps":true}"#,
@@ -147,6 +147,10 @@ const CONFIGS: [&str; 8] = [
     r#"{"type":"session.config","stream_audio":true}"#,
     r#"{"type":"session.config","seed":99999999999999999999}"#,
     r#"{"type":"session.config","model":"nope"}"#,
+    // Upstream's sentence units, the commitment segments, another rate.
+    r#"{"type":"session.config","split_granularity":"sentence","stream_audio":true,"response_format":"pcm"}"#,
+    r#"{"type":"session.config","text_input_mode":"commitment","language":"English"}"#,
+    r#"{"type":"session.config","sample_rate":8000,"stream_audio":true,"response_format":"pcm","word_timestamps":true}"#,
 ];
 const MESSAGES: [&str; 9] = [
     r#"{"type":"input.text","text":"Hello world. "}"#,

@@ -919,14 +919,17 @@ impl Session {
         self.stream = Some(FragmentStream { commit: stream.commit, ..FragmentStream::default() });
     }
 
-    /// A cancel drops the text not yet synthesized: the splitter's remainder (or the stream's
-    /// uncommitted text) and the units.
+    /// A cancel drops the text not yet synthesized: the splitter's (or the segmenter's)
+    /// remainder, the stream's uncommitted text, and the units.
     fn drop_pending_units(&mut self) {
         if let Some(splitter) = self.splitter.as_mut() {
             *splitter = Splitter::new(splitter.granularity());
         }
         if let Some(stream) = self.stream.as_mut() {
             stream.pending.clear();
+        }
+        if let Some(commitment) = self.commitment.as_mut() {
+            *commitment = Commitment::new();
         }
         self.units.clear();
     }
@@ -1404,7 +1407,7 @@ impl Session {
                 });
             }
         }
-        if self.splitter.is_none() {
+        if !self.in_units() {
             self.session_done(1);
         }
         Some(draining)
