@@ -36,7 +36,10 @@ struct Server {
 impl Server {
     fn start() -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_speechstream"))
+            // Behaviour, not capacity: no admission (it reads the machine's speed, and these run
+            // beside other tests).
             .args(["serve", "--host", "127.0.0.1", "--port", "0", "--api-key", KEY, "--device", "cpu"])
+            .args(["--admission", "off"])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
