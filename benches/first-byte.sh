@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Time to the first byte of a whole (non-streamed) POST /v1/audio/speech reply, by format:
-# wav, flac, mp3 and opus come whole (their headers need the length; opus is encoded off the
-# event loop), pcm as it is made.
+# wav, flac and mp3 come whole (their headers need the length), opus and pcm as they are made.
 # Real voice, one request at a time, curl's time_starttransfer and time_total; N runs each.
 #   benches/first-byte.sh                 # TEXT=benches/texts/long.txt N=5
 set -euo pipefail

@@ -330,16 +330,15 @@ impl SpeechResponse {
     }
 }
 
-/// Whether a whole file is sent as it is made: raw `pcm` and G.711, whose bytes do not depend
-/// on what follows and cost nothing to make, so the client gets them early and the same file
-/// (as OpenAI's endpoint sends its body); not with word timings, which ride a header. (Ogg
-/// opus could be paged as its file is, but its encoding is CPU work that the whole-file path
-/// keeps off the event loop.)
+/// Whether a whole file is sent as it is made: where its bytes do not depend on what follows
+/// (raw `pcm`, G.711, and Ogg `opus` paged as its file is), so the client gets them early and
+/// the same file (as OpenAI's endpoint sends its body); not with word timings, which ride a
+/// header. (Opus is then encoded chunk by chunk as the body is polled, as a streamed one is.)
 fn progressive(request: &SpeechRequest) -> bool {
     use crate::config::ResponseFormat as F;
     request.delivery == Delivery::Whole
         && !request.synthesis.output.words()
-        && matches!(request.response_format, F::Pcm | F::Ulaw | F::Alaw)
+        && matches!(request.response_format, F::Pcm | F::Opus | F::Ulaw | F::Alaw)
 }
 
 /// The error of a generation that failed before the response began: 500, or 503 when the

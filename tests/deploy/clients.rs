@@ -29,6 +29,14 @@ fn vllm_omni_style_streaming_client() {
     run_python("streaming_client.py", &[format!("ws://{}/v1/audio/speech/stream", server.addr), KEY.to_owned()]);
 }
 
+// Upstream vLLM-Omni's newer WebSocket clients: split_granularity and streaming_mode
+// sentence_commit (tests/clients/upstream_clients.py).
+#[test]
+fn upstream_vllm_omni_style_clients() {
+    let server = Server::start(&["--api-key", KEY]);
+    run_python("upstream_clients.py", &[format!("ws://{}/v1/audio/speech/stream", server.addr), KEY.to_owned()]);
+}
+
 // Home Assistant's protocol with the `wyoming` package's own client: describe, synthesize, a
 // text stream, an unknown voice (tests/clients/wyoming_client.py).
 #[test]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use serde_json::{json, Value};
 use speechstream::synthetic::{SyntheticEngine, SyntheticOptions, DEFAULT_MODEL_NAME};
+use speechstream_core::config::ResponseFormat;
 use speechstream_core::engine::{Engine, SynthesisRequest};
 use speechstream_core::session::SessionOptions;
 use speechstream_transports::{ServerConfig, STREAM_PATH};
@@ -116,9 +117,15 @@ async fn speech_in_every_format_and_delivery() {
         assert_eq!((reply.status, reply.header("content-type")), (200, Some(media)), "{format}");
         assert!(reply.body.starts_with(magic) && reply.body.len() > 100, "{format}");
         assert_eq!(reply.header("x-vllm-omni-input-tokens"), Some("3"));
-        // pcm goes out as it is made (chunked), its output tokens as trailers.
-        assert_eq!(reply.header("transfer-encoding") == Some("chunked"), format == "pcm", "{format}");
+        // pcm and opus go out as they are made (chunked), their output tokens as trailers:
+        // the very bytes of the whole file.
+        let progressive = matches!(format, "pcm" | "opus");
+        assert_eq!(reply.header("transfer-encoding") == Some("chunked"), progressive, "{format}");
         assert!(reply.header_or_trailer("x-vllm-omni-output-tokens").is_some_and(|n| n != "0"), "{format}");
+        if format == "opus" {
+            let whole = speechstream_core::encode::encode_s16le(ResponseFormat::Opus, pcm.clone(), 24_000);
+            assert_eq!(reply.body, whole.unwrap(), "the same file, sent as it is made");
+        }
         if format == "wav" {
             assert_eq!(&reply.body[44..], &pcm[..]);
         }
