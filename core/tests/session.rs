@@ -1006,6 +1006,25 @@ fn session_sample_rate_resamples_what_is_sent() {
     let wav = h.take().into_iter().find_map(|o| if let Out::Binary(b) = o { Some(b) } else { None }).unwrap();
     assert_eq!(u32::from_le_bytes(wav[24..28].try_into().unwrap()), 16_000);
     assert_eq!(wav.len() - 44, (4801usize * 2).div_ceil(3) * 2);
+    // Word timestamps: chunks at the new rate, their times and the words' unchanged.
+    let mut h = Harness::new(capabilities(true, false), SessionOptions::default());
+    h.send(r#"{"type":"session.config","stream_audio":true,"response_format":"pcm","word_timestamps":true,"sample_rate":16000}"#);
+    h.send(&text("x")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.audio(id, &pcm[..4800 * 2], 24_000).words(id, &[("x", 10, 190)]).engine(id, EngineEventKind::Finished);
+    let chunks: Vec<serde_json::Value> = frames(&h.take()).into_iter().filter(|f| f["type"] == "audio.chunk").collect();
+    assert!(chunks.iter().all(|c| c["sample_rate"] == 16_000), "{chunks:?}");
+    let last = chunks.last().unwrap();
+    assert_eq!(
+        (&last["chunk_end_ms"], &last["timestamps"][0]["end_ms"]),
+        (&serde_json::json!(200), &serde_json::json!(190))
+    );
+    use base64::Engine as _;
+    let bytes: usize = chunks
+        .iter()
+        .map(|c| base64::engine::general_purpose::STANDARD.decode(c["audio_b64"].as_str().unwrap()).unwrap().len())
+        .sum();
+    assert_eq!(bytes, 3200 * 2, "200 ms at 16 kHz");
     // Rates it cannot make, and G.711 at another rate, are config errors (later ones not fatal).
     h.send(r#"{"type":"session.config","sample_rate":12345}"#);
     let message = frames(&h.take())[0]["message"].as_str().unwrap().to_owned();
