@@ -72,6 +72,8 @@ pub struct SpeechResponse {
     /// PCM bytes received from the engine (usage).
     audio_bytes: u64,
     words: Vec<WordTiming>,
+    /// A whole file sent as it is made.
+    progressive: bool,
 }
 
 #[derive(Debug)]
@@ -98,20 +100,41 @@ impl SpeechResponse {
         capabilities: Arc<EngineCapabilities>,
         max_whole_audio_seconds: u32,
     ) -> SpeechResponse {
+        let progressive = progressive(&request);
+        SpeechResponse::with(request, capabilities, max_whole_audio_seconds, progressive)
+    }
+
+    /// [`SpeechResponse::new`] for a whole file held until its end, whatever its format (a
+    /// batch item, which goes into a JSON reply), within `max_whole_audio_seconds`.
+    pub fn collected(
+        request: SpeechRequest,
+        capabilities: Arc<EngineCapabilities>,
+        max_whole_audio_seconds: u32,
+    ) -> SpeechResponse {
+        SpeechResponse::with(request, capabilities, max_whole_audio_seconds, false)
+    }
+
+    fn with(
+        request: SpeechRequest,
+        capabilities: Arc<EngineCapabilities>,
+        max_whole_audio_seconds: u32,
+        progressive: bool,
+    ) -> SpeechResponse {
         let state = match request.delivery {
-            Delivery::Whole if !progressive(&request) => {
+            Delivery::Whole if !progressive => {
                 State::Collecting(WholeAudio::new(request.response_format, max_whole_audio_seconds))
             }
             Delivery::Whole | Delivery::Audio | Delivery::Sse => State::AwaitingAudio,
         };
-        SpeechResponse { request, capabilities, state, outputs: VecDeque::new(), audio_bytes: 0, words: Vec::new() }
+        let outputs = VecDeque::new();
+        SpeechResponse { request, capabilities, state, outputs, audio_bytes: 0, words: Vec::new(), progressive }
     }
 
     /// Whether the body is sent as it is made (streamed, or a whole file whose bytes can go
     /// out before its end): then the head comes with the first audio and the driver forwards
     /// the body as it comes; otherwise the head comes with the whole file.
     pub fn is_streamed(&self) -> bool {
-        self.request.delivery != Delivery::Whole || progressive(&self.request)
+        self.request.delivery != Delivery::Whole || self.progressive
     }
 
     /// The request being answered.
@@ -407,6 +430,12 @@ mod tests {
         // Word timings ride a header: that whole file waits for its end.
         assert!(!response(r#"{"input":"x","response_format":"pcm","word_timestamps":true}"#).is_streamed());
         assert!(!response(r#"{"input":"x","response_format":"mp3"}"#).is_streamed());
+        let capabilities = Arc::new(EngineCapabilities::new("m", 24_000));
+        let request = parse_speech_request(r#"{"input":"x","response_format":"pcm"}"#, &capabilities, 100).unwrap();
+        let mut held = SpeechResponse::collected(request, capabilities, 1);
+        assert!(!held.is_streamed());
+        held.handle_engine(audio(48_002));
+        assert!(matches!(drain(&mut held)[..], [ResponseOutput::Abort, ResponseOutput::Error(_)]), "over its limit");
     }
 
     #[test]

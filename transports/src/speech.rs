@@ -168,13 +168,13 @@ pub(crate) async fn create_batch(
 /// and its usage, or why not.
 async fn whole_file(shared: &Arc<Shared>, id: RequestId, request: SpeechRequest, seconds: u32) -> ItemResult {
     let engine_request = EngineRequest::submit(shared, id, &request);
-    let response = SpeechResponse::new(request, shared.capabilities.clone(), seconds);
+    let response = SpeechResponse::collected(request, shared.capabilities.clone(), seconds);
     let mut speech =
         Speech { engine_request, response, pending: VecDeque::new(), done: false, started: false, trailers: None };
     if let Next::Error(error) = speech.next_output().await {
         return Err(error.message);
     }
-    // After the head: the rest of the file (all there already, unless it is sent as made).
+    // After the head: the whole file, there already.
     let mut file = Vec::new();
     loop {
         while let Some(output) = speech.response.poll_output() {
