@@ -72,7 +72,10 @@ impl Drop for Server {
 /// Runs a client script (it writes its audio to a wav) and checks that the audio is understood.
 fn client_is_understood(script: &str, args: &[&str]) {
     let server = Server::start();
-    let wav = std::env::temp_dir().join(format!("speechstream-agents-{}-{script}.wav", std::process::id()));
+    // The tests run side by side in one process: each its own file.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let wav = std::env::temp_dir().join(format!("speechstream-agents-{}-{n}-{script}.wav", std::process::id()));
     let out = Command::new(venv_python(".venv-agents"))
         .arg(root().join("tests/clients").join(script))
         .args([server.url.as_str(), KEY])
