@@ -4,10 +4,14 @@
 //! Their audio must be intelligible: PocketSphinx (.venv-asr) hears most of the words, in order.
 //! The frameworks live in .venv-agents (scripts/setup-agents.sh, run by scripts/setup.sh).
 
-use std::io::{BufRead, BufReader};
+#[allow(dead_code)]
+#[path = "deploy/process.rs"]
+mod process;
+
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
+
+use process::{root, Server};
 
 #[path = "asr/words.rs"]
 #[allow(dead_code)]
@@ -17,68 +21,25 @@ use asr_words::{common_in_order, words};
 const KEY: &str = "agents-test-key";
 const TEXT: &str = "The quick brown fox jumps over the lazy dog. Then it runs into the forest.";
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn venv_python(name: &str) -> PathBuf {
     let python = root().join(name).join("bin/python");
     assert!(python.exists(), "{} missing: run scripts/setup.sh", python.display());
     python
 }
 
-/// `speechstream serve` with the default voice on a port of its own choosing.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Server {
-    fn start() -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_speechstream"))
-            // Behaviour, not capacity: no admission (it reads the machine's speed, and these run
-            // beside other tests).
-            .args(["serve", "--host", "127.0.0.1", "--port", "0", "--api-key", KEY, "--device", "cpu"])
-            .args(["--admission", "off"])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start speechstream");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = line.split("addr=").nth(1).and_then(|r| r.split_whitespace().next()) {
-                    if line.contains("listening") {
-                        let _ = tx.send(addr.to_owned());
-                    }
-                }
-            }
-        });
-        let addr = rx.recv_timeout(Duration::from_secs(120)).expect("server listening");
-        Server { child, url: format!("http://{addr}") }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Runs a client script (it writes its audio to a wav) and checks that the audio is understood.
 fn client_is_understood(script: &str, args: &[&str]) {
-    let server = Server::start();
+    // Behaviour, not capacity: no admission (it reads the machine's speed, and these run beside
+    // other tests).
+    let server = Server::start_engine("hibari", &["--api-key", KEY, "--device", "cpu", "--admission", "off"]);
+    let url = format!("http://{}", server.addr);
     // The tests run side by side in one process: each its own file.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let wav = std::env::temp_dir().join(format!("speechstream-agents-{}-{n}-{script}.wav", std::process::id()));
     let out = Command::new(venv_python(".venv-agents"))
         .arg(root().join("tests/clients").join(script))
-        .args([server.url.as_str(), KEY])
+        .args([url.as_str(), KEY])
         .arg(&wav)
         .args(args)
         .output()
