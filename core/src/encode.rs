@@ -170,7 +170,7 @@ impl AudioStream {
             )));
         }
         self.samples.clear();
-        self.samples.extend(pcm.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])));
+        self.samples.extend(s16le_samples(pcm));
         self.converted.clear();
         self.resampler.push(&self.samples, &mut self.converted);
         self.encoder.push(&self.converted)
@@ -298,7 +298,7 @@ impl EncodeJob {
         let file = if self.out_rate == self.sample_rate {
             encode_s16le(self.format, self.pcm, self.sample_rate)
         } else {
-            let samples: Vec<i16> = self.pcm.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect();
+            let samples: Vec<i16> = s16le_samples(&self.pcm).collect();
             resample(self.sample_rate, self.out_rate, &samples)
                 .map_err(|e| EncodeError(e.0))
                 .and_then(|samples| encode(self.format, &samples, self.out_rate))
@@ -327,7 +327,7 @@ pub fn encode_s16le(format: ResponseFormat, mut pcm: Vec<u8>, sample_rate: u32) 
             Ok(out)
         }
         _ => {
-            let samples: Vec<i16> = pcm.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect();
+            let samples: Vec<i16> = s16le_samples(&pcm).collect();
             encode(format, &samples, sample_rate)
         }
     }
@@ -364,6 +364,11 @@ fn wav_header(data_len: usize, sample_rate: u32) -> Result<Vec<u8>, EncodeError>
     out.extend_from_slice(b"data");
     out.extend_from_slice(&data_len.to_le_bytes());
     Ok(out)
+}
+
+/// The samples of s16le PCM bytes (a trailing odd byte is dropped).
+fn s16le_samples(pcm: &[u8]) -> impl Iterator<Item = i16> + '_ {
+    pcm.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]]))
 }
 
 /// Headerless signed 16-bit little-endian.

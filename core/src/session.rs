@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::codec;
 use crate::commitment::{Commitment, MAX_PENDING_CHARS};
 use crate::config::{validate_session_config, OutputMode, ResponseFormat, SessionConfig, StreamingMode};
-use crate::encode::{EncodeJob, Encoded, WholeAudio};
+use crate::encode::{AudioStream, EncodeJob, Encoded, Paging, WholeAudio};
 use crate::engine::{
     CodecFlags, EngineCapabilities, EngineEvent, EngineEventKind, OutputKind, RequestId, SynthesisRequest, WordTiming,
     CODEC_UNSUPPORTED,
@@ -23,7 +23,6 @@ use crate::messages::{
 };
 use crate::parse::{parse_client_text, ClientMessage, Limits, ParseError};
 use crate::pydantic::{render, Validator};
-use crate::resample::Resampler;
 use crate::split::{Granularity, Splitter};
 use crate::text::py_strip;
 
@@ -325,9 +324,9 @@ struct Generation {
     /// Upstream's framing: `channels` on `audio.chunk`.
     channels: Option<u32>,
     /// The config's `sample_rate` (streamed audio is resampled to it, a whole file encoded
-    /// at it), and the resampler once the engine's rate is known.
+    /// at it), and the resampling stream (PCM) once the engine's rate is known.
     out_rate: Option<u32>,
-    resampler: Option<Resampler>,
+    resampler: Option<AudioStream>,
     mode: Mode,
     /// Audio bytes (or codec frames) sent so far.
     total: u64,
@@ -1285,11 +1284,8 @@ impl Session {
         } = generation;
         // A finished stream's last resampled samples (the filter's tail).
         let tail = match (&ending, resampler) {
-            (Ending::Finished, Some(mut resampler)) => {
-                let mut samples = Vec::new();
-                resampler.finish(&mut samples);
-                samples.iter().flat_map(|s| s.to_le_bytes()).collect()
-            }
+            // PCM has nothing to fail on.
+            (Ending::Finished, Some(resampler)) => resampler.finish().unwrap_or_default(),
             _ => Vec::new(),
         };
         let sample_rate = out_rate.filter(|_| sample_rate.is_some()).or(sample_rate);
@@ -1428,20 +1424,17 @@ fn commit_id(message: &Object) -> Result<Option<String>, String> {
 /// Streamed audio at the config's rate: through the resampler (made with the first audio)
 /// when the engine's differs.
 fn resampled(
-    resampler: &mut Option<Resampler>,
+    resampler: &mut Option<AudioStream>,
     out_rate: Option<u32>,
     pcm: Vec<u8>,
     rate: u32,
 ) -> Result<(Vec<u8>, u32), String> {
     let Some(out) = out_rate.filter(|&out| out != rate) else { return Ok((pcm, rate)) };
-    if resampler.is_none() {
-        *resampler = Some(Resampler::new(rate, out).map_err(|e| e.0)?);
-    }
-    let Some(resampler) = resampler.as_mut() else { return Ok((pcm, rate)) };
-    let samples: Vec<i16> = pcm.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect();
-    let mut converted = Vec::with_capacity(samples.len() * out as usize / rate as usize + 1);
-    resampler.push(&samples, &mut converted);
-    Ok((converted.iter().flat_map(|s| s.to_le_bytes()).collect(), out))
+    let stream = match resampler {
+        Some(stream) => stream,
+        None => resampler.insert(AudioStream::new(ResponseFormat::Pcm, rate, out, Paging::Eager).map_err(|e| e.0)?),
+    };
+    Ok((stream.push_s16le(&pcm, rate).map_err(|e| e.0)?, out))
 }
 
 /// The per-utterance request, with the checks the reference makes when it builds

@@ -172,9 +172,7 @@ impl SpeechResponse {
         self.state = State::Done;
         match encoded.0 {
             Ok(file) => {
-                let usage = Usage::new(&self.request.synthesis.text, self.audio_bytes, &self.capabilities);
-                let mut headers: Vec<(&'static str, String)> =
-                    usage.headers().iter().map(|&(name, value)| (name, value.to_string())).collect();
+                let mut headers = usage_headers(self.usage(), |_| true);
                 if self.request.synthesis.output.words() {
                     headers.push(match word_timestamps_header(&self.words) {
                         Ok(list) => ("x-word-timestamps", list),
@@ -269,14 +267,8 @@ impl SpeechResponse {
             ("text/event-stream", vec![("cache-control", "no-cache".to_owned())])
         } else if self.request.delivery == Delivery::Whole {
             // The usage known now; the output tokens follow as trailers.
-            let usage = self.usage();
-            let known = [
-                ("x-vllm-omni-input-tokens", usage.input_text_tokens),
-                ("x-vllm-omni-input-text-tokens", usage.input_text_tokens),
-                ("x-vllm-omni-input-audio-tokens", 0),
-            ];
-            let mut headers: Vec<(&'static str, String)> = known.iter().map(|&(n, v)| (n, v.to_string())).collect();
-            headers.push(("trailer", "x-vllm-omni-output-tokens, x-vllm-omni-total-tokens".to_owned()));
+            let mut headers = usage_headers(self.usage(), |name| !TRAILED.contains(&name));
+            headers.push(("trailer", TRAILED.join(", ")));
             (media_type(format), headers)
         } else {
             (media_type(format), Vec::new())
@@ -329,10 +321,7 @@ impl SpeechResponse {
         if self.sse() {
             self.outputs.push_back(ResponseOutput::Body(sse_done(&usage).into_bytes()));
         } else if self.request.delivery == Delivery::Whole {
-            self.outputs.push_back(ResponseOutput::Trailers(vec![
-                ("x-vllm-omni-output-tokens", usage.output_tokens.to_string()),
-                ("x-vllm-omni-total-tokens", usage.total().to_string()),
-            ]));
+            self.outputs.push_back(ResponseOutput::Trailers(usage_headers(usage, |name| TRAILED.contains(&name))));
         }
         self.outputs.push_back(ResponseOutput::End);
         self.state = State::Done;
@@ -351,6 +340,14 @@ impl SpeechResponse {
         let body = if self.sse() { sse_delta(&bytes, self.request.response_format).into_bytes() } else { bytes };
         self.outputs.push_back(ResponseOutput::Body(body));
     }
+}
+
+/// The usage headers known only at the end of a whole file sent as it is made: its trailers.
+const TRAILED: [&str; 2] = ["x-vllm-omni-output-tokens", "x-vllm-omni-total-tokens"];
+
+/// The usage headers whose names pass `keep`.
+fn usage_headers(usage: Usage, keep: impl Fn(&str) -> bool) -> Vec<(&'static str, String)> {
+    usage.headers().into_iter().filter(|(name, _)| keep(name)).map(|(name, value)| (name, value.to_string())).collect()
 }
 
 /// Whether a whole file is sent as it is made: where its bytes do not depend on what follows

@@ -39,18 +39,21 @@ use crate::sink::ChannelSink;
 pub(crate) async fn create_speech(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) -> Response<Body> {
     match speak(request, shared, id).await {
         Ok(response) => response,
-        Err(error) => {
-            let kind = if error.status >= 500 { ErrorKind::Engine } else { ErrorKind::Request };
-            shared.metrics.error(kind);
-            info!(status = error.status, message = %error.message, "speech request failed");
-            let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut response = json(status, error.body());
-            if let Some(refusal) = Overloaded::parse(&error.message).filter(|_| error.status == 503) {
-                response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(refusal.retry_after_seconds));
-            }
-            response
-        }
+        Err(error) => error_response(shared, &error),
     }
+}
+
+/// The answer to a request that failed before its response began: counted and logged.
+fn error_response(shared: &Shared, error: &HttpError) -> Response<Body> {
+    let kind = if error.status >= 500 { ErrorKind::Engine } else { ErrorKind::Request };
+    shared.metrics.error(kind);
+    info!(status = error.status, message = %error.message, "speech request failed");
+    let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = json(status, error.body());
+    if let Some(refusal) = Overloaded::parse(&error.message).filter(|_| error.status == 503) {
+        response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(refusal.retry_after_seconds));
+    }
+    response
 }
 
 /// The JSON body of a speech request, read within the size and time limits.
@@ -134,12 +137,7 @@ pub(crate) async fn create_batch(
         parse_batch_request(&body, &shared.capabilities, shared.options.max_buffered_chars, MAX_BATCH_ITEMS)
     }) {
         Ok(items) => items,
-        Err(error) => {
-            shared.metrics.error(ErrorKind::Request);
-            info!(status = error.status, message = %error.message, "speech batch refused");
-            let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::BAD_REQUEST);
-            return json(status, error.body());
-        }
+        Err(error) => return error_response(shared, &error),
     };
     info!(batch = %batch_id, items = parsed.len(), "speech batch");
     // Dropping the set (the client left) aborts the items' tasks, and so their engine requests.

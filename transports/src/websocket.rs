@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::encoding::encode_off_runtime;
-use crate::metrics::{ErrorKind, Transport, UtteranceMeter};
+use crate::metrics::{Transport, UtteranceMeter};
 use crate::shared::{stopping, Shared};
 use crate::sink::ChannelSink;
 
@@ -172,16 +172,7 @@ impl Connection {
         let id = event.id;
         let terminal = matches!(event.kind, EngineEventKind::Finished | EngineEventKind::Failed(_));
         if let Some((_, meter)) = self.in_flight.as_mut().filter(|(live, _)| *live == id) {
-            let metrics = &self.shared.metrics;
-            match &event.kind {
-                EngineEventKind::Audio { pcm, sample_rate } => meter.audio(metrics, pcm.len(), *sample_rate),
-                EngineEventKind::Finished => meter.finished(metrics),
-                EngineEventKind::Failed(message) => {
-                    metrics.error(ErrorKind::Engine);
-                    info!(request = %id, message, "utterance failed");
-                }
-                _ => {}
-            }
+            meter.event(&self.shared.metrics, id, &event.kind);
         }
         match self.session.handle_engine(Instant::now(), event) {
             Ok(()) => {

@@ -193,16 +193,7 @@ impl Connection {
         let id = event.id;
         let terminal = matches!(event.kind, EngineEventKind::Finished | EngineEventKind::Failed(_));
         if let Some(meter) = self.in_flight.get_mut(&id) {
-            let metrics = &self.shared.metrics;
-            match &event.kind {
-                EngineEventKind::Audio { pcm, sample_rate } => meter.audio(metrics, pcm.len(), *sample_rate),
-                EngineEventKind::Finished => meter.finished(metrics),
-                EngineEventKind::Failed(message) => {
-                    metrics.error(ErrorKind::Engine);
-                    info!(request = %id, message, "utterance failed");
-                }
-                _ => {}
-            }
+            meter.event(&self.shared.metrics, id, &event.kind);
         }
         match self.session.handle_engine(Instant::now(), event) {
             Ok(()) => {
