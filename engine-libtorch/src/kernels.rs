@@ -467,6 +467,77 @@ impl LinearF32 {
     }
 }
 
+/// m.dec_in (Conv1d 130 → 256, K = 7, pad 3) on the decoder input z of the architecture doc
+/// §4.6, whose channels 0..128 at fine frame j are H_m's row of the token that frame belongs to
+/// and channels 128, 129 its f0 and n features. Tokens last two fine frames or more (about six
+/// on average), so the token channels' share of every tap is computed once per token
+/// ([`DecIn::token_taps`]: [L, 7 · 256], a [`LinearF32`]) and each output row adds seven of
+/// those rows and the two per-frame channels ([`DecIn::rows`]): about a sixth of the multiply-adds
+/// of the dense conv. Every row is computed in the same order from its own inputs, on every CPU
+/// level, so chunks equal whole sentences bit for bit.
+pub struct DecIn {
+    taps: LinearF32,
+    /// per tap k, W[:, 128, k] then W[:, 129, k]: [7][2][256]
+    feat: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+/// Output channels of m.dec_in, its taps and its token channels.
+const DEC_OUT: usize = 256;
+const DEC_TAPS: usize = 7;
+const DEC_TOKEN_CH: usize = 128;
+
+impl DecIn {
+    /// From the conv's weight [256, 130, 7] and bias [256].
+    pub fn new(w: &Tensor, b: &Tensor) -> DecIn {
+        let w = w.to_device(Device::Cpu).to_kind(Kind::Float).contiguous();
+        assert_eq!(w.size(), [DEC_OUT as i64, DEC_TOKEN_CH as i64 + 2, DEC_TAPS as i64], "m.dec_in is [256, 130, 7]");
+        // [7 · 256, 128]: row k · 256 + o is W[o, 0..128, k]
+        let taps = w.narrow(1, 0, DEC_TOKEN_CH as i64).permute([2, 0, 1]).reshape([-1, DEC_TOKEN_CH as i64]);
+        let taps = LinearF32::new(&taps, &Tensor::zeros([(DEC_TAPS * DEC_OUT) as i64], (Kind::Float, Device::Cpu)));
+        let feat = f32s(&w.narrow(1, DEC_TOKEN_CH as i64, 2).permute([2, 1, 0]).contiguous()).to_vec();
+        let bias = f32s(&b.to_device(Device::Cpu).to_kind(Kind::Float).contiguous()).to_vec();
+        assert_eq!(bias.len(), DEC_OUT, "one bias per output");
+        DecIn { taps, feat, bias }
+    }
+
+    /// The token channels' share of every tap for H_m's rows `hm` [L, 128]: [L, 7 · 256].
+    pub fn token_taps(&self, hm: &Tensor) -> Tensor {
+        self.taps.forward(hm)
+    }
+
+    /// Output rows [hi, t) of a sentence into `out` [(t − hi) · 256]: `taps` from
+    /// [`DecIn::token_taps`], `token[j]` the token of fine frame j (one per frame of the
+    /// sentence), `z` the sentence's decoder input [F, 130] (its channels 128 and 129 are read).
+    /// Frames outside the sentence are zeros, as the conv's padding.
+    pub fn rows(&self, taps: &[f32], token: &[usize], z: &[f32], hi: usize, t: usize, out: &mut [f32]) {
+        let frames = token.len();
+        assert!(hi <= t && t <= frames && z.len() == frames * (DEC_TOKEN_CH + 2), "rows [{hi}, {t}) of {frames}");
+        assert_eq!(out.len(), (t - hi) * DEC_OUT);
+        assert!(token.iter().all(|&i| (i + 1) * DEC_TAPS * DEC_OUT <= taps.len()), "a token without taps");
+        dec_in_rows(taps, token, z, &self.feat, &self.bias, hi, out);
+    }
+}
+
+simd_fn! {
+    fn dec_in_rows(taps: &[f32], token: &[usize], z: &[f32], feat: &[f32], bias: &[f32], hi: usize, out: &mut [f32]) {
+        const ZC: usize = DEC_TOKEN_CH + 2;
+        for (r, o) in out.chunks_exact_mut(DEC_OUT).enumerate() {
+            let j = hi + r;
+            o.copy_from_slice(bias);
+            for k in 0..DEC_TAPS {
+                let Some(s) = (j + k).checked_sub(3).filter(|&s| s < token.len()) else { continue };
+                let y = &taps[(token[s] * DEC_TAPS + k) * DEC_OUT..][..DEC_OUT];
+                let (f, n) = (z[s * ZC + DEC_TOKEN_CH], z[s * ZC + DEC_TOKEN_CH + 1]);
+                let (wf, wn) = (&feat[2 * k * DEC_OUT..][..DEC_OUT], &feat[(2 * k + 1) * DEC_OUT..][..DEC_OUT]);
+                for c in 0..DEC_OUT {
+                    o[c] = wn[c].mul_add(n, wf[c].mul_add(f, o[c] + y[c]));
+                }
+            }
+        }
+    }
+}
+
 simd_fn! {
     fn dwconv_impl(x: &[f32], c: usize, wk: &[f32], b: &[f32], dil: usize, mask: Option<&[f32]>, y: &mut [f32]) {
         let t_len = x.len() / c;
@@ -597,6 +668,38 @@ mod tests {
             crate::cpu::reset_cap();
             assert!(y.equal(&base), "{level}");
         }
+    }
+
+    #[test]
+    fn dec_in_by_token_matches_the_dense_conv() {
+        let w = Tensor::randn([256, 130, 7], (Kind::Float, Device::Cpu));
+        let b = Tensor::randn([256], (Kind::Float, Device::Cpu));
+        let dec = DecIn::new(&w, &b);
+        // 5 tokens lasting 2, 4, 2, 10 and 6 frames; z = H_m of each frame's token, f0, n
+        let token: Vec<usize> =
+            [2, 4, 2, 10, 6].iter().enumerate().flat_map(|(i, &d)| std::iter::repeat_n(i, d)).collect();
+        let f = token.len() as i64;
+        let hm = Tensor::randn([5, 128], (Kind::Float, Device::Cpu));
+        let idx = Tensor::from_slice(&token.iter().map(|&i| i as i64).collect::<Vec<_>>());
+        let z = Tensor::cat(&[hm.index_select(0, &idx), Tensor::randn([f, 2], (Kind::Float, Device::Cpu))], 1);
+        let taps = dec.token_taps(&hm);
+        let rows = |hi: usize, t: usize| {
+            let mut out = vec![0f32; (t - hi) * 256];
+            dec.rows(f32s(&taps), &token, f32s(&z), hi, t, &mut out);
+            out
+        };
+        let whole = rows(0, token.len());
+        let dense =
+            z.transpose(0, 1).unsqueeze(0).conv1d(&w, Some(&b), [1], [3], [1], 1).squeeze_dim(0).transpose(0, 1);
+        let err = (Tensor::from_slice(&whole).view([f, 256]) - dense).abs().max().double_value(&[]);
+        assert!(err < 1e-3, "{err}");
+        for (hi, t) in [(0, 1), (3, 9), (17, 24), (23, 24)] {
+            assert_eq!(rows(hi, t), whole[hi * 256..t * 256], "rows {hi}..{t}");
+        }
+        crate::cpu::set_cap(Level::Baseline);
+        let base = rows(0, token.len());
+        crate::cpu::reset_cap();
+        assert_eq!(base, whole, "the baseline level gives the same bits");
     }
 
     #[test]

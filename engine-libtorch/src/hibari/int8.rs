@@ -9,8 +9,8 @@ pub(super) struct Int8 {
     pub(super) blocks: HashMap<String, QBlock>,
     /// the two weight-tied transformer layers by prefix (m.text.attn, pn.text.attn)
     pub(super) layers: HashMap<String, QLayer>,
-    /// m.dec_in as a Linear on im2col rows ([256, 130 · 7]), pn.pro_in and pn.pro_out (K=1 convs)
-    pub(super) dec_in: LinearF32,
+    /// m.dec_in by token ([`DecIn`]); pn.pro_in and pn.pro_out (K=1 convs)
+    pub(super) dec_in: DecIn,
     pub(super) pro_in: LinearF32,
     pub(super) pro_out: LinearF32,
     pub(super) dec_norm: (Tensor, Tensor),
@@ -82,7 +82,7 @@ impl Int8 {
         Ok(Int8 {
             blocks,
             layers,
-            dec_in: LinearF32::new(&h.param("m.dec_in.weight").reshape([256, -1]), h.param("m.dec_in.bias")),
+            dec_in: DecIn::new(h.param("m.dec_in.weight"), h.param("m.dec_in.bias")),
             pro_in: LinearF32::new(h.param("pn.pro_in.weight"), h.param("pn.pro_in.bias")),
             pro_out: LinearF32::new(h.param("pn.pro_out.weight"), h.param("pn.pro_out.bias")),
             dec_norm: (c(h.param("m.dec_norm.weight")), c(h.param("m.dec_norm.bias"))),
@@ -204,7 +204,9 @@ impl Hibari {
         for (b, ((ids, speed), (s, d))) in items.iter().zip(reg).enumerate() {
             let pb = p.narrow(0, (b * tmax) as i64, ts[b] as i64);
             let hm = &hms[b];
-            out.push(self.assemble(ids, *speed, s, d, &pb, &idxs[b], |fine| hm.index_select(0, fine)));
+            let mut p = self.assemble(ids, *speed, s, d, &pb, &idxs[b], |fine| hm.index_select(0, fine));
+            p.dec_taps = Some(q.dec_in.token_taps(hm));
+            out.push(p);
         }
         out
     }
@@ -229,8 +231,6 @@ impl Hibari {
                 }
             })
             .collect();
-        let cin = items[0].0.z.size()[1];
-        let zeros = |n: usize, c: i64| Tensor::zeros([n as i64, c], (Kind::Float, Device::Cpu));
         for l in 0..LAYERS {
             // rows [hi, t) of layer l, per item that needs them
             let todo: Vec<(usize, usize, usize)> = items
@@ -246,24 +246,17 @@ impl Hibari {
                 continue;
             }
             let mut new_rows: Vec<Tensor> = if l == 0 {
-                // m.dec_in through im2col: z rows [hi − 3, t + 3), zero outside the sentence
-                let cols: Vec<Tensor> = todo
-                    .iter()
-                    .map(|&(i, hi, t)| {
-                        let p = items[i].0;
-                        let (za, zb) = (hi.saturating_sub(3), (t + 3).min(p.frames));
-                        let z = Tensor::cat(
-                            &[
-                                zeros(za + 3 - hi, cin),
-                                p.z.narrow(0, za as i64, (zb - za) as i64),
-                                zeros(t + 3 - zb, cin),
-                            ],
-                            0,
-                        );
-                        z.unfold(0, 7, 1).reshape([(t - hi) as i64, -1])
-                    })
-                    .collect();
-                let x = q.dec_in.forward(&Tensor::cat(&cols, 0));
+                // m.dec_in's rows [hi, t) from the tokens' taps, zero outside the sentence
+                let total: usize = todo.iter().map(|&(_, hi, t)| t - hi).sum();
+                let mut x = Tensor::empty([total as i64, 256], (Kind::Float, Device::Cpu));
+                let mut rest = f32s_mut(&mut x);
+                for &(i, hi, t) in &todo {
+                    let p = items[i].0;
+                    let taps = p.dec_taps.as_ref().expect("an int8 path's prosody");
+                    let (out, more) = rest.split_at_mut((t - hi) * 256);
+                    q.dec_in.rows(f32s(taps), &p.fine_tokens(), f32s(&p.z), hi, t, out);
+                    rest = more;
+                }
                 let sizes: Vec<i64> = todo.iter().map(|&(_, hi, t)| (t - hi) as i64).collect();
                 x.split_with_sizes(&sizes, 0)
             } else {

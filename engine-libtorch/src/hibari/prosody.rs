@@ -22,6 +22,8 @@ pub struct Prosody {
     pub(super) z: Tensor,
     /// STFT of the pulse train of the whole sentence, (re, im) [F, 601]
     pub(super) pulse: (Tensor, Tensor),
+    /// the int8 path's m.dec_in share of each token ([`crate::kernels::DecIn::token_taps`])
+    pub(super) dec_taps: Option<Tensor>,
     /// the int8 decoder's rows kept for this sentence's next chunk
     pub(super) dec: RefCell<Option<DecState>>,
 }
@@ -30,6 +32,11 @@ impl Prosody {
     /// Samples of audio for the whole sentence.
     pub fn samples(&self) -> usize {
         self.frames * SAMPLES_PER_FRAME
+    }
+
+    /// The token of each fine frame (token i spans 2 d_i frames).
+    pub(super) fn fine_tokens(&self) -> Vec<usize> {
+        self.durations.iter().enumerate().flat_map(|(i, &d)| std::iter::repeat_n(i, 2 * d as usize)).collect()
     }
 
     /// First fine frame of each token (F-based timing: token i spans frames
