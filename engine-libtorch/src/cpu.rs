@@ -52,6 +52,21 @@ impl Level {
         }
     }
 
+    /// Whether the CPU has AMX's int8 tiles (CPUID leaf 7, EDX bit 25), which oneDNN (and so
+    /// libtorch's `_int_mm`) uses where the kernel allows it.
+    pub fn amx_int8() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // CPUID exists on every x86-64 CPU; leaf 7 is valid when leaf 0 reports it.
+            use std::arch::x86_64::__cpuid_count;
+            __cpuid_count(0, 0).eax >= 7 && __cpuid_count(7, 0).edx & (1 << 25) != 0
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
     /// Every level this CPU supports, lowest first.
     pub fn available() -> Vec<Level> {
         ALL.into_iter().filter(|l| l.supported()).collect()
