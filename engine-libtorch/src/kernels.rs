@@ -403,31 +403,58 @@ simd_fn! {
         const L: usize = F32_LANES;
         let n = bias.len();
         let m = x.len() / k;
-        for (p, wp) in panels.chunks_exact(k * L).enumerate() {
+        let np = panels.len() / (k * L);
+        let panel = |p: usize| &panels[p * k * L..][..k * L];
+        let store = |acc: &[[f32; L]; F32_ROWS], r: usize, rows: usize, p: usize, out: &mut [f32]| {
             let c0 = p * L;
             let cols = (n - c0).min(L);
-            let mut r = 0;
-            while r < m {
-                let rows = (m - r).min(F32_ROWS);
-                // a short tile repeats its last row, so every row is computed the same way
-                let xr: [&[f32]; F32_ROWS] = std::array::from_fn(|i| &x[(r + i.min(rows - 1)) * k..][..k]);
-                let mut acc = [[0f32; L]; F32_ROWS];
-                for (kk, w) in wp.chunks_exact(L).enumerate() {
+            for (i, acc) in acc.iter().enumerate().take(rows) {
+                let o = &mut out[(r + i) * n + c0..][..cols];
+                for l in 0..cols {
+                    o[l] = acc[l] + bias[c0 + l];
+                }
+            }
+        };
+        // a tile's rows step by step of K ([k][row]), so the inner loops read fixed-size arrays
+        let mut xt = vec![[0f32; F32_ROWS]; k];
+        let mut r = 0;
+        while r < m {
+            let rows = (m - r).min(F32_ROWS);
+            // a short tile repeats its last row, so every row is computed the same way
+            for i in 0..F32_ROWS {
+                let row = &x[(r + i.min(rows - 1)) * k..][..k];
+                for (t, &v) in xt.iter_mut().zip(row) {
+                    t[i] = v;
+                }
+            }
+            // two panels at a time (one broadcast of x feeds two multiply-adds), then the last
+            let mut p = 0;
+            while p + 1 < np {
+                let (mut a0, mut a1) = ([[0f32; L]; F32_ROWS], [[0f32; L]; F32_ROWS]);
+                for ((u, v), xv) in panel(p).chunks_exact(L).zip(panel(p + 1).chunks_exact(L)).zip(&xt) {
                     for i in 0..F32_ROWS {
-                        let xv = xr[i][kk];
                         for l in 0..L {
-                            acc[i][l] = xv.mul_add(w[l], acc[i][l]);
+                            a0[i][l] = xv[i].mul_add(u[l], a0[i][l]);
+                            a1[i][l] = xv[i].mul_add(v[l], a1[i][l]);
                         }
                     }
                 }
-                for (i, acc) in acc.iter().enumerate().take(rows) {
-                    let o = &mut out[(r + i) * n + c0..][..cols];
-                    for l in 0..cols {
-                        o[l] = acc[l] + bias[c0 + l];
+                store(&a0, r, rows, p, out);
+                store(&a1, r, rows, p + 1, out);
+                p += 2;
+            }
+            if p < np {
+                let mut a0 = [[0f32; L]; F32_ROWS];
+                for (u, xv) in panel(p).chunks_exact(L).zip(&xt) {
+                    for i in 0..F32_ROWS {
+                        for l in 0..L {
+                            a0[i][l] = xv[i].mul_add(u[l], a0[i][l]);
+                        }
                     }
                 }
-                r += rows;
+                store(&a0, r, rows, p, out);
             }
+            r += rows;
         }
     }
 }
