@@ -293,9 +293,13 @@ mod x86 {
                     let offset = w.offset.as_ptr().add(panel * LANES);
                     let col0 = panel * LANES;
                     let cols = (w.n - col0).min(NP * LANES);
+                    // the rows split evenly over the fewest tiles of at most MR rows (19 rows as
+                    // 5 + 5 + 5 + 4, not 6 + 6 + 6 + 1: a tile of one row runs its chain of sums
+                    // at the instructions' latency, nearly as long as a full tile)
+                    let tiles = m.div_ceil($mr);
                     let mut r = 0;
-                    while r < m {
-                        let mr = (m - r).min($mr);
+                    for t in 0..tiles {
+                        let mr = (m - r).div_ceil(tiles - t);
                         let (a, c) = (a.as_ptr().add(r * lda), c.as_mut_ptr().add(r * w.n + col0));
                         let (pb, g, o, ldc) = (panel_bytes, groups, offset, w.n);
                         match mr {
@@ -308,6 +312,7 @@ mod x86 {
                         }
                         r += mr;
                     }
+                    debug_assert_eq!(r, m);
                 }
 
                 /// C = A · Wᵀ with A prepared by [`Packed::prepare`].

@@ -47,7 +47,7 @@ fn main() {
         print!(" {:>11}", l.to_string());
     }
     println!(" {:>11} {:>11}   (GMAC/s, 1 thread)", "torch int8", "torch fp32");
-    for m in [16usize, 70, 134, 254] {
+    for m in [16usize, 19, 70, 83, 134, 229, 254] {
         for (name, n, k, _) in SHAPES {
             let a = Tensor::randint_low(-128, 128, [m as i64, k as i64], (Kind::Int8, Device::Cpu));
             let w = Tensor::randint_low(-127, 128, [n as i64, k as i64], (Kind::Int8, Device::Cpu));
