@@ -24,6 +24,15 @@ impl Tracked {
         Tracked { text: text.to_string(), origin: (0..text.chars().count()).map(|i| i..i + 1).collect() }
     }
 
+    /// [`Tracked::sub`] for a regex that matches only where a digit (`\d`, Unicode Nd) is: skipped
+    /// when the text has no numeric character, as most texts have none (the regexes with
+    /// look-behinds run on the backtracking engine, a fair share of the G2P's time).
+    pub fn sub_numeric(&mut self, re: &Regex, f: impl FnMut(&Captures, &str) -> String) {
+        if self.text.chars().any(char::is_numeric) {
+            self.sub(re, f);
+        }
+    }
+
     /// `re.sub(re, f, text)`, keeping the origins: replaced text maps to the whole matched span.
     pub fn sub(&mut self, re: &Regex, mut f: impl FnMut(&Captures, &str) -> String) {
         let mut out = String::with_capacity(self.text.len());
@@ -290,11 +299,11 @@ impl Normalizer {
             '―' => '—',
             c => c,
         });
-        t.sub(&self.re_time, time);
-        t.sub(&self.re_date_iso, |m, _| {
+        t.sub_numeric(&self.re_time, time);
+        t.sub_numeric(&self.re_date_iso, |m, _| {
             self.date(Some(g(m, 1)), int(g(m, 2)), int(g(m, 3))).unwrap_or_else(|| g(m, 0).to_string())
         });
-        t.sub(&self.re_date_us, |m, _| {
+        t.sub_numeric(&self.re_date_us, |m, _| {
             let (a, b) = (int(g(m, 1)), int(g(m, 2)));
             let mut y = g(m, 3).to_string();
             if y.chars().count() == 2 {
@@ -303,17 +312,17 @@ impl Normalizer {
             let (mo, d) = if a <= 12 { (a, b) } else { (b, a) };
             self.date(Some(&y), mo, d).unwrap_or_else(|| g(m, 0).to_string())
         });
-        t.sub(&self.re_big_money, |m, _| {
+        t.sub_numeric(&self.re_big_money, |m, _| {
             let big = big_word(g(m, 3));
             let words = self.currency.get(g(m, 1)).map(|w| w.1.clone()).unwrap_or_default();
             format!("{} {big} {words}", g(m, 2))
         });
-        t.sub(&self.re_cents, |m, _| {
+        t.sub_numeric(&self.re_cents, |m, _| {
             let n = g(m, 1);
             let w = self.currency.get("¢").cloned().unwrap_or_default();
             format!("{n} {}", plural(n, &w))
         });
-        t.sub(&self.re_currency, |m, _| {
+        t.sub_numeric(&self.re_currency, |m, _| {
             let sym = g(m, 1).trim_end_matches('.');
             let words = self.currency.get(sym).cloned().unwrap_or_default();
             let n = g(m, 2);
@@ -322,7 +331,7 @@ impl Normalizer {
                 _ => format!("{n} {}", plural(n, &words)),
             }
         });
-        t.sub(&self.re_deg, |m, _| {
+        t.sub_numeric(&self.re_deg, |m, _| {
             let n = g(m, 1);
             let mut w = format!("{n} {}", plural(n, &("degree".into(), "degrees".into())));
             match g(m, 2) {
@@ -332,19 +341,19 @@ impl Normalizer {
             }
             w
         });
-        t.sub(&self.re_unit, |m, _| {
+        t.sub_numeric(&self.re_unit, |m, _| {
             let n = g(m, 1);
             let u = self.units.get(g(m, 2)).cloned().unwrap_or_default();
             format!("{n} {}", plural(n, &u))
         });
-        t.sub(&self.re_month_day, |m, _| {
+        t.sub_numeric(&self.re_month_day, |m, _| {
             let day = int(g(m, 2));
             if !(1..=31).contains(&day) {
                 return g(m, 0).to_string();
             }
             format!("{} {}{}", self.month(g(m, 1)), num::ordinal(day), g(m, 3))
         });
-        t.sub(&self.re_day_month, |m, _| {
+        t.sub_numeric(&self.re_day_month, |m, _| {
             let day = int(g(m, 2));
             if !(1..=31).contains(&day) {
                 return g(m, 0).to_string();
@@ -360,17 +369,17 @@ impl Normalizer {
             }
             w
         });
-        t.sub(&self.re_no, |m, _| if g(m, 1) == "No" { "Number ".into() } else { "Numbers ".into() });
-        t.sub(&self.re_hash, |_, _| "number ".into());
+        t.sub_numeric(&self.re_no, |m, _| if g(m, 1) == "No" { "Number ".into() } else { "Numbers ".into() });
+        t.sub_numeric(&self.re_hash, |_, _| "number ".into());
         t.sub(&self.re_roman_c, |m, _| format!("{} {}", g(m, 1), roman_value(g(m, 2))));
         t.sub(&self.re_roman_o, |m, _| format!("{} the {}", g(m, 1), num::ordinal(roman_value(g(m, 2)))));
-        t.sub(&self.re_phone, |m, _| {
+        t.sub_numeric(&self.re_phone, |m, _| {
             let s = g(m, 0).replace('-', ", ");
             s.chars().map(|c| c.to_string()).collect::<Vec<_>>().join(" ")
         });
-        t.sub(&self.re_fraction, |m, _| self.fraction(int(g(m, 1)), int(g(m, 2))));
-        t.sub(&self.re_range, |m, _| format!("{} to {}", g(m, 1), g(m, 2)));
-        t.sub(&self.re_plus, |_, _| "plus ".into());
+        t.sub_numeric(&self.re_fraction, |m, _| self.fraction(int(g(m, 1)), int(g(m, 2))));
+        t.sub_numeric(&self.re_range, |m, _| format!("{} to {}", g(m, 1), g(m, 2)));
+        t.sub_numeric(&self.re_plus, |_, _| "plus ".into());
         for (sym_re, rep) in &self.symbols {
             if sym_re.is_match(&t.text).unwrap_or(false) {
                 t.sub(sym_re, |_, _| rep.clone());
