@@ -197,8 +197,9 @@ struct VoiceArgs {
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = positive_count)]
     workers: Option<usize>,
     /// Admission of streamed utterances: `realtime` refuses one (a WebSocket `error` frame, the
-    /// session stays open; HTTP 503 with Retry-After) when the workers' measured speed can't
-    /// keep one more stream in real time beside those running; `off` takes every one.
+    /// session stays open; HTTP 503 with Retry-After) when no worker could compute it beside its
+    /// running streams with every deadline kept (first audio and each chunk before its listener
+    /// runs dry, at the worker's measured speed); `off` takes every one.
     #[arg(long, value_name = "MODE", default_value = "realtime", value_parser = parse_admission)]
     admission: speechstream_engine_libtorch::AdmissionMode,
     /// Most streamed utterances in flight at once (refused past it, as by admission)

@@ -10,10 +10,11 @@
 //! audio away. Requests that are not streamed have no deadline: they run, oldest first, when
 //! no stream has work.
 //!
-//! Admission: each stream is owed one second of audio per second. A worker that computes `r`
-//! seconds of audio per second of work (measured) can keep `r` streams in real time; a new
-//! stream is admitted while the streams in flight, with it, stay within the workers' summed
-//! factors times a utilization below 1 (room for first chunks and prosody bursts).
+//! Admission: each stream owes its chunks by deadlines ([`Outlook`], [`Step`]): its first by
+//! its first-audio target, each later one before its listener runs dry. A worker publishes its
+//! streams' steps over the next few seconds with the costs it measures; a new stream is admitted
+//! to a worker on which computing every step earliest deadline first, the new stream's too,
+//! still finishes each in time with a share of the worker's time below 1 ([`feasible`]).
 
 use std::time::{Duration, Instant};
 
@@ -93,6 +94,14 @@ impl Pace {
         }
     }
 
+    /// Its remaining work as admission models it: `current` the chunks left of the sentence
+    /// being streamed (seconds each), `next_chars` / `later_chars` as in [`Outlook`].
+    pub fn outlook(&self, pacing: &Pacing, current: Vec<f64>, next_chars: usize, later_chars: usize) -> Outlook {
+        let first_due = self.first_sent.is_none().then(|| self.submitted + pacing.first_audio);
+        let plays_from = self.first_sent.or(first_due).unwrap_or(self.submitted);
+        Outlook { first_due, plays_from, position: self.sent, current, next_chars, later_chars, margin: pacing.margin }
+    }
+
     /// When this stream may compute again, if it is too far ahead of its playback at `now`.
     pub fn waits_until(&self, now: Instant, pacing: &Pacing) -> Option<Instant> {
         let dry = self.runs_dry().filter(|_| self.streamed)?;
@@ -146,108 +155,143 @@ impl Speed {
     }
 }
 
-/// The admission rule: may one more stream start, with `streams` in flight on workers whose
-/// real-time factors are `factors`, delivering `throughput` audio seconds per second lately to
-/// streams that needed it ([`Throughput`]),
-/// `behind` telling whether any worker is already past the deadline of its most urgent stream
-/// (its measured speed then overstates what it can give streams: its core is shared, or a burst
-/// of new streams eats it)? `utilization` is the share of the workers' speed that streams may
-/// take: both the streams in flight (each owed a second of audio per second) and the audio
-/// delivered must stay under it.
-pub fn admits(streams: u64, throughput: f64, factors: &[f64], utilization: f64, behind: bool) -> bool {
-    let capacity: f64 = factors.iter().map(|f| f.max(0.0)).sum::<f64>() * utilization;
-    !behind && (streams + 1) as f64 <= capacity && throughput + 1.0 <= capacity
+/// What a worker's work costs, measured on its own rounds: compute seconds per second of audio
+/// decoded, and per character of text through the front end and the prosody pass.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Costs {
+    pub per_audio_second: f64,
+    pub per_char: f64,
 }
 
-/// Audio delivered per second of wall time, over the last few seconds (a sum decaying with
-/// time). The workers count the audio that streams needed soon (delivered less than
-/// [`URGENT_LEAD_S`] before their listener would have run out, or late): what keeping the
-/// streams in real time takes now, against their measured speed. Audio computed far ahead
-/// (the workers are work-conserving) is not demand.
+/// Characters of text per second of speech (hibari's default voice at speed 1: ~16), to
+/// estimate the audio of text not through prosody yet.
+pub const CHARS_PER_SECOND: f64 = 15.0;
+
+/// A piece of a stream's work: `work` seconds of compute, which the worker takes up by its
+/// deadline `due` (earliest first, as [`Pace::urgency`]) and must have done by `limit` for its
+/// listener to hear no gap.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Step {
+    pub due: Instant,
+    pub limit: Instant,
+    pub work: f64,
+}
+
+/// How far ahead admission looks: the steps due within it must fit (further on, the same
+/// streams' steady need does, since it fits in every window this long).
+pub const ADMISSION_HORIZON: Duration = Duration::from_secs(4);
+/// A chunk must be done this long before its listener would run dry (its first chunk, before
+/// its deadline): the round a worker may be in (not preempted) when it is taken up.
+pub const ADMISSION_MARGIN: Duration = Duration::from_millis(50);
+/// Share of a worker's time that the steps due may take: the rest absorbs the error of the
+/// estimates (audio from characters, costs from recent rounds) and requests not streamed.
+pub const ADMISSION_UTILIZATION: f64 = 0.85;
+/// Characters of a new utterance whose prosody admission counts with its first chunk (a
+/// typical sentence; the rest of its text is counted along its audio).
+pub const FIRST_SENTENCE_CHARS: usize = 200;
+
+/// Audio seconds of the chunks a sentence is cut into (the first of an utterance, the second,
+/// every later one), as [`crate::hibari::stream_ranges`] cuts frames.
 #[derive(Clone, Copy, Debug)]
-pub struct Throughput {
-    decayed: f64,
-    at: Instant,
+pub struct ChunkSizes {
+    pub first: f64,
+    pub chunk: f64,
+    pub max: f64,
 }
 
-/// A chunk delivered with less lead than this was needed (see [`Throughput`]).
-pub const URGENT_LEAD_S: f64 = 1.0;
-
-/// Seconds of wall time over which [`Throughput`] forgets (to 1/e).
-pub const THROUGHPUT_MEMORY_S: f64 = 2.0;
-
-impl Throughput {
-    pub fn new(now: Instant) -> Throughput {
-        Throughput { decayed: 0.0, at: now }
-    }
-
-    fn decay_to(&mut self, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.decayed *= (-elapsed / THROUGHPUT_MEMORY_S).exp();
-        self.at = now.max(self.at);
-    }
-
-    pub fn record(&mut self, now: Instant, audio_seconds: f64) {
-        self.decay_to(now);
-        self.decayed += audio_seconds.max(0.0);
-    }
-
-    /// Audio seconds per second, lately.
-    pub fn rate(&self, now: Instant) -> f64 {
-        let mut t = *self;
-        t.decay_to(now);
-        t.decayed / THROUGHPUT_MEMORY_S
-    }
+/// The work a stream still owes, as admission models it.
+#[derive(Clone, Debug)]
+pub struct Outlook {
+    /// When its first chunk is due, if it was not delivered yet.
+    pub first_due: Option<Instant>,
+    /// When its listener started playing (its first chunk was delivered), else `first_due`.
+    pub plays_from: Instant,
+    /// Seconds of audio delivered: where its next chunk starts.
+    pub position: f64,
+    /// The chunks left of the sentence being streamed, seconds of audio each.
+    pub current: Vec<f64>,
+    /// Characters of its next sentence (its prosody comes before that sentence's audio).
+    pub next_chars: usize,
+    /// Characters of the text after the sentence being streamed, the next sentence included.
+    pub later_chars: usize,
+    /// How long before its listener would run dry a chunk is due ([`Pacing::margin`]).
+    pub margin: Duration,
 }
 
-/// The burst rule: a new stream owes most of its first second of audio at once (its first
-/// chunk is small, so the next is due a fraction of a second later), so streams admitted
-/// together can make each other late even while the workers keep up in the long run. A
-/// bucket of audio seconds, refilled at the workers' speed, pays for each new stream's first
-/// second; it holds what the workers compute in [`BURST_WINDOW_S`].
-#[derive(Clone, Copy, Debug)]
-pub struct Burst {
-    tokens: f64,
-    at: Instant,
-}
-
-/// Seconds of the workers' compute the burst bucket holds.
-pub const BURST_WINDOW_S: f64 = 0.25;
-/// Seconds of audio a new stream owes at its start (its first and second chunks).
-pub const STARTING_AUDIO_S: f64 = 1.2;
-
-impl Burst {
-    pub fn new(now: Instant) -> Burst {
-        Burst { tokens: f64::INFINITY, at: now }
+impl Outlook {
+    /// A stream submitted at `submitted` with `chars` characters of text, nothing computed.
+    pub fn new(submitted: Instant, pacing: &Pacing, chars: usize) -> Outlook {
+        let due = submitted + pacing.first_audio;
+        Outlook {
+            first_due: Some(due),
+            plays_from: due,
+            position: 0.0,
+            current: Vec::new(),
+            next_chars: chars.min(FIRST_SENTENCE_CHARS),
+            later_chars: chars,
+            margin: pacing.margin,
+        }
     }
 
-    /// Takes a new stream's start from the bucket if it holds enough, refilled at `rate`
-    /// audio seconds per second since the last call.
-    pub fn take(&mut self, now: Instant, rate: f64) -> bool {
-        let full = rate.max(0.0) * BURST_WINDOW_S;
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * rate.max(0.0)).min(full.max(STARTING_AUDIO_S));
-        self.at = now.max(self.at);
-        if self.tokens >= STARTING_AUDIO_S {
-            self.tokens -= STARTING_AUDIO_S;
-            true
-        } else {
-            false
+    /// Its steps due before `horizon`, in order, appended to `out`: each chunk due `margin`
+    /// before its listener would run dry and to be done [`ADMISSION_MARGIN`] before (the first
+    /// chunk due at its deadline, to be done that margin before it); the text not through prosody yet is cut into chunks of its estimated audio, the next
+    /// sentence's prosody counted with the first of them and the rest's along its audio.
+    pub fn steps(&self, costs: &Costs, sizes: &ChunkSizes, horizon: Instant, out: &mut Vec<Step>) {
+        let before = |t: Instant, d: Duration| t.checked_sub(d).unwrap_or(t);
+        let mut position = self.position;
+        let mut push = |position: f64, work: f64| {
+            let (due, needed) = match self.first_due {
+                Some(due) if position <= 0.0 => (due, due),
+                _ => {
+                    let dry = self.plays_from + Duration::from_secs_f64(position.max(0.0));
+                    (before(dry, self.margin), dry)
+                }
+            };
+            let limit = before(needed, ADMISSION_MARGIN);
+            (due <= horizon).then(|| out.push(Step { due, limit, work })).is_some()
+        };
+        for &len in &self.current {
+            if !push(position, costs.per_audio_second * len) {
+                return;
+            }
+            position += len;
+        }
+        let mut left = self.later_chars as f64 / CHARS_PER_SECOND;
+        let rest_chars = self.later_chars.saturating_sub(self.next_chars);
+        let per_second = costs.per_audio_second + costs.per_char * rest_chars as f64 / left.max(1e-9);
+        let mut prosody = costs.per_char * self.next_chars as f64;
+        let mut k = 0;
+        while left > 1e-9 {
+            let size = match k {
+                0 if position <= 0.0 => sizes.first,
+                0 | 1 => sizes.chunk,
+                _ => sizes.max,
+            };
+            let len = if k > 0 && left - size < sizes.chunk { left } else { size.min(left) };
+            if !push(position, prosody + per_second * len) {
+                return;
+            }
+            prosody = 0.0;
+            position += len;
+            left -= len;
+            k += 1;
         }
     }
 }
 
-/// How far past its deadline the most urgent of `candidates` is at `now` (negative: how long
-/// until it is due); None when no stream is among them.
-pub fn behind(candidates: &[Candidate], now: Instant) -> Option<f64> {
-    let due = candidates
-        .iter()
-        .filter_map(|c| match c.urgency {
-            Urgency::Due(t) => Some(t),
-            Urgency::Background(_) => None,
-        })
-        .min()?;
-    Some(if due <= now { (now - due).as_secs_f64() } else { -(due - now).as_secs_f64() })
+/// The admission rule: can one worker, computing `steps` (its streams', a new one's included)
+/// earliest deadline first (among equal deadlines, earliest limit first) from `now` with
+/// `utilization` of its time, finish each by its limit? True when, for every step, the work
+/// taken up before it and its own fit in the time until its limit. A step already past its
+/// limit fails it: that worker is late for a stream and takes no new one.
+pub fn feasible(steps: &mut [Step], now: Instant, utilization: f64) -> bool {
+    steps.sort_by_key(|s| (s.due, s.limit));
+    let mut work = 0.0;
+    steps.iter().all(|s| {
+        work += s.work.max(0.0);
+        work <= s.limit.saturating_duration_since(now).as_secs_f64() * utilization
+    })
 }
 
 /// The worker a new request goes to: the one owing the least audio; among equals, the first
@@ -371,62 +415,88 @@ mod tests {
         assert!(whole.urgency(&pacing) < Pace::new(t0 + ms(1), false).urgency(&pacing));
     }
 
-    #[test]
-    fn admission_keeps_the_streams_within_the_measured_speed() {
-        // Two workers, 40x and 60x real time, 80% of their time for streams: 80 streams.
-        let factors = [40.0, 60.0];
-        assert!(admits(0, 0.0, &factors, 0.8, false));
-        assert!(admits(79, 0.0, &factors, 0.8, false));
-        assert!(!admits(80, 0.0, &factors, 0.8, false));
-        assert!(!admits(0, 0.0, &[], 0.8, false));
-        assert!(!admits(0, 0.0, &[0.5], 0.8, false), "a worker slower than real time carries no stream");
-        // Few streams in flight, but the workers already deliver 79.5 s of audio per second.
-        assert!(admits(10, 79.0, &factors, 0.8, false));
-        assert!(!admits(10, 79.5, &factors, 0.8, false));
-        // A worker already late for a stream takes no new one, whatever its measured speed.
-        assert!(!admits(0, 0.0, &factors, 0.8, true));
-    }
+    const COSTS: Costs = Costs { per_audio_second: 0.01, per_char: 0.0001 };
+    const SIZES: ChunkSizes = ChunkSizes { first: 0.2, chunk: 1.0, max: 2.5 };
 
     #[test]
-    fn throughput_is_the_audio_delivered_lately_per_second() {
+    fn a_new_stream_owes_its_prosody_and_chunks_by_when_its_listener_needs_them() {
         let t0 = Instant::now();
-        let mut t = Throughput::new(t0);
-        assert_eq!(t.rate(t0), 0.0);
-        // 10 audio seconds every 100 ms for a minute: 100 s/s.
-        for i in 1..=600 {
-            t.record(t0 + ms(100 * i), 10.0);
+        let pacing = Pacing { first_audio: ms(250), margin: ms(200), max_lead: ms(10_000) };
+        // 90 characters: 6 s of audio, cut 0.2 + 1 + 2.5 + 2.3 (a tail under 1 s joins).
+        let mut steps = Vec::new();
+        Outlook::new(t0, &pacing, 90).steps(&COSTS, &SIZES, t0 + Duration::from_secs(60), &mut steps);
+        // Due when the worker takes them up (the scheduler's deadlines: 200 ms before the
+        // listener runs dry), to be done 50 ms before it runs dry (the first 50 ms before its
+        // deadline).
+        let dues: Vec<Duration> = steps.iter().map(|s| s.due - t0).collect();
+        assert_eq!(dues, [ms(250), ms(250), ms(250 + 1200 - 200), ms(250 + 3700 - 200)]);
+        let limits: Vec<Duration> = steps.iter().map(|s| s.limit - t0).collect();
+        assert_eq!(limits, [ms(200), ms(250 + 200 - 50), ms(250 + 1200 - 50), ms(250 + 3700 - 50)]);
+        // The prosody of its 90 characters comes with the first chunk.
+        let works: Vec<f64> = steps.iter().map(|s| s.work).collect();
+        let expected = [0.009 + 0.002, 0.01, 0.025, 0.023];
+        for (w, e) in works.iter().zip(expected) {
+            assert!((w - e).abs() < 1e-9, "{works:?}");
         }
-        let end = t0 + ms(60_000);
-        assert!((t.rate(end) - 100.0).abs() < 3.0, "{}", t.rate(end));
-        // Silence for 10 s forgets it.
-        assert!(t.rate(end + Duration::from_secs(10)) < 1.0);
+        // Only the steps due before the horizon.
+        let mut near = Vec::new();
+        Outlook::new(t0, &pacing, 90).steps(&COSTS, &SIZES, t0 + ms(1000), &mut near);
+        assert_eq!(near, steps[..2]);
     }
 
     #[test]
-    fn new_streams_are_admitted_no_faster_than_their_starts_can_be_computed() {
+    fn a_started_stream_owes_its_chunks_from_where_its_listener_is() {
         let t0 = Instant::now();
-        // 96 audio seconds per second: the bucket holds 24 s, 20 starts of 1.2 s.
-        let mut burst = Burst::new(t0);
-        let admitted = (0..100).filter(|_| burst.take(t0, 96.0)).count();
-        assert_eq!(admitted, 20);
-        // 100 ms later, 9.6 s more: 8 starts.
-        let admitted = (0..100).filter(|_| burst.take(t0 + ms(100), 96.0)).count();
-        assert_eq!(admitted, 8);
-        // However long it waits, no more than a full bucket at once.
-        let admitted = (0..100).filter(|_| burst.take(t0 + Duration::from_secs(60), 96.0)).count();
-        assert_eq!(admitted, 20);
+        let pacing = Pacing::default();
+        let mut pace = Pace::new(t0, true);
+        pace.delivered(t0 + ms(100), 0.2);
+        pace.delivered(t0 + ms(110), 1.0);
+        // The current sentence has chunks of 2.5 and 1.5 s left, then 45 characters of text (3 s:
+        // a later sentence starts at the second chunk's size), the next sentence 30 of them.
+        let outlook = pace.outlook(&pacing, vec![2.5, 1.5], 30, 45);
+        let mut steps = Vec::new();
+        outlook.steps(&COSTS, &SIZES, t0 + Duration::from_secs(60), &mut steps);
+        let limits: Vec<Duration> = steps.iter().map(|s| s.limit - t0).collect();
+        assert_eq!(limits, [1200, 3700, 5200, 6200, 7200].map(|p| ms(100 + p - 50)));
+        assert!(steps.iter().all(|s| s.limit - s.due == ms(150)));
+        // The later text: its next sentence's prosody up front, the other 15 characters' along
+        // its 3 s.
+        let per_second = 0.01 + 0.0001 * 15.0 / 3.0;
+        assert!((steps[2].work - (0.003 + per_second)).abs() < 1e-9, "{steps:?}");
+        assert!((steps[4].work - per_second).abs() < 1e-9, "{steps:?}");
     }
 
     #[test]
-    fn behind_is_the_most_urgent_streams_lateness() {
+    fn admission_takes_a_stream_only_if_every_deadline_still_holds() {
         let t0 = Instant::now();
-        let c = |index, urgency| Candidate { index, voice: 0, work: Work::Chunk, urgency };
-        let now = t0 + ms(1000);
-        let late = [c(0, Urgency::Due(t0 + ms(1200))), c(1, Urgency::Due(t0 + ms(900))), c(2, Urgency::Background(t0))];
-        assert!((behind(&late, now).unwrap() - 0.1).abs() < 1e-9);
-        let early = [c(0, Urgency::Due(t0 + ms(1300))), c(2, Urgency::Background(t0))];
-        assert!((behind(&early, now).unwrap() + 0.3).abs() < 1e-9);
-        assert_eq!(behind(&[c(2, Urgency::Background(t0))], now), None);
+        let step = |due: u64, work: f64| Step { due: t0 + ms(due), limit: t0 + ms(due), work };
+        // 10 ms due at 20 ms, 50 ms more at 100 ms: fits at 100%, not at 50%.
+        assert!(feasible(&mut [step(100, 0.05), step(20, 0.01)], t0, 1.0));
+        assert!(!feasible(&mut [step(100, 0.05), step(20, 0.01)], t0, 0.5));
+        // The order of the steps does not matter; an early heavy step fails however light the rest.
+        assert!(!feasible(&mut [step(1000, 0.0), step(10, 0.02)], t0, 1.0));
+        // A step already past its limit fails: that worker is late for a stream.
+        assert!(!feasible(&mut [step(0, 0.001)], t0 + ms(5), 1.0));
+        // Taken up in the order of their deadlines, each judged by its own limit: a step due
+        // first delays every later one, whatever its limit.
+        let late = Step { due: t0 + ms(10), limit: t0 + ms(500), work: 0.1 };
+        assert!(feasible(&mut [late, step(200, 0.05)], t0, 1.0));
+        assert!(!feasible(&mut [late, step(120, 0.05)], t0, 1.0));
+        assert!(feasible(&mut [late, step(5, 0.001)], t0, 1.0));
+        assert!(feasible(&mut [], t0, 0.85));
+        // A closed loop of 16 new streams of 4 s each, at 160x real time and 8 ms of prosody:
+        // every start's first chunk due at 250 ms fits; at 25 streams it does not.
+        let pacing = Pacing::default();
+        let costs = Costs { per_audio_second: 1.0 / 160.0, per_char: 0.008 / 60.0 };
+        let starts = |n: usize| {
+            let mut steps = Vec::new();
+            for _ in 0..n {
+                Outlook::new(t0, &pacing, 60).steps(&costs, &SIZES, t0 + ADMISSION_HORIZON, &mut steps);
+            }
+            steps
+        };
+        assert!(feasible(&mut starts(16), t0, ADMISSION_UTILIZATION));
+        assert!(!feasible(&mut starts(25), t0, ADMISSION_UTILIZATION));
     }
 
     #[test]

@@ -31,7 +31,7 @@ use crate::g2p::{FrontEnd, Sentence};
 use crate::hibari::{stream_ranges, Hibari, Prosody, SAMPLES_PER_FRAME};
 use crate::noise::NoiseSource;
 use crate::options::HibariOptions;
-use crate::pacing::{self, Candidate, Pace, Pacing, Speed, Work};
+use crate::pacing::{self, Candidate, ChunkSizes, Costs, Outlook, Pace, Pacing, Speed, Work};
 use crate::stats::{Admission, AdmissionMode, WorkerStats, CHARS_PER_SECOND};
 use crate::timing::word_timings;
 
@@ -133,7 +133,7 @@ impl Job {
                 Ok(()) => {
                     delivered = true;
                     if let Some(seconds) = seconds {
-                        stats.record_delivery(self.pace.delivered(Instant::now(), seconds), seconds);
+                        stats.record_delivery(self.pace.delivered(Instant::now(), seconds));
                     }
                 }
                 Err(TrySendError::Full(event)) => {
@@ -166,6 +166,18 @@ impl Job {
         (current * SAMPLES_PER_FRAME) as f64 / f64::from(SAMPLE_RATE) + self.chars_left as f64 / CHARS_PER_SECOND
     }
 
+    /// Its remaining work, for admission ([`Outlook`]).
+    fn outlook(&self, pacing: &Pacing) -> Outlook {
+        let seconds = |r: &Range<usize>| (r.len() * SAMPLES_PER_FRAME) as f64 / f64::from(SAMPLE_RATE);
+        let current = self.current.as_ref().map_or_else(Vec::new, |c| c.ranges[c.next..].iter().map(seconds).collect());
+        let next_chars = match (self.sentences.front(), self.texts.front()) {
+            (Some(s), _) => s.phonemes.chars().count(),
+            (None, Some(t)) => t.chars().count(),
+            (None, None) => 0,
+        };
+        self.pace.outlook(pacing, current, next_chars, self.chars_left)
+    }
+
     /// Skips the next sentences with no phoneme the model knows, as the reference does.
     fn drop_unspeakable(&mut self, model: &Hibari) {
         while self.sentences.front().is_some_and(|s| model.ids(&s.phonemes).len() < 3) {
@@ -195,8 +207,22 @@ pub(crate) struct Scheduler {
     commands: Receiver<Command>,
     stats: Arc<WorkerStats>,
     admission: Arc<Admission>,
+    /// Audio per second of all its rounds (the real-time factor `/metrics` shows).
     speed: Speed,
+    /// Audio per second of its chunk rounds, and characters per second of its prosody rounds:
+    /// the costs admission models its streams with.
+    chunk_speed: Speed,
+    prosody_speed: Speed,
+    sizes: ChunkSizes,
     jobs: Vec<Job>,
+}
+
+/// What one round did: chunks holding this many seconds of audio, or the front end and
+/// prosody of sentences of this many characters.
+#[derive(Clone, Copy)]
+enum Round {
+    Chunks(f64),
+    Prosody(usize),
 }
 
 enum Wait {
@@ -228,6 +254,17 @@ impl Scheduler {
             stats,
             admission,
             speed: Speed::new(1.0, 1.0),
+            chunk_speed: Speed::new(1.0, 1.0),
+            prosody_speed: Speed::new(1.0, 0.0),
+            sizes: {
+                let seconds = |frames: usize| (frames * SAMPLES_PER_FRAME) as f64 / f64::from(SAMPLE_RATE);
+                let chunk = options.chunk_frames.max(1);
+                ChunkSizes {
+                    first: seconds(options.first_chunk_frames.max(1)),
+                    chunk: seconds(chunk),
+                    max: seconds(options.max_chunk_frames.max(chunk)),
+                }
+            },
             jobs: Vec::new(),
         }
     }
@@ -254,29 +291,37 @@ impl Scheduler {
         const TEXT: &str = "Hello there, this sentence measures how fast the voice runs on this worker.";
         let voice = &self.voices[self.default_voice];
         // Twice: the first pass of these larger shapes still allocates; the second is measured.
-        let mut measured = (0.0, 0.0);
+        // (audio s, chunk s, chars, prosody s)
+        let mut measured = (0.0, 0.0, 0.0, 0.0);
         for _ in 0..2 {
             let started = Instant::now();
-            let mut samples = 0;
-            for sentence in voice.front_end.sentences(TEXT) {
+            let (mut samples, mut chars, mut prosody_s) = (0, 0, 0.0);
+            let sentences = voice.front_end.sentences(TEXT);
+            for sentence in sentences {
                 let prosody = voice.model.prosody(&voice.model.ids(&sentence.phonemes), 1.0);
+                chars += sentence.phonemes.chars().count();
+                prosody_s = started.elapsed().as_secs_f64();
                 let noise = NoiseSource::new(0, 0);
                 for r in stream_ranges(prosody.frames, self.first_chunk, self.chunk, self.max_chunk) {
                     samples += voice.model.synthesize_chunk(&prosody, r.start, r.end, &noise).numel();
                 }
             }
-            measured = (samples as f64 / f64::from(SAMPLE_RATE), started.elapsed().as_secs_f64());
+            let chunk_s = started.elapsed().as_secs_f64() - prosody_s;
+            measured = (samples as f64 / f64::from(SAMPLE_RATE), chunk_s, chars as f64, prosody_s);
         }
-        self.speed = Speed::new(measured.0, measured.1);
+        self.speed = Speed::new(measured.0, measured.1 + measured.3);
+        self.chunk_speed = Speed::new(measured.0, measured.1);
+        self.prosody_speed = Speed::new(measured.2, measured.3);
         self.stats.set_factor(self.speed.factor());
+        self.publish_demand(Instant::now());
     }
 
     pub fn run(mut self) {
-        // The round being measured: when it started and the audio it made. A round lasts until
+        // The round being measured: when it started and what it did. A round lasts until
         // the next one starts, so its cost includes the bookkeeping between batches and the
         // time the thread lost to others on its core: the speed admission reads is what this
         // worker really delivers. Waits for work are not counted.
-        let mut round: Option<(Instant, f64)> = None;
+        let mut round: Option<(Instant, Round)> = None;
         loop {
             let wait = if self.jobs.is_empty() { Wait::Block } else { Wait::No };
             if matches!(wait, Wait::Block) {
@@ -292,10 +337,11 @@ impl Scheduler {
                 progress |= job.flush(&self.stats);
             }
             progress |= self.finish_done();
-            let (audio, resume) = self.run_next(started);
+            let (done, resume) = self.run_next(started);
             self.reap();
-            if let Some(audio) = audio {
-                round = Some((started, audio));
+            self.publish_demand(Instant::now());
+            if let Some(done) = done {
+                round = Some((started, done));
                 progress = true;
             }
             if !progress && !self.jobs.is_empty() {
@@ -318,12 +364,42 @@ impl Scheduler {
     }
 
     /// Counts a finished round in the worker's speed and busy time.
-    fn measure(&mut self, round: Option<(Instant, f64)>) {
-        if let Some((started, audio)) = round {
+    fn measure(&mut self, round: Option<(Instant, Round)>) {
+        if let Some((started, done)) = round {
             let busy = started.elapsed().as_secs_f64();
+            let audio = match done {
+                Round::Chunks(audio) => {
+                    self.chunk_speed.record(audio, busy);
+                    audio
+                }
+                Round::Prosody(chars) => {
+                    self.prosody_speed.record(chars as f64, busy);
+                    0.0
+                }
+            };
             self.speed.record(audio, busy);
             self.stats.record_work(busy, self.speed.factor());
         }
+    }
+
+    /// Publishes what its streams owe within admission's horizon, and its costs.
+    fn publish_demand(&self, now: Instant) {
+        if self.admission.mode == AdmissionMode::Off {
+            return;
+        }
+        let costs = Costs {
+            per_audio_second: 1.0 / self.chunk_speed.factor().max(1e-9),
+            per_char: 1.0 / self.prosody_speed.factor().max(1e-9),
+        };
+        let horizon = now + pacing::ADMISSION_HORIZON;
+        let mut steps = Vec::new();
+        // A stream paused on its consumer owes nothing until the consumer reads.
+        for job in self.jobs.iter().filter(|j| j.admitted_stream && j.ready()) {
+            job.outlook(&self.pacing).steps(&costs, &self.sizes, horizon, &mut steps);
+        }
+        let mut demand = self.stats.demand.lock().unwrap_or_else(|p| p.into_inner());
+        demand.steps = steps;
+        demand.costs = costs;
     }
 
     /// Handles queued commands, first waiting as told; false once the engine is shutting down.
@@ -352,6 +428,14 @@ impl Scheduler {
             };
             match command {
                 Command::Submit(submission) => {
+                    if submission.admitted_stream {
+                        // Its steps as admitted count as this worker's until the next publication.
+                        let mut demand = self.stats.demand.lock().unwrap_or_else(|p| p.into_inner());
+                        if let Some(k) = demand.arrivals.iter().position(|(id, _)| *id == submission.id) {
+                            let (_, steps) = demand.arrivals.swap_remove(k);
+                            demand.steps.extend(steps);
+                        }
+                    }
                     let mut job = self.admit(*submission);
                     job.update_owed(&self.stats);
                     self.jobs.push(job);
@@ -431,10 +515,10 @@ impl Scheduler {
         progress
     }
 
-    /// Plans the most urgent batch ([`pacing::plan_batch`]) and runs it; returns the seconds of
-    /// audio it made (None if nothing ran), and when the first job waiting on its lead may run
+    /// Plans the most urgent batch ([`pacing::plan_batch`]) and runs it; returns what it did
+    /// (None if nothing ran), and when the first job waiting on its lead may run
     /// again.
-    fn run_next(&mut self, now: Instant) -> (Option<f64>, Option<Instant>) {
+    fn run_next(&mut self, now: Instant) -> (Option<Round>, Option<Instant>) {
         let mut resume: Option<Instant> = None;
         let mut candidates = Vec::new();
         for (index, job) in self.jobs.iter().enumerate() {
@@ -456,33 +540,30 @@ impl Scheduler {
             Some(tch::Device::Cpu) => CPU_ROUND,
             _ => self.max_batch,
         };
-        self.stats.set_behind(pacing::behind(&candidates, now).is_some_and(|late| late > 0.0));
         // On the CPU, prosody batches are bounded like chunk rounds: a batch is not preempted,
         // and 16 sentences' encoders would hold up streams that are due.
         let max_batch = if cpu_round < self.max_batch { cpu_round } else { self.max_batch };
         let (work, batch) = pacing::plan_batch(&candidates, max_batch, cpu_round);
-        let audio = match work {
+        let done = match work {
             None => return (None, resume),
-            Some(Work::Prosody) => {
-                self.start_sentences(&batch);
-                0.0
-            }
-            Some(Work::FirstChunk | Work::Chunk) => self.step(&batch),
+            Some(Work::Prosody) => Round::Prosody(self.start_sentences(&batch)),
+            Some(Work::FirstChunk | Work::Chunk) => Round::Chunks(self.step(&batch)),
         };
         for &i in &batch {
             if let Some(job) = self.jobs.get_mut(i) {
                 job.update_owed(&self.stats);
             }
         }
-        (Some(audio), resume)
+        (Some(done), resume)
     }
 
     /// Starts the next sentence of each job of `batch` (one voice): the front end on its next
     /// text if it has no sentence ready (one per job and round: a sentence is bounded, and the
     /// commands are read between rounds, so an abort drops the rest of the text unprepared),
-    /// then one batched prosody pass for those that have one.
-    fn start_sentences(&mut self, batch: &[usize]) {
-        let Some(&lead) = batch.first() else { return };
+    /// then one batched prosody pass for those that have one; returns the characters of the
+    /// sentences passed.
+    fn start_sentences(&mut self, batch: &[usize]) -> usize {
+        let Some(&lead) = batch.first() else { return 0 };
         let voice = self.jobs[lead].voice;
         let front_end = self.voices[voice].front_end.clone();
         let mut ready = Vec::new();
@@ -501,9 +582,12 @@ impl Scheduler {
                 ready.push(i);
             }
         }
+        let chars =
+            ready.iter().filter_map(|&i| self.jobs[i].sentences.front()).map(|s| s.phonemes.chars().count()).sum();
         if !ready.is_empty() {
             self.prosody(voice, &ready);
         }
+        chars
     }
 
     fn prosody(&mut self, voice: usize, batch: &[usize]) {

@@ -2,17 +2,14 @@
 //! counters (read by `/metrics`), and the speech-rate estimate. A leaf: it knows neither.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
 
 use speechstream_core::capacity::{Histogram, StreamTiming, WorkerLoad};
+use speechstream_core::engine::RequestId;
 
-use crate::pacing::{Burst, Delivery, Throughput, URGENT_LEAD_S};
-
-/// Characters of text per second of speech, to estimate a request's audio before its prosody
-/// pass (hibari's default voice at speed 1: ~16).
-pub(crate) const CHARS_PER_SECOND: f64 = 15.0;
+pub(crate) use crate::pacing::CHARS_PER_SECOND;
+use crate::pacing::{Costs, Delivery, Step};
 
 /// Upper bounds of the lateness histogram, seconds.
 pub(crate) const LATENESS_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
@@ -41,7 +38,6 @@ impl std::str::FromStr for AdmissionMode {
 pub(crate) struct Admission {
     pub mode: AdmissionMode,
     pub max_streams: Option<u64>,
-    pub burst: Mutex<Burst>,
     pub streams: AtomicU64,
     pub refused: AtomicU64,
 }
@@ -57,11 +53,19 @@ pub(crate) struct WorkerStats {
     busy_us: AtomicU64,
     /// The measured real-time factor, as f64 bits.
     factor: AtomicU64,
-    /// At its last planning, its most urgent stream was past its deadline.
-    pub behind: AtomicBool,
+    /// What its streams owe soon, for admission.
+    pub demand: Mutex<Demand>,
     pub batch_sizes: Mutex<BTreeMap<u64, u64>>,
     pub timing: Mutex<StreamTiming>,
-    delivered: Mutex<Throughput>,
+}
+
+/// A worker's streams' work due soon ([`crate::pacing::feasible`] checks a new stream against
+/// it): the steps of the streams it runs, as it last published them, and of the streams
+/// admitted to it that it has not taken yet; and what its work costs.
+pub(crate) struct Demand {
+    pub steps: Vec<Step>,
+    pub arrivals: Vec<(RequestId, Vec<Step>)>,
+    pub costs: Costs,
 }
 
 impl WorkerStats {
@@ -73,10 +77,13 @@ impl WorkerStats {
             pending_us: AtomicI64::new(0),
             busy_us: AtomicU64::new(0),
             factor: AtomicU64::new(0f64.to_bits()),
-            behind: AtomicBool::new(false),
+            demand: Mutex::new(Demand {
+                steps: Vec::new(),
+                arrivals: Vec::new(),
+                costs: Costs { per_audio_second: 1.0, per_char: 0.0 },
+            }),
             batch_sizes: Mutex::new(BTreeMap::new()),
             timing: Mutex::new(StreamTiming { lateness: Histogram::new(LATENESS_BUCKETS), ..StreamTiming::default() }),
-            delivered: Mutex::new(Throughput::new(Instant::now())),
         }
     }
 
@@ -94,27 +101,14 @@ impl WorkerStats {
         self.factor.store(factor.to_bits(), Ordering::Relaxed);
     }
 
-    pub fn set_behind(&self, behind: bool) {
-        self.behind.store(behind, Ordering::Relaxed);
-    }
-
     pub fn factor(&self) -> f64 {
         f64::from_bits(self.factor.load(Ordering::Relaxed))
     }
 
-    pub fn throughput(&self, now: Instant) -> f64 {
-        self.delivered.lock().unwrap_or_else(|p| p.into_inner()).rate(now)
-    }
-
-    /// Counts a chunk of `seconds` of audio delivered now.
-    pub fn record_delivery(&self, delivery: Delivery, seconds: f64) {
-        let urgent = match delivery {
-            Delivery::Unpaced => return,
-            Delivery::OnTime(lead) => lead < URGENT_LEAD_S,
-            Delivery::Late(_) => true,
-        };
-        if urgent {
-            self.delivered.lock().unwrap_or_else(|p| p.into_inner()).record(Instant::now(), seconds);
+    /// Counts a chunk delivered now.
+    pub fn record_delivery(&self, delivery: Delivery) {
+        if delivery == Delivery::Unpaced {
+            return;
         }
         let mut timing = self.timing.lock().unwrap_or_else(|p| p.into_inner());
         timing.chunks += 1;

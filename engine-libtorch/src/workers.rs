@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -22,8 +22,9 @@ use speechstream_core::engine::{
 };
 
 use crate::hibari::Hibari;
+use crate::hibari::SAMPLES_PER_FRAME;
 use crate::options::HibariOptions;
-use crate::pacing::{self, Burst};
+use crate::pacing::{self, ChunkSizes, Outlook, Pacing, Step};
 use crate::scheduler::{Command, Scheduler, Submission, VoiceModel};
 use crate::stats::{Admission, AdmissionMode, WorkerStats, CHARS_PER_SECOND, LATENESS_BUCKETS};
 
@@ -31,10 +32,6 @@ use crate::stats::{Admission, AdmissionMode, WorkerStats, CHARS_PER_SECOND, LATE
 // lazily built tensor of `gemm::Packed` is behind a `OnceLock`), and libtorch supports reading a
 // tensor from several threads at once.
 unsafe impl Sync for Hibari {}
-
-/// Share of the workers' measured speed that admitted streams may use: the rest absorbs first
-/// chunks, prosody passes and requests that are not streamed.
-pub const ADMISSION_UTILIZATION: f64 = 0.5;
 
 /// Seconds the refusal tells a client to wait before trying again.
 const RETRY_AFTER_SECONDS: u32 = 1;
@@ -49,6 +46,8 @@ struct Worker {
 pub(crate) struct Pool {
     workers: Vec<Worker>,
     admission: Arc<Admission>,
+    pacing: Pacing,
+    sizes: ChunkSizes,
     /// Where the search for the least busy worker starts (turned at each request).
     turn: AtomicU64,
 }
@@ -71,7 +70,6 @@ impl Pool {
         let admission = Arc::new(Admission {
             mode: options.admission,
             max_streams: options.max_streams,
-            burst: Mutex::new(Burst::new(Instant::now())),
             streams: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         });
@@ -115,14 +113,33 @@ impl Pool {
         for rx in warm {
             rx.recv().map_err(|_| "a hibari worker failed while warming up".to_owned())?;
         }
-        Ok(Pool { workers, admission, turn: AtomicU64::new(0) })
+        let seconds = |frames: usize| (frames * SAMPLES_PER_FRAME) as f64 / f64::from(crate::dsp::SAMPLE_RATE);
+        let chunk = options.chunk_frames.max(1);
+        let sizes = ChunkSizes {
+            first: seconds(options.first_chunk_frames.max(1)),
+            chunk: seconds(chunk),
+            max: seconds(options.max_chunk_frames.max(chunk)),
+        };
+        Ok(Pool { workers, admission, pacing: options.pacing, sizes, turn: AtomicU64::new(0) })
     }
 
     pub fn submit(&self, id: RequestId, request: SynthesisRequest, sink: Box<dyn EventSink>) {
-        let refusal = (request.stream && !self.admit_stream()).then(|| {
-            self.admission.refused.fetch_add(1, Ordering::Relaxed);
-            Overloaded { retry_after_seconds: RETRY_AFTER_SECONDS }.to_string()
-        });
+        let submitted = Instant::now();
+        let pending: Vec<f64> =
+            self.workers.iter().map(|w| w.stats.pending_us.load(Ordering::Relaxed) as f64).collect();
+        let start = self.turn.fetch_add(1, Ordering::Relaxed) as usize;
+        let least = pacing::least_pending(&pending, start);
+        let (index, refusal) = if request.stream {
+            match self.admit_stream(id, request.text.chars().count(), submitted, &pending, start) {
+                Some(index) => (index, None),
+                None => {
+                    self.admission.refused.fetch_add(1, Ordering::Relaxed);
+                    (least, Some(Overloaded { retry_after_seconds: RETRY_AFTER_SECONDS }.to_string()))
+                }
+            }
+        } else {
+            (least, None)
+        };
         let admitted_stream = request.stream && refusal.is_none();
         // Refused at once, from the caller's thread; through a worker only if the sink is full.
         let sink = match refusal.as_ref() {
@@ -132,10 +149,7 @@ impl Pool {
             },
             None => sink,
         };
-        let pending: Vec<f64> =
-            self.workers.iter().map(|w| w.stats.pending_us.load(Ordering::Relaxed) as f64).collect();
-        let start = self.turn.fetch_add(1, Ordering::Relaxed) as usize;
-        let worker = &self.workers[pacing::least_pending(&pending, start)];
+        let worker = &self.workers[index];
         let owed_us =
             if refusal.is_some() { 0 } else { (request.text.chars().count() as f64 / CHARS_PER_SECOND * 1e6) as i64 };
         worker.stats.pending_us.fetch_add(owed_us, Ordering::Relaxed);
@@ -143,7 +157,7 @@ impl Pool {
         if admitted_stream {
             worker.stats.streams.fetch_add(1, Ordering::Relaxed);
         }
-        let submission = Submission { id, request, sink, submitted: Instant::now(), admitted_stream, owed_us, refusal };
+        let submission = Submission { id, request, sink, submitted, admitted_stream, owed_us, refusal };
         if worker.commands.send(Command::Submit(Box::new(submission))).is_err() {
             // Only after the worker thread died (a panic in libtorch): nothing can answer.
             worker.stats.queued.fetch_sub(1, Ordering::Relaxed);
@@ -156,38 +170,45 @@ impl Pool {
         }
     }
 
-    /// Counts one more stream in flight if admission allows it.
-    fn admit_stream(&self) -> bool {
+    /// Counts one more stream in flight if admission allows it; returns the worker it goes to:
+    /// with admission on, the first by least pending audio (from `start`, as
+    /// [`pacing::least_pending`]) that keeps every deadline of its streams with this one added
+    /// ([`pacing::feasible`]); its steps are recorded there until the worker takes it.
+    fn admit_stream(&self, id: RequestId, chars: usize, now: Instant, pending: &[f64], start: usize) -> Option<usize> {
         let streams = &self.admission.streams;
         let cap = self.admission.max_streams.unwrap_or(u64::MAX);
-        let factors: Vec<f64> = match self.admission.mode {
-            AdmissionMode::Off => Vec::new(),
-            AdmissionMode::Realtime => self.workers.iter().map(|w| w.stats.factor()).collect(),
-        };
-        let behind = self.workers.iter().any(|w| w.stats.behind.load(Ordering::Relaxed));
-        let now = Instant::now();
-        let throughput: f64 = self.workers.iter().map(|w| w.stats.throughput(now)).sum();
         let mut n = streams.load(Ordering::Relaxed);
         loop {
-            let realtime = self.admission.mode == AdmissionMode::Off
-                || pacing::admits(n, throughput, &factors, ADMISSION_UTILIZATION, behind);
-            if n >= cap || !realtime {
-                return false;
+            if n >= cap {
+                return None;
             }
             match streams.compare_exchange_weak(n, n + 1, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(now) => n = now,
             }
         }
-        if self.admission.mode == AdmissionMode::Realtime {
-            let rate = factors.iter().sum::<f64>() * ADMISSION_UTILIZATION;
-            let mut burst = self.admission.burst.lock().unwrap_or_else(|p| p.into_inner());
-            if !burst.take(Instant::now(), rate) {
-                streams.fetch_sub(1, Ordering::Relaxed);
-                return false;
+        if self.admission.mode == AdmissionMode::Off {
+            return Some(pacing::least_pending(pending, start));
+        }
+        let count = self.workers.len();
+        let mut order: Vec<usize> = (0..count).map(|k| (start + k) % count).collect();
+        order.sort_by(|&a, &b| pending[a].total_cmp(&pending[b]));
+        let horizon = now + pacing::ADMISSION_HORIZON;
+        let outlook = Outlook::new(now, &self.pacing, chars);
+        for index in order {
+            let mut demand = self.workers[index].stats.demand.lock().unwrap_or_else(|p| p.into_inner());
+            let mut new = Vec::new();
+            outlook.steps(&demand.costs, &self.sizes, horizon, &mut new);
+            let mut all: Vec<Step> = demand.steps.clone();
+            all.extend(demand.arrivals.iter().flat_map(|(_, steps)| steps.iter().copied()));
+            all.extend_from_slice(&new);
+            if pacing::feasible(&mut all, now, pacing::ADMISSION_UTILIZATION) {
+                demand.arrivals.push((id, new));
+                return Some(index);
             }
         }
-        true
+        streams.fetch_sub(1, Ordering::Relaxed);
+        None
     }
 
     /// Every worker drops the request if it has it (a request is on one worker, unknown to the
