@@ -188,7 +188,8 @@ impl Dsp {
         let half = FFT / 2;
         assert!(len > half && nfr <= len / H + 1, "{nfr} frames of {len} samples");
         let w = &self.host_win_src;
-        let mut fr = Tensor::zeros([frames, N_FFT], (Kind::Float, Device::Cpu));
+        // (every value written below)
+        let mut fr = Tensor::empty([frames, N_FFT], (Kind::Float, Device::Cpu));
         for (k, row) in values_mut(&mut fr).chunks_exact_mut(FFT).enumerate() {
             let start = (k * H) as isize - half as isize;
             if start >= 0 && start as usize + FFT <= len {
@@ -210,8 +211,8 @@ impl Dsp {
         }
         let spec = fr.fft_rfft(None, -1, "backward").view_as_real();
         let spec = values(&spec);
-        let mut re = Tensor::zeros([frames, N_BINS], (Kind::Float, Device::Cpu));
-        let mut im = Tensor::zeros([frames, N_BINS], (Kind::Float, Device::Cpu));
+        let mut re = Tensor::empty([frames, N_BINS], (Kind::Float, Device::Cpu));
+        let mut im = Tensor::empty([frames, N_BINS], (Kind::Float, Device::Cpu));
         for ((re, im), c) in values_mut(&mut re).iter_mut().zip(values_mut(&mut im)).zip(spec.chunks_exact(2)) {
             (*re, *im) = (c[0], c[1]);
         }
@@ -279,8 +280,9 @@ impl Dsp {
         }
         let [lh, theta, ln, lr, pr, pi] = [out.lh, out.theta, out.ln, out.lr, pulse.0, pulse.1].map(host);
         let shape = lh.size();
-        let mut re = Tensor::zeros(&shape, (Kind::Float, Device::Cpu));
-        let mut im = Tensor::zeros(&shape, (Kind::Float, Device::Cpu));
+        // (every value written by the noise, then updated in place)
+        let mut re = Tensor::empty(&shape, (Kind::Float, Device::Cpu));
+        let mut im = Tensor::empty(&shape, (Kind::Float, Device::Cpu));
         let (re_v, im_v) = (values_mut(&mut re), values_mut(&mut im));
         noise.fill(k0, re_v, im_v);
         let x = [&lh, &theta, &ln, &lr, &phi, &pr, &pi].map(values);
@@ -326,7 +328,7 @@ impl Dsp {
     fn ola_cpu(&self, spec: (&Tensor, &Tensor), k0: usize, total: usize, a: usize, b: usize) -> Tensor {
         let (re, im) = (host(spec.0), host(spec.1));
         let n = re.size()[0];
-        let mut c = Tensor::zeros([n, N_BINS, 2], (Kind::Float, Device::Cpu));
+        let mut c = Tensor::empty([n, N_BINS, 2], (Kind::Float, Device::Cpu));
         for (c, (&re, &im)) in values_mut(&mut c).chunks_exact_mut(2).zip(values(&re).iter().zip(values(&im))) {
             (c[0], c[1]) = (re, im);
         }

@@ -257,8 +257,25 @@ impl Hibari {
                     q.dec_in.rows(f32s(taps), &p.fine_tokens(), f32s(&p.z), hi, t, out);
                     rest = more;
                 }
-                let sizes: Vec<i64> = todo.iter().map(|&(_, hi, t)| (t - hi) as i64).collect();
-                x.split_with_sizes(&sizes, 0)
+                if todo.len() == 1 {
+                    vec![x]
+                } else {
+                    let sizes: Vec<i64> = todo.iter().map(|&(_, hi, t)| (t - hi) as i64).collect();
+                    x.split_with_sizes(&sizes, 0)
+                }
+            } else if let [(_, hi, t)] = todo[..] {
+                // one sentence (the common case on the CPU): its window is a slice of the
+                // previous layer's rows, no copies to gather or scatter
+                let (lo, prev) = &states[todo[0].0].rows[l - 1];
+                let (wa, wb) = (hi.saturating_sub(3), (t + 3).min(items[todo[0].0].0.frames));
+                assert!(*lo <= wa && wb <= lo + prev.size()[0] as usize, "layer {l} rows missing");
+                let xw = prev.narrow(0, (wa - lo) as i64, (wb - wa) as i64);
+                let block = q.block(&format!("m.dec.{}", l - 1));
+                let u = depthwise_int8(block, &xw, &[wb - wa], 1, None);
+                let (first, n) = ((hi - wa) as i64, (t - hi) as i64);
+                let mut x = xw.narrow(0, first, n).copy();
+                pointwise_int8(block, &u.narrow(0, first, n), &mut x);
+                vec![x]
             } else {
                 // block l − 1 on the previous layer's rows [hi − 3, t + 3) (clipped to the sentence)
                 let mut windows = Vec::new();
@@ -304,7 +321,7 @@ impl Hibari {
                 rows.narrow(0, (a - lo) as i64, (b - a) as i64)
             })
             .collect();
-        let x = Tensor::cat(&last, 0);
+        let x = if last.len() == 1 { last[0].shallow_clone() } else { Tensor::cat(&last, 0) };
         let qx = layernorm_quantize(f32s(&x), f32s(&q.dec_norm.0), f32s(&q.dec_norm.1));
         let Out::Parts(parts) = q.head.forward(&qx, Epilogue::Split(5)) else { unreachable!("five parts") };
         let mut start = 0i64;
