@@ -31,6 +31,8 @@
 #   SKIP_BUILD [0]      use the binaries already in target/release
 #   OURS_SAY_ARGS       extra arguments for `speechstream say` (default "--seed 1 --device cpu")
 #   OURS_SERVE_ARGS     full argument list for our server (default below; PORT and THREADS in it)
+#   REF_SIMD [native]   avx2: the reference's onnxruntime and numpy as on a CPU without AVX-512
+#                       (benches/cap-reference.sh), beside SPEECHSTREAM_SIMD=avx2 for ours
 #
 # Needs scripts/setup-voice.sh done (libtorch and the voice in .cache/); sets up .venv-hibari with
 # benches/setup-hibari-python.sh; installs hyperfine with apt-get when missing and possible (else
@@ -153,6 +155,15 @@ text_of() { cat "$ROOT/benches/texts/$1.txt"; }
 # The reference's 1-thread settings: Hibari(threads=N) sets onnxruntime's intra- and inter-op
 # threads; these cover numpy/scipy. The same environment is given to ours.
 thread_env() { echo "OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 MKL_NUM_THREADS=$1"; }
+REF_ENV=()
+case "${REF_SIMD:-native}" in
+  native) ;;
+  avx2)
+    caps="$("$ROOT/benches/cap-reference.sh")" || die "benches/cap-reference.sh failed"
+    read -r -a REF_ENV <<<"$caps"
+    ;;
+  *) die "REF_SIMD=$REF_SIMD: native or avx2" ;;
+esac
 
 for T in $THREADS; do
   read -r -a PINP <<<"$(pin_for "$T")"
@@ -164,7 +175,7 @@ for T in $THREADS; do
   for round in $(seq "$ROUNDS"); do
     if [[ "$SKIP_REF" != 1 ]]; then
       say "rtf: reference, $T thread(s), round $round, $REPEAT runs per text"
-      env "${TENV[@]}" "${PINP[@]}" "$PY" "$ROOT/benches/hibari_ref.py" --threads "$T" --repeat "$REPEAT" \
+      env "${TENV[@]}" "${REF_ENV[@]}" "${PINP[@]}" "$PY" "$ROOT/benches/hibari_ref.py" --threads "$T" --repeat "$REPEAT" \
         "${files[@]}" >>"$RESULTS"
     fi
     if [[ "$SKIP_OURS" != 1 ]]; then
@@ -180,7 +191,7 @@ for T in $THREADS; do
       for side in reference ours; do
         if [[ $side == reference ]]; then
           [[ "$SKIP_REF" == 1 ]] && continue
-          cmd=("$ROOT/.venv-hibari/bin/hibari" "$text" -o "$WORK/ref-$t.wav" --threads "$T" --seed 1)
+          cmd=(env "${REF_ENV[@]}" "$ROOT/.venv-hibari/bin/hibari" "$text" -o "$WORK/ref-$t.wav" --threads "$T" --seed 1)
         else
           [[ "$HAVE_SAY" == 1 ]] || continue
           # shellcheck disable=SC2206 # OURS_SAY_ARGS is a word list on purpose

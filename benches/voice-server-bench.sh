@@ -18,6 +18,8 @@
 #   OURS_PORT [18960], REF_PORT [18961]
 #   OURS_EXTRA           extra arguments for our server (e.g. "--precision fp32")
 #   SKIP_OURS / SKIP_REF / SKIP_BUILD [0]
+#   REF_SIMD [native]    avx2: the reference's onnxruntime and numpy as on a CPU without AVX-512
+#                        (benches/cap-reference.sh), beside SPEECHSTREAM_SIMD=avx2 for ours
 #   SPEECHSTREAM_SHARED  path of shared/ (default: ../shared beside the repo)
 #
 # Needs scripts/setup-voice.sh (libtorch and the voice) and benches/setup-hibari-python.sh (run
@@ -91,7 +93,7 @@ run_side() { # label port pid
 
 {
   echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); flags: $(grep -o -w -E 'avx2|fma|avx512f|avx512bw|avx512_vnni|avx_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-  echo "SPEECHSTREAM_SIMD=${SPEECHSTREAM_SIMD:-(unset)} OURS_EXTRA=${OURS_EXTRA:-} text=$TEXT_FILE duration=${DURATION}s pin=${pin_server[*]:-none}"
+  echo "SPEECHSTREAM_SIMD=${SPEECHSTREAM_SIMD:-(unset)} REF_SIMD=${REF_SIMD:-native} OURS_EXTRA=${OURS_EXTRA:-} text=$TEXT_FILE duration=${DURATION}s pin=${pin_server[*]:-none}"
 } | tee "$OUT.md" >&2
 
 if [[ "$SKIP_OURS" != 1 ]]; then
@@ -105,7 +107,16 @@ if [[ "$SKIP_OURS" != 1 ]]; then
   kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
 fi
 if [[ "$SKIP_REF" != 1 ]]; then
-  "${pin_server[@]}" .venv-hibari/bin/python "$SHARED/reference/reference_server.py" --engine hibari \
+  REF_ENV=()
+  case "${REF_SIMD:-native}" in
+    native) ;;
+    avx2)
+      caps="$(benches/cap-reference.sh)" || exit 1
+      read -r -a REF_ENV <<<"$caps"
+      ;;
+    *) echo "voice-server-bench: REF_SIMD=$REF_SIMD: native or avx2" >&2; exit 1 ;;
+  esac
+  "${pin_server[@]}" env "${REF_ENV[@]}" .venv-hibari/bin/python "$SHARED/reference/reference_server.py" --engine hibari \
     --threads 1 --port "$REF_PORT" 2>"$OUT.ref.log" &
   pids+=($!)
   wait_port "$REF_PORT"
