@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use tch::Device;
 
 use crate::hibari::Precision;
-use crate::pacing::Pacing;
+use crate::pacing::{ChunkSizes, Pacing};
 use crate::stats::AdmissionMode;
 
 /// The model name served by default.
@@ -68,6 +68,20 @@ impl HibariOptions {
             pacing: Pacing::default(),
             admission: AdmissionMode::Realtime,
             max_streams: None,
+        }
+    }
+}
+
+impl HibariOptions {
+    /// The chunk sizes, in seconds of audio (what admission models streams with).
+    pub(crate) fn chunk_sizes(&self) -> ChunkSizes {
+        let seconds =
+            |frames: usize| (frames * crate::hibari::SAMPLES_PER_FRAME) as f64 / f64::from(crate::dsp::SAMPLE_RATE);
+        let chunk = self.chunk_frames.max(1);
+        ChunkSizes {
+            first: seconds(self.first_chunk_frames.max(1)),
+            chunk: seconds(chunk),
+            max: seconds(self.max_chunk_frames.max(chunk)),
         }
     }
 }

@@ -235,8 +235,9 @@ impl Outlook {
 
     /// Its steps due before `horizon`, in order, appended to `out`: each chunk due `margin`
     /// before its listener would run dry and to be done [`ADMISSION_MARGIN`] before (the first
-    /// chunk due at its deadline, to be done that margin before it); the text not through prosody yet is cut into chunks of its estimated audio, the next
-    /// sentence's prosody counted with the first of them and the rest's along its audio.
+    /// chunk due at its deadline, to be done that margin before it); the text not through
+    /// prosody yet is cut into chunks of its estimated audio, the next sentence's prosody
+    /// counted with the first of them and the rest's along its audio.
     pub fn steps(&self, costs: &Costs, sizes: &ChunkSizes, horizon: Instant, out: &mut Vec<Step>) {
         let before = |t: Instant, d: Duration| t.checked_sub(d).unwrap_or(t);
         let mut position = self.position;

@@ -256,15 +256,7 @@ impl Scheduler {
             speed: Speed::new(1.0, 1.0),
             chunk_speed: Speed::new(1.0, 1.0),
             prosody_speed: Speed::new(1.0, 0.0),
-            sizes: {
-                let seconds = |frames: usize| (frames * SAMPLES_PER_FRAME) as f64 / f64::from(SAMPLE_RATE);
-                let chunk = options.chunk_frames.max(1);
-                ChunkSizes {
-                    first: seconds(options.first_chunk_frames.max(1)),
-                    chunk: seconds(chunk),
-                    max: seconds(options.max_chunk_frames.max(chunk)),
-                }
-            },
+            sizes: options.chunk_sizes(),
             jobs: Vec::new(),
         }
     }
@@ -291,13 +283,13 @@ impl Scheduler {
         const TEXT: &str = "Hello there, this sentence measures how fast the voice runs on this worker.";
         let voice = &self.voices[self.default_voice];
         // Twice: the first pass of these larger shapes still allocates; the second is measured.
-        // (audio s, chunk s, chars, prosody s)
+        // (audio s, chunk s, chars, front end and prosody s: TEXT is one sentence, so the time to
+        // its prosody is the front end's and the prosody pass's, and the rest its chunks')
         let mut measured = (0.0, 0.0, 0.0, 0.0);
         for _ in 0..2 {
             let started = Instant::now();
             let (mut samples, mut chars, mut prosody_s) = (0, 0, 0.0);
-            let sentences = voice.front_end.sentences(TEXT);
-            for sentence in sentences {
+            for sentence in voice.front_end.sentences(TEXT) {
                 let prosody = voice.model.prosody(&voice.model.ids(&sentence.phonemes), 1.0);
                 chars += sentence.phonemes.chars().count();
                 prosody_s = started.elapsed().as_secs_f64();

@@ -22,7 +22,6 @@ use speechstream_core::engine::{
 };
 
 use crate::hibari::Hibari;
-use crate::hibari::SAMPLES_PER_FRAME;
 use crate::options::HibariOptions;
 use crate::pacing::{self, ChunkSizes, Outlook, Pacing, Step};
 use crate::scheduler::{Command, Scheduler, Submission, VoiceModel};
@@ -113,14 +112,7 @@ impl Pool {
         for rx in warm {
             rx.recv().map_err(|_| "a hibari worker failed while warming up".to_owned())?;
         }
-        let seconds = |frames: usize| (frames * SAMPLES_PER_FRAME) as f64 / f64::from(crate::dsp::SAMPLE_RATE);
-        let chunk = options.chunk_frames.max(1);
-        let sizes = ChunkSizes {
-            first: seconds(options.first_chunk_frames.max(1)),
-            chunk: seconds(chunk),
-            max: seconds(options.max_chunk_frames.max(chunk)),
-        };
-        Ok(Pool { workers, admission, pacing: options.pacing, sizes, turn: AtomicU64::new(0) })
+        Ok(Pool { workers, admission, pacing: options.pacing, sizes: options.chunk_sizes(), turn: AtomicU64::new(0) })
     }
 
     pub fn submit(&self, id: RequestId, request: SynthesisRequest, sink: Box<dyn EventSink>) {
