@@ -245,7 +245,8 @@ impl Hibari {
             if todo.is_empty() {
                 continue;
             }
-            let mut new_rows: Vec<Tensor> = if l == 0 {
+            // the new rows of every item of `todo`, one after the other
+            let x = if l == 0 {
                 // m.dec_in's rows [hi, t) from the tokens' taps, zero outside the sentence
                 let total: usize = todo.iter().map(|&(_, hi, t)| t - hi).sum();
                 let mut x = Tensor::empty([total as i64, 256], (Kind::Float, Device::Cpu));
@@ -257,25 +258,7 @@ impl Hibari {
                     q.dec_in.rows(f32s(taps), &p.fine_tokens(), f32s(&p.z), hi, t, out);
                     rest = more;
                 }
-                if todo.len() == 1 {
-                    vec![x]
-                } else {
-                    let sizes: Vec<i64> = todo.iter().map(|&(_, hi, t)| (t - hi) as i64).collect();
-                    x.split_with_sizes(&sizes, 0)
-                }
-            } else if let [(_, hi, t)] = todo[..] {
-                // one sentence (the common case on the CPU): its window is a slice of the
-                // previous layer's rows, no copies to gather or scatter
-                let (lo, prev) = &states[todo[0].0].rows[l - 1];
-                let (wa, wb) = (hi.saturating_sub(3), (t + 3).min(items[todo[0].0].0.frames));
-                assert!(*lo <= wa && wb <= lo + prev.size()[0] as usize, "layer {l} rows missing");
-                let xw = prev.narrow(0, (wa - lo) as i64, (wb - wa) as i64);
-                let block = q.block(&format!("m.dec.{}", l - 1));
-                let u = depthwise_int8(block, &xw, &[wb - wa], 1, None);
-                let (first, n) = ((hi - wa) as i64, (t - hi) as i64);
-                let mut x = xw.narrow(0, first, n).copy();
-                pointwise_int8(block, &u.narrow(0, first, n), &mut x);
-                vec![x]
+                x
             } else {
                 // block l − 1 on the previous layer's rows [hi − 3, t + 3) (clipped to the sentence)
                 let mut windows = Vec::new();
@@ -287,20 +270,32 @@ impl Hibari {
                     windows.push(prev.narrow(0, (wa - lo) as i64, (wb - wa) as i64));
                     seqs.push(wb - wa);
                 }
-                // the depthwise conv reads the window; the rest of the block runs on the new rows only
+                // the depthwise conv reads the window; the rest of the block runs on the new rows
+                // only. One sentence (the common case on the CPU): its window is a slice of the
+                // previous layer's rows and its new rows a slice of that, no gather or scatter.
                 let block = q.block(&format!("m.dec.{}", l - 1));
-                let xw = Tensor::cat(&windows, 0);
+                let xw = if let [w] = &windows[..] { w.shallow_clone() } else { Tensor::cat(&windows, 0) };
                 let u = depthwise_int8(block, &xw, &seqs, 1, None);
-                let mut rows = Vec::new();
-                let mut start = 0;
-                for (&(_, hi, t), &n) in todo.iter().zip(&seqs) {
-                    let first = start + hi - hi.saturating_sub(3);
-                    rows.extend((first..first + t - hi).map(|r| r as i64));
-                    start += n;
-                }
-                let rows = Tensor::from_slice(&rows);
-                let mut x = xw.index_select(0, &rows);
-                pointwise_int8(block, &u.index_select(0, &rows), &mut x);
+                let (mut x, u) = if let [(_, hi, t)] = todo[..] {
+                    let (first, n) = ((hi - hi.saturating_sub(3)) as i64, (t - hi) as i64);
+                    (xw.narrow(0, first, n).copy(), u.narrow(0, first, n))
+                } else {
+                    let mut rows = Vec::new();
+                    let mut start = 0;
+                    for (&(_, hi, t), &n) in todo.iter().zip(&seqs) {
+                        let first = start + hi - hi.saturating_sub(3);
+                        rows.extend((first..first + t - hi).map(|r| r as i64));
+                        start += n;
+                    }
+                    let rows = Tensor::from_slice(&rows);
+                    (xw.index_select(0, &rows), u.index_select(0, &rows))
+                };
+                pointwise_int8(block, &u, &mut x);
+                x
+            };
+            let mut new_rows = if todo.len() == 1 {
+                vec![x]
+            } else {
                 let sizes: Vec<i64> = todo.iter().map(|&(_, hi, t)| (t - hi) as i64).collect();
                 x.split_with_sizes(&sizes, 0)
             };
