@@ -124,9 +124,14 @@ pub(super) fn depthwise_int8(b: &QBlock, x: &Tensor, seqs: &[usize], dil: usize,
 
 /// The rest of a ConvNeXt block, row by row: x += gamma ⊙ pw2(gelu(pw1(LN(u)))), in place.
 pub(super) fn pointwise_int8(b: &QBlock, u: &Tensor, x: &mut Tensor) {
-    let q = layernorm_quantize(f32s(u), f32s(&b.norm.0), f32s(&b.norm.1));
+    pointwise_rows(b, f32s(u), f32s_mut(x));
+}
+
+/// [`pointwise_int8`] on rows [n, C] as slices.
+fn pointwise_rows(b: &QBlock, u: &[f32], x: &mut [f32]) {
+    let q = layernorm_quantize(u, f32s(&b.norm.0), f32s(&b.norm.1));
     let Out::Quant(h) = b.pw1.forward(&q, Epilogue::GeluQuantize) else { unreachable!("quantized rows") };
-    b.pw2.forward(&h, Epilogue::Residual { x: f32s_mut(x), gamma: Some(f32s(&b.gamma)) });
+    b.pw2.forward(&h, Epilogue::Residual { x, gamma: Some(f32s(&b.gamma)) });
 }
 
 /// One transformer pass of the int8 path on x [L, C] (one sentence), updated in place. The
@@ -221,6 +226,8 @@ impl Hibari {
     /// their first frame.
     pub(super) fn decode_int8(&self, q: &Int8, items: &[(&Prosody, usize, usize)]) -> Vec<Spectra> {
         const LAYERS: usize = 9;
+        const C: usize = 256;
+        let blocks: Vec<&QBlock> = (0..LAYERS - 1).map(|i| q.block(&format!("m.dec.{i}"))).collect();
         let mut states: Vec<DecState> = items
             .iter()
             .map(|&(p, a, b)| {
@@ -231,6 +238,9 @@ impl Hibari {
                 }
             })
             .collect();
+        // the layers' rows live in plain buffers (no tensor ops per layer): the new rows of
+        // every item that needs them, one item after the other
+        let (mut x, mut u) = (Vec::new(), Vec::new());
         for l in 0..LAYERS {
             // rows [hi, t) of layer l, per item that needs them
             let todo: Vec<(usize, usize, usize)> = items
@@ -245,79 +255,59 @@ impl Hibari {
             if todo.is_empty() {
                 continue;
             }
-            // the new rows of every item of `todo`, one after the other
-            let x = if l == 0 {
+            let total: usize = todo.iter().map(|&(_, hi, t)| t - hi).sum();
+            x.resize(total * C, 0.0);
+            if l == 0 {
                 // m.dec_in's rows [hi, t) from the tokens' taps, zero outside the sentence
-                let total: usize = todo.iter().map(|&(_, hi, t)| t - hi).sum();
-                let mut x = Tensor::empty([total as i64, 256], (Kind::Float, Device::Cpu));
-                let mut rest = f32s_mut(&mut x);
+                let mut rest = &mut x[..];
                 for &(i, hi, t) in &todo {
                     let p = items[i].0;
                     let taps = p.dec_taps.as_ref().expect("an int8 path's prosody");
-                    let (out, more) = rest.split_at_mut((t - hi) * 256);
+                    let (out, more) = rest.split_at_mut((t - hi) * C);
                     q.dec_in.rows(f32s(taps), &p.fine_tokens(), f32s(&p.z), hi, t, out);
                     rest = more;
                 }
-                x
             } else {
-                // block l − 1 on the previous layer's rows [hi − 3, t + 3) (clipped to the sentence)
-                let mut windows = Vec::new();
-                let mut seqs = Vec::new();
+                // block l − 1: its depthwise conv on the previous layer's rows [hi − 3, t + 3)
+                // (clipped to the sentence), the rest of the block on the new rows only, which
+                // start as those rows of the previous layer (the residual)
+                let block = blocks[l - 1];
+                let (wk, db) = (f32s(&block.wk), f32s(&block.db));
+                u.resize(total * C, 0.0);
+                let mut window_u = Vec::new();
+                let mut at = 0;
                 for &(i, hi, t) in &todo {
                     let (lo, prev) = &states[i].rows[l - 1];
                     let (wa, wb) = (hi.saturating_sub(3), (t + 3).min(items[i].0.frames));
-                    assert!(*lo <= wa && wb <= lo + prev.size()[0] as usize, "layer {l} rows missing");
-                    windows.push(prev.narrow(0, (wa - lo) as i64, (wb - wa) as i64));
-                    seqs.push(wb - wa);
+                    assert!(*lo <= wa && wb <= lo + prev.len() / C, "layer {l} rows missing");
+                    let window = &prev[(wa - lo) * C..(wb - lo) * C];
+                    window_u.resize(window.len(), 0.0);
+                    dwconv(window, C, wk, db, 1, None, &mut window_u);
+                    let (first, n) = ((hi - wa) * C, (t - hi) * C);
+                    x[at..at + n].copy_from_slice(&window[first..first + n]);
+                    u[at..at + n].copy_from_slice(&window_u[first..first + n]);
+                    at += n;
                 }
-                // the depthwise conv reads the window; the rest of the block runs on the new rows
-                // only. One sentence (the common case on the CPU): its window is a slice of the
-                // previous layer's rows and its new rows a slice of that, no gather or scatter.
-                let block = q.block(&format!("m.dec.{}", l - 1));
-                let xw = if let [w] = &windows[..] { w.shallow_clone() } else { Tensor::cat(&windows, 0) };
-                let u = depthwise_int8(block, &xw, &seqs, 1, None);
-                let (mut x, u) = if let [(_, hi, t)] = todo[..] {
-                    let (first, n) = ((hi - hi.saturating_sub(3)) as i64, (t - hi) as i64);
-                    (xw.narrow(0, first, n).copy(), u.narrow(0, first, n))
-                } else {
-                    let mut rows = Vec::new();
-                    let mut start = 0;
-                    for (&(_, hi, t), &n) in todo.iter().zip(&seqs) {
-                        let first = start + hi - hi.saturating_sub(3);
-                        rows.extend((first..first + t - hi).map(|r| r as i64));
-                        start += n;
-                    }
-                    let rows = Tensor::from_slice(&rows);
-                    (xw.index_select(0, &rows), u.index_select(0, &rows))
-                };
-                pointwise_int8(block, &u, &mut x);
-                x
-            };
-            let mut new_rows = if todo.len() == 1 {
-                vec![x]
-            } else {
-                let sizes: Vec<i64> = todo.iter().map(|&(_, hi, t)| (t - hi) as i64).collect();
-                x.split_with_sizes(&sizes, 0)
-            };
-            for (&(i, _, t), rows) in todo.iter().zip(new_rows.drain(..)) {
+                pointwise_rows(block, &u, &mut x);
+            }
+            let mut at = 0;
+            for &(i, _, t) in &todo {
                 let s = &mut states[i];
-                s.append(l, rows);
+                let n = (t - s.hi(l)) * C;
+                s.rows[l].1.extend_from_slice(&x[at..at + n]);
+                at += n;
                 if l > 0 {
                     s.keep_from(l - 1, t.saturating_sub(3)); // what layer l's next rows read
                 }
             }
         }
         // dec_norm and the head on the last layer's rows [a, b)
-        let last: Vec<Tensor> = items
-            .iter()
-            .zip(&states)
-            .map(|(&(_, a, b), s)| {
-                let (lo, rows) = &s.rows[LAYERS - 1];
-                rows.narrow(0, (a - lo) as i64, (b - a) as i64)
-            })
-            .collect();
-        let x = if last.len() == 1 { last[0].shallow_clone() } else { Tensor::cat(&last, 0) };
-        let qx = layernorm_quantize(f32s(&x), f32s(&q.dec_norm.0), f32s(&q.dec_norm.1));
+        x.clear();
+        for (&(_, a, b), s) in items.iter().zip(&states) {
+            let (lo, rows) = &s.rows[LAYERS - 1];
+            x.extend_from_slice(&rows[(a - lo) * C..(b - lo) * C]);
+        }
+        let qx = layernorm_quantize(&x, f32s(&q.dec_norm.0), f32s(&q.dec_norm.1));
         let Out::Parts(parts) = q.head.forward(&qx, Epilogue::Split(5)) else { unreachable!("five parts") };
         let mut start = 0i64;
         let out = items
@@ -339,29 +329,21 @@ impl Hibari {
     }
 }
 
-/// The rows an int8 decoder staircase keeps per layer: (first row, rows [n, 256]).
+/// The rows an int8 decoder staircase keeps per layer: (first row, rows [n, 256] row-major).
 #[derive(Debug)]
 pub(crate) struct DecState {
-    pub(super) rows: Vec<(usize, Tensor)>,
+    pub(super) rows: Vec<(usize, Vec<f32>)>,
 }
 
 impl DecState {
     /// An empty staircase whose last layer starts at frame `a`: layer l starts 3 rows earlier per
     /// layer above it.
     pub(super) fn starting_at(a: usize, layers: usize) -> DecState {
-        let rows = (0..layers)
-            .map(|l| (a.saturating_sub(3 * (layers - 1 - l)), Tensor::zeros([0, 256], (Kind::Float, Device::Cpu))))
-            .collect();
-        DecState { rows }
+        DecState { rows: (0..layers).map(|l| (a.saturating_sub(3 * (layers - 1 - l)), Vec::new())).collect() }
     }
 
     pub(super) fn hi(&self, l: usize) -> usize {
-        self.rows[l].0 + self.rows[l].1.size()[0] as usize
-    }
-
-    pub(super) fn append(&mut self, l: usize, new: Tensor) {
-        let (_, rows) = &mut self.rows[l];
-        *rows = if rows.size()[0] == 0 { new.contiguous() } else { Tensor::cat(&[&*rows, &new], 0) };
+        self.rows[l].0 + self.rows[l].1.len() / 256
     }
 
     /// Drops layer l's rows before `from`.
@@ -370,7 +352,7 @@ impl DecState {
         let (lo, rows) = &mut self.rows[l];
         if from > *lo {
             let from = from.min(hi);
-            *rows = rows.narrow(0, (from - *lo) as i64, (hi - from) as i64).contiguous();
+            rows.drain(..(from - *lo) * 256);
             *lo = from;
         }
     }
