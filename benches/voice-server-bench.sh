@@ -2,9 +2,10 @@
 # The servers with the real voice, side by side: `speechstream serve` (hibari, default flags but
 # --threads 1) against the reference handler over hibari's own Python package
 # (shared/reference/reference_server.py --engine hibari --threads 1: onnxruntime on the voice's
-# int8 graph), both pinned to the same single CPU, loaded in turn by `loadgen run` (pinned to the
-# other CPU) with streamed PCM at each concurrency: utterances/s and time to first audio
-# (input.done -> first audio frame), p50/p99.
+# int8 graph), both started first and pinned to the same single CPU, then loaded in turn by
+# `loadgen run` (pinned to the other CPU) with streamed PCM, ours then the reference at each
+# concurrency (so the two runs of a row are seconds apart on a host whose speed drifts):
+# utterances/s and time to first audio (input.done -> first audio frame), p50/p99.
 #
 #   benches/voice-server-bench.sh                       # CONNS="1 4 16 32", 20 s each: ~6 min
 #   CONNS=16 DURATION=10 benches/voice-server-bench.sh
@@ -83,12 +84,10 @@ wait_port() {
   return 1
 }
 
-run_side() { # label port pid
-  for c in $CONNS; do
-    say "$1: $c connection(s), ${DURATION}s"
-    "${pin_load[@]}" target/release/loadgen run -u "ws://127.0.0.1:$2$WS_PATH" -l "$1" -c "$c" \
-      -d "$DURATION" -m pcm --text "$TEXT" --utterance-timeout 60 --pid "$3" >>"$OUT.jsonl"
-  done
+run_one() { # label port pid conns
+  say "$1: $4 connection(s), ${DURATION}s"
+  "${pin_load[@]}" target/release/loadgen run -u "ws://127.0.0.1:$2$WS_PATH" -l "$1" -c "$4" \
+    -d "$DURATION" -m pcm --text "$TEXT" --utterance-timeout 60 --pid "$3" >>"$OUT.jsonl"
 }
 
 {
@@ -96,15 +95,15 @@ run_side() { # label port pid
   echo "SPEECHSTREAM_SIMD=${SPEECHSTREAM_SIMD:-(unset)} REF_SIMD=${REF_SIMD:-native} OURS_EXTRA=${OURS_EXTRA:-} text=$TEXT_FILE duration=${DURATION}s pin=${pin_server[*]:-none}"
 } | tee "$OUT.md" >&2
 
+ours_pid="" ref_pid=""
 if [[ "$SKIP_OURS" != 1 ]]; then
   # shellcheck disable=SC2086
   "${pin_server[@]}" target/release/speechstream serve --port "$OURS_PORT" --threads 1 ${OURS_EXTRA:-} \
     2>"$OUT.ours.log" &
-  pids+=($!)
+  ours_pid=$!
+  pids+=("$ours_pid")
   wait_port "$OURS_PORT"
   grep -E "precision auto|cpu_kernels" "$OUT.ours.log" | sed 's/^/  ours: /' | tee -a "$OUT.md" >&2 || true
-  run_side ours "$OURS_PORT" "${pids[-1]}"
-  kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
 fi
 if [[ "$SKIP_REF" != 1 ]]; then
   REF_ENV=()
@@ -118,9 +117,13 @@ if [[ "$SKIP_REF" != 1 ]]; then
   esac
   "${pin_server[@]}" env "${REF_ENV[@]}" .venv-hibari/bin/python "$SHARED/reference/reference_server.py" --engine hibari \
     --threads 1 --port "$REF_PORT" 2>"$OUT.ref.log" &
-  pids+=($!)
+  ref_pid=$!
+  pids+=("$ref_pid")
   wait_port "$REF_PORT"
-  run_side reference "$REF_PORT" "${pids[-1]}"
 fi
+for c in $CONNS; do
+  [[ -z "$ours_pid" ]] || run_one ours "$OURS_PORT" "$ours_pid" "$c"
+  [[ -z "$ref_pid" ]] || run_one reference "$REF_PORT" "$ref_pid" "$c"
+done
 target/release/loadgen report "$OUT.jsonl" | tee -a "$OUT.md"
 say "results: $OUT.jsonl, $OUT.md"

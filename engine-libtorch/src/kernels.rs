@@ -564,12 +564,12 @@ simd_fn! {
 }
 
 simd_fn! {
-    fn dwconv_impl(x: &[f32], c: usize, wk: &[f32], b: &[f32], dil: usize, mask: Option<&[f32]>, y: &mut [f32]) {
+    #[allow(clippy::too_many_arguments)]
+    fn dwconv_impl(x: &[f32], c: usize, wk: &[f32], b: &[f32], dil: usize, mask: Option<&[f32]>, first: usize, y: &mut [f32]) {
         let t_len = x.len() / c;
         let k = wk.len() / c;
         let pad = dil * (k - 1) / 2;
-        for t in 0..t_len {
-            let out = &mut y[t * c..(t + 1) * c];
+        for (t, out) in (first..).zip(y.chunks_exact_mut(c)) {
             out.copy_from_slice(b);
             for kk in 0..k {
                 let src = t + kk * dil;
@@ -597,7 +597,13 @@ pub fn dwconv(x: &[f32], c: usize, wk: &[f32], b: &[f32], dil: usize, mask: Opti
     if let Some(m) = mask {
         assert_eq!(m.len() * c, x.len());
     }
-    dwconv_impl(x, c, wk, b, dil, mask, y);
+    dwconv_impl(x, c, wk, b, dil, mask, 0, y);
+}
+
+/// Rows `first..first + y.len() / c` of [`dwconv`] (no mask) into `y`.
+pub fn dwconv_rows(x: &[f32], c: usize, wk: &[f32], b: &[f32], dil: usize, first: usize, y: &mut [f32]) {
+    assert!(y.len().is_multiple_of(c) && first * c + y.len() <= x.len(), "rows of the sequence");
+    dwconv_impl(x, c, wk, b, dil, None, first, y);
 }
 
 #[cfg(test)]
@@ -666,6 +672,12 @@ mod tests {
             dwconv(f32s(&x), c, f32s(&wk), f32s(&b), dil, None, f32s_mut(&mut y));
             let err = (&y - want).abs().max().double_value(&[]);
             assert!(err < 1e-5, "dil {dil}: {err}");
+            // any run of output rows alone: the same bits as in the whole
+            for (first, n) in [(0, 3), (7, 20), (45, 5), (0, t)] {
+                let mut part = vec![0f32; n * c];
+                dwconv_rows(f32s(&x), c, f32s(&wk), f32s(&b), dil, first, &mut part);
+                assert_eq!(&f32s(&y)[first * c..(first + n) * c], &part[..], "dil {dil}: rows {first}..+{n}");
+            }
         }
     }
 

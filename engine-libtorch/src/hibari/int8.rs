@@ -274,18 +274,15 @@ impl Hibari {
                 let block = blocks[l - 1];
                 let (wk, db) = (f32s(&block.wk), f32s(&block.db));
                 u.resize(total * C, 0.0);
-                let mut window_u = Vec::new();
                 let mut at = 0;
                 for &(i, hi, t) in &todo {
                     let (lo, prev) = &states[i].rows[l - 1];
                     let (wa, wb) = (hi.saturating_sub(3), (t + 3).min(items[i].0.frames));
                     assert!(*lo <= wa && wb <= lo + prev.len() / C, "layer {l} rows missing");
                     let window = &prev[(wa - lo) * C..(wb - lo) * C];
-                    window_u.resize(window.len(), 0.0);
-                    dwconv(window, C, wk, db, 1, None, &mut window_u);
-                    let (first, n) = ((hi - wa) * C, (t - hi) * C);
-                    x[at..at + n].copy_from_slice(&window[first..first + n]);
-                    u[at..at + n].copy_from_slice(&window_u[first..first + n]);
+                    let n = (t - hi) * C;
+                    x[at..at + n].copy_from_slice(&window[(hi - wa) * C..(hi - wa) * C + n]);
+                    dwconv_rows(window, C, wk, db, 1, hi - wa, &mut u[at..at + n]);
                     at += n;
                 }
                 pointwise_rows(block, &u, &mut x);
