@@ -143,9 +143,37 @@ pub struct QRows {
     pub corr: Vec<i32>,
 }
 
+thread_local! {
+    /// Int8 row buffers of dropped [`QRows`], for the next ones on this thread: a chunk makes and
+    /// drops two per layer, up to hundreds of kilobytes each, which the allocator would otherwise
+    /// hand out zeroed (and often fresh from the OS) every time.
+    static SPARE_ROWS: std::cell::RefCell<Vec<Vec<i8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl QRows {
+    /// Rows for `m × k` values, every one of which the caller writes (a recycled buffer holds the
+    /// values of its last use until then).
     fn new(m: usize, k: usize) -> QRows {
-        QRows { q: vec![0; m * k], scale: vec![0.0; m], corr: vec![0; m] }
+        let mut q = SPARE_ROWS.with_borrow_mut(Vec::pop).unwrap_or_default();
+        if q.len() >= m * k {
+            q.truncate(m * k);
+        } else {
+            q.resize(m * k, 0);
+        }
+        QRows { q, scale: vec![0.0; m], corr: vec![0; m] }
+    }
+}
+
+impl Drop for QRows {
+    fn drop(&mut self) {
+        let q = std::mem::take(&mut self.q);
+        if q.capacity() > 0 {
+            SPARE_ROWS.with_borrow_mut(|spare| {
+                if spare.len() < 4 {
+                    spare.push(q);
+                }
+            });
+        }
     }
 }
 
