@@ -155,11 +155,7 @@ impl QRows {
     /// values of its last use until then).
     fn new(m: usize, k: usize) -> QRows {
         let mut q = SPARE_ROWS.with_borrow_mut(Vec::pop).unwrap_or_default();
-        if q.len() >= m * k {
-            q.truncate(m * k);
-        } else {
-            q.resize(m * k, 0);
-        }
+        q.resize(m * k, 0); // zeroes only what the buffer did not hold yet
         QRows { q, scale: vec![0.0; m], corr: vec![0; m] }
     }
 }

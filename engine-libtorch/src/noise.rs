@@ -90,6 +90,12 @@ fn box_muller(x: u64) -> (f32, f32) {
     ((r * c) as f32, (r * s) as f32)
 }
 
+/// Σ c[i]·z^i by Horner, one fused multiply-add per step (exact on every level).
+#[inline(always)]
+fn horner(z: f64, c: &[f64]) -> f64 {
+    c.iter().rev().fold(0.0, |acc, &c| acc.mul_add(z, c))
+}
+
 /// ln x for a positive normal x: x = 2^k·m with m in [√2/2, √2), ln m = 2 atanh(s) with
 /// s = (m − 1)/(m + 1), |s| < 0.172, by the series 2 Σ s^(2i+1)/(2i+1) to s^17 (remainder
 /// < 4e-16 of the result), Horner with fused multiply-adds.
@@ -106,7 +112,7 @@ fn ln(x: f64) -> f64 {
     );
     let s = (m - 1.0) / (m + 1.0);
     let z = s * s;
-    let series = ODD.iter().rev().fold(0.0, |acc: f64, &c| acc.mul_add(z, c));
+    let series = horner(z, &ODD);
     k * std::f64::consts::LN_2 + 2.0 * s * series
 }
 
@@ -140,8 +146,8 @@ fn cos_sin_turn(m: i32) -> (f64, f64) {
     let j = ((m >> 21) + 1) >> 1;
     let y = ((m as f64 + 0.5) * (1.0 / 2_097_152.0) - (2 * j) as f64) * FRAC_PI_4;
     let z = y * y;
-    let cos = C.iter().rev().fold(0.0, |acc: f64, &c| acc.mul_add(z, c));
-    let sin = y * S.iter().rev().fold(0.0, |acc: f64, &c| acc.mul_add(z, c));
+    let cos = horner(z, &C);
+    let sin = y * horner(z, &S);
     // rotate by j quarter turns
     let (c, s) = if j & 1 != 0 { (sin, cos) } else { (cos, sin) };
     (if (j + 1) & 2 != 0 { -c } else { c }, if j & 2 != 0 { -s } else { s })

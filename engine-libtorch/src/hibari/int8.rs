@@ -226,7 +226,7 @@ impl Hibari {
     /// their first frame.
     pub(super) fn decode_int8(&self, q: &Int8, items: &[(&Prosody, usize, usize)]) -> Vec<Spectra> {
         const LAYERS: usize = 9;
-        const C: usize = 256;
+        const C: usize = DEC_C;
         let blocks: Vec<&QBlock> = (0..LAYERS - 1).map(|i| q.block(&format!("m.dec.{i}"))).collect();
         let mut states: Vec<DecState> = items
             .iter()
@@ -326,6 +326,9 @@ impl Hibari {
     }
 }
 
+/// Channels of every decoder layer's rows.
+const DEC_C: usize = 256;
+
 /// The rows an int8 decoder staircase keeps per layer: (first row, rows [n, 256] row-major).
 #[derive(Debug)]
 pub(crate) struct DecState {
@@ -340,7 +343,7 @@ impl DecState {
     }
 
     pub(super) fn hi(&self, l: usize) -> usize {
-        self.rows[l].0 + self.rows[l].1.len() / 256
+        self.rows[l].0 + self.rows[l].1.len() / DEC_C
     }
 
     /// Drops layer l's rows before `from`.
@@ -349,7 +352,7 @@ impl DecState {
         let (lo, rows) = &mut self.rows[l];
         if from > *lo {
             let from = from.min(hi);
-            rows.drain(..(from - *lo) * 256);
+            rows.drain(..(from - *lo) * DEC_C);
             *lo = from;
         }
     }
