@@ -5,16 +5,22 @@
 //! W is packed once, at load, for one [`Level`]'s kernel. Every level computes the same integers,
 //! so the choice changes speed only. The kernels, after onnxruntime's MLAS and oneDNN:
 //! - **Panels.** W is stored as panels of 8 (256-bit) or 16 (512-bit) columns; inside a panel,
-//!   each group of 4 bytes per column is one step of K, so one vector load gives a whole panel's
-//!   step and the activations' 4 bytes of the same step are broadcast to every lane.
-//! - **Register tiles.** 6 rows × 2 (256-bit) or 4 (512-bit) panels of int32 sums stay in
+//!   each group of 4 bytes per column is one step of 4 along K, so one vector load gives a whole
+//!   panel's step and the activations' 4 bytes of the same step are broadcast to every lane.
+//! - **Register tiles.** Up to 6 rows × 2 (256-bit) or 4 (512-bit) panels of int32 sums stay in
 //!   registers across all of K; W's panels stay in L1 while the tile walks down the rows. Our M
 //!   is small (16-200 frames of a chunk, tens of tokens), so there is no blocking along K or M.
-//! - **VNNI** (`vpdpbusd`, u8 × s8 sums of 4 into int32, non-saturating): the activations are fed
-//!   as A + 128 (u8) and 128 · Σ_k W[j, k] is subtracted once at the end.
-//! - **AVX2 / AVX-512BW without VNNI**: `vpmaddwd` on 16-bit values (pairs of products summed
-//!   into int32, exact), W widened to 16 bits at packing. `vpmaddubsw` is not used: its 16-bit
-//!   sums saturate.
+//! - **u8 × s8.** Every kernel sees A + 128 as u8 and subtracts 128 · Σ_k W[j, k] once at the end.
+//! - **VNNI** (`vpdpbusd`): sums of 4 products into int32, nothing saturates.
+//! - **AVX2 / AVX-512BW without VNNI**: `vpmaddubsw` (pairs of u8 × s8 products summed into
+//!   int16) and `vpmaddwd` by ones (pairs of those into int32), MLAS's two multiplies per 32
+//!   products. The int16 pair sum saturates only where |w₀| + |w₁| > 128 (255 · 128 = 32640 ≤
+//!   32767), so packing keeps every pair within that bound: a pair beyond it (0.04% of the
+//!   voice's, 0.005% of its decoder's) is split as w = w/2 + (w − w/2), the first half in the
+//!   panel, the rest in the panel's *extra* steps, which the tile adds after the main loop (with
+//!   the same u8 A, so the offset is unchanged). No sum saturates, none is approximated: the
+//!   integers are the baseline's whatever W holds; a W full of large pairs only costs time (up to
+//!   a second pass).
 //! - **Baseline**: plain dot products the compiler vectorizes for the target.
 //! - **AMX**: where oneDNN has AMX tiles, libtorch's `_int_mm` beats these kernels on many rows;
 //!   [`calibrate`] measures that once and hands such products to it (the same exact sums).
@@ -63,16 +69,22 @@ pub struct Packed {
     level: Level,
     k: usize,
     n: usize,
-    /// 4-byte steps of K per row of A (K/4 for the byte kernels, K/2 for the 16-bit ones, rounded up)
+    /// 4-byte steps of K per row of A (K/4, rounded up)
     groups: usize,
     /// Columns per panel (0 for the baseline, which keeps W as it is)
     lanes: usize,
     /// The panels, one after the other: [panel][group][lane][4 bytes], zero beyond N and K; the
     /// baseline: W [N, K] as int8.
     data: Vec<u8>,
-    /// What to subtract from each column's sums (128 · Σ_k W[j, k] for the VNNI kernels, which see
-    /// A + 128; 0 for the others), padded to whole panels.
+    /// What to subtract from each column's sums (128 · Σ_k W[j, k]: the kernels see A + 128),
+    /// padded to whole panels.
     offset: Vec<i32>,
+    /// The rest of the pairs split at packing (see the module's notes), by panel: panel p's extra
+    /// steps are `extra_at[p]..extra_at[p + 1]`, each a group of K (`extra_group`) and a panel's
+    /// step of bytes (`extra_data`, `lanes` · 4 each). Empty for the VNNI levels.
+    extra_at: Vec<u32>,
+    extra_group: Vec<u32>,
+    extra_data: Vec<u8>,
     /// W as libtorch's int8 [K, N], made the first time `_int_mm` is used ([`TORCH_FROM_ROWS`])
     torch_w: OnceLock<ReadOnly>,
 }
@@ -83,38 +95,60 @@ impl Packed {
     pub fn new(w: &[i8], n: usize, k: usize, level: Level) -> Packed {
         assert_eq!(w.len(), n * k, "W is [N, K]");
         let level = Level::best_at_most(level);
-        let (lanes, per_group) = match level {
-            Level::Baseline => (0, 0),
-            Level::Avx2 => (8, 2),
-            Level::Avx512 => (16, 2),
-            Level::AvxVnni => (8, 4),
-            Level::Avx512Vnni => (16, 4),
+        let lanes = match level {
+            Level::Baseline => 0,
+            Level::Avx2 | Level::AvxVnni => 8,
+            Level::Avx512 | Level::Avx512Vnni => 16,
+        };
+        let mut p = Packed {
+            level,
+            k,
+            n,
+            groups: k.div_ceil(4),
+            lanes,
+            data: Vec::new(),
+            offset: Vec::new(),
+            extra_at: Vec::new(),
+            extra_group: Vec::new(),
+            extra_data: Vec::new(),
+            torch_w: OnceLock::new(),
         };
         if lanes == 0 {
-            let data = w.iter().map(|&v| v as u8).collect();
-            return Packed { level, k, n, groups: 0, lanes, data, offset: Vec::new(), torch_w: OnceLock::new() };
+            p.data = w.iter().map(|&v| v as u8).collect();
+            return p;
         }
-        let groups = k.div_ceil(per_group);
-        let panels = n.div_ceil(lanes);
-        let mut data = vec![0u8; panels * groups * lanes * 4];
-        let mut offset = vec![0i32; panels * lanes];
-        for j in 0..n {
-            let row = &w[j * k..(j + 1) * k];
-            let (panel, lane) = (j / lanes, j % lanes);
-            for (kk, &v) in row.iter().enumerate() {
-                let (g, i) = (kk / per_group, kk % per_group);
-                let at = ((panel * groups + g) * lanes + lane) * 4;
-                if per_group == 4 {
-                    data[at + i] = v as u8;
-                } else {
-                    data[at + 2 * i..at + 2 * i + 2].copy_from_slice(&i16::from(v).to_le_bytes());
+        let (groups, panels, step) = (p.groups, n.div_ceil(lanes), lanes * 4);
+        // the int16 pair sums of `vpmaddubsw` stay exact while |w0| + |w1| <= 128
+        let split = !matches!(level, Level::AvxVnni | Level::Avx512Vnni);
+        p.data = vec![0u8; panels * groups * step];
+        p.offset = vec![0i32; panels * lanes];
+        p.extra_at.push(0);
+        let mut rest = vec![0i8; groups * step]; // one panel's split-off halves, [group][lane][4]
+        for panel in 0..panels {
+            rest.fill(0);
+            for j in panel * lanes..n.min((panel + 1) * lanes) {
+                let row = &w[j * k..(j + 1) * k];
+                let lane = j % lanes;
+                for (kk, pair) in row.chunks(2).enumerate().map(|(i, c)| (2 * i, c)) {
+                    let (w0, w1) = (pair[0], pair.get(1).copied().unwrap_or(0));
+                    let big = i16::from(w0).abs() + i16::from(w1).abs() > 128;
+                    let (h0, h1) = if split && big { (w0 / 2, w1 / 2) } else { (w0, w1) };
+                    let at = (kk / 4 * lanes + lane) * 4 + kk % 4;
+                    p.data[panel * groups * step + at] = h0 as u8;
+                    p.data[panel * groups * step + at + 1] = h1 as u8;
+                    (rest[at], rest[at + 1]) = (w0 - h0, w1 - h1);
+                }
+                p.offset[j] = 128 * row.iter().map(|&v| i32::from(v)).sum::<i32>();
+            }
+            for (g, r) in rest.chunks_exact(step).enumerate() {
+                if r.iter().any(|&v| v != 0) {
+                    p.extra_group.push(g as u32);
+                    p.extra_data.extend(r.iter().map(|&v| v as u8));
                 }
             }
-            if per_group == 4 {
-                offset[j] = 128 * row.iter().map(|&v| i32::from(v)).sum::<i32>();
-            }
+            p.extra_at.push(p.extra_group.len() as u32);
         }
-        Packed { level, k, n, groups, lanes, data, offset, torch_w: OnceLock::new() }
+        p
     }
 
     /// W [N, K] back from the packed form.
@@ -123,14 +157,20 @@ impl Packed {
         if self.lanes == 0 {
             return self.data.iter().map(|&b| b as i8).collect();
         }
-        let per_group = if matches!(self.level, Level::AvxVnni | Level::Avx512Vnni) { 4 } else { 2 };
+        let step = self.lanes * 4;
         let mut w = vec![0i8; n * k];
         for j in 0..n {
             let (panel, lane) = (j / self.lanes, j % self.lanes);
+            let extra = self.extra_at[panel] as usize..self.extra_at[panel + 1] as usize;
             for kk in 0..k {
-                let (g, i) = (kk / per_group, kk % per_group);
-                let at = ((panel * self.groups + g) * self.lanes + lane) * 4;
-                w[j * k + kk] = if per_group == 4 { self.data[at + i] as i8 } else { self.data[at + 2 * i] as i8 };
+                let at = (kk / 4 * self.lanes + lane) * 4 + kk % 4;
+                w[j * k + kk] = self.data[panel * self.groups * step + at] as i8;
+            }
+            for e in extra {
+                let g = self.extra_group[e] as usize;
+                for i in 0..4.min(k - 4 * g) {
+                    w[j * k + 4 * g + i] += self.extra_data[e * step + lane * 4 + i] as i8;
+                }
             }
         }
         w
@@ -195,8 +235,7 @@ impl Packed {
         }
     }
 
-    /// A's rows in the kernel's form, each `groups` 4-byte steps long (zero-padded): A + 128 as u8
-    /// for the VNNI kernels, A widened to 16 bits for the others.
+    /// A's rows in the kernels' form, A + 128 as u8, each `groups` 4-byte steps long (zero-padded).
     #[cfg(target_arch = "x86_64")]
     fn prepare<'b>(&self, a: &[i8], m: usize, buf: &'b mut Vec<u8>) -> &'b [u8] {
         let (k, row) = (self.k, self.groups * 4);
@@ -204,21 +243,13 @@ impl Packed {
             buf.resize(m * row, 0);
         }
         let out = &mut buf[..m * row];
-        let vnni = matches!(self.level, Level::AvxVnni | Level::Avx512Vnni);
         for (src, dst) in a.chunks_exact(k).zip(out.chunks_exact_mut(row)) {
+            for (d, &s) in dst.iter_mut().zip(src) {
+                *d = (s as u8) ^ 0x80;
+            }
             // the padding past K multiplies W's zero padding: any value does, but it is written
             // so that nothing depends on what the buffer held
-            if vnni {
-                for (d, &s) in dst.iter_mut().zip(src) {
-                    *d = (s as u8) ^ 0x80;
-                }
-                dst[k..].fill(0);
-            } else {
-                for (d, &s) in dst.chunks_exact_mut(2).zip(src) {
-                    d.copy_from_slice(&i16::from(s).to_le_bytes());
-                }
-                dst[2 * k..].fill(0);
-            }
+            dst[k..].fill(0);
         }
         out
     }
@@ -241,21 +272,22 @@ mod x86 {
 
                 const LANES: usize = $vb / 4;
 
+                /// Rows `a` (MR of them, `lda` apart) against panels `panel..panel + NP` into `c`
+                /// (`ldc` apart, `cols` columns).
                 #[target_feature(enable = $feature)]
-                #[allow(clippy::too_many_arguments)]
                 unsafe fn tile<const MR: usize, const NP: usize>(
                     a: *const u8,
                     lda: usize,
-                    b: *const u8,
-                    panel_bytes: usize,
-                    groups: usize,
-                    offset: *const i32,
+                    w: &Packed,
+                    panel: usize,
                     c: *mut i32,
                     ldc: usize,
                     cols: usize,
                 ) {
+                    let panel_bytes = w.groups * $vb;
+                    let b = w.data.as_ptr().add(panel * panel_bytes);
                     let mut acc = [[$zero(); NP]; MR];
-                    for g in 0..groups {
+                    for g in 0..w.groups {
                         let mut bv = [$zero(); NP];
                         for (p, bv) in bv.iter_mut().enumerate() {
                             *bv = $load(b.add(p * panel_bytes + g * $vb) as *const _);
@@ -268,6 +300,19 @@ mod x86 {
                             }
                         }
                     }
+                    // the split pairs' other halves, panel by panel
+                    for (p, col) in (panel..panel + NP).enumerate() {
+                        for e in w.extra_at[col] as usize..w.extra_at[col + 1] as usize {
+                            let g = *w.extra_group.get_unchecked(e) as usize;
+                            let bv = $load(w.extra_data.as_ptr().add(e * $vb) as *const _);
+                            for (r, row) in acc.iter_mut().enumerate() {
+                                let av = $set1((a.add(r * lda + g * 4) as *const i32).read_unaligned());
+                                let ($acc, $a, $b) = (row[p], av, bv);
+                                row[p] = $mac;
+                            }
+                        }
+                    }
+                    let offset = w.offset.as_ptr().add(panel * LANES);
                     for (r, acc) in acc.iter().enumerate() {
                         for (p, &v) in acc.iter().enumerate() {
                             let col = p * LANES;
@@ -287,10 +332,7 @@ mod x86 {
                 /// All of A's rows against NP panels starting at `panel`.
                 #[target_feature(enable = $feature)]
                 unsafe fn rows<const NP: usize>(a: &[u8], m: usize, w: &Packed, panel: usize, c: &mut [i32]) {
-                    let (lda, groups) = (w.groups * 4, w.groups);
-                    let panel_bytes = groups * $vb;
-                    let b = w.data.as_ptr().add(panel * panel_bytes);
-                    let offset = w.offset.as_ptr().add(panel * LANES);
+                    let lda = w.groups * 4;
                     let col0 = panel * LANES;
                     let cols = (w.n - col0).min(NP * LANES);
                     // the rows split evenly over the fewest tiles of at most MR rows (19 rows as
@@ -301,14 +343,14 @@ mod x86 {
                     for t in 0..tiles {
                         let mr = (m - r).div_ceil(tiles - t);
                         let (a, c) = (a.as_ptr().add(r * lda), c.as_mut_ptr().add(r * w.n + col0));
-                        let (pb, g, o, ldc) = (panel_bytes, groups, offset, w.n);
+                        let ldc = w.n;
                         match mr {
-                            1 => tile::<1, NP>(a, lda, b, pb, g, o, c, ldc, cols),
-                            2 => tile::<2, NP>(a, lda, b, pb, g, o, c, ldc, cols),
-                            3 => tile::<3, NP>(a, lda, b, pb, g, o, c, ldc, cols),
-                            4 => tile::<4, NP>(a, lda, b, pb, g, o, c, ldc, cols),
-                            5 => tile::<5, NP>(a, lda, b, pb, g, o, c, ldc, cols),
-                            _ => tile::<$mr, NP>(a, lda, b, pb, g, o, c, ldc, cols),
+                            1 => tile::<1, NP>(a, lda, w, panel, c, ldc, cols),
+                            2 => tile::<2, NP>(a, lda, w, panel, c, ldc, cols),
+                            3 => tile::<3, NP>(a, lda, w, panel, c, ldc, cols),
+                            4 => tile::<4, NP>(a, lda, w, panel, c, ldc, cols),
+                            5 => tile::<5, NP>(a, lda, w, panel, c, ldc, cols),
+                            _ => tile::<$mr, NP>(a, lda, w, panel, c, ldc, cols),
                         }
                         r += mr;
                     }
@@ -337,10 +379,10 @@ mod x86 {
         };
     }
 
-    level!(avx2, "avx2", __m256i, 32, 6, 2,
+    level!(avx2, "avx2", __m256i, 32, 4, 2,
         zero: _mm256_setzero_si256, load: _mm256_loadu_si256, set1: _mm256_set1_epi32,
         sub: _mm256_sub_epi32, store: _mm256_storeu_si256,
-        mac: |acc, a, b| _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)));
+        mac: |acc, a, b| _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))));
     level!(avxvnni, "avx2,avxvnni", __m256i, 32, 6, 2,
         zero: _mm256_setzero_si256, load: _mm256_loadu_si256, set1: _mm256_set1_epi32,
         sub: _mm256_sub_epi32, store: _mm256_storeu_si256,
@@ -348,7 +390,7 @@ mod x86 {
     level!(avx512, "avx512f,avx512bw", __m512i, 64, 6, 4,
         zero: _mm512_setzero_si512, load: _mm512_loadu_si512, set1: _mm512_set1_epi32,
         sub: _mm512_sub_epi32, store: _mm512_storeu_si512,
-        mac: |acc, a, b| _mm512_add_epi32(acc, _mm512_madd_epi16(a, b)));
+        mac: |acc, a, b| _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(a, b), _mm512_set1_epi16(1))));
     level!(avx512vnni, "avx512f,avx512bw,avx512vnni", __m512i, 64, 6, 4,
         zero: _mm512_setzero_si512, load: _mm512_loadu_si512, set1: _mm512_set1_epi32,
         sub: _mm512_sub_epi32, store: _mm512_storeu_si512,
@@ -458,6 +500,48 @@ mod tests {
                     assert!(c == naive(&ea, &ew, m, n, k), "{level} on {m}x{n}x{k}, {x} x {y}");
                 }
             }
+        }
+    }
+
+    /// The `vpmaddubsw` levels keep every pair of a panel and of its extra steps within
+    /// |w0| + |w1| <= 128 (where u8 × s8 pair sums cannot saturate), split only the pairs beyond
+    /// it, into one extra step per panel and group that has any, and give W back whole.
+    #[test]
+    fn split_pairs_stay_exact() {
+        let (n, k, m) = (40, 70, 9);
+        // small weights, as the voice's mostly are, with large pairs at known places
+        let mut w = bytes(n * k, 5, -40, 40);
+        let big = [(0, 0, 127, 1), (3, 10, -90, -60), (3, 11, 64, 65), (17, 68, -127, -127), (39, 4, 100, -29)];
+        for &(j, kk, x, y) in &big {
+            (w[j * k + 2 * (kk / 2)], w[j * k + 2 * (kk / 2) + 1]) = (x, y);
+        }
+        let a = bytes(m * k, 6, -128, 127);
+        for level in Level::available() {
+            let p = Packed::new(&w, n, k, level);
+            assert!(p.unpacked() == w, "{level}");
+            let mut c = vec![0; m * n];
+            p.matmul(&a, &mut c);
+            assert!(c == naive(&a, &w, m, n, k), "{level}");
+            if !matches!(level, Level::Avx2 | Level::Avx512) {
+                assert!(p.extra_group.is_empty(), "{level} splits nothing");
+                continue;
+            }
+            for bytes in [&p.data, &p.extra_data] {
+                for pair in bytes.chunks_exact(2) {
+                    assert!((pair[0] as i8).unsigned_abs() as u32 + (pair[1] as i8).unsigned_abs() as u32 <= 128);
+                }
+            }
+            // (0, 0, 127, 1) is within the bound (just); the others are one extra step each, apart from
+            // (3, 10) and (3, 11), which are the same pair
+            let mut steps: Vec<(usize, usize)> = big[1..].iter().map(|&(j, kk, _, _)| (j / p.lanes, kk / 4)).collect();
+            steps.dedup();
+            let mut got = Vec::new();
+            for panel in 0..n.div_ceil(p.lanes) {
+                for e in p.extra_at[panel]..p.extra_at[panel + 1] {
+                    got.push((panel, p.extra_group[e as usize] as usize));
+                }
+            }
+            assert_eq!(got, steps, "{level}");
         }
     }
 
