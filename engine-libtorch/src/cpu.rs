@@ -19,7 +19,8 @@ pub const SIMD_ENV: &str = "SPEECHSTREAM_SIMD";
 pub enum Level {
     /// Portable Rust, vectorized by the compiler for the crate's target (SSE2 on x86-64).
     Baseline,
-    /// AVX2 and FMA (Haswell, Zen 1-3): int8 products through 16-bit multiply-adds.
+    /// AVX2 and FMA (Haswell, Zen 1-3): int8 products through `vpmaddubsw` pairs (exact: see
+    /// `gemm`).
     Avx2,
     /// AVX2 with AVX-VNNI (256-bit dot products: Alder Lake and later client chips, Zen 5).
     AvxVnni,
