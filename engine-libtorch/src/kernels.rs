@@ -449,9 +449,12 @@ simd_fn! {
                     t[i] = v;
                 }
             }
-            // two panels at a time (one broadcast of x feeds two multiply-adds), then the last
+            // with 32 vector registers (AVX-512) two panels at a time (one broadcast of x feeds
+            // two multiply-adds: 12 registers of sums), then one at a time (with 16, two would be
+            // 24 of sums and spill)
+            let two = matches!(crate::cpu::level(), Level::Avx512 | Level::Avx512Vnni);
             let mut p = 0;
-            while p + 1 < np {
+            while two && p + 1 < np {
                 let (mut a0, mut a1) = ([[0f32; L]; F32_ROWS], [[0f32; L]; F32_ROWS]);
                 for ((u, v), xv) in panel(p).chunks_exact(L).zip(panel(p + 1).chunks_exact(L)).zip(&xt) {
                     for i in 0..F32_ROWS {
@@ -465,7 +468,7 @@ simd_fn! {
                 store(&a1, r, rows, p + 1, out);
                 p += 2;
             }
-            if p < np {
+            while p < np {
                 let mut a0 = [[0f32; L]; F32_ROWS];
                 for (u, xv) in panel(p).chunks_exact(L).zip(&xt) {
                     for i in 0..F32_ROWS {
@@ -475,6 +478,7 @@ simd_fn! {
                     }
                 }
                 store(&a0, r, rows, p, out);
+                p += 1;
             }
             r += rows;
         }
