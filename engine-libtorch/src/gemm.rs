@@ -8,8 +8,9 @@
 //!   each group of 4 bytes per column is one step of 4 along K, so one vector load gives a whole
 //!   panel's step and the activations' 4 bytes of the same step are broadcast to every lane.
 //! - **Register tiles.** Up to 6 rows × 2 (256-bit) or 4 (512-bit) panels of int32 sums stay in
-//!   registers across all of K; W's panels stay in L1 while the tile walks down the rows. Our M
-//!   is small (16-200 frames of a chunk, tens of tokens), so there is no blocking along K or M.
+//!   registers across all of K; W's panels stay in L1 while the tile walks down the rows, and
+//!   the first tile of a block prefetches the next block's. Our M is small (16-200 frames of a
+//!   chunk, tens of tokens), so there is no blocking along K or M.
 //! - **u8 × s8.** Every kernel sees A + 128 as u8 and subtracts 128 · Σ_k W[j, k] once at the end.
 //! - **VNNI** (`vpdpbusd`): sums of 4 products into int32, nothing saturates.
 //! - **AVX2 / AVX-512BW without VNNI**: `vpmaddubsw` (pairs of u8 × s8 products summed into
