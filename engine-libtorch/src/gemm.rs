@@ -350,8 +350,8 @@ mod x86 {
                     // 5 + 5 + 5 + 4, not 6 + 6 + 6 + 1: a tile of one row runs its chain of sums
                     // at the instructions' latency, nearly as long as a full tile); the first
                     // fetches the next block of panels (W comes from L3 or memory: the voice's
-                    // matrices are 4 MB together; without it AVX2's products ran ~15% slower in the
-                    // model than on a W in L2)
+                    // matrices are 4 MB together; without it, capped to AVX2, the voice's products
+                    // ran ~15% slower in the model)
                     let tiles = m.div_ceil($mr);
                     let mut r = 0;
                     for t in 0..tiles {
