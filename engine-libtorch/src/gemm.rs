@@ -9,8 +9,9 @@
 //!   panel's step and the activations' 4 bytes of the same step are broadcast to every lane.
 //! - **Register tiles.** Up to 6 rows × 2 (256-bit) or 4 (512-bit) panels of int32 sums stay in
 //!   registers across all of K; W's panels stay in L1 while the tile walks down the rows, and
-//!   the first tile of a block prefetches the next block's. Our M is small (16-200 frames of a
-//!   chunk, tens of tokens), so there is no blocking along K or M.
+//!   the first tile of a block prefetches the next block's. K is at most 768, so there is no
+//!   blocking along K; M comes in blocks from [`crate::kernels::QWeight::forward`], whose int32
+//!   sums then stay in L2 for its epilogue.
 //! - **u8 × s8.** Every kernel sees A + 128 as u8 and subtracts 128 · Σ_k W[j, k] once at the end.
 //! - **VNNI** (`vpdpbusd`): sums of 4 products into int32, nothing saturates.
 //! - **AVX2 / AVX-512BW without VNNI**: `vpmaddubsw` (pairs of u8 × s8 products summed into
@@ -49,7 +50,7 @@ static TORCH_FROM_ROWS: AtomicUsize = AtomicUsize::new(usize::MAX);
 thread_local! {
     /// Per-thread buffers that only grow: the products' int32 sums and the kernels' form of A are
     /// rewritten in full on every call, so neither needs zeroing or a fresh allocation each time
-    /// (the head's sums alone are 3 MB for a 254-row chunk).
+    /// (a block of rows' sums is up to 128 KB, see `QWeight::forward`).
     static SCRATCH_I32: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
     static SCRATCH_A: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }

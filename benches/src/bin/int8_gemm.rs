@@ -5,6 +5,9 @@
 //!   cargo build --release -p speechstream-benches --features hibari --bin int8-gemm
 //!   target/release/int8-gemm
 //!
+//! `INT8_M=32,832` sets the row counts (default: a chunk's and a sentence's, 16-254; a loaded
+//! server batches 800-900 rows, which `QWeight::forward` hands over in blocks of 8-128 rows).
+//!
 //! Prints one row per shape (M rows × N outputs × K inputs) with each way's GMAC/s (multiply-adds
 //! per second, best of the runs). The weights are spread like the voice's (normal, σ = 19 steps).
 
@@ -47,7 +50,11 @@ fn main() {
         print!(" {:>11}", l.to_string());
     }
     println!(" {:>11} {:>11}   (GMAC/s, 1 thread)", "torch int8", "torch fp32");
-    for m in [16usize, 19, 70, 83, 134, 229, 254] {
+    let ms: Vec<usize> = match std::env::var("INT8_M") {
+        Ok(v) => v.split(',').map(|x| x.trim().parse().expect("INT8_M: row counts, e.g. 32,832")).collect(),
+        Err(_) => vec![16, 19, 70, 83, 134, 229, 254],
+    };
+    for m in ms {
         for (name, n, k, _) in SHAPES {
             let a = Tensor::randint_low(-128, 128, [m as i64, k as i64], (Kind::Int8, Device::Cpu));
             // spread as the voice's weights are (normal, σ = 19 steps; the decoder's and head's
