@@ -434,7 +434,7 @@ const LN2_LO: f32 = (std::f64::consts::LN_2 - 0.693_359_375) as f32;
 /// r^7 (remainder < 5e-9 relative), 2^n from the exponent bits; below −87 it gives e^−87 instead
 /// of going subnormal.
 #[inline(always)]
-fn exp(x: f32) -> f32 {
+pub(crate) fn exp(x: f32) -> f32 {
     let x = if x < -87.0 { -87.0 } else { x };
     let n = round_even(x * std::f32::consts::LOG2_E);
     let r = (x - n * LN2_HI) - n * LN2_LO;

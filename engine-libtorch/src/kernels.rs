@@ -75,6 +75,23 @@ fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     acc.iter().sum()
 }
 
+/// The largest of x (−∞ if empty), in [`LANES`] lanes.
+#[inline(always)]
+fn lane_max(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] = if c[i] > acc[i] { c[i] } else { acc[i] };
+        }
+    }
+    for (i, &v) in rest.iter().enumerate() {
+        acc[i] = if v > acc[i] { v } else { acc[i] };
+    }
+    acc.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
+}
+
 /// GELU, the exact (erf) form, to 1.4e-6 · |x|: x · (½ + h(u)) with u = x clamped to ±4√2 and
 /// h(u) = u · P(u²) / Q(u²), a rational fit of our own to ½ erf(u/√2) (least squares on
 /// u·P − ½ erf·Q, reweighted toward the worst errors; at ±4√2 it is ½ to float32). Horner with
@@ -432,6 +449,76 @@ struct RowScales<'a> {
 /// 1 MB on a Zen 4, 256 KB-2 MB elsewhere), and the fewest rows per block.
 const SUMS_BYTES: usize = 128 << 10;
 const MIN_BLOCK_ROWS: usize = 8;
+
+simd_fn! {
+    /// Self-attention of one sentence from its projections `qkv` [L, 3C] (q, k, v side by side,
+    /// each split into `heads` heads of C / heads consecutive channels): per head,
+    /// softmax(q·kᵀ / √hd) · v into `out` [L, C]. Every sum runs in a fixed order (the scores
+    /// over the channels, the weighted sum over the keys), each step one fused multiply-add,
+    /// and exp is [`crate::dsp::exp`]: the same bits on every level, each row from its sentence
+    /// only. (libtorch's ops spent more in dispatch and copies than in arithmetic on these
+    /// [≤ 200, 64-96] matrices.)
+    fn attention_impl(qkv: &[f32], c: usize, heads: usize, out: &mut [f32]) {
+        const B: usize = ATTN_BLOCK;
+        let l = qkv.len() / (3 * c);
+        let hd = c / heads;
+        assert_eq!(hd % B, 0, "head size {hd}");
+        let lp = l.div_ceil(B) * B;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let (mut p, mut kt) = (vec![0f32; lp], vec![0f32; hd * lp]);
+        for h in 0..heads {
+            // the head's keys channel-major (zero past L), so that the scores of B keys are B
+            // sums held in registers over the channels
+            for (j, row) in qkv.chunks_exact(3 * c).enumerate() {
+                for (d, &k) in row[c + h * hd..][..hd].iter().enumerate() {
+                    kt[d * lp + j] = k;
+                }
+            }
+            for (row, o) in qkv.chunks_exact(3 * c).zip(out.chunks_exact_mut(c)) {
+                let q = &row[h * hd..][..hd];
+                for (jb, p) in p.chunks_exact_mut(B).enumerate() {
+                    let mut acc = [0f32; B];
+                    for (&q, kd) in q.iter().zip(kt[jb * B..].chunks(lp)) {
+                        for (a, &k) in acc.iter_mut().zip(&kd[..B]) {
+                            *a = q.mul_add(k, *a);
+                        }
+                    }
+                    p.copy_from_slice(&acc);
+                }
+                let p = &mut p[..l];
+                let mx = lane_max(p);
+                for p in p.iter_mut() {
+                    *p = crate::dsp::exp((*p - mx) * scale);
+                }
+                let r = 1.0 / lane_sum(p, |v| v);
+                // B channels of the output at a time, each a sum over the keys in order
+                for (db, o) in o[h * hd..][..hd].chunks_exact_mut(B).enumerate() {
+                    let mut acc = [0f32; B];
+                    for (&p, v) in p.iter().zip(qkv.chunks_exact(3 * c)) {
+                        let w = p * r;
+                        for (a, &v) in acc.iter_mut().zip(&v[2 * c + h * hd + db * B..][..B]) {
+                            *a = w.mul_add(v, *a);
+                        }
+                    }
+                    o.copy_from_slice(&acc);
+                }
+            }
+        }
+    }
+}
+
+/// Keys per block of scores and channels per block of outputs in [`attention_impl`] (four
+/// 256-bit registers of sums; head sizes are 64 and 96).
+const ATTN_BLOCK: usize = 32;
+
+/// Self-attention of one sentence's rows, `heads` heads: qkv [L, 3C] to [L, C] (see
+/// [`attention_impl`]).
+pub fn attention(qkv: &[f32], c: usize, heads: usize) -> Vec<f32> {
+    assert!(c.is_multiple_of(heads) && qkv.len().is_multiple_of(3 * c), "qkv is [L, 3 · {c}]");
+    let mut out = vec![0f32; qkv.len() / 3];
+    attention_impl(qkv, c, heads, &mut out);
+    out
+}
 
 /// Columns per panel of [`LinearF32`] and rows per tile.
 const F32_LANES: usize = 16;
@@ -799,6 +886,26 @@ mod tests {
         let base = rows(0, token.len());
         crate::cpu::reset_cap();
         assert_eq!(base, whole, "the baseline level gives the same bits");
+    }
+
+    /// The attention against libtorch's ops (the encoders' former form), on both encoders'
+    /// shapes; the baseline level gives the same bits.
+    #[test]
+    fn attention_matches_libtorch() {
+        for (l, c) in [(1i64, 128i64), (8, 128), (70, 128), (33, 192), (200, 192)] {
+            let qkv = Tensor::randn([l, 3 * c], (Kind::Float, Device::Cpu)) * 2.0;
+            let hd = c / 2;
+            let heads = |i: i64| qkv.narrow(1, i * c, c).view([l, 2, hd]).transpose(0, 1);
+            let s = heads(0).matmul(&heads(1).transpose(-2, -1)) / (hd as f64).sqrt();
+            let want = s.softmax(-1, Kind::Float).matmul(&heads(2)).transpose(0, 1).contiguous().view([l, c]);
+            let got = attention(f32s(&qkv), c as usize, 2);
+            let err = (Tensor::from_slice(&got).view([l, c]) - &want).abs().max().double_value(&[]);
+            assert!(err < 1e-5, "L {l}, C {c}: {err}");
+            crate::cpu::set_cap(Level::Baseline);
+            let base = attention(f32s(&qkv), c as usize, 2);
+            crate::cpu::reset_cap();
+            assert!(base == got, "L {l}, C {c}: the baseline level gives the same bits");
+        }
     }
 
     /// `forward` works through the rows in blocks (here 47 rows of 3000 outputs: five blocks of

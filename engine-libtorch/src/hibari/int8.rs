@@ -135,17 +135,14 @@ fn pointwise_rows(b: &QBlock, u: &[f32], x: &mut [f32]) {
 }
 
 /// One transformer pass of the int8 path on x [L, C] (one sentence), updated in place. The
-/// attention itself (scores, softmax, weighted sum) is float, as in onnxruntime's int8 graph.
+/// attention itself (scores, softmax, weighted sum: [`attention`]) is float, as in onnxruntime's int8
+/// graph.
 pub(super) fn tl_int8(l: &QLayer, x: &mut Tensor) {
-    let (len, c) = x.size2().expect("[L, C]");
-    let hd = c / 2;
+    let (_, c) = x.size2().expect("[L, C]");
     let q = layernorm_quantize(f32s(x), f32s(&l.norm1.0), f32s(&l.norm1.1));
     let Out::Float(qkv) = l.in_proj.forward(&q, Epilogue::Bias) else { unreachable!("floats") };
-    let heads = |i: i64| qkv.narrow(1, i * c, c).view([len, 2, hd]).transpose(0, 1);
-    let (qh, kh, vh) = (heads(0), heads(1), heads(2));
-    let s = qh.matmul(&kh.transpose(-2, -1)) / (hd as f64).sqrt();
-    let o = s.softmax(-1, Kind::Float).matmul(&vh).transpose(0, 1).contiguous().view([len, c]);
-    let qo = quantize(f32s(&o), c as usize);
+    let o = attention(f32s(&qkv), c as usize, 2);
+    let qo = quantize(&o, c as usize);
     l.out_proj.forward(&qo, Epilogue::Residual { x: f32s_mut(x), gamma: None });
     let q = layernorm_quantize(f32s(x), f32s(&l.norm2.0), f32s(&l.norm2.1));
     let Out::Quant(h) = l.linear1.forward(&q, Epilogue::GeluQuantize) else { unreachable!("quantized rows") };
