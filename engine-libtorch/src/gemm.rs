@@ -198,6 +198,13 @@ impl Packed {
 
     /// C = A · Wᵀ: `a` [M, K] int8 rows, `c` [M, N].
     pub fn matmul(&self, a: &[i8], c: &mut [i32]) {
+        let u: Vec<u8> = a.iter().map(|&v| v as u8 ^ 0x80).collect();
+        self.matmul_u8(&u, c);
+    }
+
+    /// [`Packed::matmul`] with A given as A + 128 in u8 (onnxruntime's uint8 activations), the
+    /// form the kernels read: no conversion pass where K is a multiple of 4.
+    pub fn matmul_u8(&self, a: &[u8], c: &mut [i32]) {
         let (k, n) = (self.k, self.n);
         if k == 0 {
             c.fill(0);
@@ -210,12 +217,13 @@ impl Packed {
             return;
         }
         if m >= TORCH_FROM_ROWS.load(Ordering::Relaxed) && self.level == Level::Avx512Vnni {
-            return self.matmul_torch(a, m, c);
+            let a: Vec<i8> = a.iter().map(|&v| (v ^ 0x80) as i8).collect();
+            return self.matmul_torch(&a, m, c);
         }
         #[cfg(target_arch = "x86_64")]
         if self.level != Level::Baseline {
             SCRATCH_A.with_borrow_mut(|buf| {
-                let a = self.prepare(a, m, buf);
+                let a = if k.is_multiple_of(4) { a } else { self.pad(a, m, buf) };
                 // SAFETY: the level is one this CPU supports (`new` chose it with `best_at_most`), and
                 // `a`, `self.data`, `self.offset` and `c` have the sizes the kernels read and write.
                 unsafe {
@@ -232,23 +240,22 @@ impl Packed {
         }
         for (ar, cr) in a.chunks_exact(k).zip(c.chunks_exact_mut(n)) {
             for (cv, wr) in cr.iter_mut().zip(self.data.chunks_exact(k)) {
-                *cv = ar.iter().zip(wr).map(|(&x, &w)| i32::from(x) * i32::from(w as i8)).sum();
+                *cv = ar.iter().zip(wr).map(|(&x, &w)| (i32::from(x) - 128) * i32::from(w as i8)).sum();
             }
         }
     }
 
-    /// A's rows in the kernels' form, A + 128 as u8, each `groups` 4-byte steps long (zero-padded).
+    /// A's rows (A + 128 as u8) padded to `groups` 4-byte steps each, for a K that is not a
+    /// multiple of 4.
     #[cfg(target_arch = "x86_64")]
-    fn prepare<'b>(&self, a: &[i8], m: usize, buf: &'b mut Vec<u8>) -> &'b [u8] {
+    fn pad<'b>(&self, a: &[u8], m: usize, buf: &'b mut Vec<u8>) -> &'b [u8] {
         let (k, row) = (self.k, self.groups * 4);
         if buf.len() < m * row {
             buf.resize(m * row, 0);
         }
         let out = &mut buf[..m * row];
         for (src, dst) in a.chunks_exact(k).zip(out.chunks_exact_mut(row)) {
-            for (d, &s) in dst.iter_mut().zip(src) {
-                *d = (s as u8) ^ 0x80;
-            }
+            dst[..k].copy_from_slice(src);
             // the padding past K multiplies W's zero padding: any value does, but it is written
             // so that nothing depends on what the buffer held
             dst[k..].fill(0);
@@ -372,7 +379,7 @@ mod x86 {
                     debug_assert_eq!(r, m);
                 }
 
-                /// C = A · Wᵀ with A prepared by [`Packed::prepare`].
+                /// C = A · Wᵀ with A as A + 128 in u8, `groups` 4-byte steps per row (see [`Packed::matmul_u8`]).
                 #[target_feature(enable = $feature)]
                 pub unsafe fn run(a: &[u8], m: usize, w: &Packed, c: &mut [i32]) {
                     debug_assert_eq!(w.lanes, LANES);
@@ -448,7 +455,8 @@ pub fn calibrate() -> Option<usize> {
         for m in [256usize, 128, 64, 32] {
             let a: Vec<i8> = (0..m * k).map(|i| ((i * 91) % 256) as u8 as i8).collect();
             let (mut ours_c, mut c) = (vec![0i32; m * n], vec![0i32; m * n]);
-            let ours = best(&mut || p.matmul(&a, &mut ours_c));
+            let au: Vec<u8> = a.iter().map(|&v| v as u8 ^ 0x80).collect();
+            let ours = best(&mut || p.matmul_u8(&au, &mut ours_c));
             let torch = best(&mut || p.matmul_torch(&a, m, &mut c));
             // the same sums, or libtorch is not to be used at all
             if c != ours_c || torch >= ours * 0.8 {

@@ -117,12 +117,12 @@ fn gelu(x: f32) -> f32 {
 
 /// Quantizes one row as onnxruntime's DynamicQuantizeLinear quantizes a tensor (range including
 /// 0, s = (max − min)/255, zp = round(−min/s), q = clamp(round(x/s) + zp, 0, 255)), stored as
-/// int8 q − 128, but with x · (1/s) for x/s: a multiply instead of a division per value (the
+/// it is (u8), but with x · (1/s) for x/s: a multiply instead of a division per value (the
 /// same on every level; it differs from the quotient by at most an ulp, so q differs by one
 /// step only where x/s lies within an ulp of a half). Returns (s, 128 − zp), the row's scale and
 /// its zero-point correction.
 #[inline(always)]
-fn quantize_row(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+fn quantize_row(x: &[f32], q: &mut [u8]) -> (f32, i32) {
     let mut mn = [0f32; LANES];
     let mut mx = [0f32; LANES];
     let chunks = x.chunks_exact(LANES);
@@ -144,18 +144,18 @@ fn quantize_row(x: &[f32], q: &mut [i8]) -> (f32, i32) {
         s = 1.0; // an all-zero row (padding): any scale gives its zero point
     }
     let zp = round_even(-mn / s).clamp(0.0, 255.0);
-    let off = zp - 128.0;
     let r = 1.0 / s;
     for (o, &v) in q.iter_mut().zip(x) {
-        *o = to_int((round_even(v * r) + off).clamp(-128.0, 127.0)) as i8;
+        *o = to_int((round_even(v * r) + zp).clamp(0.0, 255.0)) as u8;
     }
     (s, 128 - to_int(zp))
 }
 
-/// Int8 activations of a matrix: the int8 rows [M, K], and per row its scale and zero-point
-/// correction.
+/// Int8 activations of a matrix: the rows [M, K] as onnxruntime's uint8 q (q − 128 is the
+/// int8 value the products take; the kernels read q as it is, see [`Packed::matmul_u8`]), and
+/// per row its scale and zero-point correction.
 pub struct QRows {
-    pub q: Vec<i8>,
+    pub q: Vec<u8>,
     pub scale: Vec<f32>,
     pub corr: Vec<i32>,
 }
@@ -164,7 +164,7 @@ thread_local! {
     /// Int8 row buffers of dropped [`QRows`], for the next ones on this thread: a chunk makes and
     /// drops two per layer, up to hundreds of kilobytes each, which the allocator would otherwise
     /// hand out zeroed (and often fresh from the OS) every time.
-    static SPARE_ROWS: std::cell::RefCell<Vec<Vec<i8>>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SPARE_ROWS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl QRows {
@@ -191,7 +191,7 @@ impl Drop for QRows {
 }
 
 simd_fn! {
-    fn quantize_impl(x: &[f32], k: usize, q: &mut [i8], scale: &mut [f32], corr: &mut [i32]) {
+    fn quantize_impl(x: &[f32], k: usize, q: &mut [u8], scale: &mut [f32], corr: &mut [i32]) {
         for (m, (xr, qr)) in x.chunks_exact(k).zip(q.chunks_exact_mut(k)).enumerate() {
             (scale[m], corr[m]) = quantize_row(xr, qr);
         }
@@ -207,7 +207,7 @@ pub fn quantize(x: &[f32], k: usize) -> QRows {
 }
 
 simd_fn! {
-    fn layernorm_quantize_impl(x: &[f32], w: &[f32], b: &[f32], q: &mut [i8], scale: &mut [f32], corr: &mut [i32]) {
+    fn layernorm_quantize_impl(x: &[f32], w: &[f32], b: &[f32], q: &mut [u8], scale: &mut [f32], corr: &mut [i32]) {
         let k = w.len();
         let mut y = vec![0f32; k];
         for (m, (xr, qr)) in x.chunks_exact(k).zip(q.chunks_exact_mut(k)).enumerate() {
@@ -233,7 +233,7 @@ pub fn layernorm_quantize(x: &[f32], w: &[f32], b: &[f32]) -> QRows {
 }
 
 /// One Linear layer's int8 weights: y = ((q_x − zp_x) · q_w) · (s_x s_w) + b. The matmul runs on
-/// the stored q_x − 128, and (128 − zp_x) · Σ_k q_w[k, j] is added back in int32 (exact).
+/// q_x − 128, and (128 − zp_x) · Σ_k q_w[k, j] is added back in int32 (exact).
 pub struct QWeight {
     /// q_w [out, in], packed for the kernel
     pub w: Packed,
@@ -281,7 +281,7 @@ simd_fn! {
 }
 
 simd_fn! {
-    fn gelu_quantize_impl(acc: &[i32], w: &QWeight, x: RowScales<'_>, q: &mut [i8], scale: &mut [f32], corr: &mut [i32]) {
+    fn gelu_quantize_impl(acc: &[i32], w: &QWeight, x: RowScales<'_>, q: &mut [u8], scale: &mut [f32], corr: &mut [i32]) {
         let n = w.colsum.len();
         let mut y = vec![0f32; n];
         for (m, (a, qr)) in acc.chunks_exact(n).zip(q.chunks_exact_mut(n)).enumerate() {
@@ -409,7 +409,7 @@ impl QWeight {
             let rows = r0..r1;
             let xb = RowScales { scale: &x.scale[rows.clone()], corr: &x.corr[rows.clone()] };
             crate::gemm::with_scratch_i32(rows.len() * n, |acc| {
-                self.w.matmul(&x.q[r0 * k..r1 * k], acc);
+                self.w.matmul_u8(&x.q[r0 * k..r1 * k], acc);
                 let at = r0 * n..r1 * n;
                 match &mut epilogue {
                     Epilogue::Bias => bias_impl(acc, self, xb, &mut views[0][at]),
@@ -456,16 +456,16 @@ simd_fn! {
     /// softmax(q·kᵀ / √hd) · v into `out` [L, C]. Every sum runs in a fixed order (the scores
     /// over the channels, the weighted sum over the keys), each step one fused multiply-add,
     /// and exp is [`crate::dsp::exp`]: the same bits on every level, each row from its sentence
-    /// only. (libtorch's ops spent more in dispatch and copies than in arithmetic on these
-    /// [≤ 200, 64-96] matrices.)
+    /// only (MKL's sgemm, which libtorch's ops used, picks its kernels by CPU). About as fast as
+    /// those ops were: capped to AVX2 in a loaded server ~2.4% of the time against their ~2.2%
+    /// (sgemm, softmax, exp, dispatch and copies).
     fn attention_impl(qkv: &[f32], c: usize, heads: usize, out: &mut [f32]) {
         const B: usize = ATTN_BLOCK;
         let l = qkv.len() / (3 * c);
         let hd = c / heads;
         assert_eq!(hd % B, 0, "head size {hd}");
         let lp = l.div_ceil(B) * B;
-        let scale = 1.0 / (hd as f32).sqrt();
-        let (mut p, mut kt) = (vec![0f32; lp], vec![0f32; hd * lp]);
+        let (mut p, mut kt) = (vec![0f32; 2 * lp], vec![0f32; hd * lp]);
         for h in 0..heads {
             // the head's keys channel-major (zero past L), so that the scores of B keys are B
             // sums held in registers over the channels
@@ -474,34 +474,78 @@ simd_fn! {
                     kt[d * lp + j] = k;
                 }
             }
-            for (row, o) in qkv.chunks_exact(3 * c).zip(out.chunks_exact_mut(c)) {
-                let q = &row[h * hd..][..hd];
-                for (jb, p) in p.chunks_exact_mut(B).enumerate() {
-                    let mut acc = [0f32; B];
-                    for (&q, kd) in q.iter().zip(kt[jb * B..].chunks(lp)) {
-                        for (a, &k) in acc.iter_mut().zip(&kd[..B]) {
-                            *a = q.mul_add(k, *a);
-                        }
+            let at = Head { qkv, c, off: h * hd, hd, l, lp, kt: &kt };
+            // two queries at a time (twice the independent sums per load), each computed as alone
+            let mut i = 0;
+            while i + 2 <= l {
+                at.rows::<2>(i, &mut p, out);
+                i += 2;
+            }
+            if i < l {
+                at.rows::<1>(i, &mut p, out);
+            }
+        }
+    }
+}
+
+/// One head of [`attention_impl`]: its channels `off..off + hd` of q, k and v in `qkv` [L, 3C],
+/// and its keys channel-major in `kt` [hd, lp].
+struct Head<'a> {
+    qkv: &'a [f32],
+    c: usize,
+    off: usize,
+    hd: usize,
+    l: usize,
+    lp: usize,
+    kt: &'a [f32],
+}
+
+impl Head<'_> {
+    /// Queries i0..i0 + R into their rows of `out` [L, C] (`p`: scratch for R rows of scores):
+    /// every row's sums in the same order whatever R is.
+    #[inline(always)]
+    fn rows<const R: usize>(&self, i0: usize, p: &mut [f32], out: &mut [f32]) {
+        const B: usize = ATTN_BLOCK;
+        let Head { qkv, c, off, hd, l, lp, kt } = *self;
+        let q: [&[f32]; R] = std::array::from_fn(|r| &qkv[(i0 + r) * 3 * c + off..][..hd]);
+        for jb in 0..lp / B {
+            let mut acc = [[0f32; B]; R];
+            for d in 0..hd {
+                let k = &kt[d * lp + jb * B..][..B];
+                for (acc, q) in acc.iter_mut().zip(&q) {
+                    for (a, &k) in acc.iter_mut().zip(k) {
+                        *a = q[d].mul_add(k, *a);
                     }
-                    p.copy_from_slice(&acc);
                 }
-                let p = &mut p[..l];
-                let mx = lane_max(p);
-                for p in p.iter_mut() {
-                    *p = crate::dsp::exp((*p - mx) * scale);
-                }
-                let r = 1.0 / lane_sum(p, |v| v);
-                // B channels of the output at a time, each a sum over the keys in order
-                for (db, o) in o[h * hd..][..hd].chunks_exact_mut(B).enumerate() {
-                    let mut acc = [0f32; B];
-                    for (&p, v) in p.iter().zip(qkv.chunks_exact(3 * c)) {
-                        let w = p * r;
-                        for (a, &v) in acc.iter_mut().zip(&v[2 * c + h * hd + db * B..][..B]) {
-                            *a = w.mul_add(v, *a);
-                        }
+            }
+            for (r, acc) in acc.iter().enumerate() {
+                p[r * lp + jb * B..][..B].copy_from_slice(acc);
+            }
+        }
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut inv = [0f32; R];
+        for (r, inv) in inv.iter_mut().enumerate() {
+            let p = &mut p[r * lp..][..l];
+            let mx = lane_max(p);
+            for p in p.iter_mut() {
+                *p = crate::dsp::exp((*p - mx) * scale);
+            }
+            *inv = 1.0 / lane_sum(p, |v| v);
+        }
+        // B channels of the output at a time, each a sum over the keys in order
+        for db in 0..hd / B {
+            let mut acc = [[0f32; B]; R];
+            for j in 0..l {
+                let v = &qkv[j * 3 * c + 2 * c + off + db * B..][..B];
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let w = p[r * lp + j] * inv[r];
+                    for (a, &v) in acc.iter_mut().zip(v) {
+                        *a = w.mul_add(v, *a);
                     }
-                    o.copy_from_slice(&acc);
                 }
+            }
+            for (r, acc) in acc.iter().enumerate() {
+                out[(i0 + r) * c + off + db * B..][..B].copy_from_slice(acc);
             }
         }
     }
@@ -782,9 +826,7 @@ mod tests {
         let mx = x.amax(1, false).clamp_min(0.0);
         let s = (mx - &mn) / 255.0;
         let zp = (-mn / &s).round().clamp(0.0, 255.0);
-        let q = ((&x * s.reciprocal().unsqueeze(1)).round() + (&zp - 128.0).unsqueeze(1))
-            .clamp(-128.0, 127.0)
-            .to_kind(Kind::Int8);
+        let q = ((&x * s.reciprocal().unsqueeze(1)).round() + zp.unsqueeze(1)).clamp(0.0, 255.0).to_kind(Kind::Uint8);
         assert!(q.equal(&Tensor::from_slice(&r.q).view([37, 48])));
         assert_eq!(Vec::<f32>::try_from(&s).unwrap(), r.scale);
         let corr: Vec<i32> = Vec::<f32>::try_from(&zp).unwrap().iter().map(|z| 128 - *z as i32).collect();
@@ -951,9 +993,8 @@ mod tests {
         // the dequantized activations, through a float Linear
         let s = Tensor::from_slice(&qx.scale).unsqueeze(1);
         let zp: Vec<f32> = qx.corr.iter().map(|c| (128 - c) as f32).collect();
-        let xd = (Tensor::from_slice(&qx.q).view([13, 32]).to_kind(Kind::Float) + 128.0
-            - Tensor::from_slice(&zp).unsqueeze(1))
-            * s;
+        let xd =
+            (Tensor::from_slice(&qx.q).view([13, 32]).to_kind(Kind::Float) - Tensor::from_slice(&zp).unsqueeze(1)) * s;
         let want = xd.linear(&w, Some(&b));
         let Out::Float(y) = qw.forward(&qx, Epilogue::Bias) else { panic!() };
         let err = (&y - &want).abs().max().double_value(&[]);

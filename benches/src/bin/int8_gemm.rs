@@ -62,14 +62,16 @@ fn main() {
             // pairs as on the voice
             let x = Tensor::randn([n as i64, k as i64], (Kind::Float, Device::Cpu));
             let w = (&x * 19.0).round().clamp(-127, 127).to_kind(Kind::Int8);
-            let av = Vec::<i8>::try_from(a.reshape([-1])).expect("i8");
+            // as the model hands them over: A + 128 in u8 (onnxruntime's uint8 activations)
+            let av: Vec<u8> =
+                Vec::<i8>::try_from(a.reshape([-1])).expect("i8").iter().map(|&v| v as u8 ^ 0x80).collect();
             let wv = Vec::<i8>::try_from(w.reshape([-1])).expect("i8");
             let macs = (m * n * k) as f64;
             print!("{name:<9} {m:>4} {n:>5} {k:>4}");
             let mut c = vec![0i32; m * n];
             for &l in &levels {
                 let p = Packed::new(&wv, n, k, l);
-                let s = best(|| p.matmul(&av, &mut c), 0.2);
+                let s = best(|| p.matmul_u8(&av, &mut c), 0.2);
                 print!(" {:>11.1}", macs / s / 1e9);
             }
             let wt = w.transpose(0, 1).contiguous();
