@@ -66,6 +66,11 @@ pub fn with_scratch_i32<R>(len: usize, f: impl FnOnce(&mut [i32]) -> R) -> R {
     })
 }
 
+/// int8 values as the kernels read them: A + 128 in u8 (onnxruntime's uint8 activations).
+pub fn plus_128(a: &[i8]) -> Vec<u8> {
+    a.iter().map(|&v| v as u8 ^ 0x80).collect()
+}
+
 /// A weight matrix W [N, K] in the layout of one level's kernel.
 pub struct Packed {
     level: Level,
@@ -178,14 +183,16 @@ impl Packed {
         w
     }
 
-    /// The product through libtorch's `_int_mm` (exact int32, like ours).
-    fn matmul_torch(&self, a: &[i8], m: usize, c: &mut [i32]) {
+    /// The product through libtorch's `_int_mm` (exact int32, like ours), A given as in
+    /// [`Packed::matmul_u8`] (turned back into int8 here, as the use in `matmul_u8` needs it).
+    fn matmul_torch(&self, a: &[u8], m: usize, c: &mut [i32]) {
+        let a: Vec<i8> = a.iter().map(|&v| (v ^ 0x80) as i8).collect();
         let ReadOnly(w) = self.torch_w.get_or_init(|| {
             ReadOnly(
                 Tensor::from_slice(&self.unpacked()).view([self.n as i64, self.k as i64]).transpose(0, 1).contiguous(),
             )
         });
-        let at = Tensor::from_slice(a).view([m as i64, self.k as i64]);
+        let at = Tensor::from_slice(&a).view([m as i64, self.k as i64]);
         let r = at.internal_int_mm(w);
         assert!(r.kind() == Kind::Int && r.device() == Device::Cpu && r.is_contiguous() && r.numel() == c.len());
         // SAFETY: a contiguous int32 CPU tensor of c.len() elements, read while `r` lives.
@@ -198,8 +205,7 @@ impl Packed {
 
     /// C = A · Wᵀ: `a` [M, K] int8 rows, `c` [M, N].
     pub fn matmul(&self, a: &[i8], c: &mut [i32]) {
-        let u: Vec<u8> = a.iter().map(|&v| v as u8 ^ 0x80).collect();
-        self.matmul_u8(&u, c);
+        self.matmul_u8(&plus_128(a), c);
     }
 
     /// [`Packed::matmul`] with A given as A + 128 in u8 (onnxruntime's uint8 activations), the
@@ -217,8 +223,7 @@ impl Packed {
             return;
         }
         if m >= TORCH_FROM_ROWS.load(Ordering::Relaxed) && self.level == Level::Avx512Vnni {
-            let a: Vec<i8> = a.iter().map(|&v| (v ^ 0x80) as i8).collect();
-            return self.matmul_torch(&a, m, c);
+            return self.matmul_torch(a, m, c);
         }
         #[cfg(target_arch = "x86_64")]
         if self.level != Level::Baseline {
@@ -453,10 +458,10 @@ pub fn calibrate() -> Option<usize> {
         };
         let mut from = None;
         for m in [256usize, 128, 64, 32] {
-            let a: Vec<i8> = (0..m * k).map(|i| ((i * 91) % 256) as u8 as i8).collect();
+            let a: Vec<u8> = (0..m * k).map(|i| ((i * 91) % 256) as u8 ^ 0x80).collect();
             let (mut ours_c, mut c) = (vec![0i32; m * n], vec![0i32; m * n]);
-            let au: Vec<u8> = a.iter().map(|&v| v as u8 ^ 0x80).collect();
-            let ours = best(&mut || p.matmul_u8(&au, &mut ours_c));
+            // both as the model calls them: A + 128 in u8
+            let ours = best(&mut || p.matmul_u8(&a, &mut ours_c));
             let torch = best(&mut || p.matmul_torch(&a, m, &mut c));
             // the same sums, or libtorch is not to be used at all
             if c != ours_c || torch >= ours * 0.8 {
@@ -577,7 +582,7 @@ mod tests {
             for level in Level::available() {
                 let p = Packed::new(&w, n, k, level);
                 let mut c = vec![0i32; m * n];
-                p.matmul_torch(&a, m, &mut c);
+                p.matmul_torch(&plus_128(&a), m, &mut c);
                 assert!(c == naive(&a, &w, m, n, k), "{level} {m}x{n}x{k}");
             }
         }

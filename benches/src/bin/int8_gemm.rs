@@ -14,7 +14,7 @@
 use std::time::Instant;
 
 use speechstream_engine_libtorch::cpu::Level;
-use speechstream_engine_libtorch::gemm::Packed;
+use speechstream_engine_libtorch::gemm::{self, Packed};
 use tch::{Device, Kind, Tensor};
 
 /// The voice's Linear shapes (N outputs, K inputs) and how often one pass of each network uses
@@ -63,8 +63,7 @@ fn main() {
             let x = Tensor::randn([n as i64, k as i64], (Kind::Float, Device::Cpu));
             let w = (&x * 19.0).round().clamp(-127, 127).to_kind(Kind::Int8);
             // as the model hands them over: A + 128 in u8 (onnxruntime's uint8 activations)
-            let av: Vec<u8> =
-                Vec::<i8>::try_from(a.reshape([-1])).expect("i8").iter().map(|&v| v as u8 ^ 0x80).collect();
+            let av = gemm::plus_128(&Vec::<i8>::try_from(a.reshape([-1])).expect("i8"));
             let wv = Vec::<i8>::try_from(w.reshape([-1])).expect("i8");
             let macs = (m * n * k) as f64;
             print!("{name:<9} {m:>4} {n:>5} {k:>4}");
