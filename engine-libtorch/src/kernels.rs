@@ -251,8 +251,6 @@ pub enum Epilogue<'a> {
     GeluQuantize,
     /// x[m] += gamma ⊙ (dequant + bias), in place (gamma None: plain residual add)
     Residual { x: &'a mut [f32], gamma: Option<&'a [f32]> },
-    /// dequant + bias split along N into equal parts, each a new [M, N / parts] tensor
-    Split(usize),
 }
 
 /// The result of [`QWeight::forward`] for each [`Epilogue`].
@@ -260,7 +258,6 @@ pub enum Out {
     Float(Tensor),
     Quant(QRows),
     Done,
-    Parts(Vec<Tensor>),
 }
 
 #[inline(always)]
@@ -312,20 +309,6 @@ simd_fn! {
                         *r += (a + corr * c) as f32 * s + b;
                     }
                 }
-            }
-        }
-    }
-}
-
-simd_fn! {
-    fn split_impl(acc: &[i32], w: &QWeight, x: RowScales<'_>, outs: &mut [&mut [f32]]) {
-        let n = w.colsum.len();
-        let part = n / outs.len();
-        for (m, a) in acc.chunks_exact(n).enumerate() {
-            let s = x.scale[m] * w.scale;
-            for (p, o) in outs.iter_mut().enumerate() {
-                let r = p * part..(p + 1) * part;
-                dequant_row(&a[r.clone()], x.corr[m], &w.colsum[r.clone()], s, &w.bias[r], &mut o[m * part..(m + 1) * part]);
             }
         }
     }
@@ -385,18 +368,13 @@ impl QWeight {
     pub fn forward(&self, x: &QRows, mut epilogue: Epilogue<'_>) -> Out {
         let (m, n) = (x.scale.len(), self.out_features());
         let k = x.q.len().checked_div(m).unwrap_or(0);
-        let floats = |cols: usize| Tensor::empty([m as i64, cols as i64], (Kind::Float, Device::Cpu));
-        let (mut tensors, mut quant) = (Vec::new(), None);
+        let (mut float, mut quant) = (None, None);
         match epilogue {
-            Epilogue::Bias => tensors.push(floats(n)),
+            Epilogue::Bias => float = Some(Tensor::empty([m as i64, n as i64], (Kind::Float, Device::Cpu))),
             Epilogue::GeluQuantize => quant = Some(QRows::new(m, n)),
             Epilogue::Residual { ref x, .. } => assert_eq!(x.len(), m * n, "residual shape"),
-            Epilogue::Split(parts) => {
-                assert_eq!(n % parts, 0, "{n} outputs in {parts} parts");
-                tensors = (0..parts).map(|_| floats(n / parts)).collect();
-            }
         }
-        let mut views: Vec<&mut [f32]> = tensors.iter_mut().map(f32s_mut).collect();
+        let mut view = float.as_mut().map(f32s_mut);
         // Rows in blocks whose int32 sums stay in L2 for the epilogue (every row's result
         // depends on that row only, so the blocks change nothing but the time). A loaded
         // server batches 800-900 rows: whole, the head's sums were 10 MB, written to memory
@@ -412,28 +390,20 @@ impl QWeight {
                 self.w.matmul_u8(&x.q[r0 * k..r1 * k], acc);
                 let at = r0 * n..r1 * n;
                 match &mut epilogue {
-                    Epilogue::Bias => bias_impl(acc, self, xb, &mut views[0][at]),
+                    Epilogue::Bias => bias_impl(acc, self, xb, &mut view.as_mut().expect("made above")[at]),
                     Epilogue::GeluQuantize => {
                         let r = quant.as_mut().expect("made above");
                         gelu_quantize_impl(acc, self, xb, &mut r.q[at], &mut r.scale[rows.clone()], &mut r.corr[rows])
                     }
                     Epilogue::Residual { x: res, gamma } => residual_impl(acc, self, xb, &mut res[at], *gamma),
-                    Epilogue::Split(_) => {
-                        let part = n / views.len();
-                        let mut block: Vec<&mut [f32]> =
-                            views.iter_mut().map(|v| &mut v[r0 * part..r1 * part]).collect();
-                        split_impl(acc, self, xb, &mut block)
-                    }
                 }
             });
             r0 = r1;
         }
-        drop(views);
         match epilogue {
-            Epilogue::Bias => Out::Float(tensors.pop().expect("made above")),
+            Epilogue::Bias => Out::Float(float.expect("made above")),
             Epilogue::GeluQuantize => Out::Quant(quant.expect("made above")),
             Epilogue::Residual { .. } => Out::Done,
-            Epilogue::Split(_) => Out::Parts(tensors),
         }
     }
 }
@@ -965,18 +935,17 @@ mod tests {
         let run = |rows: std::ops::Range<usize>| {
             let qx = quantize(&f32s(&x)[rows.start * k..rows.end * k], k);
             let Out::Float(y) = qw.forward(&qx, Epilogue::Bias) else { panic!() };
-            let Out::Parts(p) = qw.forward(&qx, Epilogue::Split(5)) else { panic!() };
             let Out::Quant(g) = qw.forward(&qx, Epilogue::GeluQuantize) else { panic!() };
             let mut res = res0.narrow(0, rows.start as i64, rows.len() as i64).copy();
             qw.forward(&qx, Epilogue::Residual { x: f32s_mut(&mut res), gamma: Some(f32s(&gamma)) });
-            (y, Tensor::cat(&p, 1), g, res)
+            (y, g, res)
         };
         assert_eq!(all.q.len(), m * k);
-        let (y, p, g, res) = run(0..m);
+        let (y, g, res) = run(0..m);
         for rows in [0..1, 9..10, 10..29, 46..47] {
-            let (y1, p1, g1, res1) = run(rows.clone());
+            let (y1, g1, res1) = run(rows.clone());
             let (a, len) = (rows.start as i64, rows.len() as i64);
-            assert!(y.narrow(0, a, len).equal(&y1) && p.narrow(0, a, len).equal(&p1), "{rows:?}");
+            assert!(y.narrow(0, a, len).equal(&y1), "{rows:?}");
             assert!(res.narrow(0, a, len).equal(&res1), "{rows:?}");
             assert_eq!(&g.q[rows.start * n..rows.end * n], &g1.q[..], "{rows:?}");
             assert_eq!((&g.scale[rows.clone()], &g.corr[rows.clone()]), (&g1.scale[..], &g1.corr[..]));
@@ -999,8 +968,11 @@ mod tests {
         let Out::Float(y) = qw.forward(&qx, Epilogue::Bias) else { panic!() };
         let err = (&y - &want).abs().max().double_value(&[]);
         assert!(err < 1e-4, "{err}");
-        let Out::Parts(p) = qw.forward(&qx, Epilogue::Split(3)) else { panic!() };
-        assert!(Tensor::cat(&p, 1).equal(&y));
+        // outputs are column by column: a matrix of some of W's rows gives those columns (the
+        // model's head runs as five such parts)
+        let part = QWeight::new(&w.narrow(0, 8, 8), 0.01, &b.narrow(0, 8, 8)).unwrap();
+        let Out::Float(yp) = part.forward(&qx, Epilogue::Bias) else { panic!() };
+        assert!(yp.equal(&y.narrow(1, 8, 8)));
         let mut res = Tensor::zeros([13, 24], (Kind::Float, Device::Cpu));
         qw.forward(&qx, Epilogue::Residual { x: f32s_mut(&mut res), gamma: None });
         assert!(res.equal(&y));

@@ -14,7 +14,10 @@ pub(super) struct Int8 {
     pub(super) pro_in: LinearF32,
     pub(super) pro_out: LinearF32,
     pub(super) dec_norm: (Tensor, Tensor),
-    pub(super) head: QWeight,
+    /// m.head by its five parts of N_BINS outputs (lh, θ, ln, lr, φ: [`Spectra::from_parts`]), each
+    /// its own matrix: a part's weights (154 KB) stay in L2 while all of a batch's rows go
+    /// through them (the whole head's 770 KB did not, next to its sums and outputs)
+    pub(super) head: Vec<QWeight>,
 }
 
 /// A ConvNeXt block of the int8 path.
@@ -41,12 +44,18 @@ pub(super) struct QLayer {
 impl Int8 {
     pub(super) fn new(h: &Hibari, level: Level) -> Result<Int8, HibariError> {
         crate::gemm::calibrate();
-        let qw = |name: &str| -> Result<QWeight, HibariError> {
+        // the outputs `rows` of the matrix `name` (all of them: None)
+        let qw_rows = |name: &str, rows: Option<(i64, i64)>| -> Result<QWeight, HibariError> {
             let (scale, bias) =
                 h.weight_scales.get(name).ok_or_else(|| HibariError::Invalid(format!("{name}: no int8 weights")))?;
             let b = h.params.get(bias).ok_or_else(|| HibariError::Invalid(format!("{name}: bias {bias} missing")))?;
-            QWeight::new_at(h.param(name), *scale, b, level).map_err(|e| HibariError::Invalid(format!("{name}: {e}")))
+            let (w, b) = match rows {
+                None => (h.param(name).shallow_clone(), b.shallow_clone()),
+                Some((start, len)) => (h.param(name).narrow(0, start, len), b.narrow(0, start, len)),
+            };
+            QWeight::new_at(&w, *scale, &b, level).map_err(|e| HibariError::Invalid(format!("{name}: {e}")))
         };
+        let qw = |name: &str| qw_rows(name, None);
         let c = |t: &Tensor| t.to_device(Device::Cpu).to_kind(Kind::Float).contiguous();
         let mut blocks = HashMap::new();
         let prefixes = (0..2)
@@ -86,7 +95,7 @@ impl Int8 {
             pro_in: LinearF32::new(h.param("pn.pro_in.weight"), h.param("pn.pro_in.bias")),
             pro_out: LinearF32::new(h.param("pn.pro_out.weight"), h.param("pn.pro_out.bias")),
             dec_norm: (c(h.param("m.dec_norm.weight")), c(h.param("m.dec_norm.bias"))),
-            head: qw("m.head.weight")?,
+            head: (0..5).map(|i| qw_rows("m.head.weight", Some((i * N_BINS, N_BINS)))).collect::<Result<_, _>>()?,
         })
     }
 
@@ -302,7 +311,14 @@ impl Hibari {
             x.extend_from_slice(&rows[(a - lo) * C..(b - lo) * C]);
         }
         let qx = layernorm_quantize(&x, f32s(&q.dec_norm.0), f32s(&q.dec_norm.1));
-        let Out::Parts(parts) = q.head.forward(&qx, Epilogue::Split(5)) else { unreachable!("five parts") };
+        let parts: Vec<Tensor> = q
+            .head
+            .iter()
+            .map(|part| match part.forward(&qx, Epilogue::Bias) {
+                Out::Float(t) => t,
+                _ => unreachable!("floats"),
+            })
+            .collect();
         let mut start = 0i64;
         let out = items
             .iter()
