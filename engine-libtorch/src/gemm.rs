@@ -296,8 +296,9 @@ fn fits_i16(w: &[i8]) -> bool {
     pos <= 128 && neg <= 128
 }
 
-/// The part h of `w` that [`fits_i16`] (h and w of the same signs, |h| ≤ |w|): w itself if it
-/// fits, else the weights of the sign beyond 128 scaled to a total of at most 128 (toward zero).
+/// The part h of `w` whose u8 × s8 sums fit int16 (its positive weights and its negative ones
+/// each total at most 128; h and w of the same signs, |h| ≤ |w|): w itself if it fits, else the
+/// weights of the sign beyond 128 scaled to a total of at most 128 (toward zero).
 fn fitting_part(w: &[i8], h: &mut [i8]) {
     let (pos, neg) =
         w.iter().fold((0, 0), |(p, n), &v| if v > 0 { (p + i32::from(v), n) } else { (p, n - i32::from(v)) });
