@@ -24,7 +24,7 @@
 //!   form), scaling down only the weights of a sum beyond it, and puts the rest in the panel's
 //!   *extra* steps (pairs within the same bound), which the tile adds after the main loop with
 //!   the same u8 A, so the offset is unchanged. Each matrix gets the form with fewer multiplies,
-//!   extra steps counted: the voice's decoder leaves 0.3-2.4% of its groups to extra steps in the
+//!   extra steps counted: the voice's decoder leaves 0.03-3% of its groups to extra steps in the
 //!   quad form, its head 6.6%, a few text-encoder layers too many (they keep pairs). No sum
 //!   saturates, none is approximated: the integers are the baseline's whatever W holds; a W full
 //!   of large weights only costs time.
@@ -291,17 +291,20 @@ fn in_panels(w: &[i8], n: usize, k: usize, lanes: usize) -> Vec<i8> {
 /// weights)], so both at most 128 keep it within ±32640 (int16 holds ±32767).
 #[cfg(test)]
 fn fits_i16(w: &[i8]) -> bool {
-    let (pos, neg) =
-        w.iter().fold((0, 0), |(p, n), &v| if v > 0 { (p + i32::from(v), n) } else { (p, n - i32::from(v)) });
+    let (pos, neg) = sign_totals(w);
     pos <= 128 && neg <= 128
+}
+
+/// The totals of w's positive weights and of its negative weights' magnitudes.
+fn sign_totals(w: &[i8]) -> (i32, i32) {
+    w.iter().fold((0, 0), |(p, n), &v| if v > 0 { (p + i32::from(v), n) } else { (p, n - i32::from(v)) })
 }
 
 /// The part h of `w` whose u8 × s8 sums fit int16 (its positive weights and its negative ones
 /// each total at most 128; h and w of the same signs, |h| ≤ |w|): w itself if it fits, else the
 /// weights of the sign beyond 128 scaled to a total of at most 128 (toward zero).
 fn fitting_part(w: &[i8], h: &mut [i8]) {
-    let (pos, neg) =
-        w.iter().fold((0, 0), |(p, n), &v| if v > 0 { (p + i32::from(v), n) } else { (p, n - i32::from(v)) });
+    let (pos, neg) = sign_totals(w);
     for (h, &v) in h.iter_mut().zip(w) {
         let total = if v > 0 { pos } else { neg };
         *h = if total > 128 { (i32::from(v) * 128 / total) as i8 } else { v };
