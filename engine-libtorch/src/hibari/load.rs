@@ -144,14 +144,13 @@ impl Hibari {
             (i, f)
         };
         // The first round warms both up (allocator, libtorch's first-call set-up) and is not
-        // counted. Then blocks of 5 interleaved rounds, each block choosing by its own best times,
-        // until two blocks in a row agree (at most 8): a host that stalls for a few ms (seen on
-        // shared VMs: one block at 5.2 ms int8 against 0.5-1 ms otherwise) cannot pick the
-        // slower precision alone.
+        // counted. Then blocks of 5 interleaved rounds until two blocks in a row, each by its own
+        // best times, name the same winner (at most 8 blocks); the choice is by the best times of
+        // all blocks (the ones logged). A host that stalls for a few ms (seen on shared VMs: one
+        // block at 5.2 ms int8 against 0.5-1 ms otherwise) cannot pick the slower precision alone.
         round();
         let (mut int8_s, mut fp32_s) = (f64::INFINITY, f64::INFINITY);
         let mut last = None;
-        let mut precision = Precision::Int8;
         for _ in 0..8 {
             let (mut bi, mut bf) = (f64::INFINITY, f64::INFINITY);
             for _ in 0..5 {
@@ -159,11 +158,12 @@ impl Hibari {
                 (bi, bf) = (bi.min(i), bf.min(f));
             }
             (int8_s, fp32_s) = (int8_s.min(bi), fp32_s.min(bf));
-            precision = if bi <= bf { Precision::Int8 } else { Precision::Fp32 };
-            if last.replace(precision) == Some(precision) {
+            let winner = bi <= bf;
+            if last.replace(winner) == Some(winner) {
                 break;
             }
         }
+        let precision = if int8_s <= fp32_s { Precision::Int8 } else { Precision::Fp32 };
         (self.int8, self.precision) = match precision {
             Precision::Int8 => (Some(int8), precision),
             Precision::Fp32 => (None, precision),
