@@ -147,13 +147,22 @@ impl Packed {
             return p;
         }
         // The `vpmaddubsw` levels: both forms packed, the one with fewer multiplies kept.
-        let pairs = split(&whole, panels, groups, step, false);
-        let quads = split(&whole, panels, groups, step, true);
         let cost = |s: &Split, quad: bool| {
             let main = if quad { groups / 2 * 3 + groups % 2 * 2 } else { groups * 2 };
             panels * main + s.extra_group.len() * 2
         };
-        let (chosen, quad) = if cost(&quads, true) < cost(&pairs, false) { (quads, true) } else { (pairs, false) };
+        // (the pair form costs at least its main steps: packed only where the quads may lose)
+        let quads = split(&whole, panels, groups, step, true);
+        let (chosen, quad) = if cost(&quads, true) < panels * groups * 2 {
+            (quads, true)
+        } else {
+            let pairs = split(&whole, panels, groups, step, false);
+            if cost(&quads, true) < cost(&pairs, false) {
+                (quads, true)
+            } else {
+                (pairs, false)
+            }
+        };
         p.quad = quad;
         p.data = chosen.data.iter().map(|&v| v as u8).collect();
         p.extra_at = chosen.extra_at;
@@ -311,6 +320,23 @@ fn fitting_part(w: &[i8], h: &mut [i8]) {
     }
 }
 
+/// Whether every int16 sum over pair q of step `s0` (and of step `s1`, unless it is empty) fits
+/// (see [`fitting_part`]): the common case, checked in one pass over the steps.
+fn all_fit(s0: &[i8], s1: &[i8]) -> bool {
+    let (pos, neg) = (|v: i8| i16::from(v.max(0)), |v: i8| -i16::from(v.min(0)));
+    let pair = |p: &[i8]| (pos(p[0]) + pos(p[1]), neg(p[0]) + neg(p[1]));
+    let mut worst = 0;
+    for (q, p0) in s0.chunks_exact(2).enumerate() {
+        let (mut p, mut n) = pair(p0);
+        if let Some(p1) = s1.get(2 * q..2 * q + 2) {
+            let (p1, n1) = pair(p1);
+            (p, n) = (p + p1, n + n1);
+        }
+        worst = worst.max(p).max(n);
+    }
+    worst <= 128
+}
+
 /// W's panels as a `vpmaddubsw` kernel reads them (see [`Packed`]'s fields of the same names).
 struct Split {
     data: Vec<i8>,
@@ -325,34 +351,43 @@ struct Split {
 /// panel's extra steps, one or more per group, each pair of which fits (the kernel adds those
 /// one group at a time). The main and extra parts add up to W exactly.
 fn split(whole: &[i8], panels: usize, groups: usize, step: usize, quad: bool) -> Split {
-    let lanes = step / 4;
     let panel_len = groups * step;
     let mut s = Split { data: whole.to_vec(), extra_at: vec![0], extra_group: Vec::new(), extra_data: Vec::new() };
+    if panel_len == 0 {
+        s.extra_at = vec![0; panels + 1];
+        return s;
+    }
     let mut rest = vec![0i8; panel_len];
-    for panel in 0..panels {
-        let main = &mut s.data[panel * panel_len..(panel + 1) * panel_len];
-        for lane in 0..lanes {
-            for half in [0, 2] {
-                let mut g = 0;
-                while g < groups {
-                    let together = if quad && g + 1 < groups { 2 } else { 1 };
-                    let mut at = [0usize; 4];
-                    for (i, at) in at.iter_mut().enumerate().take(2 * together) {
-                        *at = ((g + i / 2) * lanes + lane) * 4 + half + i % 2;
-                    }
-                    let at = &at[..2 * together];
-                    let (mut w, mut h) = ([0i8; 4], [0i8; 4]);
-                    for (w, &i) in w.iter_mut().zip(at) {
-                        *w = main[i];
-                    }
-                    fitting_part(&w[..at.len()], &mut h[..at.len()]);
-                    for (&i, &h) in at.iter().zip(&h) {
-                        rest[i] = main[i] - h;
-                        main[i] = h;
-                    }
-                    g += together;
+    for main in s.data.chunks_exact_mut(panel_len) {
+        rest.fill(0);
+        // A step is `step / 2` pairs of bytes, pair q of every lane at bytes 2q and 2q + 1; one
+        // int16 sums pair q of group g (and, in the quad form, of group g + 1 too).
+        let mut g = 0;
+        while g < groups {
+            let together = if quad && g + 1 < groups { 2 } else { 1 };
+            let steps = &main[g * step..(g + together) * step];
+            if all_fit(&steps[..step], if together == 2 { &steps[step..] } else { &[] }) {
+                g += together;
+                continue;
+            }
+            for q in 0..step / 2 {
+                let mut at = [0usize; 4];
+                for (i, at) in at.iter_mut().enumerate().take(2 * together) {
+                    *at = (g + i / 2) * step + 2 * q + i % 2;
+                }
+                let at = &at[..2 * together];
+                let mut w = [0i8; 4];
+                for (w, &i) in w.iter_mut().zip(at) {
+                    *w = main[i];
+                }
+                let mut h = [0i8; 4];
+                fitting_part(&w[..at.len()], &mut h[..at.len()]);
+                for (&i, &h) in at.iter().zip(&h) {
+                    rest[i] = main[i] - h;
+                    main[i] = h;
                 }
             }
+            g += together;
         }
         for (g, r) in rest.chunks_exact_mut(step).enumerate() {
             while r.iter().any(|&v| v != 0) {
@@ -369,6 +404,7 @@ fn split(whole: &[i8], panels: usize, groups: usize, step: usize, quad: bool) ->
         }
         s.extra_at.push(s.extra_group.len() as u32);
     }
+    debug_assert_eq!(s.extra_at.len(), panels + 1);
     s
 }
 
