@@ -9,7 +9,12 @@
 # There is no switch to cap them and no CPUID faulting in our VMs, so this copies the installed
 # onnxruntime package to target/ref-avx2/ and replaces each `xgetbv` in its library with
 # `push 7; pop rax` (XCR0 = x87 | SSE | AVX: AVX2 and FMA stay, AVX-512 and AMX go), followed
-# by `xor edx, edx` where the code widens the result to 64 bits. numpy, which hibari's DSP uses,
+# by `xor edx, edx` where the code widens the result to 64 bits. AVX-VNNI (256-bit `vpdpbusd`,
+# Intel since Alder Lake and Sapphire Rapids) needs no state beyond AVX's, and MLAS picks its
+# u8s8 kernels by CPUID leaf 7 sub-leaf 1 alone (EAX bit 4): each `mov eax, 7; mov ecx, 1;
+# cpuid` asks for sub-leaf 255 instead, which CPUs answer with zeros (an invalid sub-leaf), so
+# the copy sees no AVX-VNNI either (without this, on such a CPU the "capped" reference ran MLAS's
+# AVX-VNNI kernels against our AVX2 ones). numpy, which hibari's DSP uses,
 # and its OpenBLAS have their own switches (NPY_DISABLE_CPU_FEATURES, for numpy 2.x's names, and
 # OPENBLAS_CORETYPE). The copy is rebuilt when the installed libraries change. Prints
 # `PYTHONPATH=... NPY_DISABLE_CPU_FEATURES=... OPENBLAS_CORETYPE=...` for `env`. A benchmark
@@ -22,7 +27,7 @@ PY="$ROOT/.venv-hibari/bin/python"
 command -v objdump >/dev/null || die "objdump missing (Debian: binutils)"
 PKG="$("$PY" -c 'import onnxruntime, os; print(os.path.dirname(onnxruntime.__file__))')"
 OUT="$ROOT/target/ref-avx2"
-STAMP="$(stat -c '%n %s %Y' "$PKG"/capi/*.so* | sha256sum | cut -c1-16)"
+STAMP="v2 $(stat -c '%n %s %Y' "$PKG"/capi/*.so* | sha256sum | cut -c1-16)"
 if [[ ! -f "$OUT/stamp" || "$(cat "$OUT/stamp")" != "$STAMP" ]]; then
   rm -rf "$OUT"
   mkdir -p "$OUT"
@@ -33,6 +38,7 @@ if [[ ! -f "$OUT/stamp" || "$(cat "$OUT/stamp")" != "$STAMP" ]]; then
     objdump -h "$LIB" | awk '$2 == ".text" { print $4, $6 }' >"$OUT/text.txt"
     objdump -d --section=.text "$LIB" | awk -F: '/\txgetbv/ { print $1 }' >"$OUT/sites.txt"
     [[ -s "$OUT/sites.txt" ]] || continue
+    # (the sub-leaf 1 queries are few and written the same way: counted, not disassembled)
     python3 - "$LIB" "$OUT/text.txt" "$OUT/sites.txt" <<'PY'
 import sys
 lib, text, sites = sys.argv[1:4]
@@ -47,8 +53,13 @@ for line in open(sites):
     else:
         data[off:off + 3] = b"\x6a\x07\x58"
     n += 1
+leaf7_1 = b"\xb8\x07\x00\x00\x00\xb9\x01\x00\x00\x00\x0f\xa2"
+v = data.count(leaf7_1)
+data = data.replace(leaf7_1, leaf7_1[:6] + b"\xff" + leaf7_1[7:])
 open(lib, "wb").write(data)
-print(f"cap-reference: {n} xgetbv patched in {lib}", file=sys.stderr)
+print(f"cap-reference: {n} xgetbv and {v} CPUID 7.1 queries patched in {lib}", file=sys.stderr)
+if v == 0 and "avx_vnni" in open("/proc/cpuinfo").read().split():
+    sys.exit(f"cap-reference: no CPUID 7.1 query found in {lib}: its AVX-VNNI kernels would stay on")
 PY
     patched=$((patched + 1))
   done
