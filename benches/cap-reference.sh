@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A copy of the reference's onnxruntime that runs as on a CPU without AVX-512, for benchmarks
+# A copy of the reference's onnxruntime that runs as on a CPU without AVX-512 or AVX-VNNI, for benchmarks
 # that cap our kernels to AVX2 (SPEECHSTREAM_SIMD=avx2) and need the reference capped alike.
 #
 #   benches/cap-reference.sh        # prints the environment to run the reference with

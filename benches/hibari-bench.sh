@@ -31,7 +31,7 @@
 #   SKIP_BUILD [0]      use the binaries already in target/release
 #   OURS_SAY_ARGS       extra arguments for `speechstream say` (default "--seed 1 --device cpu")
 #   OURS_SERVE_ARGS     full argument list for our server (default below; PORT and THREADS in it)
-#   REF_SIMD [native]   avx2: the reference's onnxruntime and numpy as on a CPU without AVX-512
+#   REF_SIMD [native]   avx2: the reference's onnxruntime and numpy as on a CPU without AVX-512 or AVX-VNNI
 #                       (benches/cap-reference.sh), beside SPEECHSTREAM_SIMD=avx2 for ours
 #
 # Needs scripts/setup-voice.sh done (libtorch and the voice in .cache/); sets up .venv-hibari with

@@ -19,7 +19,7 @@
 #   OURS_PORT [18960], REF_PORT [18961]
 #   OURS_EXTRA           extra arguments for our server (e.g. "--precision fp32")
 #   SKIP_OURS / SKIP_REF / SKIP_BUILD [0]
-#   REF_SIMD [native]    avx2: the reference's onnxruntime and numpy as on a CPU without AVX-512
+#   REF_SIMD [native]    avx2: the reference's onnxruntime and numpy as on a CPU without AVX-512 or AVX-VNNI
 #                        (benches/cap-reference.sh), beside SPEECHSTREAM_SIMD=avx2 for ours
 #   SPEECHSTREAM_SHARED  path of shared/ (default: ../shared beside the repo)
 #
