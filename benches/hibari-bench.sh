@@ -33,6 +33,7 @@
 #   OURS_SERVE_ARGS     full argument list for our server (default below; PORT and THREADS in it)
 #   REF_SIMD [native]   avx2: the reference's onnxruntime and numpy as on a CPU without AVX-512 or AVX-VNNI
 #                       (benches/cap-reference.sh), beside SPEECHSTREAM_SIMD=avx2 for ours
+#                       avxvnni: the same with AVX-VNNI on, beside SPEECHSTREAM_SIMD=avxvnni
 #
 # Needs scripts/setup-voice.sh done (libtorch and the voice in .cache/); sets up .venv-hibari with
 # benches/setup-hibari-python.sh; installs hyperfine with apt-get when missing and possible (else
@@ -158,11 +159,11 @@ thread_env() { echo "OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 MKL_NUM_THREADS=
 REF_ENV=()
 case "${REF_SIMD:-native}" in
   native) ;;
-  avx2)
-    caps="$("$ROOT/benches/cap-reference.sh")" || die "benches/cap-reference.sh failed"
+  avx2 | avxvnni)
+    caps="$("$ROOT/benches/cap-reference.sh" "$REF_SIMD")" || die "benches/cap-reference.sh failed"
     read -r -a REF_ENV <<<"$caps"
     ;;
-  *) die "REF_SIMD=$REF_SIMD: native or avx2" ;;
+  *) die "REF_SIMD=$REF_SIMD: native, avx2 or avxvnni" ;;
 esac
 
 for T in $THREADS; do

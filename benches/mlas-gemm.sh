@@ -6,6 +6,7 @@
 #
 #   benches/mlas-gemm.sh               # with the kernels onnxruntime picks on this CPU
 #   REF_SIMD=avx2 benches/mlas-gemm.sh # onnxruntime capped to AVX2 (benches/cap-reference.sh)
+#   REF_SIMD=avxvnni benches/mlas-gemm.sh # capped to AVX2 + AVX-VNNI
 #
 # Needs .venv-hibari (benches/setup-hibari-python.sh). The `onnx` package that builds the one-node
 # models is installed into target/mlas-gemm/ (pinned, from PyPI), not into .venv-hibari.
@@ -23,8 +24,8 @@ fi
 ENV=()
 case "${REF_SIMD:-native}" in
   native) ;;
-  avx2) read -r -a ENV <<<"$(benches/cap-reference.sh)" ;;
-  *) echo "mlas-gemm: REF_SIMD=$REF_SIMD: native or avx2" >&2; exit 1 ;;
+  avx2 | avxvnni) read -r -a ENV <<<"$(benches/cap-reference.sh "$REF_SIMD")" ;;
+  *) echo "mlas-gemm: REF_SIMD=$REF_SIMD: native, avx2 or avxvnni" >&2; exit 1 ;;
 esac
 pin=()
 if command -v taskset >/dev/null && (($(nproc) >= 2)); then pin=(taskset -c 1); fi

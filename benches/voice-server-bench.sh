@@ -21,6 +21,7 @@
 #   SKIP_OURS / SKIP_REF / SKIP_BUILD [0]
 #   REF_SIMD [native]    avx2: the reference's onnxruntime and numpy as on a CPU without AVX-512 or AVX-VNNI
 #                        (benches/cap-reference.sh), beside SPEECHSTREAM_SIMD=avx2 for ours
+#                        avxvnni: the same with AVX-VNNI on, beside SPEECHSTREAM_SIMD=avxvnni
 #   SPEECHSTREAM_SHARED  path of shared/ (default: ../shared beside the repo)
 #
 # Needs scripts/setup-voice.sh (libtorch and the voice) and benches/setup-hibari-python.sh (run
@@ -109,11 +110,11 @@ if [[ "$SKIP_REF" != 1 ]]; then
   REF_ENV=()
   case "${REF_SIMD:-native}" in
     native) ;;
-    avx2)
-      caps="$(benches/cap-reference.sh)" || exit 1
+    avx2 | avxvnni)
+      caps="$(benches/cap-reference.sh "$REF_SIMD")" || exit 1
       read -r -a REF_ENV <<<"$caps"
       ;;
-    *) echo "voice-server-bench: REF_SIMD=$REF_SIMD: native or avx2" >&2; exit 1 ;;
+    *) echo "voice-server-bench: REF_SIMD=$REF_SIMD: native, avx2 or avxvnni" >&2; exit 1 ;;
   esac
   "${pin_server[@]}" env "${REF_ENV[@]}" .venv-hibari/bin/python "$SHARED/reference/reference_server.py" --engine hibari \
     --threads 1 --port "$REF_PORT" 2>"$OUT.ref.log" &
