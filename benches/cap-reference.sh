@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# A copy of the reference's onnxruntime that runs as on a CPU without AVX-512 or AVX-VNNI, for benchmarks
-# that cap our kernels to AVX2 (SPEECHSTREAM_SIMD=avx2) and need the reference capped alike.
+# A copy of the reference's onnxruntime that runs as on a CPU without AVX-512 or AVX-VNNI, for
+# benchmarks that cap our kernels to AVX2 (SPEECHSTREAM_SIMD=avx2) and need the reference capped
+# alike.
 #
 #   benches/cap-reference.sh          # prints the environment to run the reference with
 #   benches/cap-reference.sh avxvnni  # the same with AVX-VNNI left on (Alder Lake's class:
-#                                     # AVX2 + AVX-VNNI, no AVX-512), beside SPEECHSTREAM_SIMD=avxvnni
+#                                     # AVX2 + AVX-VNNI, no AVX-512), for SPEECHSTREAM_SIMD=avxvnni
 #
 # onnxruntime's MLAS (and the cpuinfo it carries) pick their kernels from CPUID and from XCR0,
 # the register that says which vector state the OS saves; AVX-512 kernels need XCR0 bits 5-7.
@@ -16,9 +17,9 @@
 # u8s8 kernels by CPUID leaf 7 sub-leaf 1 alone (EAX bit 4): each `mov eax, 7; mov ecx, 1;
 # cpuid` asks for sub-leaf 255 instead, which CPUs answer with zeros (an invalid sub-leaf), so
 # the copy sees no AVX-VNNI either (without this, on such a CPU the "capped" reference ran MLAS's
-# AVX-VNNI kernels against our AVX2 ones; `avxvnni` leaves this step out). numpy, which hibari's DSP uses,
-# and its OpenBLAS have their own switches (NPY_DISABLE_CPU_FEATURES, for numpy 2.x's names, and
-# OPENBLAS_CORETYPE). The copy is rebuilt when the installed libraries change. Prints
+# AVX-VNNI kernels against our AVX2 ones; `avxvnni` leaves this step out). numpy, which hibari's
+# DSP uses, and its OpenBLAS have their own switches (NPY_DISABLE_CPU_FEATURES, for numpy 2.x's
+# names, and OPENBLAS_CORETYPE). The copy is rebuilt when the installed libraries change. Prints
 # `PYTHONPATH=... NPY_DISABLE_CPU_FEATURES=... OPENBLAS_CORETYPE=...` for `env`. A benchmark
 # aid only: nothing the server or its tests run uses it.
 set -euo pipefail
@@ -66,9 +67,10 @@ v = data.count(leaf7_1)
 if vnni == "off":
     data = data.replace(leaf7_1, leaf7_1[:6] + b"\xff" + leaf7_1[7:])
 open(lib, "wb").write(data)
-print(f"cap-reference: {n} xgetbv and {v if vnni == 'off' else 0} CPUID 7.1 queries patched in {lib}", file=sys.stderr)
+done = v if vnni == "off" else 0
+print(f"cap-reference: {n} xgetbv and {done} CPUID 7.1 queries patched in {lib}", file=sys.stderr)
 if vnni == "off" and v == 0 and "avx_vnni" in open("/proc/cpuinfo").read().split():
-    sys.exit(f"cap-reference: no CPUID 7.1 query found in {lib}: its AVX-VNNI kernels would stay on")
+    sys.exit(f"cap-reference: no CPUID 7.1 query in {lib}: its AVX-VNNI kernels would stay on")
 PY
     patched=$((patched + 1))
   done
