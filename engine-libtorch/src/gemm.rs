@@ -153,11 +153,12 @@ impl Packed {
         };
         // (the pair form costs at least its main steps: packed only where the quads may lose)
         let quads = split(&whole, panels, groups, step, true);
-        let (chosen, quad) = if cost(&quads, true) < panels * groups * 2 {
+        let quad_cost = cost(&quads, true);
+        let (chosen, quad) = if quad_cost < panels * groups * 2 {
             (quads, true)
         } else {
             let pairs = split(&whole, panels, groups, step, false);
-            if cost(&quads, true) < cost(&pairs, false) {
+            if quad_cost < cost(&pairs, false) {
                 (quads, true)
             } else {
                 (pairs, false)
@@ -323,18 +324,10 @@ fn fitting_part(w: &[i8], h: &mut [i8]) {
 /// Whether every int16 sum over pair q of step `s0` (and of step `s1`, unless it is empty) fits
 /// (see [`fitting_part`]): the common case, checked in one pass over the steps.
 fn all_fit(s0: &[i8], s1: &[i8]) -> bool {
-    let (pos, neg) = (|v: i8| i16::from(v.max(0)), |v: i8| -i16::from(v.min(0)));
-    let pair = |p: &[i8]| (pos(p[0]) + pos(p[1]), neg(p[0]) + neg(p[1]));
-    let mut worst = 0;
-    for (q, p0) in s0.chunks_exact(2).enumerate() {
-        let (mut p, mut n) = pair(p0);
-        if let Some(p1) = s1.get(2 * q..2 * q + 2) {
-            let (p1, n1) = pair(p1);
-            (p, n) = (p + p1, n + n1);
-        }
-        worst = worst.max(p).max(n);
-    }
-    worst <= 128
+    s0.chunks_exact(2).enumerate().all(|(q, p0)| {
+        let ((p, n), (p1, n1)) = (sign_totals(p0), sign_totals(s1.get(2 * q..2 * q + 2).unwrap_or(&[])));
+        p + p1 <= 128 && n + n1 <= 128
+    })
 }
 
 /// W's panels as a `vpmaddubsw` kernel reads them (see [`Packed`]'s fields of the same names).
