@@ -145,8 +145,13 @@ fn quantize_row(x: &[f32], q: &mut [u8]) -> (f32, i32) {
     }
     let zp = round_even(-mn / s).clamp(0.0, 255.0);
     let r = 1.0 / s;
+    // round(v · r) + zp, clamped to [0, 255], with the M = 1.5 · 2^23 of `round_even` and
+    // `to_int` kept in between: v · r + M is M + round(v · r) exactly (|v · r| ≤ 255 and a
+    // little), + zp is exact (integers in M's binade), so the clamp to [M, M + 255] is the clamp
+    // to [0, 255] and the bits past M's are q: the same bytes, two additions fewer
+    const M: f32 = 12_582_912.0;
     for (o, &v) in q.iter_mut().zip(x) {
-        *o = to_int((round_even(v * r) + zp).clamp(0.0, 255.0)) as u8;
+        *o = (((v * r + M) + zp).clamp(M, M + 255.0).to_bits() - M.to_bits()) as u8;
     }
     (s, 128 - to_int(zp))
 }

@@ -197,14 +197,17 @@ impl Hibari {
             let idx: Vec<i64> =
                 d.iter().enumerate().flat_map(|(i, &di)| std::iter::repeat_n(i as i64, di as usize)).collect();
             let idx = Tensor::from_slice(&idx);
-            g.push(hps[b].index_select(0, &idx));
+            // pn.pro_in is a K=1 conv, row-local (`LinearF32`): on the tokens, then repeated by
+            // duration, it gives the frames' rows bit for bit, at a fraction of the rows
+            g.push(q.pro_in.forward(&hps[b]).index_select(0, &idx));
             if ts[b] < tmax {
                 g.push(Tensor::zeros([(tmax - ts[b]) as i64, c], (Kind::Float, Device::Cpu)));
             }
             mask.extend((0..tmax).map(|t| if t < ts[b] { 1f32 } else { 0f32 }));
             idxs.push(idx);
         }
-        let mut g = q.pro_in.forward(&Tensor::cat(&g, 0));
+        // (padding rows: zeros, read as zeros by the masked depthwise convs, dropped at the end)
+        let mut g = if g.len() == 1 { g.remove(0) } else { Tensor::cat(&g, 0) };
         let m = mask.contains(&0.0).then_some(mask.as_slice());
         let seqs = vec![tmax; items.len()];
         for (i, dil) in PRO_DILATIONS.iter().enumerate() {
