@@ -143,17 +143,19 @@ impl Dsp {
         let t = values_mut(&mut out);
         let (u, v) = (&self.host_u, &self.host_v);
         let mut sum = 0f64;
+        let mut sums = [0f64; H];
         for (k, (f, t)) in f.chunks_exact_mut(H).zip(t.chunks_exact_mut(H)).enumerate() {
             let (prev, cur, next) = (f0[k.saturating_sub(1)], f0[k], f0[(k + 1).min(nf - 1)]);
             for j in 0..H {
                 // frames k-1 and k for the first half of the hop, k and k+1 for the second
-                let x = if j < H / 2 { prev * v[j] + cur * u[j] } else { cur * v[j] + next * u[j] };
-                f[j] = x;
-                sum += f64::from(x.max(40.0));
-                // fractional part of a positive number; the float64 phase cast to float32
-                let turns = sum * (1.0 / SAMPLE_RATE as f64);
-                t[j] = ((turns - turns as i64 as f64) * (2.0 * std::f64::consts::PI)) as f32;
+                f[j] = if j < H / 2 { prev * v[j] + cur * u[j] } else { cur * v[j] + next * u[j] };
             }
+            // the running sum alone in the sequential loop, the phases from it in a vector one
+            for (s, &x) in sums.iter_mut().zip(f.iter()) {
+                sum += f64::from(x.max(40.0));
+                *s = sum;
+            }
+            phases(&sums, t);
         }
         pulse_values(&f, t);
         out
@@ -367,6 +369,16 @@ impl Dsp {
 /// A contiguous float32 CPU tensor with the values of `t` (`t` itself when it is one).
 fn host(t: &Tensor) -> Tensor {
     t.to_device(Device::Cpu).to_kind(Kind::Float).contiguous()
+}
+
+simd_fn! {
+    /// The phases 2π · frac(s / 24000) of running sums `s` (positive), as float32.
+    fn phases(sums: &[f64], t: &mut [f32]) {
+        for (t, &s) in t.iter_mut().zip(sums) {
+            let turns = s * (1.0 / SAMPLE_RATE as f64);
+            *t = ((turns - turns.floor()) * (2.0 * std::f64::consts::PI)) as f32;
+        }
+    }
 }
 
 simd_fn! {

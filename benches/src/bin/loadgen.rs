@@ -850,12 +850,17 @@ fn render_report(records: &[Value], ours: &str, reference: &str) -> String {
             r.get("connections").and_then(Value::as_u64).unwrap_or(0),
         )
     };
-    // Last record wins per (label, mode, connections).
+    // Last record wins per (label, mode, connections); repeated runs of a key also get their
+    // utterances/s ratios pair by pair (the i-th run of one side against the i-th of the other).
     let mut runs: BTreeMap<(String, u64), BTreeMap<String, &Value>> = BTreeMap::new();
     let mut idle: BTreeMap<(String, u64), BTreeMap<String, &Value>> = BTreeMap::new();
+    let mut every: BTreeMap<(String, u64), BTreeMap<String, Vec<&Value>>> = BTreeMap::new();
     for r in records {
         let table = match r.get("kind").and_then(Value::as_str) {
-            Some("run") => &mut runs,
+            Some("run") => {
+                every.entry(key(r)).or_default().entry(label(r)).or_default().push(r);
+                &mut runs
+            }
             Some("idle_mem") => &mut idle,
             _ => continue,
         };
@@ -891,6 +896,23 @@ fn render_report(records: &[Value], ours: &str, reference: &str) -> String {
                     "| {mode} | {conns} | {name} | {} | {} | {ratio} |\n",
                     fmt_num(ov, dec),
                     fmt_num(rv, dec)
+                ));
+            }
+            let side = |l: &str| every[&(mode.clone(), *conns)].get(l).cloned().unwrap_or_default();
+            let mut ratios: Vec<f64> = side(ours)
+                .iter()
+                .zip(side(reference))
+                .filter_map(|(o, r)| Some(get_f64(o, &["utterances_per_s"])? / get_f64(r, &["utterances_per_s"])?))
+                .filter(|x| x.is_finite())
+                .collect();
+            if ratios.len() > 1 {
+                let each: Vec<String> = ratios.iter().map(|x| format!("{x:.2}x")).collect();
+                ratios.sort_by(f64::total_cmp);
+                let n = ratios.len();
+                let median = if n % 2 == 1 { ratios[n / 2] } else { (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0 };
+                out.push_str(&format!(
+                    "| {mode} | {conns} | utterances/s, run by run (above: the last) | | | {} (median {median:.2}x) |\n",
+                    each.join(" ")
                 ));
             }
         }
@@ -945,9 +967,28 @@ mod tests {
         ];
         let out = render_report(&lines, "ours", "reference");
         assert!(out.contains("| pcm | 64 | utterances/s | 200.0 | 100.0 | 2.00x |"), "{out}");
+        assert!(!out.contains("run by run"), "{out}");
         assert!(out.contains("| pcm | 64 | TTFA p50 ms | 1.000 | 2.000 | 0.50x |"), "{out}");
         assert!(out.contains("| pcm | 64 | errors | 0 | 1 |  |"), "{out}");
         assert!(out.contains("| pcm config | 512 | KiB per idle connection | n/a | 40.0 | n/a |"), "{out}");
         assert_eq!(render_report(&[], "ours", "reference"), "(no results)\n");
+    }
+
+    #[test]
+    fn repeated_runs_get_their_ratios_pair_by_pair() {
+        let run = |label: &str, ups: f64| json!({"kind": "run", "label": label, "mode": "pcm", "connections": 16, "utterances_per_s": ups});
+        let lines = [
+            run("ours", 30.0),
+            run("reference", 20.0),
+            run("ours", 28.0),
+            run("reference", 20.0),
+            run("ours", 33.0),
+            run("reference", 20.0),
+        ];
+        let out = render_report(&lines, "ours", "reference");
+        assert!(out.contains("| pcm | 16 | utterances/s | 33.0 | 20.0 | 1.65x |"), "{out}");
+        assert!(out.contains("| 1.50x 1.40x 1.65x (median 1.50x) |"), "{out}");
+        let even = render_report(&lines[..4], "ours", "reference");
+        assert!(even.contains("| 1.50x 1.40x (median 1.45x) |"), "{even}");
     }
 }
