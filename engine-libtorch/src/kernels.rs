@@ -727,14 +727,23 @@ simd_fn! {
     }
 }
 
+/// Channels per register block of [`dwconv_impl`] (eight 256-bit registers of sums: eight
+/// chains of additions, enough to hide their latency).
+const DW_BLOCK: usize = 64;
+
 simd_fn! {
     #[allow(clippy::too_many_arguments)]
     fn dwconv_impl(x: &[f32], c: usize, wk: &[f32], b: &[f32], dil: usize, mask: Option<&[f32]>, first: usize, y: &mut [f32]) {
         let t_len = x.len() / c;
         let k = wk.len() / c;
         let pad = dil * (k - 1) / 2;
+        // The taps that read a frame, then per block of DW_BLOCK channels their sums in
+        // registers: b, then + w · x tap by tap in order (the same operations in the same order
+        // for every channel as one pass per tap over the row).
+        let mut taps = Vec::with_capacity(k);
+        let main = c - c % DW_BLOCK;
         for (t, out) in (first..).zip(y.chunks_exact_mut(c)) {
-            out.copy_from_slice(b);
+            taps.clear();
             for kk in 0..k {
                 let src = t + kk * dil;
                 if src < pad || src - pad >= t_len {
@@ -744,9 +753,24 @@ simd_fn! {
                 if mask.is_some_and(|m| m[s] == 0.0) {
                     continue;
                 }
-                let (xr, wr) = (&x[s * c..(s + 1) * c], &wk[kk * c..(kk + 1) * c]);
-                for j in 0..c {
-                    out[j] += wr[j] * xr[j];
+                taps.push((s * c, kk * c));
+            }
+            for j0 in (0..main).step_by(DW_BLOCK) {
+                let mut acc = [0f32; DW_BLOCK];
+                acc.copy_from_slice(&b[j0..j0 + DW_BLOCK]);
+                for &(xs, ws) in &taps {
+                    let (xr, wr) = (&x[xs + j0..][..DW_BLOCK], &wk[ws + j0..][..DW_BLOCK]);
+                    for i in 0..DW_BLOCK {
+                        acc[i] += wr[i] * xr[i];
+                    }
+                }
+                out[j0..j0 + DW_BLOCK].copy_from_slice(&acc);
+            }
+            out[main..].copy_from_slice(&b[main..c]);
+            for &(xs, ws) in &taps {
+                let (xr, wr) = (&x[xs + main..xs + c], &wk[ws + main..ws + c]);
+                for ((o, &w), &x) in out[main..].iter_mut().zip(wr).zip(xr) {
+                    *o += w * x;
                 }
             }
         }
@@ -821,8 +845,9 @@ mod tests {
 
     #[test]
     fn dwconv_matches_libtorch() {
-        let (c, t, k) = (32usize, 50usize, 7usize);
-        for dil in [1usize, 2, 4] {
+        // 160 channels: two register blocks and a remainder
+        for (c, dil) in [(32usize, 1usize), (160, 1), (160, 2), (160, 4)] {
+            let (t, k) = (50usize, 7usize);
             let x = Tensor::randn([t as i64, c as i64], (Kind::Float, Device::Cpu));
             let w = Tensor::randn([c as i64, 1, k as i64], (Kind::Float, Device::Cpu));
             let b = Tensor::randn([c as i64], (Kind::Float, Device::Cpu));
@@ -834,6 +859,19 @@ mod tests {
             dwconv(f32s(&x), c, f32s(&wk), f32s(&b), dil, None, f32s_mut(&mut y));
             let err = (&y - want).abs().max().double_value(&[]);
             assert!(err < 1e-5, "dil {dil}: {err}");
+            // bit for bit the plain per-channel sum: b, then + w · x tap by tap in order
+            let (xs, ws, bs, ys) = (f32s(&x), f32s(&wk), f32s(&b), f32s(&y));
+            for tt in 0..t {
+                for j in 0..c {
+                    let mut v = bs[j];
+                    for kk in 0..k {
+                        if let Some(s) = (tt + kk * dil).checked_sub(dil * 3).filter(|&s| s < t) {
+                            v += ws[kk * c + j] * xs[s * c + j];
+                        }
+                    }
+                    assert_eq!(v.to_bits(), ys[tt * c + j].to_bits(), "c {c} dil {dil}: ({tt}, {j})");
+                }
+            }
             // any run of output rows alone: the same bits as in the whole
             for (first, n) in [(0, 3), (7, 20), (45, 5), (0, t)] {
                 let mut part = vec![0f32; n * c];
