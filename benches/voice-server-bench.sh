@@ -12,7 +12,8 @@
 #   SPEECHSTREAM_SIMD=avx2 benches/voice-server-bench.sh   # our kernels capped to AVX2
 #
 # Environment knobs (defaults in brackets):
-#   CONNS ["1 4 16 32"]  concurrent connections (one utterance in flight on each)
+#   CONNS ["1 4 16 32"]  concurrent connections (one utterance in flight on each); a value given
+#                        more than once ("16 16 16") is run again, and the report adds each pair's ratio
 #   DURATION [20]        seconds per run (no new utterance after it)
 #   TEXT_FILE [benches/texts/short.txt]   the text of every utterance (one sentence, 4 s of audio)
 #   PIN [1]              servers on CPU 1, loadgen on CPU 0 (needs taskset and >= 2 CPUs)

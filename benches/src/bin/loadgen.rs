@@ -50,7 +50,8 @@ enum Command {
     Run(RunArgs),
     /// Resident memory per idle connection (session.config sent, nothing else).
     IdleMem(IdleArgs),
-    /// Read JSON lines written by `run`/`idle-mem` and print a markdown comparison.
+    /// Read JSON lines written by `run`/`idle-mem` and print a markdown comparison (a row run more
+    /// than once shows its last run, then the utterances/s ratio of each pair of runs and their median).
     Report(ReportArgs),
 }
 
