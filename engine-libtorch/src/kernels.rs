@@ -727,8 +727,8 @@ simd_fn! {
     }
 }
 
-/// Channels per register block of [`dwconv_impl`] (eight 256-bit registers of sums: eight
-/// chains of additions, enough to hide their latency).
+/// Channels per register block of [`dwconv_impl`] (eight 256-bit or four 512-bit registers of
+/// sums: that many chains of additions side by side, so that their latency overlaps).
 const DW_BLOCK: usize = 64;
 
 simd_fn! {
