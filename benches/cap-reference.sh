@@ -6,6 +6,8 @@
 #   benches/cap-reference.sh          # prints the environment to run the reference with
 #   benches/cap-reference.sh avxvnni  # the same with AVX-VNNI left on (Alder Lake's class:
 #                                     # AVX2 + AVX-VNNI, no AVX-512), for SPEECHSTREAM_SIMD=avxvnni
+#   benches/cap-reference.sh native   # prints nothing: the reference as it is (so that the
+#                                     # benchmarks' REF_SIMD=native|avx2|avxvnni is one call)
 #
 # onnxruntime's MLAS (and the cpuinfo it carries) pick their kernels from CPUID and from XCR0,
 # the register that says which vector state the OS saves; AVX-512 kernels need XCR0 bits 5-7.
@@ -25,16 +27,17 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 die() { echo "cap-reference: $*" >&2; exit 1; }
+LEVEL="${1:-avx2}"
+case "$LEVEL" in
+  native) exit 0 ;;
+  avx2) VNNI=off ;;
+  avxvnni) VNNI=on ;;
+  *) die "level $LEVEL: native, avx2 or avxvnni" ;;
+esac
 PY="$ROOT/.venv-hibari/bin/python"
 [[ -x "$PY" ]] || die ".venv-hibari missing: run benches/setup-hibari-python.sh"
 command -v objdump >/dev/null || die "objdump missing (Debian: binutils)"
 PKG="$("$PY" -c 'import onnxruntime, os; print(os.path.dirname(onnxruntime.__file__))')"
-LEVEL="${1:-avx2}"
-case "$LEVEL" in
-  avx2) VNNI=off ;;
-  avxvnni) VNNI=on ;;
-  *) die "level $LEVEL: avx2 or avxvnni" ;;
-esac
 OUT="$ROOT/target/ref-$LEVEL"
 STAMP="v2 $LEVEL $(stat -c '%n %s %Y' "$PKG"/capi/*.so* | sha256sum | cut -c1-16)"
 if [[ ! -f "$OUT/stamp" || "$(cat "$OUT/stamp")" != "$STAMP" ]]; then

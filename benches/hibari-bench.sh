@@ -156,15 +156,8 @@ text_of() { cat "$ROOT/benches/texts/$1.txt"; }
 # The reference's 1-thread settings: Hibari(threads=N) sets onnxruntime's intra- and inter-op
 # threads; these cover numpy/scipy. The same environment is given to ours.
 thread_env() { echo "OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 MKL_NUM_THREADS=$1"; }
-REF_ENV=()
-case "${REF_SIMD:-native}" in
-  native) ;;
-  avx2 | avxvnni)
-    caps="$("$ROOT/benches/cap-reference.sh" "$REF_SIMD")" || die "benches/cap-reference.sh failed"
-    read -r -a REF_ENV <<<"$caps"
-    ;;
-  *) die "REF_SIMD=$REF_SIMD: native, avx2 or avxvnni" ;;
-esac
+caps="$("$ROOT/benches/cap-reference.sh" "${REF_SIMD:-native}")" || die "REF_SIMD=${REF_SIMD:-native}: benches/cap-reference.sh failed"
+read -r -a REF_ENV <<<"$caps"
 
 for T in $THREADS; do
   read -r -a PINP <<<"$(pin_for "$T")"

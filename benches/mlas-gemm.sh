@@ -21,12 +21,8 @@ if [[ ! -d "$PKGS/onnx" ]]; then
   "$PY" -m pip install --quiet --disable-pip-version-check --target "$PKGS" \
     "onnx==1.23.2" "protobuf==7.36.2" "ml_dtypes==0.7.0" "typing_extensions==4.16.0" --no-deps
 fi
-ENV=()
-case "${REF_SIMD:-native}" in
-  native) ;;
-  avx2 | avxvnni) read -r -a ENV <<<"$(benches/cap-reference.sh "$REF_SIMD")" ;;
-  *) echo "mlas-gemm: REF_SIMD=$REF_SIMD: native, avx2 or avxvnni" >&2; exit 1 ;;
-esac
+caps="$(benches/cap-reference.sh "${REF_SIMD:-native}")" || exit 1
+read -r -a ENV <<<"$caps"
 pin=()
 if command -v taskset >/dev/null && (($(nproc) >= 2)); then pin=(taskset -c 1); fi
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); REF_SIMD=${REF_SIMD:-native}"

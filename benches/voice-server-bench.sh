@@ -108,15 +108,8 @@ if [[ "$SKIP_OURS" != 1 ]]; then
   grep -E "precision auto|cpu_kernels" "$OUT.ours.log" | sed 's/^/  ours: /' | tee -a "$OUT.md" >&2 || true
 fi
 if [[ "$SKIP_REF" != 1 ]]; then
-  REF_ENV=()
-  case "${REF_SIMD:-native}" in
-    native) ;;
-    avx2 | avxvnni)
-      caps="$(benches/cap-reference.sh "$REF_SIMD")" || exit 1
-      read -r -a REF_ENV <<<"$caps"
-      ;;
-    *) echo "voice-server-bench: REF_SIMD=$REF_SIMD: native, avx2 or avxvnni" >&2; exit 1 ;;
-  esac
+  caps="$(benches/cap-reference.sh "${REF_SIMD:-native}")" || exit 1
+  read -r -a REF_ENV <<<"$caps"
   "${pin_server[@]}" env "${REF_ENV[@]}" .venv-hibari/bin/python "$SHARED/reference/reference_server.py" --engine hibari \
     --threads 1 --port "$REF_PORT" 2>"$OUT.ref.log" &
   ref_pid=$!
