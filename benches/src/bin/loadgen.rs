@@ -843,7 +843,7 @@ fn fmt_ratio(ours: Option<f64>, reference: Option<f64>) -> String {
 }
 
 /// Markdown tables: one row per (mode, connections) for runs, one per mode for idle memory.
-fn render_report(records: &[Value], ours: &str, reference: &str) -> String {
+fn render_report<'a>(records: &'a [Value], ours: &str, reference: &str) -> String {
     let label = |r: &Value| r.get("label").and_then(Value::as_str).unwrap_or("").to_string();
     let key = |r: &Value| {
         (
@@ -851,22 +851,20 @@ fn render_report(records: &[Value], ours: &str, reference: &str) -> String {
             r.get("connections").and_then(Value::as_u64).unwrap_or(0),
         )
     };
-    // Last record wins per (label, mode, connections); repeated runs of a key also get their
-    // utterances/s ratios pair by pair (the i-th run of one side against the i-th of the other).
-    let mut runs: BTreeMap<(String, u64), BTreeMap<String, &Value>> = BTreeMap::new();
-    let mut idle: BTreeMap<(String, u64), BTreeMap<String, &Value>> = BTreeMap::new();
-    let mut every: BTreeMap<(String, u64), BTreeMap<String, Vec<&Value>>> = BTreeMap::new();
+    // Every record per (mode, connections) and label, in order: the tables show the last; repeated
+    // runs of a key also get their utterances/s ratios pair by pair (the i-th run of one side
+    // against the i-th of the other).
+    let mut runs: BTreeMap<(String, u64), BTreeMap<String, Vec<&Value>>> = BTreeMap::new();
+    let mut idle: BTreeMap<(String, u64), BTreeMap<String, Vec<&Value>>> = BTreeMap::new();
     for r in records {
         let table = match r.get("kind").and_then(Value::as_str) {
-            Some("run") => {
-                every.entry(key(r)).or_default().entry(label(r)).or_default().push(r);
-                &mut runs
-            }
+            Some("run") => &mut runs,
             Some("idle_mem") => &mut idle,
             _ => continue,
         };
-        table.entry(key(r)).or_default().insert(label(r), r);
+        table.entry(key(r)).or_default().entry(label(r)).or_default().push(r);
     }
+    let last = |by_label: &BTreeMap<String, Vec<&'a Value>>, l: &str| by_label.get(l).and_then(|v| v.last().copied());
 
     let mut out = String::new();
     if !runs.is_empty() {
@@ -886,8 +884,7 @@ fn render_report(records: &[Value], ours: &str, reference: &str) -> String {
             ("errors", &["errors"], 0),
         ];
         for ((mode, conns), by_label) in &runs {
-            let o = by_label.get(ours).copied();
-            let r = by_label.get(reference).copied();
+            let (o, r) = (last(by_label, ours), last(by_label, reference));
             for (name, path, dec) in metrics {
                 let ov = o.and_then(|v| get_f64(v, path));
                 let rv = r.and_then(|v| get_f64(v, path));
@@ -899,7 +896,7 @@ fn render_report(records: &[Value], ours: &str, reference: &str) -> String {
                     fmt_num(rv, dec)
                 ));
             }
-            let side = |l: &str| every[&(mode.clone(), *conns)].get(l).cloned().unwrap_or_default();
+            let side = |l: &str| by_label.get(l).map_or(&[][..], Vec::as_slice);
             let mut ratios: Vec<f64> = side(ours)
                 .iter()
                 .zip(side(reference))
@@ -929,8 +926,7 @@ fn render_report(records: &[Value], ours: &str, reference: &str) -> String {
             ("VmRSS with conns open, KiB", "rss_after_kib", 0),
         ];
         for ((mode, conns), by_label) in &idle {
-            let o = by_label.get(ours).copied();
-            let r = by_label.get(reference).copied();
+            let (o, r) = (last(by_label, ours), last(by_label, reference));
             for (name, field, dec) in metrics {
                 let ov = o.and_then(|v| get_f64(v, &[field]));
                 let rv = r.and_then(|v| get_f64(v, &[field]));
