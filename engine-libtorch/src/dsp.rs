@@ -437,13 +437,13 @@ fn poly(x: f32, c: &[f32]) -> f32 {
     c.chunks(2).rev().fold(0.0, |acc: f32, p| acc.mul_add(x2, if p.len() == 2 { p[1].mul_add(x, p[0]) } else { p[0] }))
 }
 
-/// 1/n! for n = 2..=7 (the Taylor coefficients of e^x that [`exp`] sums by Horner).
+/// 1/n! for n = 2..=7 (the Taylor coefficients of e^x that [`exp`] sums by [`poly`]).
 const INV_FACT: [f32; 6] = [1.0 / 2.0, 1.0 / 6.0, 1.0 / 24.0, 1.0 / 120.0, 1.0 / 720.0, 1.0 / 5040.0];
 
 /// ln 2 in two parts: the first with few significant bits, so n·LN2_HI is exact for |n| < 2^8.
 #[allow(clippy::excessive_precision)] // an exact binary value, written in full
-const LN2_HI: f32 = 0.693_359_375;
-const LN2_LO: f32 = (std::f64::consts::LN_2 - 0.693_359_375) as f32;
+pub(crate) const LN2_HI: f32 = 0.693_359_375;
+pub(crate) const LN2_LO: f32 = (std::f64::consts::LN_2 - 0.693_359_375) as f32;
 
 /// e^x in float32 for x <= 88: x = n ln 2 + r with |r| <= ln 2 / 2, e^r by its Taylor series to
 /// r^7 (remainder < 5e-9 relative), 2^n from the exponent bits; below −87 it gives e^−87 instead

@@ -16,6 +16,7 @@
 //! of a loaded server's time.
 
 use crate::cpu::simd_fn;
+use crate::dsp::{LN2_HI, LN2_LO};
 
 /// Number of frequency bins (n_fft / 2 + 1).
 pub const BINS: usize = 601;
@@ -96,11 +97,6 @@ fn box_muller(x: u64) -> (f32, f32) {
 fn horner(z: f32, c: &[f32]) -> f32 {
     c.iter().rev().fold(0.0, |acc, &c| acc.mul_add(z, c))
 }
-
-/// ln 2 in two parts: the first with few significant bits, so k·LN2_HI is exact for |k| < 2^8.
-#[allow(clippy::excessive_precision)] // an exact binary value, written in full
-const LN2_HI: f32 = 0.693_359_375;
-const LN2_LO: f32 = (std::f64::consts::LN_2 - 0.693_359_375) as f32;
 
 /// ln((m + ½)/2^24) for 0 ≤ m < 2^24, in float32 to about an ulp. With v = 2m + 1 (odd, below
 /// 2^25) and 2^e the power of two nearest v on the log scale (v/2^e in [√2/2, √2)): ln u =
