@@ -253,8 +253,10 @@ pub enum Epilogue<'a> {
     Bias,
     /// gelu(dequant + bias), quantized per row for the next int8 matmul
     GeluQuantize,
-    /// x[m] += gamma ⊙ (dequant + bias), in place (gamma None: plain residual add)
-    Residual { x: &'a mut [f32], gamma: Option<&'a [f32]> },
+    /// rows[m] += gamma ⊙ (dequant + bias), in place (gamma None: plain residual add); each of
+    /// the M rows its own slice, so they can lie in different buffers ([`rows_mut`] cuts one
+    /// [M, N] buffer into them)
+    Residual { rows: Vec<&'a mut [f32]>, gamma: Option<&'a [f32]> },
 }
 
 /// The result of [`QWeight::forward`] for each [`Epilogue`].
@@ -296,10 +298,11 @@ simd_fn! {
 }
 
 simd_fn! {
-    fn residual_impl(acc: &[i32], w: &QWeight, x: RowScales<'_>, res: &mut [f32], gamma: Option<&[f32]>) {
+    fn residual_impl(acc: &[i32], w: &QWeight, x: RowScales<'_>, res: &mut [&mut [f32]], gamma: Option<&[f32]>) {
         let n = w.colsum.len();
         let (colsum, bias) = (&w.colsum[..], &w.bias[..n]);
-        for (m, (a, r)) in acc.chunks_exact(n).zip(res.chunks_exact_mut(n)).enumerate() {
+        for (m, (a, r)) in acc.chunks_exact(n).zip(res.iter_mut()).enumerate() {
+            let r = &mut r[..n];
             let (corr, s) = (x.corr[m], x.scale[m] * w.scale);
             let terms = r.iter_mut().zip(a.iter().zip(colsum).zip(bias));
             match gamma {
@@ -376,7 +379,9 @@ impl QWeight {
         match epilogue {
             Epilogue::Bias => float = Some(Tensor::empty([m as i64, n as i64], (Kind::Float, Device::Cpu))),
             Epilogue::GeluQuantize => quant = Some(QRows::new(m, n)),
-            Epilogue::Residual { ref x, .. } => assert_eq!(x.len(), m * n, "residual shape"),
+            Epilogue::Residual { ref rows, .. } => {
+                assert!(rows.len() == m && rows.iter().all(|r| r.len() == n), "residual shape")
+            }
         }
         let mut view = float.as_mut().map(f32s_mut);
         // Rows in blocks whose int32 sums stay in L2 for the epilogue (every row's result
@@ -399,7 +404,7 @@ impl QWeight {
                         let r = quant.as_mut().expect("made above");
                         gelu_quantize_impl(acc, self, xb, &mut r.q[at], &mut r.scale[rows.clone()], &mut r.corr[rows])
                     }
-                    Epilogue::Residual { x: res, gamma } => residual_impl(acc, self, xb, &mut res[at], *gamma),
+                    Epilogue::Residual { rows: res, gamma } => residual_impl(acc, self, xb, &mut res[rows], *gamma),
                 }
             });
             r0 = r1;
@@ -410,6 +415,11 @@ impl QWeight {
             Epilogue::Residual { .. } => Out::Done,
         }
     }
+}
+
+/// The rows of a row-major [M, n] buffer, one slice each (for [`Epilogue::Residual`]).
+pub fn rows_mut(x: &mut [f32], n: usize) -> Vec<&mut [f32]> {
+    x.chunks_exact_mut(n).collect()
 }
 
 /// The scales and corrections of a block of [`QRows`]' rows.
@@ -979,7 +989,7 @@ mod tests {
             let Out::Float(y) = qw.forward(&qx, Epilogue::Bias) else { panic!() };
             let Out::Quant(g) = qw.forward(&qx, Epilogue::GeluQuantize) else { panic!() };
             let mut res = res0.narrow(0, rows.start as i64, rows.len() as i64).copy();
-            qw.forward(&qx, Epilogue::Residual { x: f32s_mut(&mut res), gamma: Some(f32s(&gamma)) });
+            qw.forward(&qx, Epilogue::Residual { rows: rows_mut(f32s_mut(&mut res), n), gamma: Some(f32s(&gamma)) });
             (y, g, res)
         };
         assert_eq!(all.q.len(), m * k);
@@ -1016,7 +1026,7 @@ mod tests {
         let Out::Float(yp) = part.forward(&qx, Epilogue::Bias) else { panic!() };
         assert!(yp.equal(&y.narrow(1, 8, 8)));
         let mut res = Tensor::zeros([13, 24], (Kind::Float, Device::Cpu));
-        qw.forward(&qx, Epilogue::Residual { x: f32s_mut(&mut res), gamma: None });
+        qw.forward(&qx, Epilogue::Residual { rows: rows_mut(f32s_mut(&mut res), 24), gamma: None });
         assert!(res.equal(&y));
         let Out::Quant(g) = qw.forward(&qx, Epilogue::GeluQuantize) else { panic!() };
         let want = quantize(f32s(&y.gelu("none").contiguous()), 24);

@@ -133,14 +133,15 @@ pub(super) fn depthwise_int8(b: &QBlock, x: &Tensor, seqs: &[usize], dil: usize,
 
 /// The rest of a ConvNeXt block, row by row: x += gamma ⊙ pw2(gelu(pw1(LN(u)))), in place.
 pub(super) fn pointwise_int8(b: &QBlock, u: &Tensor, x: &mut Tensor) {
-    pointwise_rows(b, f32s(u), f32s_mut(x));
+    let c = b.db.size()[0] as usize;
+    pointwise_rows(b, f32s(u), rows_mut(f32s_mut(x), c));
 }
 
-/// [`pointwise_int8`] on rows [n, C] as slices.
-fn pointwise_rows(b: &QBlock, u: &[f32], x: &mut [f32]) {
+/// [`pointwise_int8`] on u's rows [n, C] as a slice, into x's n rows wherever they lie.
+fn pointwise_rows(b: &QBlock, u: &[f32], x: Vec<&mut [f32]>) {
     let q = layernorm_quantize(u, f32s(&b.norm.0), f32s(&b.norm.1));
     let Out::Quant(h) = b.pw1.forward(&q, Epilogue::GeluQuantize) else { unreachable!("quantized rows") };
-    b.pw2.forward(&h, Epilogue::Residual { x, gamma: Some(f32s(&b.gamma)) });
+    b.pw2.forward(&h, Epilogue::Residual { rows: x, gamma: Some(f32s(&b.gamma)) });
 }
 
 /// One transformer pass of the int8 path on x [L, C] (one sentence), updated in place. The
@@ -152,10 +153,10 @@ pub(super) fn tl_int8(l: &QLayer, x: &mut Tensor) {
     let Out::Float(qkv) = l.in_proj.forward(&q, Epilogue::Bias) else { unreachable!("floats") };
     let o = attention(f32s(&qkv), c as usize, 2);
     let qo = quantize(&o, c as usize);
-    l.out_proj.forward(&qo, Epilogue::Residual { x: f32s_mut(x), gamma: None });
+    l.out_proj.forward(&qo, Epilogue::Residual { rows: rows_mut(f32s_mut(x), c as usize), gamma: None });
     let q = layernorm_quantize(f32s(x), f32s(&l.norm2.0), f32s(&l.norm2.1));
     let Out::Quant(h) = l.linear1.forward(&q, Epilogue::GeluQuantize) else { unreachable!("quantized rows") };
-    l.linear2.forward(&h, Epilogue::Residual { x: f32s_mut(x), gamma: None });
+    l.linear2.forward(&h, Epilogue::Residual { rows: rows_mut(f32s_mut(x), c as usize), gamma: None });
 }
 
 /// The int8 path ([`Precision::Int8`]): the same network with int8 Linear layers and the
@@ -247,11 +248,11 @@ impl Hibari {
                 }
             })
             .collect();
-        // the layers' rows live in plain buffers (no tensor ops per layer): the new rows of
-        // every item that needs them, one item after the other
+        // the layers' rows live in plain buffers (no tensor ops per layer), each layer's new rows
+        // computed straight into their items' states
         let (mut x, mut u) = (Vec::new(), Vec::new());
         for l in 0..LAYERS {
-            // rows [hi, t) of layer l, per item that needs them
+            // rows [hi, t) of layer l, per item that needs them (in the items' order)
             let todo: Vec<(usize, usize, usize)> = items
                 .iter()
                 .zip(&states)
@@ -264,47 +265,48 @@ impl Hibari {
             if todo.is_empty() {
                 continue;
             }
-            let total: usize = todo.iter().map(|&(_, hi, t)| t - hi).sum();
-            x.resize(total * C, 0.0);
             if l == 0 {
                 // m.dec_in's rows [hi, t) from the tokens' taps, zero outside the sentence
-                let mut rest = &mut x[..];
                 for &(i, hi, t) in &todo {
                     let p = items[i].0;
                     let taps = p.dec_taps.as_ref().expect("an int8 path's prosody");
-                    let (out, more) = rest.split_at_mut((t - hi) * C);
-                    q.dec_in.rows(f32s(taps), &p.fine_tokens(), f32s(&p.z), hi, t, out);
-                    rest = more;
+                    let rows = &mut states[i].rows[0].1;
+                    let at = rows.len();
+                    rows.resize(at + (t - hi) * C, 0.0);
+                    q.dec_in.rows(f32s(taps), &p.fine_tokens(), f32s(&p.z), hi, t, &mut rows[at..]);
                 }
-            } else {
-                // block l − 1: its depthwise conv on the previous layer's rows [hi − 3, t + 3)
-                // (clipped to the sentence), the rest of the block on the new rows only, which
-                // start as those rows of the previous layer (the residual)
-                let block = blocks[l - 1];
-                let (wk, db) = (f32s(&block.wk), f32s(&block.db));
-                u.resize(total * C, 0.0);
-                let mut at = 0;
-                for &(i, hi, t) in &todo {
-                    let (lo, prev) = &states[i].rows[l - 1];
-                    let (wa, wb) = (hi.saturating_sub(3), (t + 3).min(items[i].0.frames));
-                    assert!(*lo <= wa && wb <= lo + prev.len() / C, "layer {l} rows missing");
-                    let window = &prev[(wa - lo) * C..(wb - lo) * C];
-                    let n = (t - hi) * C;
-                    x[at..at + n].copy_from_slice(&window[(hi - wa) * C..(hi - wa) * C + n]);
-                    dwconv_rows(window, C, wk, db, 1, hi - wa, &mut u[at..at + n]);
-                    at += n;
-                }
-                pointwise_rows(block, &u, &mut x);
+                continue;
             }
+            // block l − 1: its depthwise conv on the previous layer's rows [hi − 3, t + 3)
+            // (clipped to the sentence), the rest of the block on the new rows only, which
+            // start as those rows of the previous layer (the residual)
+            let block = blocks[l - 1];
+            let (wk, db) = (f32s(&block.wk), f32s(&block.db));
+            let total: usize = todo.iter().map(|&(_, hi, t)| t - hi).sum();
+            u.resize(total * C, 0.0);
             let mut at = 0;
-            for &(i, _, t) in &todo {
-                let s = &mut states[i];
-                let n = (t - s.hi(l)) * C;
-                s.rows[l].1.extend_from_slice(&x[at..at + n]);
+            for &(i, hi, t) in &todo {
+                let (below, this) = states[i].rows.split_at_mut(l);
+                let (lo, prev) = &below[l - 1];
+                let (wa, wb) = (hi.saturating_sub(3), (t + 3).min(items[i].0.frames));
+                assert!(*lo <= wa && wb <= lo + prev.len() / C, "layer {l} rows missing");
+                let window = &prev[(wa - lo) * C..(wb - lo) * C];
+                let n = (t - hi) * C;
+                this[0].1.extend_from_slice(&window[(hi - wa) * C..(hi - wa) * C + n]);
+                dwconv_rows(window, C, wk, db, 1, hi - wa, &mut u[at..at + n]);
                 at += n;
-                if l > 0 {
-                    s.keep_from(l - 1, t.saturating_sub(3)); // what layer l's next rows read
+            }
+            let mut todo_at = todo.iter().peekable();
+            let mut rows = Vec::with_capacity(total);
+            for (i, s) in states.iter_mut().enumerate() {
+                if let Some(&(_, hi, _)) = todo_at.next_if(|&&(j, _, _)| j == i) {
+                    let (lo, r) = &mut s.rows[l];
+                    rows.extend(r[(hi - *lo) * C..].chunks_exact_mut(C));
                 }
+            }
+            pointwise_rows(block, &u, rows);
+            for &(i, _, t) in &todo {
+                states[i].keep_from(l - 1, t.saturating_sub(3)); // what layer l's next rows read
             }
         }
         // dec_norm and the head on the last layer's rows [a, b)

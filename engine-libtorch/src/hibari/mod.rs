@@ -23,8 +23,8 @@ use tch::{Device, Kind, Tensor};
 use crate::cpu::Level;
 use crate::dsp::{Dsp, SpectralFrames, HOP, N_BINS};
 use crate::kernels::{
-    attention, dwconv, dwconv_rows, f32s, f32s_mut, layernorm_quantize, quantize, DecIn, Epilogue, LinearF32, Out,
-    QWeight,
+    attention, dwconv, dwconv_rows, f32s, f32s_mut, layernorm_quantize, quantize, rows_mut, DecIn, Epilogue, LinearF32,
+    Out, QWeight,
 };
 use crate::noise::NoiseSource;
 use crate::onnx::{Model, OnnxError};
