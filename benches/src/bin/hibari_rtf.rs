@@ -8,9 +8,10 @@
 //! For each text file: one warm-up, then `--repeat` timed runs of the whole chain from text: the Rust
 //! front end (sentence split, G2P), then per sentence the prosody pass and the decoder + DSP.
 //! Two ways per run:
-//! - `streamed`: each sentence in frame chunks (`--first-frames`, `--chunk-frames`, then
-//!   `--max-chunk-frames`), the way the
-//!   server streams; time to first audio = to the first chunk of the first sentence.
+//! - `streamed`: each sentence in frame chunks the way the server streams an utterance: the first
+//!   sentence in `--first-frames`, `--chunk-frames`, then `--max-chunk-frames`; each later one
+//!   from `--chunk-frames` (the client already has audio to play by then); time to first audio =
+//!   to the first chunk of the first sentence.
 //! - `whole`: each sentence decoded at once (`Hibari::synthesize`), as the Python package does.
 //!
 //! Per run also the process CPU time (user + system, all threads) over the same span.
@@ -43,10 +44,11 @@ struct Args {
     seed: u64,
     #[arg(long, default_value_t = 1.0)]
     speed: f32,
-    /// Frames (12.5 ms) in the first streamed chunk of a sentence.
+    /// Frames (12.5 ms) in the first streamed chunk of the text's first sentence (as the server:
+    /// `HibariOptions::first_chunk_frames`).
     #[arg(long, default_value_t = 16)]
     first_frames: usize,
-    /// Frames in the second streamed chunk.
+    /// Frames in the second streamed chunk, and in the first of each later sentence.
     #[arg(long, default_value_t = 80)]
     chunk_frames: usize,
     /// Frames in each later streamed chunk (as the server: `HibariOptions::max_chunk_frames`).
@@ -141,7 +143,9 @@ fn main() -> ExitCode {
             let noise = NoiseSource::new(a.seed, i as u64);
             let p = h.prosody(&ids, a.speed);
             if streamed {
-                for r in stream_ranges(p.frames, a.first_frames, a.chunk_frames, a.max_chunk_frames) {
+                // as the scheduler: only the utterance's first chunk is small
+                let lead = if i == 0 { a.first_frames } else { a.chunk_frames };
+                for r in stream_ranges(p.frames, lead, a.chunk_frames, a.max_chunk_frames) {
                     samples += h.synthesize_chunk(&p, r.start, r.end, &noise).size()[0] as usize;
                     first.get_or_insert_with(|| t.elapsed().as_secs_f64());
                 }
