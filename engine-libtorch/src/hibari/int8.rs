@@ -250,7 +250,7 @@ impl Hibari {
             .collect();
         // the layers' rows live in plain buffers (no tensor ops per layer), each layer's new rows
         // computed straight into their items' states
-        let (mut x, mut u) = (Vec::new(), Vec::new());
+        let mut u = Vec::new();
         for l in 0..LAYERS {
             // rows [hi, t) of layer l, per item that needs them (in the items' order)
             let todo: Vec<(usize, usize, usize)> = items
@@ -310,7 +310,7 @@ impl Hibari {
             }
         }
         // dec_norm and the head on the last layer's rows [a, b)
-        x.clear();
+        let mut x = Vec::new();
         for (&(_, a, b), s) in items.iter().zip(&states) {
             let (lo, rows) = &s.rows[LAYERS - 1];
             x.extend_from_slice(&rows[(a - lo) * C..(b - lo) * C]);
