@@ -284,25 +284,22 @@ impl Hibari {
             let (wk, db) = (f32s(&block.wk), f32s(&block.db));
             let total: usize = todo.iter().map(|&(_, hi, t)| t - hi).sum();
             u.resize(total * C, 0.0);
-            let mut at = 0;
-            for &(i, hi, t) in &todo {
-                let (below, this) = states[i].rows.split_at_mut(l);
+            let (mut at, mut rows) = (0, Vec::with_capacity(total));
+            let mut todo_at = todo.iter().peekable();
+            for (i, s) in states.iter_mut().enumerate() {
+                let Some(&(_, hi, t)) = todo_at.next_if(|&&(j, _, _)| j == i) else { continue };
+                let (below, this) = s.rows.split_at_mut(l);
                 let (lo, prev) = &below[l - 1];
                 let (wa, wb) = (hi.saturating_sub(3), (t + 3).min(items[i].0.frames));
                 assert!(*lo <= wa && wb <= lo + prev.len() / C, "layer {l} rows missing");
                 let window = &prev[(wa - lo) * C..(wb - lo) * C];
                 let n = (t - hi) * C;
-                this[0].1.extend_from_slice(&window[(hi - wa) * C..(hi - wa) * C + n]);
+                let new = &mut this[0].1;
+                new.extend_from_slice(&window[(hi - wa) * C..(hi - wa) * C + n]);
                 dwconv_rows(window, C, wk, db, 1, hi - wa, &mut u[at..at + n]);
                 at += n;
-            }
-            let mut todo_at = todo.iter().peekable();
-            let mut rows = Vec::with_capacity(total);
-            for (i, s) in states.iter_mut().enumerate() {
-                if let Some(&(_, hi, _)) = todo_at.next_if(|&&(j, _, _)| j == i) {
-                    let (lo, r) = &mut s.rows[l];
-                    rows.extend(r[(hi - *lo) * C..].chunks_exact_mut(C));
-                }
+                let from = new.len() - n;
+                rows.extend(new[from..].chunks_exact_mut(C));
             }
             pointwise_rows(block, &u, rows);
             for &(i, _, t) in &todo {
