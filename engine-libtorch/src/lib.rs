@@ -30,7 +30,9 @@ pub mod workers;
 
 pub use cpu::Level;
 pub use engine::HibariEngine;
-pub use hibari::{chunk_ranges, stream_ranges, Hibari, HibariError, Precision, PrecisionChoice, Prosody, Spectra};
+pub use hibari::{
+    chunk_ranges, sentence_ranges, stream_ranges, Hibari, HibariError, Precision, PrecisionChoice, Prosody, Spectra,
+};
 pub use noise::NoiseSource;
 pub use onnx::{read_initializers, DataType, Model, OnnxError, Tensor};
 pub use options::{HibariOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE};

@@ -28,7 +28,7 @@ use speechstream_core::engine::{
 
 use crate::dsp::SAMPLE_RATE;
 use crate::g2p::{FrontEnd, Sentence};
-use crate::hibari::{stream_ranges, Hibari, Prosody, SAMPLES_PER_FRAME};
+use crate::hibari::{sentence_ranges, Hibari, Prosody, SAMPLES_PER_FRAME};
 use crate::noise::NoiseSource;
 use crate::options::HibariOptions;
 use crate::pacing::{self, Candidate, ChunkSizes, Costs, Outlook, Pace, Pacing, Speed, Work};
@@ -289,12 +289,12 @@ impl Scheduler {
         for _ in 0..2 {
             let started = Instant::now();
             let (mut samples, mut chars, mut prosody_s) = (0, 0, 0.0);
-            for sentence in voice.front_end.sentences(TEXT) {
+            for (index, sentence) in (0..).zip(voice.front_end.sentences(TEXT)) {
                 let prosody = voice.model.prosody(&voice.model.ids(&sentence.phonemes), 1.0);
                 chars += sentence.phonemes.chars().count();
                 prosody_s = started.elapsed().as_secs_f64();
                 let noise = NoiseSource::new(0, 0);
-                for r in stream_ranges(prosody.frames, self.first_chunk, self.chunk, self.max_chunk) {
+                for r in sentence_ranges(prosody.frames, index, self.first_chunk, self.chunk, self.max_chunk) {
                     samples += voice.model.synthesize_chunk(&prosody, r.start, r.end, &noise).numel();
                 }
             }
@@ -619,10 +619,8 @@ impl Scheduler {
                     job.pending.push_back(EngineEventKind::Words(timings));
                 }
             }
-            // Only the utterance's first chunk needs to be small: later sentences start while the
-            // client still has the previous ones to play.
-            let first = if job.started_sentences == 0 { self.first_chunk } else { self.chunk };
-            let ranges = stream_ranges(prosody.frames, first, self.chunk, self.max_chunk);
+            let ranges =
+                sentence_ranges(prosody.frames, job.started_sentences, self.first_chunk, self.chunk, self.max_chunk);
             let noise = NoiseSource::new(job.seed, job.started_sentences);
             job.started_sentences += 1;
             job.current = Some(Current { prosody, ranges, next: 0, noise });

@@ -25,7 +25,7 @@ use std::time::Instant;
 use clap::Parser;
 use serde_json::json;
 use speechstream_engine_libtorch::g2p::FrontEnd;
-use speechstream_engine_libtorch::{keep_freed_memory, stream_ranges, Hibari, NoiseSource, Precision};
+use speechstream_engine_libtorch::{keep_freed_memory, sentence_ranges, Hibari, NoiseSource, Precision};
 use tch::Device;
 
 #[derive(Parser)]
@@ -143,9 +143,7 @@ fn main() -> ExitCode {
             let noise = NoiseSource::new(a.seed, i as u64);
             let p = h.prosody(&ids, a.speed);
             if streamed {
-                // as the scheduler: only the utterance's first chunk is small
-                let lead = if i == 0 { a.first_frames } else { a.chunk_frames };
-                for r in stream_ranges(p.frames, lead, a.chunk_frames, a.max_chunk_frames) {
+                for r in sentence_ranges(p.frames, i as u64, a.first_frames, a.chunk_frames, a.max_chunk_frames) {
                     samples += h.synthesize_chunk(&p, r.start, r.end, &noise).size()[0] as usize;
                     first.get_or_insert_with(|| t.elapsed().as_secs_f64());
                 }

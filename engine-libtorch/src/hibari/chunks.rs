@@ -44,9 +44,24 @@ pub fn stream_ranges(frames: usize, first: usize, size: usize, max: usize) -> Ve
     out
 }
 
+/// [`stream_ranges`] of an utterance's sentence `index` (0 = its first), as the server streams
+/// it: only the utterance's first chunk is `first` frames; a later sentence starts at `size`,
+/// while the client still has the earlier ones to play.
+pub fn sentence_ranges(frames: usize, index: u64, first: usize, size: usize, max: usize) -> Vec<Range<usize>> {
+    stream_ranges(frames, if index == 0 { first } else { size }, size, max)
+}
+
 #[cfg(test)]
 mod stream_ranges_tests {
     use super::stream_ranges;
+
+    #[test]
+    fn only_an_utterances_first_sentence_starts_small() {
+        use super::sentence_ranges;
+        assert_eq!(sentence_ranges(320, 0, 16, 80, 200), stream_ranges(320, 16, 80, 200));
+        assert_eq!(sentence_ranges(320, 1, 16, 80, 200), vec![0..80, 80..160, 160..320]);
+        assert_eq!(sentence_ranges(320, 7, 16, 80, 200), vec![0..80, 80..160, 160..320]);
+    }
 
     #[test]
     fn a_short_tail_joins_the_chunk_before() {

@@ -54,7 +54,7 @@ mod load;
 mod precision;
 mod prosody;
 
-pub use chunks::{chunk_ranges, stream_ranges};
+pub use chunks::{chunk_ranges, sentence_ranges, stream_ranges};
 pub use error::HibariError;
 pub(crate) use int8::DecState;
 use int8::Int8;
