@@ -14,7 +14,7 @@ use speechstream_core::session::SessionOptions;
 use speechstream_core::synthetic::{SyntheticEngine, SyntheticOptions, DEFAULT_MODEL_NAME};
 use speechstream_core::wyoming::{FrameLimits, WyomingOptions, WyomingVoice};
 use speechstream_engine_libtorch::{HibariEngine, HibariOptions};
-use speechstream_transports::{serve_with_wyoming, ServerConfig, WyomingListener};
+use speechstream_transports::{bind, raise_descriptor_limit, serve_with_wyoming, ServerConfig, WyomingListener};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
@@ -122,18 +122,33 @@ struct ServeArgs {
     /// or `?api_key=KEY` in the URL (browsers' WebSocket API cannot set headers).
     #[arg(long, value_name = "KEY", value_parser = api_key)]
     api_key: Option<String>,
-    /// Connections served at once (WebSocket sessions and HTTP connections); past it new ones
-    /// are refused clearly: HTTP 503, or a WebSocket closed with 1013 [default: no limit].
+    /// Connections served at once (WebSocket and Wyoming sessions, HTTP connections); past it
+    /// new ones are refused clearly: HTTP 503, or a WebSocket closed with 1013. A connection
+    /// takes its slot with its first complete request, so silent sockets hold none; when all
+    /// are taken, the oldest idle keep-alive connection gives its slot up [default: the socket
+    /// budget (--max-sockets) less 64].
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = positive_count)]
     max_connections: Option<usize>,
-    /// TCP connections held at once, counting those being refused; past it a new connection
-    /// is answered at accept with a fixed HTTP 503 and closed, nothing read, so floods of idle
-    /// connections can't exhaust descriptors [default: --max-connections + 64, else the
-    /// descriptor limit (ulimit -n) less 64].
+    /// TCP connections held at once, counting those being refused and those not yet heard
+    /// from. When it is full a new connection has the oldest spare one closed (silent,
+    /// trickling a request head, idle between requests); only when none is spare is it
+    /// answered at accept with a fixed HTTP 503 and closed [default: --max-connections + 64,
+    /// else the descriptor limit less 64; at start the soft descriptor limit is raised to the
+    /// hard one].
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = positive_count)]
     max_sockets: Option<usize>,
+    /// Connections held at once from one IP address, answered or not; past it a new one gets
+    /// a fixed HTTP 429 at accept. For servers without a proxy in front (behind one, every
+    /// client is the proxy's address) [default: no limit].
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = positive_count)]
+    max_connections_per_ip: Option<usize>,
+    /// Seconds a new connection may stay silent before it is closed (capped at
+    /// --header-timeout); meanwhile it holds no connection slot.
+    #[arg(long, value_name = "SECONDS", default_value = "5", allow_negative_numbers = true, value_parser = positive_seconds)]
+    first_byte_timeout: Duration,
     /// Seconds a peer may take to send an HTTP request's head (the WebSocket handshake
-    /// included); also how long an idle keep-alive connection is kept.
+    /// included) or a Wyoming event's header; also how long an idle keep-alive connection is
+    /// kept.
     #[arg(long, value_name = "SECONDS", default_value = "30", allow_negative_numbers = true, value_parser = positive_seconds)]
     header_timeout: Duration,
     /// Seconds a peer may take to send an HTTP request's whole body (else 408).
@@ -492,6 +507,11 @@ fn voice_alias(value: &str) -> Result<(String, String), String> {
 }
 
 async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
+    // Before anything opens a file: the socket budget follows from what the operator allows.
+    match raise_descriptor_limit() {
+        Some((soft, hard)) => info!(soft, hard, "descriptor limit"),
+        None => warn!("cannot read the descriptor limit"),
+    }
     let engine: Arc<dyn Engine> = match args.engine {
         EngineKind::Hibari => Arc::new(args.voice.engine(args.served_model_name.first().cloned())?),
         EngineKind::Synthetic => Arc::new(SyntheticEngine::new(SyntheticOptions {
@@ -505,9 +525,7 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
     let wyoming = match args.wyoming_port {
         Some(port) => {
             let address = format!("{}:{port}", args.host);
-            let listener = tokio::net::TcpListener::bind(&address)
-                .await
-                .map_err(|e| format!("cannot listen for wyoming on {address}: {e}"))?;
+            let listener = bind(&address).await.map_err(|e| format!("cannot listen for wyoming on {address}: {e}"))?;
             Some(WyomingListener { listener, options: wyoming_options(&args, engine.capabilities().voices.as_slice()) })
         }
         None => None,
@@ -527,6 +545,8 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
     config.api_key = args.api_key.clone();
     config.max_connections = args.max_connections;
     config.max_sockets = args.max_sockets;
+    config.max_connections_per_ip = args.max_connections_per_ip;
+    config.first_byte_timeout = args.first_byte_timeout;
     config.header_timeout = args.header_timeout;
     config.body_timeout = args.body_timeout;
     config.write_timeout = args.write_timeout;
@@ -545,8 +565,7 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
     }
 
     let address = format!("{}:{}", args.host, args.port);
-    let listener =
-        tokio::net::TcpListener::bind(&address).await.map_err(|e| format!("cannot listen on {address}: {e}"))?;
+    let listener = bind(&address).await.map_err(|e| format!("cannot listen on {address}: {e}"))?;
     let local: Option<SocketAddr> = listener.local_addr().ok();
     info!(
         address = ?local,

@@ -9,8 +9,13 @@ mod handshake;
 mod http;
 mod memory;
 mod peers;
+mod sockets;
 mod stalls;
 mod wyoming;
+// The server as a child process (tests/deploy's), for the descriptor-limit tests.
+#[allow(dead_code)]
+#[path = "../deploy/process.rs"]
+mod process;
 // The wire tests' server and clients; not every helper is used here.
 #[allow(dead_code)]
 #[path = "../wire/support.rs"]

@@ -222,7 +222,7 @@ async fn a_client_that_never_reads_is_dropped_and_its_request_aborted() {
 }
 
 // Wyoming connections count against --max-connections like the others, and a refused one is
-// told why.
+// told why (at its first event: a socket holds a slot only once it has sent one, issue 36).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wyoming_connections_share_the_connection_limit() {
     let engine = Recorded::new(SyntheticEngine::new(SyntheticOptions::default()));
@@ -232,8 +232,38 @@ async fn wyoming_connections_share_the_connection_limit() {
     let mut first = Peer::connect(wyoming).await;
     first.describe().await;
     let mut second = Peer::connect(wyoming).await;
+    second.send(&event("describe", json!({}))).await;
     let (code, text) = second.error_then_close().await;
     assert_eq!((code.as_str(), text.as_str()), ("busy", "server at capacity (1 connections); retry later"));
     drop(first);
+    server.shutdown().await;
+}
+
+// Issue 36: Wyoming sockets that send nothing, or trickle an event's header, used to take a
+// --max-connections slot each at accept: with the slots full of them, Home Assistant got
+// "busy". They hold none now, and past the first-byte deadline the silent ones are closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_wyoming_sockets_hold_no_slot() {
+    let engine = Recorded::new(SyntheticEngine::new(SyntheticOptions::default()));
+    let mut config = ServerConfig::new(SessionOptions::default());
+    config.max_connections = Some(2);
+    config.first_byte_timeout = Duration::from_secs(1);
+    let (server, wyoming) = TestServer::start_with_wyoming(engine, config, WyomingOptions::default()).await;
+    let mut silent = Vec::new();
+    for _ in 0..4 {
+        silent.push(Peer::connect(wyoming).await);
+    }
+    let mut trickling = Peer::connect(wyoming).await;
+    trickling.send(b"{\"type\":\"desc").await;
+    for _ in 0..2 {
+        assert_eq!(Peer::connect(wyoming).await.describe().await["tts"][0]["supports_synthesize_streaming"], true);
+    }
+    // The silent ones are closed at the deadline, unanswered; the one that sent a byte is not.
+    for peer in &mut silent {
+        assert_eq!(peer.next().await, Got::Closed);
+    }
+    assert_eq!(metric(&server, "speechstream_sockets_closed_total{reason=\"first_byte_timeout\"}").await, 4);
+    trickling.send(b"ribe\"}\n").await;
+    assert!(matches!(trickling.next().await, Got::Event(kind, _, _) if kind == "info"));
     server.shutdown().await;
 }

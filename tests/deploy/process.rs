@@ -29,7 +29,22 @@ impl Server {
 
     /// The same with the engine named.
     pub fn start_engine(engine: &str, args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_speechstream"))
+        Server::start_under(&[], engine, args)
+    }
+
+    /// The same, run by a launcher (`wrapper` then the binary's path, e.g. `prlimit
+    /// --nofile=128:128`).
+    pub fn start_under(wrapper: &[&str], engine: &str, args: &[&str]) -> Server {
+        let binary = env!("CARGO_BIN_EXE_speechstream");
+        let mut command = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut command = Command::new(program);
+                command.args(rest).arg(binary);
+                command
+            }
+            None => Command::new(binary),
+        };
+        let mut child = command
             .args(["serve", "--engine", engine, "--host", "127.0.0.1", "--port", "0"])
             .args(args)
             .env("RUST_LOG", "info")

@@ -1,7 +1,6 @@
 //! One accepted TCP connection: HTTP/1.1 requests, then possibly the WebSocket.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,8 +13,10 @@ use tokio::sync::watch;
 use tracing::{debug, info_span, Instrument};
 
 use crate::context::{Admission, ConnectionContext, UpgradeSlot};
+use crate::metrics::{Closed, Refusal};
 use crate::routes;
 use crate::shared::{stopping, Shared};
+use crate::sockets::{Busy, Socket};
 use crate::websocket;
 use crate::write_timeout::WriteTimeout;
 
@@ -23,43 +24,59 @@ use crate::write_timeout::WriteTimeout;
 const REFUSAL_LINGER: Duration = Duration::from_secs(2);
 const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
 
+/// Serve one accepted socket until it ends, is closed to make room for another, or (silent)
+/// passes the first-byte deadline. `refused`: turned away at accept (while draining).
 pub(crate) async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
-    id: u64,
-    admission: Admission,
+    socket: Socket,
+    refused: Option<Refusal>,
     shared: Arc<Shared>,
     stop: watch::Receiver<bool>,
-    socket: SocketCount,
 ) {
-    let _socket = socket;
-    let span = info_span!("conn", id, %peer);
-    let context = Arc::new(ConnectionContext::new(id, admission));
-    let admitted = admission == Admission::Admitted;
-    run(stream, context, shared.clone(), stop).instrument(span).await;
-    if admitted {
-        shared.metrics.connection_closed();
+    let span = info_span!("conn", id = socket.id, %peer);
+    let context = Arc::new(ConnectionContext::new(socket, refused));
+    async {
+        tokio::select! {
+            _ = run(stream, context.clone(), shared, stop) => {}
+            _ = context.socket.closed_for_room() => debug!("closed to make room for another connection"),
+        }
     }
+    .instrument(span)
+    .await;
 }
 
-/// One accepted socket in `sockets_open`, from its accept until its task ends or is dropped
-/// (at shutdown).
-pub(crate) struct SocketCount(Arc<Shared>);
-
-impl SocketCount {
-    pub(crate) fn held(shared: &Arc<Shared>) -> SocketCount {
-        shared.metrics.sockets_open.fetch_add(1, Ordering::Relaxed);
-        SocketCount(shared.clone())
-    }
-}
-
-impl Drop for SocketCount {
-    fn drop(&mut self) {
-        self.0.metrics.sockets_open.fetch_sub(1, Ordering::Relaxed);
+/// Wait for the peer's first byte, for at most `deadline` (or until the server stops): false
+/// when the socket is to be closed unanswered.
+pub(crate) async fn first_byte(
+    stream: &TcpStream,
+    deadline: Duration,
+    shared: &Shared,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let mut byte = [0u8; 1];
+    tokio::select! {
+        peeked = tokio::time::timeout(deadline, stream.peek(&mut byte)) => match peeked {
+            Ok(Ok(n)) => n > 0,
+            Ok(Err(e)) => {
+                debug!(error = %e, "read from client failed");
+                false
+            }
+            Err(_) => {
+                debug!(?deadline, "nothing received within the first-byte deadline");
+                shared.metrics.socket_closed(Closed::FirstByte);
+                false
+            }
+        },
+        // Nothing asked yet, so nothing to finish.
+        _ = stopping(stop) => false,
     }
 }
 
 async fn run(stream: TcpStream, context: Arc<ConnectionContext>, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    if !first_byte(&stream, shared.first_byte_timeout, &shared, &mut stop).await {
+        return;
+    }
     let slot: UpgradeSlot = Arc::new(Mutex::new(None));
     let service = {
         let shared = shared.clone();
@@ -81,9 +98,9 @@ async fn run(stream: TcpStream, context: Arc<ConnectionContext>, shared: Arc<Sha
     let mut http = Box::pin(http);
     let served = tokio::select! {
         served = http.as_mut() => served,
-        // A refused connection answers its one request even while the server drains (that
-        // answer is the point); the server ends it after the drain if it lingers.
-        _ = stopping(&mut stop), if context.admission == Admission::Admitted => {
+        // A connection refused at accept answers its one request even while the server drains
+        // (that answer is the point); the server ends it after the drain if it lingers.
+        _ = stopping(&mut stop), if context.admission().is_none() => {
             http.as_mut().graceful_shutdown();
             http.as_mut().await
         }
@@ -97,10 +114,10 @@ async fn run(stream: TcpStream, context: Arc<ConnectionContext>, shared: Arc<Sha
     // its socket) waiting forever, e.g. when the peer reset before the 101 was written.
     drop(http);
     let upgrade = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
-    if let Some(upgrade) = upgrade {
-        match (upgrade.await, context.admission) {
-            (Ok(ws), Admission::Admitted) => websocket::run(ws, context.id, shared, stop).await,
-            (Ok(ws), Admission::Refused(_)) => refuse_websocket(ws, shared.max_connections).await,
+    if let Some((upgrade, busy)) = upgrade {
+        match (upgrade.await, context.admission()) {
+            (Ok(ws), Some(Admission::Admitted)) => websocket::run(ws, context.id, shared, stop).await,
+            (Ok(ws), _) => refuse_websocket(ws, shared.max_connections, busy).await,
             (Err(e), _) => debug!(error = %e, "websocket upgrade failed"),
         }
     }
@@ -108,7 +125,11 @@ async fn run(stream: TcpStream, context: Arc<ConnectionContext>, shared: Arc<Sha
 
 /// Tell a WebSocket client the server is full: close with 1013 (try again later) and a reason,
 /// then wait briefly for its close frame.
-async fn refuse_websocket(mut ws: fastwebsockets::WebSocket<TokioIo<hyper::upgrade::Upgraded>>, max: Option<usize>) {
+async fn refuse_websocket(
+    mut ws: fastwebsockets::WebSocket<TokioIo<hyper::upgrade::Upgraded>>,
+    max: Option<usize>,
+    busy: Busy,
+) {
     let reason = match max {
         Some(max) => format!("server at capacity ({max} connections); retry later"),
         None => "server at capacity; retry later".to_owned(),
@@ -119,6 +140,8 @@ async fn refuse_websocket(mut ws: fastwebsockets::WebSocket<TokioIo<hyper::upgra
     if ws.write_frame(Frame::close(CLOSE_TRY_AGAIN_LATER, reason.as_bytes())).await.is_err() {
         return;
     }
+    // Answered: while it lingers, the socket may be closed to make room.
+    drop(busy);
     let _ = tokio::time::timeout(REFUSAL_LINGER, async {
         while let Ok(frame) = ws.read_frame().await {
             if frame.opcode == OpCode::Close {

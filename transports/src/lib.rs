@@ -33,10 +33,11 @@ mod routes;
 mod server;
 mod shared;
 mod sink;
+mod sockets;
 mod speech;
 mod websocket;
 mod write_timeout;
 mod wyoming;
 
 pub use paths::{SPEECH_PATH, STREAM_PATH};
-pub use server::{serve, serve_with_wyoming, ServerConfig, WyomingListener};
+pub use server::{bind, raise_descriptor_limit, serve, serve_with_wyoming, ServerConfig, WyomingListener};

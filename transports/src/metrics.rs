@@ -28,11 +28,25 @@ const TRANSPORTS: [&str; 3] = ["websocket", "http", "wyoming"];
 pub(crate) enum Refusal {
     Capacity = 0,
     Draining = 1,
-    /// Past `--max-sockets`: answered at accept with a fixed 503, nothing read.
+    /// Past `--max-sockets` with no spare socket to close: answered at accept with a fixed 503,
+    /// nothing read.
     Sockets = 2,
+    /// Past `--max-connections-per-ip`: answered at accept with a fixed 429, nothing read.
+    Peer = 3,
 }
 
-const REFUSALS: [&str; 3] = ["capacity", "draining", "sockets"];
+const REFUSALS: [&str; 4] = ["capacity", "draining", "sockets", "peer"];
+
+/// Why the server closed a socket before it was answered (the `reason` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Closed {
+    /// Sent nothing within the first-byte deadline.
+    FirstByte = 0,
+    /// Spare, and closed to make room for a new socket or request.
+    Evicted = 1,
+}
+
+const CLOSED: [&str; 2] = ["first_byte_timeout", "evicted"];
 
 /// Error kinds (the `kind` label): the engine failed a request; a request was invalid; a
 /// client had no valid API key.
@@ -53,8 +67,11 @@ pub(crate) struct Metrics {
     pub(crate) connections_open: AtomicU64,
     /// Accepted TCP connections still held, served or being refused.
     pub(crate) sockets_open: AtomicU64,
+    /// The socket budget (`--max-sockets` or its default).
+    pub(crate) sockets_max: AtomicU64,
+    sockets_closed: [AtomicU64; 2],
     connections_total: AtomicU64,
-    refused: [AtomicU64; 3],
+    refused: [AtomicU64; 4],
     utterances: [AtomicU64; 3],
     audio_bytes: [AtomicU64; 3],
     audio_micros: [AtomicU64; 3],
@@ -69,6 +86,8 @@ impl Default for Metrics {
         Metrics {
             connections_open: AtomicU64::new(0),
             sockets_open: AtomicU64::new(0),
+            sockets_max: AtomicU64::new(0),
+            sockets_closed: Default::default(),
             connections_total: AtomicU64::new(0),
             refused: Default::default(),
             utterances: Default::default(),
@@ -96,6 +115,10 @@ impl Metrics {
         self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn socket_closed(&self, why: Closed) {
+        self.sockets_closed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn error(&self, kind: ErrorKind) {
         self.errors[kind as usize].fetch_add(1, Ordering::Relaxed);
     }
@@ -114,6 +137,20 @@ impl Metrics {
             "speechstream_sockets_open",
             "TCP connections held, served or being refused.",
             get(&self.sockets_open),
+        );
+        gauge(
+            &mut out,
+            "speechstream_sockets_max",
+            "TCP connections that may be held at once (the socket budget).",
+            get(&self.sockets_max),
+        );
+        let closed: Vec<_> = CLOSED.iter().zip(&self.sockets_closed).map(|(l, a)| (*l, get(a))).collect();
+        counter_labelled(
+            &mut out,
+            "speechstream_sockets_closed_total",
+            "Sockets closed before they were answered: silent past the first-byte deadline, or spare and closed to make room.",
+            "reason",
+            &closed,
         );
         counter(
             &mut out,
@@ -390,6 +427,8 @@ mod tests {
         meter.audio(&metrics, 48_000, 24_000);
         meter.finished(&metrics);
         metrics.error(ErrorKind::Auth);
+        metrics.socket_closed(Closed::Evicted);
+        metrics.refused(Refusal::Peer);
         let mut lateness = speechstream_core::capacity::Histogram::new(&[0.01, 0.1]);
         lateness.observe(0.05);
         let worker = |busy_seconds| WorkerLoad { queued: 1, running: 2, busy_seconds, ..WorkerLoad::default() };
@@ -404,6 +443,10 @@ mod tests {
         for line in [
             "speechstream_connections_open 1",
             "speechstream_connections_total 1",
+            "speechstream_sockets_max 0",
+            "speechstream_sockets_closed_total{reason=\"first_byte_timeout\"} 0",
+            "speechstream_sockets_closed_total{reason=\"evicted\"} 1",
+            "speechstream_connections_refused_total{reason=\"peer\"} 1",
             "speechstream_utterances_total{transport=\"http\"} 1",
             "speechstream_audio_bytes_total{transport=\"http\"} 48000",
             "speechstream_audio_seconds_total{transport=\"http\"} 1",

@@ -22,6 +22,7 @@ use crate::context::{Admission, ConnectionContext, UpgradeSlot};
 use crate::metrics::{ErrorKind, Refusal};
 use crate::paths::{BATCH_PATH, SPEECH_PATH, STREAM_PATH};
 use crate::shared::Shared;
+use crate::sockets::Busy;
 use crate::speech;
 
 /// Paths anyone may ask, key or not: probes must work without credentials, and the
@@ -45,9 +46,18 @@ pub(crate) async fn route(
             method = %request.method(), path = request.uri().path()),
         None => info_span!("http", request = %id, method = %request.method(), path = request.uri().path()),
     };
-    let refused = context.admission != Admission::Admitted;
+    // In progress until its response has been written whole: meanwhile the socket is not
+    // closed to make room.
+    let mut busy = Some(context.socket.busy());
+    let admission = context.admit();
+    let refused = admission != Admission::Admitted;
     let ours = HeaderValue::from_str(&id.to_string()).ok();
-    let mut response = respond(request, shared, context, slot, id).instrument(span).await;
+    let mut response = respond(request, shared, context, admission, slot, &mut busy, id).instrument(span).await;
+    // The response holds the mark until hyper has written it whole (an upgrade took it along,
+    // to hold until its WebSocket ends).
+    if let Some(busy) = busy {
+        response = response.map(|body| Held { body, _busy: busy }.boxed());
+    }
     if let Some(value) = client_id.or(ours) {
         response.headers_mut().insert(X_REQUEST_ID, value);
     }
@@ -61,6 +71,33 @@ pub(crate) async fn route(
 
 const X_REQUEST_ID: &str = "x-request-id";
 
+/// A response body that keeps its request's [`Busy`] mark until hyper has written it whole
+/// (or given up on it) and dropped it.
+struct Held {
+    body: Body,
+    _busy: Busy,
+}
+
+impl hyper::body::Body for Held {
+    type Data = Bytes;
+    type Error = crate::body::BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// A client's request id worth echoing: 1 to 200 visible ASCII characters.
 fn usable_request_id(id: &[u8]) -> bool {
     (1..=200).contains(&id.len()) && id.iter().all(|b| b.is_ascii_graphic())
@@ -70,7 +107,9 @@ async fn respond(
     mut request: Request<Incoming>,
     shared: Arc<Shared>,
     context: Arc<ConnectionContext>,
+    admission: Admission,
     slot: UpgradeSlot,
+    busy: &mut Option<Busy>,
     id: RequestId,
 ) -> Response<Body> {
     {
@@ -85,7 +124,7 @@ async fn respond(
         if let Some(response) = crate::playground::route(&request, &shared) {
             return response.map(|body| body.map_err(|never| match never {}).boxed());
         }
-        let refusal = match context.admission {
+        let refusal = match admission {
             Admission::Refused(why) => Some(why),
             Admission::Admitted => None,
         };
@@ -94,7 +133,7 @@ async fn respond(
                 // A refused handshake lets a load balancer try another instance.
                 Some(Refusal::Draining) => refused(Refusal::Draining, &shared),
                 // At capacity the WebSocket is accepted, then closed with 1013 and a reason.
-                _ => upgrade(&mut request, &slot),
+                _ => upgrade(&mut request, &slot, busy),
             },
             (&Method::POST, SPEECH_PATH) => match refusal {
                 Some(why) => refused(why, &shared),
@@ -117,7 +156,7 @@ async fn respond(
     }
 }
 
-fn upgrade(request: &mut Request<Incoming>, slot: &UpgradeSlot) -> Response<Body> {
+fn upgrade(request: &mut Request<Incoming>, slot: &UpgradeSlot, busy: &mut Option<Busy>) -> Response<Body> {
     if request.method() != Method::GET || !fastwebsockets::upgrade::is_upgrade_request(request) {
         let mut response = detail(StatusCode::UPGRADE_REQUIRED, "WebSocket upgrade required");
         response.headers_mut().insert(UPGRADE, HeaderValue::from_static("websocket"));
@@ -135,7 +174,9 @@ fn upgrade(request: &mut Request<Incoming>, slot: &UpgradeSlot) -> Response<Body
     }
     match fastwebsockets::upgrade::upgrade(request) {
         Ok((response, upgrade)) => {
-            *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(upgrade);
+            if let Some(busy) = busy.take() {
+                *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((upgrade, busy));
+            }
             response.map(|_| full(Bytes::new()))
         }
         Err(e) => {
@@ -164,10 +205,10 @@ fn metrics(shared: &Shared) -> Response<Body> {
 fn refused(why: Refusal, shared: &Shared) -> Response<Body> {
     let message = match (why, shared.max_connections) {
         (Refusal::Draining, _) => "Server is shutting down; retry on another instance".to_owned(),
-        (Refusal::Capacity | Refusal::Sockets, Some(max)) => {
+        (Refusal::Capacity | Refusal::Sockets | Refusal::Peer, Some(max)) => {
             format!("Server at capacity ({max} connections); retry later")
         }
-        (Refusal::Capacity | Refusal::Sockets, None) => "Server at capacity; retry later".to_owned(),
+        (Refusal::Capacity | Refusal::Sockets | Refusal::Peer, None) => "Server at capacity; retry later".to_owned(),
     };
     let body = error_json(&message, "ServiceUnavailableError", None, 503);
     json(StatusCode::SERVICE_UNAVAILABLE, body)

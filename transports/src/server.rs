@@ -16,9 +16,9 @@ use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
 use crate::connection;
-use crate::context::Admission;
 use crate::metrics::{Metrics, Refusal};
 use crate::shared::Shared;
+use crate::sockets::{Socket, Sockets};
 use crate::wyoming;
 
 /// How long connections get, past the shutdown grace, to write their close frames before
@@ -26,9 +26,12 @@ use crate::wyoming;
 const CLOSE_MARGIN: Duration = Duration::from_secs(2);
 /// Pause after a failed accept (e.g. out of file descriptors) so the loop doesn't spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
-/// Connections beyond `max_connections` that may be held while they are told "no" with a
-/// proper answer (a 503 JSON body, a WebSocket closed with 1013).
+/// Sockets of the budget that connections holding a slot can never take (the default socket
+/// budget past `max_connections`, and the default `max_connections` short of the budget): new
+/// sockets being answered, probes, refusals.
 const REFUSAL_MARGIN: usize = 64;
+/// The listen backlog where the kernel's `somaxconn` cannot be read.
+const FALLBACK_BACKLOG: u32 = 4096;
 /// Descriptors kept back from the default socket cap: the listener, the engine's files, logs.
 const RESERVED_DESCRIPTORS: usize = 64;
 /// Socket cap when the descriptor limit can't be read.
@@ -51,16 +54,30 @@ pub struct ServerConfig {
     /// Bearer`, or the `api_key` query parameter).
     pub api_key: Option<String>,
     /// Connections served at once; past it a connection gets a clear refusal (HTTP 503, or a
-    /// WebSocket closed with 1013) rather than a share of an overloaded engine.
+    /// WebSocket closed with 1013) rather than a share of an overloaded engine. A connection
+    /// takes its slot with its first complete request (an HTTP request head, a WebSocket
+    /// handshake, a Wyoming event), so silent sockets hold none; when they are all taken, the
+    /// oldest idle keep-alive connection is closed to give its slot to a new request. `None`:
+    /// the socket budget less a margin kept for probes and refusals.
     pub max_connections: Option<usize>,
+    /// Connections (sockets, answered or not) held at once from one address; past it a new one
+    /// gets a fixed 429 at accept and is closed. `None`: no per-address limit (the default; a
+    /// proxy in front makes every client one address).
+    pub max_connections_per_ip: Option<usize>,
     /// How long a peer may take to send a request's head (and how long an idle keep-alive
     /// connection is kept), so a peer can't hold a connection by trickling bytes.
     pub header_timeout: Duration,
+    /// How long a new connection may stay silent before it is closed (at most
+    /// `header_timeout`); a silent socket holds no connection slot meanwhile.
+    pub first_byte_timeout: Duration,
     /// How long a peer may take to send a request's whole body.
     pub body_timeout: Duration,
-    /// TCP connections held at once, counting those being refused; past it a new connection
-    /// gets a fixed 503 at accept and is closed, so idle floods can't exhaust descriptors.
-    /// `None`: `max_connections` plus a small margin, else the descriptor limit less a reserve.
+    /// TCP connections held at once, counting those being refused and those not yet heard
+    /// from. When it is full, a new connection has the oldest *spare* one closed (silent,
+    /// trickling a request head, idle between keep-alive requests); only when every one is in
+    /// the middle of a request or runs a session does it get a fixed 503 at accept. So floods
+    /// of idle connections neither exhaust descriptors nor keep others out. `None`:
+    /// `max_connections` plus a small margin, else the descriptor limit less a reserve.
     pub max_sockets: Option<usize>,
     /// How long a write may wait for a peer that has stopped reading before the connection is
     /// dropped (and its engine request aborted).
@@ -89,7 +106,9 @@ impl ServerConfig {
             engine_event_queue: 16,
             api_key: None,
             max_connections: None,
+            max_connections_per_ip: None,
             header_timeout: Duration::from_secs(30),
+            first_byte_timeout: Duration::from_secs(5),
             body_timeout: Duration::from_secs(30),
             max_sockets: None,
             write_timeout: Duration::from_secs(30),
@@ -140,6 +159,8 @@ pub async fn serve_with_wyoming(
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let wyoming = wyoming.map(|w| (w.listener, Arc::new(w.options)));
+    let max_sockets = socket_cap(cfg.max_sockets, cfg.max_connections);
+    let max_slots = cfg.max_connections.unwrap_or(max_sockets.saturating_sub(REFUSAL_MARGIN).max(1));
     let mut capabilities = engine.capabilities().clone();
     for model in cfg.extra_models {
         if !capabilities.models.contains(&model) {
@@ -159,13 +180,24 @@ pub async fn serve_with_wyoming(
         api_key: cfg.api_key.filter(|key| !key.is_empty()),
         max_connections: cfg.max_connections,
         header_timeout: cfg.header_timeout,
+        first_byte_timeout: cfg.first_byte_timeout.min(cfg.header_timeout),
         body_timeout: cfg.body_timeout,
         write_timeout: cfg.write_timeout,
-        max_sockets: socket_cap(cfg.max_sockets, cfg.max_connections),
-        turned_away: turned_away_response(),
+        sockets: Sockets::new(max_sockets, max_slots, cfg.max_connections_per_ip),
+        turned_away: turned_away_response(503, "Service Unavailable", "ServiceUnavailableError", TOO_MANY_SOCKETS),
+        turned_away_peer: turned_away_response(429, "Too Many Requests", "RateLimitError", TOO_MANY_FROM_PEER),
         metrics: Metrics::default(),
         draining: AtomicBool::new(false),
     });
+    shared.metrics.sockets_max.store(max_sockets as u64, Ordering::Relaxed);
+    info!(
+        max_sockets,
+        max_connections = max_slots,
+        max_connections_per_ip = ?cfg.max_connections_per_ip,
+        first_byte_timeout = ?shared.first_byte_timeout,
+        descriptor_limit = ?descriptor_limit(),
+        "socket budget"
+    );
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     // Connections only told "no" (at capacity, or draining); not waited for at shutdown.
@@ -183,7 +215,10 @@ pub async fn serve_with_wyoming(
         if drain_deadline.is_some() && connections.is_empty() {
             break;
         }
+        // Too many sockets closing to make room: leave new ones in the backlog a moment.
+        let congested = shared.sockets.congested();
         tokio::select! {
+            _ = shared.sockets.room(), if congested => {}
             _ = &mut shutdown, if drain_deadline.is_none() => {
                 info!(
                     connections = connections.len(),
@@ -194,7 +229,7 @@ pub async fn serve_with_wyoming(
                 let _ = stop_tx.send(true);
                 drain_deadline = Some(tokio::time::Instant::now() + shared.shutdown_grace + CLOSE_MARGIN);
             }
-            accepted = listener.accept() => match accepted {
+            accepted = listener.accept(), if !congested => match accepted {
                 Ok((stream, peer)) => {
                     let draining = drain_deadline.is_some();
                     admit(Door::Http, stream, peer, &shared, draining, &stop_rx, &mut connections, &mut refusals);
@@ -204,7 +239,7 @@ pub async fn serve_with_wyoming(
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                 }
             },
-            accepted = accept(wyoming.as_ref().map(|(listener, _)| listener)), if wyoming.is_some() => match accepted {
+            accepted = accept(wyoming.as_ref().map(|(listener, _)| listener)), if wyoming.is_some() && !congested => match accepted {
                 Ok((stream, peer)) => {
                     let options = wyoming.as_ref().map(|(_, options)| options.clone()).unwrap_or_default();
                     let draining = drain_deadline.is_some();
@@ -244,8 +279,10 @@ async fn accept(listener: Option<&TcpListener>) -> io::Result<(TcpStream, Socket
     }
 }
 
-/// Take an accepted connection on, or tell it no: past `max_sockets` at once, with a fixed answer;
-/// while draining or past `max_connections`, in a task that answers clearly.
+/// Take an accepted connection on (making room by closing a spare one when the socket budget is
+/// full), or turn it away at once with a fixed answer (no spare socket, or its address's share
+/// taken). Whether it is served is decided by its first complete request; while draining it is
+/// refused in a task that answers clearly.
 #[allow(clippy::too_many_arguments)]
 fn admit(
     door: Door,
@@ -257,47 +294,44 @@ fn admit(
     connections: &mut JoinSet<()>,
     refusals: &mut JoinSet<()>,
 ) {
-    if shared.metrics.sockets_open.load(Ordering::Relaxed) >= shared.max_sockets as u64 {
-        shared.metrics.refused(Refusal::Sockets);
-        // Nothing is read and no task is spawned: the answer fits in the empty send buffer, and
-        // dropping the stream closes it.
-        let _ = match door {
-            Door::Http => stream.try_write(&shared.turned_away),
-            Door::Wyoming(_) => {
-                stream.try_write(&error_event(codes::BUSY, "server has too many open connections; retry later"))
-            }
-        };
-        return;
-    }
+    let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
+    let socket = match Socket::accept(shared, id, peer.ip()) {
+        Ok(socket) => socket,
+        Err(why) => {
+            shared.metrics.refused(why);
+            debug!(%peer, reason = ?why, "turned away at accept");
+            // Nothing is read and no task is spawned: the answer fits in the empty send
+            // buffer, and dropping the stream closes it.
+            let _ = match (door, why) {
+                (Door::Http, Refusal::Peer) => stream.try_write(&shared.turned_away_peer),
+                (Door::Http, _) => stream.try_write(&shared.turned_away),
+                (Door::Wyoming(_), Refusal::Peer) => {
+                    stream.try_write(&error_event(codes::BUSY, &TOO_MANY_FROM_PEER.to_ascii_lowercase()))
+                }
+                (Door::Wyoming(_), _) => {
+                    stream.try_write(&error_event(codes::BUSY, &TOO_MANY_SOCKETS.to_ascii_lowercase()))
+                }
+            };
+            return;
+        }
+    };
     // Without it a small JSON frame after audio can wait for the peer's delayed ACK.
     if let Err(e) = stream.set_nodelay(true) {
         debug!(error = %e, "set TCP_NODELAY failed");
     }
-    let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
-    let open = shared.metrics.connections_open.load(Ordering::Relaxed);
-    let admission = if draining {
-        Admission::Refused(Refusal::Draining)
-    } else if shared.max_connections.is_some_and(|max| open >= max as u64) {
-        Admission::Refused(Refusal::Capacity)
-    } else {
-        Admission::Admitted
-    };
-    let socket = connection::SocketCount::held(shared);
-    let (shared, stop) = (shared.clone(), stop_rx.clone());
-    let set = match admission {
-        Admission::Admitted => {
-            shared.metrics.connection_opened();
-            connections
-        }
-        Admission::Refused(why) => {
+    let refused = draining.then_some(Refusal::Draining);
+    let set = match refused {
+        Some(why) => {
             shared.metrics.refused(why);
             refusals
         }
+        None => connections,
     };
+    let (shared, stop) = (shared.clone(), stop_rx.clone());
     match door {
-        Door::Http => set.spawn(connection::serve_connection(stream, peer, id, admission, shared, stop, socket)),
+        Door::Http => set.spawn(connection::serve_connection(stream, peer, socket, refused, shared, stop)),
         Door::Wyoming(options) => {
-            set.spawn(wyoming::serve_connection(stream, peer, id, admission, shared, options, stop, socket))
+            set.spawn(wyoming::serve_connection(stream, peer, socket, refused, shared, options, stop))
         }
     };
 }
@@ -327,18 +361,76 @@ fn descriptor_limit() -> Option<usize> {
     None
 }
 
-fn turned_away_response() -> Vec<u8> {
-    let body = speechstream_core::speech_http::error_json(
-        "Server has too many open connections; retry later",
-        "ServiceUnavailableError",
-        None,
-        503,
-    );
+const TOO_MANY_SOCKETS: &str = "Server has too many open connections; retry later";
+const TOO_MANY_FROM_PEER: &str = "Too many open connections from your address; retry later";
+
+fn turned_away_response(status: u16, reason: &str, kind: &str, message: &str) -> Vec<u8> {
+    let body = speechstream_core::speech_http::error_json(message, kind, None, status);
     format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
+}
+
+/// Bind a listener on `address` (`host:port`, the host a name or an address) with the
+/// kernel's largest listen backlog (`somaxconn`), so a burst of connections waits in the queue
+/// instead of being dropped into SYN retransmits (tokio's own `bind` asks for 1024).
+pub async fn bind(address: &str) -> io::Result<TcpListener> {
+    let backlog = listen_backlog();
+    let mut last = None;
+    for addr in tokio::net::lookup_host(address).await? {
+        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        // As std's and tokio's `bind` do on Unix: a restarted server can listen again at once.
+        #[cfg(unix)]
+        socket.set_reuseaddr(true)?;
+        match socket.bind(addr).and_then(|()| socket.listen(backlog)) {
+            Ok(listener) => {
+                debug!(%addr, backlog, "bound");
+                return Ok(listener);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{address}: no address to bind"))))
+}
+
+/// The kernel's cap on a listen backlog (Linux: `net.core.somaxconn`).
+fn listen_backlog() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|text| text.trim().parse::<u32>().ok())
+        .filter(|&n| n > 0)
+        .map_or(FALLBACK_BACKLOG, |n| n.min(i32::MAX as u32))
+}
+
+/// Raise the soft limit on open descriptors to the hard limit, as Go's runtime does at start,
+/// so the default socket budget is what the operator allowed rather than the 1024 a shell or
+/// service manager starts with. Returns the limits `(soft, hard)` now in force (`None` where
+/// they cannot be read; the soft limit unchanged where raising it fails).
+pub fn raise_descriptor_limit() -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit only writes the struct it is given.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+            return None;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+            // SAFETY: setrlimit only reads the struct it is given.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+                limit = raised;
+            } else {
+                warn!(error = %io::Error::last_os_error(), "cannot raise the descriptor limit");
+            }
+        }
+        // rlim_t is u64 on Linux, not on every Unix.
+        #[allow(clippy::unnecessary_cast)]
+        Some((limit.rlim_cur as u64, limit.rlim_max as u64))
+    }
+    #[cfg(not(unix))]
+    None
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

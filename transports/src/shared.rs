@@ -9,6 +9,7 @@ use speechstream_core::session::SessionOptions;
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
+use crate::sockets::Sockets;
 
 /// What every connection of one server shares.
 pub(crate) struct Shared {
@@ -24,11 +25,16 @@ pub(crate) struct Shared {
     pub(crate) api_key: Option<String>,
     pub(crate) max_connections: Option<usize>,
     pub(crate) header_timeout: Duration,
+    /// How long a new socket may stay silent (at most `header_timeout`).
+    pub(crate) first_byte_timeout: Duration,
     pub(crate) body_timeout: Duration,
     pub(crate) write_timeout: Duration,
-    pub(crate) max_sockets: usize,
-    /// The whole response written to a connection past `max_sockets`.
+    /// Every socket held, and the socket and connection limits.
+    pub(crate) sockets: Sockets,
+    /// The whole responses written to a socket turned away at accept: past the socket budget,
+    /// and past its address's share.
     pub(crate) turned_away: Vec<u8>,
+    pub(crate) turned_away_peer: Vec<u8>,
     pub(crate) metrics: Metrics,
     /// Set at the shutdown signal: `/ready` turns 503 and new work is refused.
     pub(crate) draining: AtomicBool,

@@ -20,15 +20,16 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::connection::SocketCount;
+use crate::connection::first_byte;
 use crate::context::Admission;
-use crate::metrics::{ErrorKind, Transport, UtteranceMeter};
+use crate::metrics::{ErrorKind, Refusal, Transport, UtteranceMeter};
 use crate::shared::stopping;
 use crate::shared::Shared;
 use crate::sink::ChannelSink;
+use crate::sockets::Socket;
 use crate::write_timeout::WriteTimeout;
 
-type Socket = WriteTimeout<TcpStream>;
+type Stream = WriteTimeout<TcpStream>;
 
 /// Bytes read from the socket at a time.
 const READ_CHUNK: usize = 16 * 1024;
@@ -41,48 +42,102 @@ const LINGER_BYTES: usize = 1 << 20;
 /// Engine events taken in one go before the outputs are written, so their events share a flush.
 const EVENT_BATCH: usize = 32;
 
-// The HTTP side's arguments and the listener's Wyoming options.
-#[allow(clippy::too_many_arguments)]
+/// Serve one accepted socket until it ends, is closed to make room for another, or (silent)
+/// passes the first-byte deadline. `refused`: turned away at accept (while draining).
 pub(crate) async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
-    id: u64,
-    admission: Admission,
+    socket: Socket,
+    refused: Option<Refusal>,
     shared: Arc<Shared>,
     options: Arc<WyomingOptions>,
     stop: watch::Receiver<bool>,
-    socket: SocketCount,
 ) {
-    let _socket = socket;
-    let span = info_span!("wyoming", id, %peer);
+    let span = info_span!("wyoming", id = socket.id, %peer);
     async {
-        let mut stream = WriteTimeout::new(stream, shared.write_timeout);
-        match admission {
-            Admission::Admitted => {
-                run(stream, id, shared.clone(), options, stop).await;
-                shared.metrics.connection_closed();
-            }
-            Admission::Refused(why) => {
-                let text = match shared.max_connections {
-                    Some(max) => format!("server at capacity ({max} connections); retry later"),
-                    None => "server unavailable; retry later".to_owned(),
-                };
-                debug!(reason = ?why, "refusing wyoming connection");
-                let _ = stream.write_all(&error_event(codes::BUSY, &text)).await;
-                let _ = stream.shutdown().await;
-            }
+        tokio::select! {
+            _ = serve(stream, &socket, refused, shared, options, stop) => {}
+            _ = socket.closed_for_room() => debug!("closed to make room for another connection"),
         }
     }
     .instrument(span)
     .await;
 }
 
+async fn serve(
+    mut stream: TcpStream,
+    socket: &Socket,
+    refused: Option<Refusal>,
+    shared: Arc<Shared>,
+    options: Arc<WyomingOptions>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // Until its first event's header line has arrived the socket holds no slot and may be
+    // closed to make room; then it takes a slot (or is refused) and is busy until it ends.
+    let first = match refused {
+        Some(_) => Vec::new(),
+        None => {
+            if !first_byte(&stream, shared.first_byte_timeout, &shared, &mut stop).await {
+                return;
+            }
+            match first_header(&mut stream, &shared, options.frame.max_header_bytes).await {
+                Some(bytes) => bytes,
+                None => return,
+            }
+        }
+    };
+    let _busy = socket.busy();
+    let mut stream = WriteTimeout::new(stream, shared.write_timeout);
+    match refused.map_or_else(|| socket.admit(), Admission::Refused) {
+        Admission::Admitted => run(stream, socket.id, shared, options, stop, first).await,
+        Admission::Refused(why) => {
+            let text = match shared.max_connections {
+                Some(max) => format!("server at capacity ({max} connections); retry later"),
+                None => "server unavailable; retry later".to_owned(),
+            };
+            debug!(reason = ?why, "refusing wyoming connection");
+            let _ = stream.write_all(&error_event(codes::BUSY, &text)).await;
+            let _ = stream.shutdown().await;
+        }
+    }
+}
+
+/// Read until the first event's header line is in (or `max` bytes without one, which the
+/// session then refuses), within the header deadline: `None` when the peer leaves or runs out
+/// of time first.
+async fn first_header(stream: &mut TcpStream, shared: &Shared, max: usize) -> Option<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let read = async {
+        let mut chunk = [0u8; 4096];
+        while !bytes.contains(&b'\n') && bytes.len() < max {
+            match stream.read(&mut chunk).await {
+                Ok(0) => return false,
+                Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+                Err(e) => {
+                    debug!(error = %e, "read from client failed");
+                    return false;
+                }
+            }
+        }
+        true
+    };
+    match tokio::time::timeout(shared.header_timeout, read).await {
+        Ok(true) => Some(bytes),
+        Ok(false) => None,
+        Err(_) => {
+            debug!("no complete event header within the header deadline");
+            None
+        }
+    }
+}
+
 async fn run(
-    stream: Socket,
+    stream: Stream,
     id: u64,
     shared: Arc<Shared>,
     options: Arc<WyomingOptions>,
     mut stop: watch::Receiver<bool>,
+    first: Vec<u8>,
 ) {
     let (mut read, write) = tokio::io::split(stream);
     let (events_tx, mut events) = mpsc::channel(shared.engine_event_queue);
@@ -97,6 +152,10 @@ async fn run(
         broken: false,
         told_closed: false,
     };
+    if !first.is_empty() {
+        conn.session.handle_bytes(now, &first);
+        conn.execute_outputs().await;
+    }
     let mut buffer = vec![0; READ_CHUNK];
     // The peer closed its side: answer what it asked, then end.
     let mut eof = false;
@@ -171,14 +230,14 @@ async fn run(
     info!("wyoming connection ended");
 }
 
-async fn read_some(read: &mut ReadHalf<Socket>, buffer: &mut [u8]) -> std::io::Result<usize> {
+async fn read_some(read: &mut ReadHalf<Stream>, buffer: &mut [u8]) -> std::io::Result<usize> {
     read.read(buffer).await
 }
 
 struct Connection {
     shared: Arc<Shared>,
     session: WyomingSession,
-    writer: BufWriter<WriteHalf<Socket>>,
+    writer: BufWriter<WriteHalf<Stream>>,
     events_tx: mpsc::Sender<EngineEvent>,
     /// Engine requests submitted and not yet finished, failed or aborted, each metered.
     in_flight: HashMap<RequestId, UtteranceMeter>,
