@@ -9,7 +9,7 @@
 #   scripts/gpu-check.sh --device cpu           # both, end to end on a CPU-only machine
 #
 # `run` finds libtorch in the machine's own Python torch (`import torch`; the 2.11 CUDA build, see
-# shared/docs/libtorch.md), else in the checkout's .cache/libtorch. The bundle (target/gpu-check,
+# docs/libtorch.md), else in the checkout's .cache/libtorch. The bundle (target/gpu-check,
 # ~60 MiB: stripped speechstream, loadgen, device-check and hibari's assets) is what the GPU machine
 # needs besides this script: carry it (`target/` is ignored by git).
 #

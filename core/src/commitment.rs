@@ -1,5 +1,5 @@
 //! Upstream's open-PR `text_input_mode: "commitment"` (vLLM-Omni PR #6515; the team's
-//! protocol-upstream.md §3): text that arrives in pieces is committed in segments, raw (not
+//! docs/protocol-upstream.md §3): text that arrives in pieces is committed in segments, raw (not
 //! stripped), each ending after a run of strong sentence ends (`. ! ? 。 ！ ？ …` or a newline).
 //! A run is not a boundary until the character after it is known, and a `.` is none where it
 //! belongs to a word or a number: between letters or digits (`3.14`, `example.com`), before a

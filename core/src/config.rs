@@ -127,7 +127,7 @@ pub struct SessionConfig {
     /// framing; when it did, upstream's (a streamed `audio.start` waits for the first audio and
     /// carries its `sample_rate` and `channels`; `audio.chunk` has `channels`).
     pub split_granularity: Option<Granularity>,
-    /// Upstream's open-PR `streaming_mode` (protocol.md §j): `sentence` (the default, the
+    /// Upstream's open-PR `streaming_mode` (docs/protocol.md §j): `sentence` (the default, the
     /// reference's utterances), `token_level` (each `input.text` a fragment) or
     /// `sentence_commit` (fragments at each `input.commit`), one audio stream per session.
     pub streaming_mode: StreamingMode,

@@ -1,4 +1,4 @@
-//! `POST /v1/audio/speech/batch` (upstream vLLM-Omni; protocol.md §f.4), I/O-free: a batch body
+//! `POST /v1/audio/speech/batch` (upstream vLLM-Omni; docs/protocol.md §j), I/O-free: a batch body
 //! becomes one [`SpeechRequest`] (or its error) per item, each item's fields over the batch's
 //! defaults and checked exactly as a single `POST /v1/audio/speech` is; and the reply's JSON.
 //! A driver synthesizes the valid items (whole files, concurrently) and reports each one's

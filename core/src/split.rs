@@ -1,5 +1,5 @@
 //! Upstream vLLM-Omni's sentence and clause splitter (`speech_text_splitter.py`, the
-//! `split_granularity` of protocol-upstream.md §2.3), for text that arrives in pieces: each
+//! `split_granularity` of docs/protocol-upstream.md §2.3), for text that arrives in pieces: each
 //! [`Splitter::feed`] returns the units that are complete so far, [`Splitter::flush`] the rest.
 //!
 //! A unit ends at a terminator (`.!?` and the script ones; clause mode adds `,;` and theirs),
@@ -237,7 +237,7 @@ mod tests {
         v.iter().map(|s| s.to_string()).collect()
     }
 
-    // protocol-upstream.md §2.4, extract_complete_units examples 1-12.
+    // docs/protocol-upstream.md §2.4, extract_complete_units examples 1-12.
     #[test]
     fn upstream_extract_examples() {
         let e = extract_complete_units("Hello world.", &set(".!?。"), false, 0);
@@ -273,7 +273,7 @@ mod tests {
         assert_eq!((e.units, e.remainder.as_str()), (units(&["no terminator yet."]), "Next"));
     }
 
-    // protocol-upstream.md §2.4, SpeechTextSplitter examples 1-6.
+    // docs/protocol-upstream.md §2.4, SpeechTextSplitter examples 1-6.
     #[test]
     fn upstream_splitter_examples() {
         let mut s = Splitter::new(Granularity::None);

@@ -784,7 +784,7 @@ fn http_request_ids_never_read_like_utterance_ids() {
     assert!(http.is_http() && !utterance.is_http());
 }
 
-// Issue 13: upstream's split_granularity (protocol-upstream.md §2). What the client sees of one
+// Issue 13: upstream's split_granularity (docs/protocol-upstream.md §2). What the client sees of one
 // utterance: (type, sentence_index, sentence_text or total_sentences).
 fn summary(outs: &[Out]) -> Vec<(String, i64, String)> {
     frames(outs)
@@ -1038,7 +1038,7 @@ fn session_sample_rate_resamples_what_is_sent() {
     assert!(message.contains("response_format='ulaw' is 8000 Hz only (G.711)"), "{message}");
 }
 
-// Upstream's open-PR streaming_mode (protocol-upstream.md §4), opt-in: one audio stream per
+// Upstream's open-PR streaming_mode (docs/protocol-upstream.md §4), opt-in: one audio stream per
 // session made of fragments, acknowledged commits, no utterance_index.
 #[test]
 fn sentence_commit_streams_committed_fragments() {
@@ -1137,7 +1137,7 @@ fn token_level_fragments_and_the_mode_rules() {
     assert_eq!(frames(&h.take()), [serde_json::json!({"type":"session.done","total_sentences":0})]);
 }
 
-// Upstream's open-PR text_input_mode "commitment" (protocol-upstream.md §3.5, C1 C4 C5 C6).
+// Upstream's open-PR text_input_mode "commitment" (docs/protocol-upstream.md §3.5, C1 C4 C5 C6).
 #[test]
 fn commitment_mode_commits_raw_segments_as_text_arrives() {
     let config = r#"{"type":"session.config","text_input_mode":"commitment","language":"english"}"#;

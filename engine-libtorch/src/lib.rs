@@ -41,7 +41,7 @@ pub use quant::{linear_weights, parameters, LinearWeight};
 pub use stats::AdmissionMode;
 
 /// Loads `libtorch_cuda.so` so that tch sees CUDA (the linker drops it as unneeded, see
-/// shared/docs/libtorch.md). Call once at start-up, before any CUDA query; returns whether it
+/// docs/libtorch.md). Call once at start-up, before any CUDA query; returns whether it
 /// loaded (false on a CPU-only libtorch, which is fine). Tries the plain name (LD_LIBRARY_PATH, the
 /// binary's rpath), then the libtorch lib dir the crate was built against.
 pub fn load_cuda() -> bool {

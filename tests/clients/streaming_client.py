@@ -1,5 +1,5 @@
 """A client written the way vLLM-Omni's example streaming_speech_client.py talks to the
-WebSocket (protocol.md §h): `speaker` in session.config, the text sent word by word as
+WebSocket (docs/protocol-reference.md §h): `speaker` in session.config, the text sent word by word as
 input.text, input.done, wait for session.done, then session.close.
 
 Run by tests/deploy/clients.rs with the venv from scripts/setup-clients.sh:

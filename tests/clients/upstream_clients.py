@@ -1,5 +1,5 @@
 """Clients written the way upstream vLLM-Omni's newer ones talk to the WebSocket
-(protocol-upstream.md §2 and §4), with the `websockets` package:
+(docs/protocol-upstream.md §2 and §4), with the `websockets` package:
 
 - split_granularity "sentence": the text word by word; each sentence's audio.start arrives with
   its first audio, carrying sample_rate and channels, before input.done for all but the last;

@@ -1,4 +1,4 @@
-//! protocol.md §g.A over real sockets: the reference suite's WebSocket cases, with the fake
+//! docs/protocol.md §g.A over real sockets: the reference suite's WebSocket cases, with the fake
 //! backend's canned audio replaced by the synthetic engine (whose bytes we can predict) or by a
 //! scripted engine where a case needs exact chunks or a failure.
 
@@ -608,7 +608,7 @@ async fn messages_during_a_stream_are_handled_after_it() {
     assert_eq!(texts, vec!["first".to_owned(), "second".to_owned()]);
 }
 
-// protocol-upstream.md §2.7 H1/H2 over a real socket: with split_granularity, each sentence is
+// docs/protocol-upstream.md §2.7 H1/H2 over a real socket: with split_granularity, each sentence is
 // synthesized as soon as its text is complete (the first before input.done).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_granularity_sentences_stream_before_input_done() {

@@ -18,7 +18,7 @@ use speechstream_engine_libtorch::gemm::{self, Packed};
 use tch::{Device, Kind, Tensor};
 
 /// The voice's Linear shapes (N outputs, K inputs) and how often one pass of each network uses
-/// them (hibari-architecture.md §3): the decoder's 8 blocks and head dominate.
+/// them (docs/hibari-architecture.md §3): the decoder's 8 blocks and head dominate.
 const SHAPES: [(&str, usize, usize, usize); 6] = [
     ("dec pw1", 768, 256, 8),
     ("dec pw2", 256, 768, 8),

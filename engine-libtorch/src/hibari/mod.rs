@@ -1,5 +1,5 @@
 //! The hibari acoustic network natively in tch: text encoders, duration predictor, length
-//! regulation, prosody net, decoder and head, as described in shared/docs/hibari-architecture.md,
+//! regulation, prosody net, decoder and head, as described in docs/hibari-architecture.md,
 //! plus the waveform through [`crate::dsp`].
 //!
 //! Use: [`Hibari::load`] once; per sentence [`Hibari::prosody`] (global: encoders, durations,

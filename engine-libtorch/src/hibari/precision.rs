@@ -15,7 +15,7 @@ pub enum Precision {
     /// sentence and batches equal single items bit for bit, on every CPU level ([`crate::cpu`]).
     Int8,
     /// Weights dequantized to float32 (W = q·scale), float activations: the exact target of the
-    /// fp32 graph (hibari-architecture.md §6).
+    /// fp32 graph (docs/hibari-architecture.md §6).
     Fp32,
 }
 
