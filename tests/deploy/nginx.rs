@@ -1,4 +1,4 @@
-//! Scale-out as the README describes it: two instances behind nginx (Debian's), WebSocket
+//! Scale-out as docs/operating.md describes it: two instances behind nginx (Debian's), WebSocket
 //! upgrade proxied, one instance drained with SIGTERM in the middle of a run of utterances.
 //!
 //! What must hold: every utterance whose audio started is delivered whole (its bytes equal the
@@ -61,7 +61,7 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port()
 }
 
-/// The README's configuration, with paths in a scratch directory and a loopback port.
+/// docs/operating.md's configuration, with paths in a scratch directory and a loopback port.
 fn config(dir: &Path, port: u16, upstreams: &[SocketAddr]) -> String {
     let d = dir.display();
     let servers: String =
