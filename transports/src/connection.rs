@@ -12,11 +12,11 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::{debug, info_span, Instrument};
 
-use crate::context::{Admission, ConnectionContext, UpgradeSlot};
+use crate::context::{Busy, ConnectionContext, Socket, UpgradeSlot};
 use crate::metrics::{Closed, Refusal};
 use crate::routes;
 use crate::shared::{stopping, Shared};
-use crate::sockets::{Busy, Socket};
+use crate::sockets::Admission;
 use crate::websocket;
 use crate::write_timeout::WriteTimeout;
 

@@ -1,23 +1,17 @@
 //! What a connection's request handlers know about it: its socket, whether it was admitted,
 //! its id, and where a WebSocket upgrade is left for the connection task.
 
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use fastwebsockets::upgrade::UpgradeFut;
 use speechstream_core::engine::RequestId;
+use tokio::sync::Notify;
 
 use crate::metrics::Refusal;
-use crate::sockets::{Busy, Socket};
-
-/// Whether the server took this connection on or only answers it with a refusal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Admission {
-    Admitted,
-    /// Answered (one request, then closed): health, readiness, metrics and model lists as
-    /// usual, a 503 for speech, a WebSocket closed with 1013.
-    Refused(Refusal),
-}
+use crate::shared::Shared;
+use crate::sockets::Admission;
 
 /// What a connection's requests know about it.
 pub(crate) struct ConnectionContext {
@@ -65,3 +59,55 @@ impl ConnectionContext {
 /// The upgrade keeps its socket marked busy from the handshake on, so it is never closed to make
 /// room between the 101 and the session.
 pub(crate) type UpgradeSlot = Arc<Mutex<Option<(UpgradeFut, Busy)>>>;
+
+/// One accepted socket in the registry, from its accept until its task ends (or is dropped at
+/// shutdown).
+pub(crate) struct Socket {
+    shared: Arc<Shared>,
+    pub(crate) id: u64,
+    close: Arc<Notify>,
+}
+
+impl Socket {
+    /// Register a socket accepted from `peer` under connection id `id`, or say why not.
+    pub(crate) fn accept(shared: &Arc<Shared>, id: u64, peer: IpAddr) -> Result<Socket, Refusal> {
+        let close = shared.sockets.accept(id, peer.to_canonical(), &shared.metrics)?;
+        Ok(Socket { shared: shared.clone(), id, close })
+    }
+
+    /// Resolves when the socket is closed to make room for another.
+    pub(crate) async fn closed_for_room(&self) {
+        self.close.notified().await
+    }
+
+    /// Take a slot for this socket's first complete request, or refuse it.
+    pub(crate) fn admit(&self) -> Admission {
+        let draining = self.shared.draining.load(std::sync::atomic::Ordering::Relaxed);
+        self.shared.sockets.admit(self.id, draining, &self.shared.metrics)
+    }
+
+    /// Mark a request (or a session) in progress until the guard is dropped: the socket is not
+    /// closed to make room meanwhile.
+    pub(crate) fn busy(&self) -> Busy {
+        self.shared.sockets.set_busy(self.id, true);
+        Busy { shared: self.shared.clone(), id: self.id }
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        self.shared.sockets.release(self.id, &self.shared.metrics);
+    }
+}
+
+/// A request or session of a socket in progress (see [`Socket::busy`]).
+pub(crate) struct Busy {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.shared.sockets.set_busy(self.id, false);
+    }
+}

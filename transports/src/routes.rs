@@ -18,11 +18,11 @@ use tracing::{debug, info_span, Instrument};
 
 use crate::auth;
 use crate::body::{full, json, Body};
-use crate::context::{Admission, ConnectionContext, UpgradeSlot};
+use crate::context::{Busy, ConnectionContext, UpgradeSlot};
 use crate::metrics::{ErrorKind, Refusal};
 use crate::paths::{BATCH_PATH, SPEECH_PATH, STREAM_PATH};
 use crate::shared::Shared;
-use crate::sockets::Busy;
+use crate::sockets::Admission;
 use crate::speech;
 
 /// Paths anyone may ask, key or not: probes must work without credentials, and the

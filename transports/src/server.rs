@@ -16,9 +16,10 @@ use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
 use crate::connection;
+use crate::context::Socket;
 use crate::metrics::{Metrics, Refusal};
 use crate::shared::Shared;
-use crate::sockets::{Socket, Sockets};
+use crate::sockets::Sockets;
 use crate::wyoming;
 
 /// How long connections get, past the shutdown grace, to write their close frames before

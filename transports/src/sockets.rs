@@ -13,6 +13,9 @@
 //! request, or running a session, are never closed to make room. So no number of silent or
 //! trickling sockets keeps a new client or an operator's probe (`/health`, `/ready`,
 //! `/metrics`) from being answered.
+//!
+//! The registry only counts and chooses; the handles a connection task holds on it
+//! ([`Socket`](crate::context::Socket), [`Busy`](crate::context::Busy)) are in `context`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -21,9 +24,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tracing::debug;
 
-use crate::context::Admission;
 use crate::metrics::{Closed, Metrics, Refusal};
-use crate::shared::Shared;
+
+/// Whether the server took a connection on or only answers it with a refusal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Admission {
+    Admitted,
+    /// Answered (one request, then closed): health, readiness, metrics and model lists as
+    /// usual, a 503 for speech, a WebSocket closed with 1013.
+    Refused(Refusal),
+}
 
 /// Sockets that may be closing to make room at once: at it the server stops accepting (new
 /// connections wait in the listen backlog) until one has closed, so descriptors stay within
@@ -119,7 +129,7 @@ impl Sockets {
     /// Take on a socket accepted from `peer`, closing the oldest spare one when the budget is
     /// full; `Err` when it must be turned away (the budget is full of busy sockets, or its
     /// address holds its share). On `Ok`, the socket's task ends when the `Notify` fires.
-    fn accept(&self, id: u64, peer: IpAddr, metrics: &Metrics) -> Result<Arc<Notify>, Refusal> {
+    pub(crate) fn accept(&self, id: u64, peer: IpAddr, metrics: &Metrics) -> Result<Arc<Notify>, Refusal> {
         let mut r = self.lock();
         if self.max_per_peer.is_some_and(|max| r.per_peer.get(&peer).copied().unwrap_or(0) >= max) {
             return Err(Refusal::Peer);
@@ -144,7 +154,7 @@ impl Sockets {
 
     /// The first complete request's decision: a slot (closing the oldest idle keep-alive
     /// connection when they are all taken) or a refusal.
-    fn admit(&self, id: u64, draining: bool, metrics: &Metrics) -> Admission {
+    pub(crate) fn admit(&self, id: u64, draining: bool, metrics: &Metrics) -> Admission {
         let mut r = self.lock();
         if draining {
             return Admission::Refused(Refusal::Draining);
@@ -171,7 +181,7 @@ impl Sockets {
         Admission::Admitted
     }
 
-    fn set_busy(&self, id: u64, busy: bool) {
+    pub(crate) fn set_busy(&self, id: u64, busy: bool) {
         let mut r = self.lock();
         if let Some(entry) = r.entries.get_mut(&id) {
             if busy {
@@ -183,7 +193,7 @@ impl Sockets {
         r.file(id);
     }
 
-    fn release(&self, id: u64, metrics: &Metrics) {
+    pub(crate) fn release(&self, id: u64, metrics: &Metrics) {
         let mut r = self.lock();
         let Some(entry) = r.entries.remove(&id) else { return };
         if entry.slot {
@@ -203,58 +213,6 @@ impl Sockets {
         r.spare.remove(&id);
         r.idle.remove(&id);
         metrics.sockets_open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// One accepted socket in the registry, from its accept until its task ends (or is dropped at
-/// shutdown).
-pub(crate) struct Socket {
-    shared: Arc<Shared>,
-    pub(crate) id: u64,
-    close: Arc<Notify>,
-}
-
-impl Socket {
-    /// Register a socket accepted from `peer` under connection id `id`, or say why not.
-    pub(crate) fn accept(shared: &Arc<Shared>, id: u64, peer: IpAddr) -> Result<Socket, Refusal> {
-        let close = shared.sockets.accept(id, peer.to_canonical(), &shared.metrics)?;
-        Ok(Socket { shared: shared.clone(), id, close })
-    }
-
-    /// Resolves when the socket is closed to make room for another.
-    pub(crate) async fn closed_for_room(&self) {
-        self.close.notified().await
-    }
-
-    /// Take a slot for this socket's first complete request, or refuse it.
-    pub(crate) fn admit(&self) -> Admission {
-        let draining = self.shared.draining.load(std::sync::atomic::Ordering::Relaxed);
-        self.shared.sockets.admit(self.id, draining, &self.shared.metrics)
-    }
-
-    /// Mark a request (or a session) in progress until the guard is dropped: the socket is not
-    /// closed to make room meanwhile.
-    pub(crate) fn busy(&self) -> Busy {
-        self.shared.sockets.set_busy(self.id, true);
-        Busy { shared: self.shared.clone(), id: self.id }
-    }
-}
-
-impl Drop for Socket {
-    fn drop(&mut self) {
-        self.shared.sockets.release(self.id, &self.shared.metrics);
-    }
-}
-
-/// A request or session of a socket in progress (see [`Socket::busy`]).
-pub(crate) struct Busy {
-    shared: Arc<Shared>,
-    id: u64,
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        self.shared.sockets.set_busy(self.id, false);
     }
 }
 

@@ -21,12 +21,12 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::connection::first_byte;
-use crate::context::Admission;
+use crate::context::Socket;
 use crate::metrics::{ErrorKind, Refusal, Transport, UtteranceMeter};
 use crate::shared::stopping;
 use crate::shared::Shared;
 use crate::sink::ChannelSink;
-use crate::sockets::Socket;
+use crate::sockets::Admission;
 use crate::write_timeout::WriteTimeout;
 
 type Stream = WriteTimeout<TcpStream>;
