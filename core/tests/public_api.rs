@@ -86,7 +86,9 @@ fn render(module: &str, items: &[Item], dir: &Path, out: &mut Vec<String>) {
                 if let Some((_, inline)) = &m.content {
                     render(&format!("{module}::{name}"), inline, &dir.join(&name), out);
                 } else {
+                    // `name.rs` beside its folder of submodules, or `name/mod.rs` inside it.
                     let (file, sub) = (dir.join(format!("{name}.rs")), dir.join(&name));
+                    let file = if file.exists() { file } else { sub.join("mod.rs") };
                     let source = std::fs::read_to_string(&file).expect("module source");
                     let parsed = syn::parse_file(&source).expect("module parses");
                     render(&format!("{module}::{name}"), &parsed.items, &sub, out);
