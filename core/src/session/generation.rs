@@ -8,7 +8,7 @@ use std::time::Instant;
 use base64::Engine as _;
 
 use super::input::UnitEnded;
-use super::{EngineCommand, Output, Session, State, UnknownRequest, CLOSE_GOING_AWAY};
+use super::{EngineCommand, Output, RequestEnd, Session, State, UnknownRequest, CLOSE_GOING_AWAY};
 use crate::codec;
 use crate::config::{OutputMode, ResponseFormat, SessionConfig};
 use crate::encode::{AudioStream, Encoded, Paging, WholeAudio};
@@ -124,13 +124,17 @@ impl Session {
                 }
             }
             EngineEventKind::Finished => {
+                self.push(Output::RequestEnded { id: event.id, end: RequestEnd::Finished });
                 if let Some(Mode::Whole(_)) = self.generation_mut().map(|g| &g.mode) {
                     self.start_encoding();
                     return Ok(());
                 }
                 self.end_generation(now, Ending::Finished);
             }
-            EngineEventKind::Failed(message) => self.end_generation(now, Ending::Failed(message)),
+            EngineEventKind::Failed(message) => {
+                self.push(Output::RequestEnded { id: event.id, end: RequestEnd::Failed(message.clone()) });
+                self.end_generation(now, Ending::Failed(message));
+            }
         }
         Ok(())
     }
@@ -426,7 +430,7 @@ impl Session {
         let sample_rate = out_rate.filter(|_| sample_rate.is_some()).or(sample_rate);
         // First, so a transport that can't write the rest in time has still stopped it.
         if live && matches!(ending, Ending::Stopped(_) | Ending::Cancelled) {
-            self.push(Output::Engine(EngineCommand::Abort { id }));
+            self.abort(id);
         }
         let (failure, cancelled, file) = match ending {
             Ending::Finished => (None, false, None),

@@ -114,8 +114,32 @@ pub enum Output {
         /// The encoding to run.
         job: EncodeJob,
     },
+    /// The engine request `id` is over: the engine finished or failed it, or the session
+    /// aborted it (then right after its [`EngineCommand::Abort`]). Exactly one follows every
+    /// `Synthesize`; after it the session takes no event of that request. A driver keeps its
+    /// in-flight bookkeeping by it (the utterance's last frames may still follow: a whole file
+    /// is encoded after its request has finished).
+    RequestEnded {
+        /// The request.
+        id: RequestId,
+        /// How it ended.
+        end: RequestEnd,
+    },
     /// Send a close frame with this code and end the connection.
     Close(u16),
+}
+
+/// How an engine request ended, in [`Output::RequestEnded`] (and the Wyoming session's
+/// [`Output::RequestEnded`](crate::wyoming::Output::RequestEnded)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestEnd {
+    /// The engine finished it.
+    Finished,
+    /// The engine failed it, with this message.
+    Failed(String),
+    /// The session stopped it (the client cancelled, the peer left, a limit, the shutdown):
+    /// an [`EngineCommand::Abort`] went out just before.
+    Aborted,
 }
 
 /// An engine event named a request this session does not have in flight: a bug in
@@ -156,7 +180,9 @@ const CLOSE_GOING_AWAY: u16 = 1001;
 /// After every input the owner drains [`poll_output`](Self::poll_output) until it
 /// returns `None`, in order: text and binary frames to write (awaiting each write is the
 /// backpressure), engine commands to execute (`Synthesize` submits a request whose
-/// events come back through `handle_engine`; `Abort` stops one), encodings to run, and `Close(code)`,
+/// events come back through `handle_engine`; `Abort` stops one), the end of each engine
+/// request (`RequestEnded`: finished, failed or aborted; for the owner's in-flight
+/// bookkeeping, so it need not read the events' kinds), encodings to run, and `Close(code)`,
 /// always the last output, after which the connection ends. It then re-reads
 /// `poll_timeout`. While [`wants_client_input`](Self::wants_client_input) is false the
 /// owner stops reading the socket. Once [`is_closed`](Self::is_closed) is true and the
@@ -174,7 +200,7 @@ const CLOSE_GOING_AWAY: u16 = 1001;
 /// `audio.done` (and `codec.start` by one `codec.done`); each `input.done` gets exactly
 /// one `session.done`, with consecutive `utterance_index`; `total_bytes` equals the audio
 /// bytes sent; nothing follows `Close`; every `Synthesize` is answered by the engine
-/// (`Finished`/`Failed`) or followed by an `Abort`.
+/// (`Finished`/`Failed`) or followed by an `Abort`, and then by exactly one `RequestEnded`.
 ///
 /// The [crate docs](crate) show the whole driver loop; the crate's `examples/` run it over
 /// real sockets (blocking threads, and the `smol` runtime) and in memory with a fake clock.
@@ -361,6 +387,7 @@ impl Session {
     }
 
     /// The next thing to do, in order; `None` once everything queued has been taken.
+    #[must_use = "an output is work the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<Output> {
         self.outputs.0.pop_front()
     }
@@ -368,6 +395,7 @@ impl Session {
     /// When to call [`handle_timeout`](Self::handle_timeout), or `None` when no timer runs
     /// (an utterance is generating, or the session is closed). While draining, it is the end
     /// of the shutdown grace. It changes with every input: re-read it after each.
+    #[must_use = "the deadline is when to call `handle_timeout`"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.state {
             State::AwaitingConfig | State::Idle => Some(self.deadline),
@@ -410,7 +438,7 @@ impl Session {
     fn peer_gone(&mut self) {
         if let Some(generation) = self.generation_mut().filter(|g| g.engine_live()) {
             let id = generation.id;
-            self.push(Output::Engine(EngineCommand::Abort { id }));
+            self.abort(id);
         }
         self.clear_deferred();
         self.input.drop_units();
@@ -448,6 +476,12 @@ impl Session {
 
     fn push(&mut self, output: Output) {
         self.outputs.push(output);
+    }
+
+    /// Stop engine request `id`: its `Abort`, then its end.
+    fn abort(&mut self, id: RequestId) {
+        self.push(Output::Engine(EngineCommand::Abort { id }));
+        self.push(Output::RequestEnded { id, end: RequestEnd::Aborted });
     }
 
     fn send_json<T: Serialize>(&mut self, message: &T) {
