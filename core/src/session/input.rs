@@ -137,22 +137,23 @@ impl Units {
     }
 
     /// The next unit that has something to say (a unit that is only whitespace counts, but
-    /// there is nothing to say), or the end of the utterance once `input.done` came.
-    fn next(&mut self, raw: bool) -> Option<Result<(String, u32), u32>> {
+    /// there is nothing to say; `raw`: said as it came, else stripped), or, once none is left
+    /// after `input.done`, the end of the utterance.
+    fn next(&mut self, raw: bool) -> Next {
         while let Some(unit) = self.queue.pop_front() {
             let sentence = self.started;
             self.started += 1;
             if !py_strip(&unit).is_empty() {
                 let text = if raw { unit } else { py_strip(&unit).to_owned() };
-                return Some(Ok((text, sentence)));
+                return Next::Say { text, sentence };
             }
         }
         if !self.flushing {
-            return None;
+            return Next::Wait;
         }
         let total = self.started;
         *self = Units::default();
-        Some(Err(total))
+        Next::Done(total)
     }
 }
 
@@ -285,37 +286,31 @@ impl TextInput {
 
     /// What to do next while nothing is generating (the reference's buffer never has units).
     pub(super) fn next_unit(&mut self) -> Next {
-        let next = match self {
-            TextInput::Buffered(_) => return Next::Wait,
+        match self {
+            TextInput::Buffered(_) => Next::Wait,
+            TextInput::Split(s) => s.units.next(false),
             TextInput::Committed(c) => {
                 let next = c.units.next(true);
-                if let Some(Err(_)) = next {
+                if let Next::Done(_) = next {
                     c.chars = 0;
                     c.failed = false;
                 }
                 next
             }
-            TextInput::Split(s) => s.units.next(false),
-            TextInput::Fragments(f) => {
-                let next = f.units.next(false);
-                if let Some(Err(_)) = next {
+            TextInput::Fragments(f) => match f.units.next(false) {
+                Next::Done(_) => {
                     // The next text starts a new stream, with the same config.
                     let f = std::mem::replace(f, Fragments { commit: f.commit, ..Fragments::default() });
-                    return Next::StreamDone(StreamSummary {
+                    Next::StreamDone(StreamSummary {
                         started: f.started,
                         total: f.total,
                         failed: f.failed,
                         cancelled: f.cancelled,
                         fragments: f.fragments,
-                    });
+                    })
                 }
-                next
-            }
-        };
-        match next {
-            Some(Ok((text, sentence))) => Next::Say { text, sentence },
-            Some(Err(total)) => Next::Done(total),
-            None => Next::Wait,
+                next => next,
+            },
         }
     }
 

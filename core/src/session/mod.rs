@@ -194,7 +194,11 @@ const CLOSE_GOING_AWAY: u16 = 1001;
 /// the first valid `session.config`, then `Idle` and `Generating` in turn (one utterance at a
 /// time), `Draining` once the server shuts down while an utterance is generating, and
 /// `Closed`, which it never leaves. What each client message does in each phase is decided in
-/// one place, the session's transition table (`Session::action`, in the source).
+/// one place, the session's transition table (`Session::action`, in the source). What its text
+/// messages mean is up to the text-input mode each accepted `session.config` chooses, one per
+/// session at a time: the reference's buffer (one request per `input.done`), upstream's
+/// `split_granularity` units, a `streaming_mode` fragment stream, or `text_input_mode:
+/// "commitment"` segments.
 ///
 /// Invariants (property-tested): every `audio.start` is followed by exactly one
 /// `audio.done` (and `codec.start` by one `codec.done`); each `input.done` gets exactly
