@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use fastwebsockets::{Frame, OpCode, Payload, Role, WebSocket, WebSocketError, WebSocketRead, WebSocketWrite};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
+use speechstream_core::engine::EngineEvent;
 use speechstream_core::session::{ClientFrame, Output, Session};
 use tokio::io::BufWriter;
 use tokio::sync::{mpsc, watch};
@@ -95,9 +96,7 @@ pub(crate) async fn run(ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>, mut
         let reading = conn.session.wants_client_input();
         tokio::select! {
             // `events` never ends: this task holds a sender for the sinks it hands out.
-            Some(event) = events.recv() => {
-                take_events(event, &mut events, &mut conn.link, |event| conn.session.handle_engine(Instant::now(), event));
-            }
+            Some(event) = events.recv() => conn.on_engine_events(event, &mut events),
             message = inbound.recv(), if reading => conn.on_inbound(message).await,
             _ = sleep_until(timer), if timer.is_some() => {
                 conn.session.handle_timeout(Instant::now());
@@ -135,7 +134,7 @@ pub(crate) async fn run(ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>, mut
     if conn.link.in_flight() > 0 {
         // Only reachable if the session ended without aborting its request; the dropped event
         // queue still stops the engine at its next send.
-        warn!("connection ended with an engine request in flight");
+        warn!(requests = conn.link.in_flight(), "connection ended with an engine request in flight");
     }
     info!("websocket session ended");
 }
@@ -155,6 +154,11 @@ struct Connection {
 }
 
 impl Connection {
+    /// An engine event and those already queued behind it, to the session.
+    fn on_engine_events(&mut self, first: EngineEvent, events: &mut mpsc::Receiver<EngineEvent>) {
+        take_events(first, events, &mut self.link, |event| self.session.handle_engine(Instant::now(), event));
+    }
+
     async fn on_inbound(&mut self, message: Option<Inbound>) {
         let now = Instant::now();
         match message {

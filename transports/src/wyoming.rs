@@ -11,10 +11,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use speechstream_core::engine::EngineEvent;
 use speechstream_core::wyoming::{codes, error_event, Output, WyomingOptions, WyomingSession};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::connection::first_byte;
@@ -171,9 +172,7 @@ async fn run(
         let timer = conn.session.poll_timeout();
         tokio::select! {
             // `events` never ends: this task holds a sender for the sinks it hands out.
-            Some(event) = events.recv() => {
-                take_events(event, &mut events, &mut conn.link, |event| conn.session.handle_engine(Instant::now(), event));
-            }
+            Some(event) = events.recv() => conn.on_engine_events(event, &mut events),
             read = read_some(&mut read, &mut buffer), if !draining && !eof => match read {
                 Ok(0) => eof = true,
                 Ok(n) => conn.session.handle_bytes(Instant::now(), &buffer[..n]),
@@ -235,6 +234,11 @@ struct Connection {
 }
 
 impl Connection {
+    /// An engine event and those already queued behind it, to the session.
+    fn on_engine_events(&mut self, first: EngineEvent, events: &mut mpsc::Receiver<EngineEvent>) {
+        take_events(first, events, &mut self.link, |event| self.session.handle_engine(Instant::now(), event));
+    }
+
     /// Carry out everything the session has queued, in order, then flush.
     async fn execute_outputs(&mut self) {
         loop {
