@@ -118,3 +118,114 @@ pub(crate) async fn sleep_until(deadline: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use speechstream_core::engine::{Engine, EngineCapabilities, EngineLoad, EventSink, SynthesisRequest};
+    use speechstream_core::session::SessionOptions;
+
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::sockets::Sockets;
+
+    /// Records what it is asked.
+    struct Recorder {
+        capabilities: EngineCapabilities,
+        calls: Mutex<Vec<String>>,
+    }
+
+    impl Engine for Recorder {
+        fn capabilities(&self) -> &EngineCapabilities {
+            &self.capabilities
+        }
+
+        fn submit(&self, id: RequestId, request: SynthesisRequest, _sink: Box<dyn EventSink>) {
+            self.calls.lock().unwrap().push(format!("submit {id} {}", request.text));
+        }
+
+        fn abort(&self, id: RequestId) {
+            self.calls.lock().unwrap().push(format!("abort {id}"));
+        }
+    }
+
+    fn shared(engine: Arc<Recorder>) -> Arc<Shared> {
+        Arc::new(Shared {
+            capabilities: Arc::new(engine.capabilities.clone()),
+            engine,
+            options: Arc::new(SessionOptions::default()),
+            shutdown_grace: Duration::from_secs(1),
+            engine_event_queue: 4,
+            max_message_bytes: 1 << 20,
+            started_unix: 0,
+            api_key: None,
+            max_connections: None,
+            header_timeout: Duration::from_secs(1),
+            first_byte_timeout: Duration::from_secs(1),
+            body_timeout: Duration::from_secs(1),
+            write_timeout: Duration::from_secs(1),
+            sockets: Sockets::new(4, 4, None),
+            turned_away: Vec::new(),
+            turned_away_peer: Vec::new(),
+            metrics: Metrics::default(),
+            draining: AtomicBool::new(false),
+        })
+    }
+
+    #[test]
+    fn requests_are_metered_until_the_session_says_they_ended() {
+        let engine =
+            Arc::new(Recorder { capabilities: EngineCapabilities::new("m", 24_000), calls: Mutex::new(Vec::new()) });
+        let shared = shared(engine.clone());
+        let (mut link, mut events) = EngineLink::new(shared.clone(), Transport::Wyoming);
+        let id = |utterance| RequestId { connection: 1, utterance };
+        let synthesize = |n| EngineCommand::Synthesize { id: id(n), request: SynthesisRequest::new("Hi.") };
+        for n in 0..3 {
+            link.execute(synthesize(n));
+        }
+        assert_eq!(link.in_flight(), 3);
+        link.observe(&EngineEvent {
+            id: id(0),
+            kind: EngineEventKind::Audio { pcm: vec![0; 48_000], sample_rate: 24_000 },
+        });
+        link.ended(id(0), &RequestEnd::Finished);
+        link.ended(id(1), &RequestEnd::Failed("boom".into()));
+        link.execute(EngineCommand::Abort { id: id(2) });
+        link.ended(id(2), &RequestEnd::Aborted);
+        // Not in flight (any more): nothing to count.
+        link.ended(id(2), &RequestEnd::Aborted);
+        link.ended(id(9), &RequestEnd::Finished);
+        assert_eq!(link.in_flight(), 0);
+        assert_eq!(engine.calls.lock().unwrap().len(), 4);
+        let text = shared.metrics.render(&EngineLoad::default());
+        for line in [
+            "speechstream_utterances_total{transport=\"wyoming\"} 3",
+            "speechstream_audio_bytes_total{transport=\"wyoming\"} 48000",
+            "speechstream_cancellations_total{transport=\"wyoming\"} 1",
+            "speechstream_errors_total{kind=\"engine\"} 1",
+            "speechstream_real_time_factor_count 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+
+        // A batch: the first event and those queued behind it, each observed, then handed on.
+        link.execute(synthesize(3));
+        let sink = ChannelSink::new(link.events_tx.clone());
+        for _ in 0..2 {
+            let kind = EngineEventKind::Audio { pcm: vec![0; 10], sample_rate: 24_000 };
+            assert!(sink.try_send(EngineEvent { id: id(3), kind }).is_ok());
+        }
+        let mut seen = Vec::new();
+        let first = EngineEvent { id: id(3), kind: EngineEventKind::Finished };
+        take_events(first, &mut events, &mut link, |event| {
+            seen.push(event.kind);
+            Ok(())
+        });
+        assert_eq!(seen.len(), 3);
+        let text = shared.metrics.render(&EngineLoad::default());
+        assert!(text.lines().any(|l| l == "speechstream_audio_bytes_total{transport=\"wyoming\"} 48020"), "{text}");
+    }
+}
