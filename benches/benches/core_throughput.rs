@@ -122,6 +122,9 @@ fn drain(s: &mut Session, t: &mut Tally) -> Option<RequestId> {
             Output::Engine(EngineCommand::Abort { id }) => {
                 black_box(id);
             }
+            Output::RequestEnded { id, .. } => {
+                black_box(id);
+            }
             Output::Close(_) => t.closed_early = true,
             Output::Encode { id, job } => {
                 let _ = s.handle_encoded(Instant::now(), id, job.run());

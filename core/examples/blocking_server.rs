@@ -89,6 +89,8 @@ fn serve(id: u64, socket: TcpStream, engine: Arc<SyntheticEngine>) -> io::Result
                     engine.abort(id);
                     Ok(())
                 }
+                // The request's end: this driver keeps no in-flight bookkeeping.
+                Output::RequestEnded { .. } => Ok(()),
                 // This connection's own thread may do the encoding: it blocks no one else.
                 Output::Encode { id, job } => {
                     let _ = session.handle_encoded(Instant::now(), id, job.run());

@@ -89,6 +89,8 @@ impl Driver {
                     self.engine.submit(id, request, Box::new(Events(self.events_tx.clone())))
                 }
                 Output::Engine(EngineCommand::Abort { id }) => self.engine.abort(id),
+                // The request's end: this driver keeps no in-flight bookkeeping.
+                Output::RequestEnded { .. } => {}
                 Output::Encode { id, job } => {
                     let _ = self.session.handle_encoded(self.now, id, job.run());
                 }

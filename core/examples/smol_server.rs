@@ -86,6 +86,8 @@ async fn serve(id: u64, socket: TcpStream, engine: Arc<SyntheticEngine>) -> std:
                     engine.abort(id);
                     Ok(())
                 }
+                // The request's end: this driver keeps no in-flight bookkeeping.
+                Output::RequestEnded { .. } => Ok(()),
                 // Encoding is CPU work: off the executor, on smol's blocking pool.
                 Output::Encode { id, job } => {
                     let encoded = smol::unblock(move || job.run()).await;

@@ -26,6 +26,8 @@ pub struct Checker {
     /// Requests submitted and neither answered by the engine nor aborted.
     live: BTreeSet<RequestId>,
     seen: BTreeSet<RequestId>,
+    /// Requests whose `RequestEnded` came.
+    ended: BTreeSet<RequestId>,
 }
 
 fn field(v: &Value, key: &str) -> Result<u64, String> {
@@ -57,6 +59,15 @@ impl Checker {
             Output::Engine(EngineCommand::Abort { id }) => {
                 if !self.live.remove(id) {
                     return Err(format!("abort of a request that is not live: {id}"));
+                }
+            }
+            Output::RequestEnded { id, end } => {
+                if !self.seen.contains(id) || !self.ended.insert(*id) {
+                    return Err(format!("end of a request never submitted, or a second end: {id}"));
+                }
+                // An abort goes out before its end; an answer is taken (`answered`) before.
+                if self.live.contains(id) {
+                    return Err(format!("{end:?} end of request {id} while it is still live"));
                 }
             }
             Output::Encode { id, .. } => {
@@ -126,6 +137,14 @@ impl Checker {
             Ok(())
         } else {
             Err(format!("session accepted an answer for a request that is not live: {id}"))
+        }
+    }
+
+    /// Every request submitted has had its `RequestEnded`.
+    pub fn all_ended(&self) -> Result<(), String> {
+        match self.seen.difference(&self.ended).next() {
+            Some(id) => Err(format!("request {id} never ended")),
+            None => Ok(()),
         }
     }
 
@@ -302,6 +321,7 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
     if checker.open.is_some() && !peer_gone {
         return Err("utterance left open".into());
     }
+    checker.all_ended()?;
     if !session.is_closed() && checker.session_dones() != input_dones_after_config {
         return Err(format!("{} input.done but {} session.done", input_dones_after_config, checker.session_dones()));
     }

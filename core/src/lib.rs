@@ -26,8 +26,9 @@
 //! A driver owns one [`Session`] per connection and an [`Engine`] shared by all of them. It
 //! loops: wait for an input (a client frame, an engine event, or the session's deadline),
 //! feed it to the session, then drain [`Session::poll_output`] and carry each output out in
-//! order (write a frame, submit or abort an engine request, close), then re-read
-//! [`Session::poll_timeout`]. That is the whole contract ([`Session`] spells it out).
+//! order (write a frame, submit or abort an engine request, note a request's end, close),
+//! then re-read [`Session::poll_timeout`]. That is the whole contract ([`Session`] spells it
+//! out).
 //!
 //! Here the client's frames are a list and the clock is advanced by hand, so the loop fits in
 //! a doctest; a real driver waits on its socket, the engine's events and the deadline at once.
@@ -39,7 +40,7 @@
 //! use std::sync::{mpsc, Arc};
 //! use std::time::Instant;
 //!
-//! use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, SynthesisRequest};
+//! use speechstream_core::engine::{Engine, EngineEvent, EventSink, SynthesisRequest};
 //! use speechstream_core::session::{ClientFrame, EngineCommand, Output, Session, SessionOptions};
 //! use speechstream_core::synthetic::{SyntheticEngine, SyntheticOptions};
 //!
@@ -73,11 +74,8 @@
 //!     // driver would also keep reading the socket (an `input.cancel` may arrive).
 //!     if !in_flight.is_empty() {
 //!         let event: EngineEvent = events.recv().expect("the engine ends every request");
-//!         let (id, done) = (event.id, matches!(event.kind, EngineEventKind::Finished | EngineEventKind::Failed(_)));
-//!         if session.handle_engine(now, event).is_ok() && done {
-//!             in_flight.remove(&id);
-//!         }
 //!         // `Err`: an event of a request already aborted; ignore it.
+//!         let _ = session.handle_engine(now, event);
 //!     } else if let Some(frame) = client.pop_front() {
 //!         session.handle_client(now, frame);
 //!     } else if let Some(deadline) = session.poll_timeout() {
@@ -94,9 +92,10 @@
 //!                 in_flight.insert(id);
 //!                 engine.submit(id, request, Box::new(Events(events_tx.clone())));
 //!             }
-//!             Output::Engine(EngineCommand::Abort { id }) => {
+//!             Output::Engine(EngineCommand::Abort { id }) => engine.abort(id),
+//!             // The request is over (finished, failed or aborted): the session says so.
+//!             Output::RequestEnded { id, .. } => {
 //!                 in_flight.remove(&id);
-//!                 engine.abort(id);
 //!             }
 //!             Output::Close(code) => close = Some(code), // send a close frame, end the connection
 //!             // A whole file to encode; a real driver runs it off its event loop.

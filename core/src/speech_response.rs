@@ -189,6 +189,7 @@ impl SpeechResponse {
     }
 
     /// The next thing to do, in order; `None` once everything queued has been taken.
+    #[must_use = "an output is work the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<ResponseOutput> {
         self.outputs.pop_front()
     }

@@ -40,7 +40,7 @@ use serde_json::{json, Map, Value};
 pub use frame::{FrameError, FrameLimits, RawEvent, WYOMING_VERSION};
 
 use crate::engine::{EngineCapabilities, EngineEvent, EngineEventKind, RequestId, SynthesisRequest};
-use crate::session::{EngineCommand, UnknownRequest};
+use crate::session::{EngineCommand, RequestEnd, UnknownRequest};
 use crate::split::{Granularity, Splitter};
 use crate::text::py_strip;
 
@@ -116,6 +116,14 @@ pub enum Output {
     Engine(EngineCommand),
     /// An event type the server does not serve was dropped (for the log).
     Dropped(String),
+    /// The engine request `id` is over: finished, failed, or aborted (then right after its
+    /// `Abort`). Exactly one follows every `Synthesize`; for the owner's in-flight bookkeeping.
+    RequestEnded {
+        /// The request.
+        id: RequestId,
+        /// How it ended.
+        end: RequestEnd,
+    },
     /// End the connection, after the `error` event with this code (one of [`codes`]) and text.
     Close {
         /// Who was at fault, as the error event's `code`.
@@ -207,15 +215,16 @@ struct AudioFormat {
 /// (at [`poll_timeout`](Self::poll_timeout)'s deadline) and
 /// [`handle_shutdown`](Self::handle_shutdown). After each it drains
 /// [`poll_output`](Self::poll_output) in order: bytes to write (awaiting each write is the
-/// backpressure), engine commands to execute, drops to log, and `Close`, always last. The
-/// socket is read all the time: streamed text arrives while audio is being made, and the
-/// session bounds what it holds.
+/// backpressure), engine commands to execute, the end of each engine request
+/// (`RequestEnded`, for the owner's in-flight bookkeeping), drops to log, and `Close`, always
+/// last. The socket is read all the time: streamed text arrives while audio is being made, and
+/// the session bounds what it holds.
 ///
 /// Invariants (property-tested): answers come in request order (`info` per `describe`, `pong`
 /// per `ping`, one `audio-start`..`audio-stop` per `synthesize`, per-sentence cycles then one
 /// `synthesize-stopped` per stream); an `audio-start` is followed by its `audio-stop`, or by an
 /// `error` and the close; nothing follows `Close`; every `Synthesize` is answered by the engine
-/// or followed by an `Abort`.
+/// or followed by an `Abort`, and then by exactly one `RequestEnded`.
 pub struct WyomingSession {
     connection: u64,
     capabilities: Arc<EngineCapabilities>,
@@ -286,7 +295,7 @@ impl WyomingSession {
             return;
         }
         if let Some(generation) = self.generation.take() {
-            self.outputs.push_back(Output::Engine(EngineCommand::Abort { id: generation.id }));
+            self.abort(generation.id);
         }
         self.queue.clear();
         self.closed = true;
@@ -306,7 +315,7 @@ impl WyomingSession {
             EngineEventKind::Audio { pcm, sample_rate } => {
                 if sample_rate == 0 || generation.rate.is_some_and(|rate| rate != sample_rate) {
                     let id = generation.id;
-                    self.outputs.push_back(Output::Engine(EngineCommand::Abort { id }));
+                    self.abort(id);
                     self.generation = None;
                     let message = format!("the engine's sample rate changed to {sample_rate} Hz");
                     self.fail(codes::SYNTHESIS_FAILED, &message);
@@ -321,6 +330,7 @@ impl WyomingSession {
                 }
             }
             EngineEventKind::Finished => {
+                self.outputs.push_back(Output::RequestEnded { id: event.id, end: RequestEnd::Finished });
                 if generation.rate.is_none() {
                     let rate = self.capabilities.sample_rate;
                     self.write_audio("audio-start", rate, &[]);
@@ -330,6 +340,8 @@ impl WyomingSession {
                 self.pump();
             }
             EngineEventKind::Failed(message) => {
+                let end = RequestEnd::Failed(message.clone());
+                self.outputs.push_back(Output::RequestEnded { id: event.id, end });
                 self.generation = None;
                 self.fail(codes::SYNTHESIS_FAILED, &format!("synthesis failed: {message}"));
             }
@@ -355,18 +367,20 @@ impl WyomingSession {
             return;
         }
         if let Some(generation) = self.generation.take() {
-            self.outputs.push_back(Output::Engine(EngineCommand::Abort { id: generation.id }));
+            self.abort(generation.id);
         }
         self.fail(codes::SHUTDOWN, crate::session::SHUTDOWN_MESSAGE);
     }
 
     /// The next thing to do, in order; `None` once everything queued has been taken.
+    #[must_use = "an output is work the driver must carry out"]
     pub fn poll_output(&mut self) -> Option<Output> {
         self.outputs.pop_front()
     }
 
     /// When to call [`handle_timeout`](Self::handle_timeout): `None` while something is being
     /// spoken or waits its turn, and once closed.
+    #[must_use = "the deadline is when to call `handle_timeout`"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         (!self.closed && !self.busy()).then_some(self.deadline)
     }
@@ -568,12 +582,18 @@ impl WyomingSession {
     }
 
     /// The client's error (or the server's): an `error` event, then the close.
+    /// Stop engine request `id`: its `Abort`, then its end.
+    fn abort(&mut self, id: RequestId) {
+        self.outputs.push_back(Output::Engine(EngineCommand::Abort { id }));
+        self.outputs.push_back(Output::RequestEnded { id, end: RequestEnd::Aborted });
+    }
+
     fn fail(&mut self, code: &'static str, text: &str) {
         if self.closed {
             return;
         }
         if let Some(generation) = self.generation.take() {
-            self.outputs.push_back(Output::Engine(EngineCommand::Abort { id: generation.id }));
+            self.abort(generation.id);
         }
         self.outputs.push_back(Output::Write(error_event(code, text)));
         self.outputs.push_back(Output::Close { code, error: text.to_owned() });

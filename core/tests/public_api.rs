@@ -28,6 +28,15 @@ fn notes(attrs: &[Attribute]) -> String {
         .collect()
 }
 
+/// `#[must_use]` on a function: ignoring its result becomes a warning in the caller's code.
+fn must_use(attrs: &[Attribute]) -> &'static str {
+    if attrs.iter().any(|a| a.path().is_ident("must_use")) {
+        "#[must_use] "
+    } else {
+        ""
+    }
+}
+
 /// Token streams print with a space between every token; close the usual gaps.
 fn tidy(tokens: &str) -> String {
     let mut s = tokens.to_owned();
@@ -86,7 +95,9 @@ fn render(module: &str, items: &[Item], dir: &Path, out: &mut Vec<String>) {
                 if let Some((_, inline)) = &m.content {
                     render(&format!("{module}::{name}"), inline, &dir.join(&name), out);
                 } else {
+                    // `name.rs` beside its folder of submodules, or `name/mod.rs` inside it.
                     let (file, sub) = (dir.join(format!("{name}.rs")), dir.join(&name));
+                    let file = if file.exists() { file } else { sub.join("mod.rs") };
                     let source = std::fs::read_to_string(&file).expect("module source");
                     let parsed = syn::parse_file(&source).expect("module parses");
                     render(&format!("{module}::{name}"), &parsed.items, &sub, out);
@@ -95,7 +106,7 @@ fn render(module: &str, items: &[Item], dir: &Path, out: &mut Vec<String>) {
             Item::Use(u) if is_public(&u.vis) => line(bare(u, |u| &mut u.attrs)),
             Item::Const(c) if is_public(&c.vis) && !is_hidden(&c.attrs) => line(bare(c, |c| &mut c.attrs)),
             Item::Fn(f) if is_public(&f.vis) && !is_hidden(&f.attrs) => {
-                line(format!("pub {}", tidy(&f.sig.to_token_stream().to_string())))
+                line(format!("{}pub {}", must_use(&f.attrs), tidy(&f.sig.to_token_stream().to_string())))
             }
             Item::Type(t) if is_public(&t.vis) => line(bare(t, |t| &mut t.attrs)),
             Item::Struct(s) if is_public(&s.vis) && !is_hidden(&s.attrs) => {
@@ -159,7 +170,8 @@ fn render(module: &str, items: &[Item], dir: &Path, out: &mut Vec<String>) {
                 for member in &i.items {
                     if let ImplItem::Fn(f) = member {
                         if is_public(&f.vis) && !is_hidden(&f.attrs) {
-                            line(format!("impl{generics} {ty}: pub {}", tidy(&f.sig.to_token_stream().to_string())));
+                            let sig = tidy(&f.sig.to_token_stream().to_string());
+                            line(format!("impl{generics} {ty}: {}pub {sig}", must_use(&f.attrs)));
                         }
                     }
                     if let ImplItem::Const(c) = member {

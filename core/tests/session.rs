@@ -1185,3 +1185,98 @@ fn commitment_mode_commits_raw_segments_as_text_arrives() {
         "text_input_mode='commitment' requires language='Chinese' or language='English'"
     );
 }
+
+/// Every `Synthesize` is followed by exactly one `RequestEnded`: when the session takes the
+/// engine's answer (before the utterance's last frames, even before a whole file's encoding), or
+/// right after its `Abort`; a request the engine never got (a refusal) has none.
+#[test]
+fn request_ends_follow_answers_and_aborts() {
+    use speechstream_core::engine::EngineEvent;
+    use speechstream_core::session::{EngineCommand, Output, RequestEnd, Session};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    let start = Instant::now();
+    let new = || Session::new(start, 3, Arc::new(capabilities(false, false)), Arc::new(SessionOptions::default()));
+    let drain = |s: &mut Session| std::iter::from_fn(|| s.poll_output()).collect::<Vec<Output>>();
+    let send = |s: &mut Session, json: &str| s.handle_client(start, ClientFrame::Text(json.to_owned()));
+    let submitted = |outs: &[Output]| -> RequestId {
+        let ids: Vec<RequestId> = outs
+            .iter()
+            .filter_map(|o| match o {
+                Output::Engine(EngineCommand::Synthesize { id, .. }) => Some(*id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ids.len(), 1, "{outs:?}");
+        ids[0]
+    };
+    let text_types = |outs: &[Output]| -> Vec<String> {
+        outs.iter()
+            .filter_map(|o| match o {
+                Output::Text(t) => Some(serde_json::from_str::<serde_json::Value>(t).unwrap()["type"].to_string()),
+                _ => None,
+            })
+            .collect()
+    };
+    let ended = |id, end| Output::RequestEnded { id, end };
+
+    // Finished, streamed: the end comes first, then audio.done and session.done.
+    let mut s = new();
+    send(&mut s, STREAM_CONFIG);
+    send(&mut s, &text("Hello."));
+    send(&mut s, DONE);
+    let id = submitted(&drain(&mut s));
+    s.handle_engine(start, EngineEvent { id, kind: EngineEventKind::Finished }).unwrap();
+    let outs = drain(&mut s);
+    assert_eq!(outs[0], ended(id, RequestEnd::Finished));
+    assert_eq!(text_types(&outs[1..]), ["\"audio.done\"", "\"session.done\""]);
+    assert!(s.handle_engine(start, EngineEvent { id, kind: EngineEventKind::Finished }).is_err());
+
+    // Finished, a whole file: the request is over before its file is encoded.
+    let mut s = new();
+    send(&mut s, CONFIG);
+    send(&mut s, &text("Hello."));
+    send(&mut s, DONE);
+    let id = submitted(&drain(&mut s));
+    s.handle_engine(start, EngineEvent { id, kind: EngineEventKind::Finished }).unwrap();
+    let outs = drain(&mut s);
+    assert_eq!(outs[0], ended(id, RequestEnd::Finished));
+    assert!(matches!(outs[1], Output::Encode { .. }) && outs.len() == 2, "{outs:?}");
+
+    // Failed: the engine's message.
+    let mut s = new();
+    send(&mut s, STREAM_CONFIG);
+    send(&mut s, &text("Hello."));
+    send(&mut s, DONE);
+    let id = submitted(&drain(&mut s));
+    s.handle_engine(start, EngineEvent { id, kind: EngineEventKind::Failed("boom".into()) }).unwrap();
+    assert_eq!(drain(&mut s)[0], ended(id, RequestEnd::Failed("boom".into())));
+
+    // Cancelled, and the peer gone: right after the abort.
+    for cancel in [true, false] {
+        let mut s = new();
+        send(&mut s, STREAM_CONFIG);
+        send(&mut s, &text("Hello."));
+        send(&mut s, DONE);
+        let id = submitted(&drain(&mut s));
+        match cancel {
+            true => send(&mut s, r#"{"type":"input.cancel"}"#),
+            false => s.handle_client(start, ClientFrame::Closed),
+        }
+        let outs = drain(&mut s);
+        assert_eq!(outs[..2], [Output::Engine(EngineCommand::Abort { id }), ended(id, RequestEnd::Aborted)]);
+        assert_eq!(outs.iter().filter(|o| matches!(o, Output::RequestEnded { .. })).count(), 1);
+    }
+
+    // Refused before the engine (the engine has no codec): no request, no end.
+    let mut s = new();
+    send(
+        &mut s,
+        r#"{"type":"session.config","output_mode":"codec_tokens","stream_audio":true,"response_format":"pcm"}"#,
+    );
+    send(&mut s, &text("Hello."));
+    send(&mut s, DONE);
+    let outs = drain(&mut s);
+    assert!(!outs.iter().any(|o| matches!(o, Output::Engine(_) | Output::RequestEnded { .. })), "{outs:?}");
+}

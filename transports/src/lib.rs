@@ -26,6 +26,7 @@ mod body;
 mod connection;
 mod context;
 mod encoding;
+mod engine_link;
 mod metrics;
 mod paths;
 mod playground;

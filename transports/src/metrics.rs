@@ -10,8 +10,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use speechstream_core::capacity::WorkerLoad;
-use speechstream_core::engine::{EngineEventKind, EngineLoad, RequestId};
-use tracing::info;
+use speechstream_core::engine::EngineLoad;
 
 /// Which door an utterance came through (the `transport` label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -329,20 +328,6 @@ impl UtteranceMeter {
     pub(crate) fn finished(&self, metrics: &Metrics) {
         if self.audio_seconds > 0.0 {
             metrics.rtf.observe(self.submitted.elapsed().as_secs_f64() / self.audio_seconds);
-        }
-    }
-
-    /// An engine event of a session's utterance `id` (WebSocket, Wyoming): its audio, its end,
-    /// or its failure (counted and logged).
-    pub(crate) fn event(&mut self, metrics: &Metrics, id: RequestId, kind: &EngineEventKind) {
-        match kind {
-            EngineEventKind::Audio { pcm, sample_rate } => self.audio(metrics, pcm.len(), *sample_rate),
-            EngineEventKind::Finished => self.finished(metrics),
-            EngineEventKind::Failed(message) => {
-                metrics.error(ErrorKind::Engine);
-                info!(request = %id, message, "utterance failed");
-            }
-            _ => {}
         }
     }
 }

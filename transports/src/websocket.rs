@@ -14,16 +14,16 @@ use std::time::{Duration, Instant};
 use fastwebsockets::{Frame, OpCode, Payload, Role, WebSocket, WebSocketError, WebSocketRead, WebSocketWrite};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
-use speechstream_core::engine::{EngineEvent, EngineEventKind, RequestId};
-use speechstream_core::session::{ClientFrame, EngineCommand, Output, Session};
+use speechstream_core::engine::EngineEvent;
+use speechstream_core::session::{ClientFrame, Output, Session};
 use tokio::io::BufWriter;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::encoding::encode_off_runtime;
-use crate::metrics::{Transport, UtteranceMeter};
+use crate::engine_link::{sleep_until, take_events, EngineLink};
+use crate::metrics::Transport;
 use crate::shared::{stopping, Shared};
-use crate::sink::ChannelSink;
 
 type Stream = TokioIo<Upgraded>;
 
@@ -32,9 +32,6 @@ type Stream = TokioIo<Upgraded>;
 const INBOUND_QUEUE: usize = 2;
 /// Bytes of frames gathered before they are written; larger frames are written through.
 const WRITE_BUFFER: usize = 16 * 1024;
-/// Engine events taken in one go before the outputs are written: events already queued are
-/// handled together, so their frames share a flush.
-const EVENT_BATCH: usize = 32;
 /// How long to wait for the peer's answer to our close frame before dropping the socket.
 const CLOSE_LINGER: Duration = Duration::from_secs(2);
 /// How long a close frame written at shutdown may take.
@@ -70,7 +67,7 @@ pub(crate) async fn run(ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>, mut
     let reader = read_messages(read, inbound_tx, shared.max_message_bytes);
     tokio::pin!(reader);
     let mut reader_done = false;
-    let (events_tx, mut events) = mpsc::channel(shared.engine_event_queue);
+    let (link, mut events) = EngineLink::new(shared.clone(), Transport::WebSocket);
 
     let now = Instant::now();
     info!("websocket session started");
@@ -78,8 +75,7 @@ pub(crate) async fn run(ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>, mut
         session: Session::new(now, id, shared.capabilities.clone(), shared.options.clone()),
         shared,
         writer,
-        events_tx,
-        in_flight: None,
+        link,
         sent_close: false,
         broken: false,
         told_closed: false,
@@ -100,15 +96,7 @@ pub(crate) async fn run(ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>, mut
         let reading = conn.session.wants_client_input();
         tokio::select! {
             // `events` never ends: this task holds a sender for the sinks it hands out.
-            Some(event) = events.recv() => {
-                conn.on_engine_event(event);
-                for _ in 1..EVENT_BATCH {
-                    match events.try_recv() {
-                        Ok(event) => conn.on_engine_event(event),
-                        Err(_) => break,
-                    }
-                }
-            }
+            Some(event) = events.recv() => conn.on_engine_events(event, &mut events),
             message = inbound.recv(), if reading => conn.on_inbound(message).await,
             _ = sleep_until(timer), if timer.is_some() => {
                 conn.session.handle_timeout(Instant::now());
@@ -143,10 +131,10 @@ pub(crate) async fn run(ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>, mut
             }
         }
     }
-    if let Some((id, _)) = &conn.in_flight {
+    if conn.link.in_flight() > 0 {
         // Only reachable if the session ended without aborting its request; the dropped event
         // queue still stops the engine at its next send.
-        warn!(request = %id, "connection ended with an engine request in flight");
+        warn!(requests = conn.link.in_flight(), "connection ended with an engine request in flight");
     }
     info!("websocket session ended");
 }
@@ -155,10 +143,8 @@ struct Connection {
     shared: Arc<Shared>,
     session: Session,
     writer: WebSocketWrite<BufWriter<tokio::io::WriteHalf<Stream>>>,
-    events_tx: mpsc::Sender<EngineEvent>,
-    /// The engine request submitted and not yet finished, failed or aborted (a session has one
-    /// at a time), metered for /metrics.
-    in_flight: Option<(RequestId, UtteranceMeter)>,
+    /// Submits and aborts the session's engine requests, and meters them until they end.
+    link: EngineLink,
     /// We wrote a close frame: nothing more may be written.
     sent_close: bool,
     /// A write failed: the socket is unusable.
@@ -168,21 +154,9 @@ struct Connection {
 }
 
 impl Connection {
-    fn on_engine_event(&mut self, event: EngineEvent) {
-        let id = event.id;
-        let terminal = matches!(event.kind, EngineEventKind::Finished | EngineEventKind::Failed(_));
-        if let Some((_, meter)) = self.in_flight.as_mut().filter(|(live, _)| *live == id) {
-            meter.event(&self.shared.metrics, id, &event.kind);
-        }
-        match self.session.handle_engine(Instant::now(), event) {
-            Ok(()) => {
-                if terminal && self.in_flight.take_if(|(live, _)| *live == id).is_some() {
-                    debug!(request = %id, "utterance finished");
-                }
-            }
-            // An event that raced with our abort of its request.
-            Err(stale) => debug!(request = %stale.0, "ignoring event for a request no longer in flight"),
-        }
+    /// An engine event and those already queued behind it, to the session.
+    fn on_engine_events(&mut self, first: EngineEvent, events: &mut mpsc::Receiver<EngineEvent>) {
+        take_events(first, events, &mut self.link, |event| self.session.handle_engine(Instant::now(), event));
     }
 
     async fn on_inbound(&mut self, message: Option<Inbound>) {
@@ -243,7 +217,8 @@ impl Connection {
                         self.write(Frame::binary(Payload::Owned(bytes))).await;
                     }
                 }
-                Output::Engine(command) => self.execute_command(command),
+                Output::Engine(command) => self.link.execute(command),
+                Output::RequestEnded { id, end } => self.link.ended(id, &end),
                 Output::Encode { id, job } => {
                     let encoded = encode_off_runtime(job).await;
                     if let Err(stale) = self.session.handle_encoded(Instant::now(), id, encoded) {
@@ -269,24 +244,6 @@ impl Connection {
             debug!(error = %e, "write to client failed");
             self.broken = true;
             self.tell_closed();
-        }
-    }
-
-    fn execute_command(&mut self, command: EngineCommand) {
-        match command {
-            EngineCommand::Synthesize { id, request } => {
-                info!(request = %id, chars = request.text.chars().count(), "utterance submitted");
-                self.in_flight = Some((id, UtteranceMeter::start(&self.shared.metrics, Transport::WebSocket)));
-                let sink = ChannelSink::new(self.events_tx.clone());
-                self.shared.engine.submit(id, request, Box::new(sink));
-            }
-            EngineCommand::Abort { id } => {
-                info!(request = %id, "utterance aborted");
-                if self.in_flight.take_if(|(live, _)| *live == id).is_some() {
-                    self.shared.metrics.cancelled(Transport::WebSocket);
-                }
-                self.shared.engine.abort(id);
-            }
         }
     }
 
@@ -323,13 +280,6 @@ impl Connection {
             self.broken = true;
             self.execute_outputs().await;
         }
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
-        None => std::future::pending().await,
     }
 }
 

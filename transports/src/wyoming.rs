@@ -7,13 +7,11 @@
 //! while audio is made; the session bounds what it holds. A peer that stops reading is cut off by
 //! the write timeout, which tells the session it is gone, which aborts its request.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use speechstream_core::engine::{EngineEvent, EngineEventKind, RequestId};
-use speechstream_core::session::EngineCommand;
+use speechstream_core::engine::EngineEvent;
 use speechstream_core::wyoming::{codes, error_event, Output, WyomingOptions, WyomingSession};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
@@ -22,10 +20,10 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::connection::first_byte;
 use crate::context::Socket;
-use crate::metrics::{ErrorKind, Refusal, Transport, UtteranceMeter};
+use crate::engine_link::{sleep_until, take_events, EngineLink};
+use crate::metrics::{ErrorKind, Refusal, Transport};
 use crate::shared::stopping;
 use crate::shared::Shared;
-use crate::sink::ChannelSink;
 use crate::sockets::Admission;
 use crate::write_timeout::WriteTimeout;
 
@@ -39,8 +37,6 @@ const WRITE_BUFFER: usize = 16 * 1024;
 const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 /// At most this much of them.
 const LINGER_BYTES: usize = 1 << 20;
-/// Engine events taken in one go before the outputs are written, so their events share a flush.
-const EVENT_BATCH: usize = 32;
 
 /// Serve one accepted socket until it ends, is closed to make room for another, or (silent)
 /// passes the first-byte deadline. `refused`: turned away at accept (while draining).
@@ -140,15 +136,14 @@ async fn run(
     first: Vec<u8>,
 ) {
     let (mut read, write) = tokio::io::split(stream);
-    let (events_tx, mut events) = mpsc::channel(shared.engine_event_queue);
+    let (link, mut events) = EngineLink::new(shared.clone(), Transport::Wyoming);
     let now = Instant::now();
     info!("wyoming connection started");
     let mut conn = Connection {
         session: WyomingSession::new(now, id, shared.capabilities.clone(), options),
         shared,
         writer: BufWriter::with_capacity(WRITE_BUFFER, write),
-        events_tx,
-        in_flight: HashMap::new(),
+        link,
         broken: false,
         told_closed: false,
     };
@@ -177,15 +172,7 @@ async fn run(
         let timer = conn.session.poll_timeout();
         tokio::select! {
             // `events` never ends: this task holds a sender for the sinks it hands out.
-            Some(event) = events.recv() => {
-                conn.on_engine_event(event);
-                for _ in 1..EVENT_BATCH {
-                    match events.try_recv() {
-                        Ok(event) => conn.on_engine_event(event),
-                        Err(_) => break,
-                    }
-                }
-            }
+            Some(event) = events.recv() => conn.on_engine_events(event, &mut events),
             read = read_some(&mut read, &mut buffer), if !draining && !eof => match read {
                 Ok(0) => eof = true,
                 Ok(n) => conn.session.handle_bytes(Instant::now(), &buffer[..n]),
@@ -224,8 +211,8 @@ async fn run(
             let _ = tokio::time::timeout(CLOSE_LINGER, linger).await;
         }
     }
-    if !conn.in_flight.is_empty() {
-        warn!(requests = conn.in_flight.len(), "wyoming connection ended with engine requests in flight");
+    if conn.link.in_flight() > 0 {
+        warn!(requests = conn.link.in_flight(), "wyoming connection ended with engine requests in flight");
     }
     info!("wyoming connection ended");
 }
@@ -238,9 +225,8 @@ struct Connection {
     shared: Arc<Shared>,
     session: WyomingSession,
     writer: BufWriter<WriteHalf<Stream>>,
-    events_tx: mpsc::Sender<EngineEvent>,
-    /// Engine requests submitted and not yet finished, failed or aborted, each metered.
-    in_flight: HashMap<RequestId, UtteranceMeter>,
+    /// Submits and aborts the session's engine requests, and meters them until they end.
+    link: EngineLink,
     /// A write failed: the socket is unusable.
     broken: bool,
     /// The session was told the peer is gone.
@@ -248,20 +234,9 @@ struct Connection {
 }
 
 impl Connection {
-    fn on_engine_event(&mut self, event: EngineEvent) {
-        let id = event.id;
-        let terminal = matches!(event.kind, EngineEventKind::Finished | EngineEventKind::Failed(_));
-        if let Some(meter) = self.in_flight.get_mut(&id) {
-            meter.event(&self.shared.metrics, id, &event.kind);
-        }
-        match self.session.handle_engine(Instant::now(), event) {
-            Ok(()) => {
-                if terminal && self.in_flight.remove(&id).is_some() {
-                    debug!(request = %id, "utterance finished");
-                }
-            }
-            Err(stale) => debug!(request = %stale.0, "ignoring event for a request no longer in flight"),
-        }
+    /// An engine event and those already queued behind it, to the session.
+    fn on_engine_events(&mut self, first: EngineEvent, events: &mut mpsc::Receiver<EngineEvent>) {
+        take_events(first, events, &mut self.link, |event| self.session.handle_engine(Instant::now(), event));
     }
 
     /// Carry out everything the session has queued, in order, then flush.
@@ -270,7 +245,8 @@ impl Connection {
             while let Some(output) = self.session.poll_output() {
                 match output {
                     Output::Write(bytes) => self.write(&bytes).await,
-                    Output::Engine(command) => self.execute_command(command),
+                    Output::Engine(command) => self.link.execute(command),
+                    Output::RequestEnded { id, end } => self.link.ended(id, &end),
                     Output::Dropped(kind) => info!(event = %kind, "dropped an event type this server does not serve"),
                     Output::Close { code, error } => {
                         if codes::CLIENT_FAULTS.contains(&code) {
@@ -305,36 +281,11 @@ impl Connection {
         }
     }
 
-    fn execute_command(&mut self, command: EngineCommand) {
-        match command {
-            EngineCommand::Synthesize { id, request } => {
-                info!(request = %id, chars = request.text.chars().count(), "utterance submitted");
-                self.in_flight.insert(id, UtteranceMeter::start(&self.shared.metrics, Transport::Wyoming));
-                let sink = ChannelSink::new(self.events_tx.clone());
-                self.shared.engine.submit(id, request, Box::new(sink));
-            }
-            EngineCommand::Abort { id } => {
-                info!(request = %id, "utterance aborted");
-                if self.in_flight.remove(&id).is_some() {
-                    self.shared.metrics.cancelled(Transport::Wyoming);
-                }
-                self.shared.engine.abort(id);
-            }
-        }
-    }
-
     /// Tell the session the peer is gone (once); the caller then carries out its outputs.
     fn tell_closed(&mut self) {
         if !self.told_closed {
             self.told_closed = true;
             self.session.handle_closed(Instant::now());
         }
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
-        None => std::future::pending().await,
     }
 }

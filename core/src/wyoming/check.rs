@@ -38,6 +38,8 @@ pub struct Checker {
     engine_bytes: u64,
     live: BTreeSet<RequestId>,
     seen: BTreeSet<RequestId>,
+    /// Requests whose `RequestEnded` came.
+    ended: BTreeSet<RequestId>,
 }
 
 impl Checker {
@@ -57,6 +59,15 @@ impl Checker {
                 self.closed = true;
             }
             Output::Dropped(_) => {}
+            Output::RequestEnded { id, end } => {
+                if !self.seen.contains(id) || !self.ended.insert(*id) {
+                    return Err(format!("end of a request never submitted, or a second end: {id}"));
+                }
+                // An abort goes out before its end; an answer is taken (`answered`) before.
+                if self.live.contains(id) {
+                    return Err(format!("{end:?} end of request {id} while it is still live"));
+                }
+            }
             Output::Engine(EngineCommand::Synthesize { id, request }) => {
                 if self.failed {
                     return Err("synthesize after an error".into());
@@ -312,6 +323,9 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
         while let Some(output) = session.poll_output() {
             checker.output(&output)?;
         }
+    }
+    if let Some(id) = checker.seen.difference(&checker.ended).next() {
+        return Err(format!("request {id} never ended"));
     }
     if !session.is_closed() && !garbled && !checker.expected.is_empty() {
         return Err(format!("answers still owed on an open session: {:?}", checker.expected));

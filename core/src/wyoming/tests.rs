@@ -39,6 +39,8 @@ fn drain(session: &mut WyomingSession) -> Vec<Seen> {
     let mut seen = Vec::new();
     while let Some(output) = session.poll_output() {
         seen.push(match output {
+            // Checked by the invariant checker and `request_ends_follow_answers_and_aborts`.
+            Output::RequestEnded { .. } => continue,
             Output::Write(bytes) => {
                 decoder.push(&bytes);
                 let e = decoder.next_event(&limits).unwrap().unwrap();
@@ -296,4 +298,50 @@ fn a_language_picks_a_voice() {
     let mut s = WyomingSession::new(now, 1, capabilities(), Arc::new(options));
     s.handle_bytes(now, &event("synthesize", json!({"text": "Hi.", "voice": {"language": "en_GB"}})));
     assert_eq!(submitted(&drain(&mut s))[0].1.voice.as_deref(), Some("emma"));
+}
+
+#[test]
+fn request_ends_follow_answers_and_aborts() {
+    let ends = |s: &mut WyomingSession| -> Vec<(RequestId, RequestEnd)> {
+        std::iter::from_fn(|| s.poll_output())
+            .filter_map(|o| match o {
+                Output::RequestEnded { id, end } => Some((id, end)),
+                _ => None,
+            })
+            .collect()
+    };
+    let synthesize = |s: &mut WyomingSession, now| -> RequestId {
+        s.handle_bytes(now, &event("synthesize", json!({"text": "Hello."})));
+        let seen = drain(s);
+        let [(id, _)] = &submitted(&seen)[..] else { panic!("{seen:?}") };
+        *id
+    };
+    // Finished: the end comes first, before audio-stop.
+    let (mut s, now) = session();
+    let id = synthesize(&mut s, now);
+    s.handle_engine(now, finished(id)).unwrap();
+    assert_eq!(s.poll_output(), Some(Output::RequestEnded { id, end: RequestEnd::Finished }));
+    assert_eq!(kinds(&drain(&mut s)), ["audio-start", "audio-stop"]);
+    // Failed, with the engine's message.
+    let (mut s, now) = session();
+    let id = synthesize(&mut s, now);
+    s.handle_engine(now, EngineEvent { id, kind: EngineEventKind::Failed("boom".into()) }).unwrap();
+    assert_eq!(ends(&mut s), [(id, RequestEnd::Failed("boom".into()))]);
+    // Aborted: the peer left, the server shuts down, the engine's rate changed.
+    for how in 0..3 {
+        let (mut s, now) = session();
+        let id = synthesize(&mut s, now);
+        match how {
+            0 => s.handle_closed(now),
+            1 => s.handle_shutdown(now),
+            _ => {
+                s.handle_engine(now, audio(id, 10)).unwrap();
+                let _ = drain(&mut s);
+                let kind = EngineEventKind::Audio { pcm: vec![1; 10], sample_rate: 16_000 };
+                s.handle_engine(now, EngineEvent { id, kind }).unwrap();
+            }
+        }
+        assert_eq!(s.poll_output(), Some(Output::Engine(EngineCommand::Abort { id })));
+        assert_eq!(ends(&mut s), [(id, RequestEnd::Aborted)]);
+    }
 }
