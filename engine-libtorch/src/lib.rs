@@ -13,6 +13,7 @@
 pub mod cpu;
 pub mod dsp;
 mod engine;
+mod float32;
 pub mod gemm;
 mod hibari;
 mod kernels;
@@ -24,6 +25,7 @@ mod proto;
 mod quant;
 mod scheduler;
 mod stats;
+mod tensor_slices;
 pub mod timing;
 pub mod voices;
 pub mod workers;

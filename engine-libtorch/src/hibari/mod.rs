@@ -23,12 +23,12 @@ use tch::{Device, Kind, Tensor};
 use crate::cpu::Level;
 use crate::dsp::{Dsp, SpectralFrames, HOP, N_BINS};
 use crate::kernels::{
-    attention, dwconv, dwconv_rows, f32s, f32s_mut, layernorm_quantize, quantize, rows_mut, DecIn, Epilogue, LinearF32,
-    Out, QWeight,
+    attention, dwconv, dwconv_rows, layernorm_quantize, quantize, rows_mut, DecIn, Epilogue, LinearF32, Out, QWeight,
 };
 use crate::noise::NoiseSource;
 use crate::onnx::{Model, OnnxError};
 use crate::quant::{linear_weights, parameters};
+use crate::tensor_slices::{f32s, f32s_mut};
 
 /// Fine frames of context each side that make a decoder window exact (9 k7 convs: 9 × 3).
 pub const DECODER_CONTEXT: usize = 27;
