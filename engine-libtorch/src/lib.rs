@@ -10,6 +10,7 @@
 
 // Public: what the binary, the benchmarks, the examples and the tests use; the rest is
 // reached through the re-exports below.
+mod chunks;
 pub mod cpu;
 pub mod dsp;
 mod engine;
@@ -30,11 +31,10 @@ pub mod timing;
 pub mod voices;
 pub mod workers;
 
+pub use chunks::{chunk_ranges, sentence_ranges, stream_ranges};
 pub use cpu::Level;
 pub use engine::HibariEngine;
-pub use hibari::{
-    chunk_ranges, sentence_ranges, stream_ranges, Hibari, HibariError, Precision, PrecisionChoice, Prosody, Spectra,
-};
+pub use hibari::{Hibari, HibariError, Precision, PrecisionChoice, Prosody, Spectra};
 pub use noise::NoiseSource;
 pub use onnx::{read_initializers, DataType, Model, OnnxError, Tensor};
 pub use options::{HibariOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE};

@@ -14,7 +14,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
-use std::ops::Range;
 use std::path::Path;
 use std::str::FromStr;
 
@@ -47,14 +46,12 @@ const LN_EPS: f64 = 1e-5;
 /// Number of parameters in a hibari voice file.
 pub const N_PARAMETERS: usize = 6_152_898;
 
-mod chunks;
 mod error;
 mod int8;
 mod load;
 mod precision;
 mod prosody;
 
-pub use chunks::{chunk_ranges, sentence_ranges, stream_ranges};
 pub use error::HibariError;
 pub(crate) use int8::DecState;
 use int8::Int8;
