@@ -17,8 +17,9 @@ use std::f32::consts::PI;
 use tch::{Device, Kind, Tensor};
 
 use crate::cpu::simd_fn;
-use crate::kernels::{f32s as values, f32s_mut as values_mut, round_even, to_int};
+use crate::float32::{exp, poly, round_even, to_int};
 use crate::noise::{NoiseSource, BINS};
+use crate::tensor_slices::{f32s as values, f32s_mut as values_mut};
 
 pub const N_FFT: i64 = 1200;
 pub const HOP: i64 = 300;
@@ -140,7 +141,8 @@ impl Dsp {
         let nf = f0.len();
         let mut f = vec![0f32; nf * H];
         let mut out = Tensor::zeros([(nf * H) as i64], (Kind::Float, Device::Cpu));
-        let t = values_mut(&mut out);
+        // SAFETY: `out` was just made here; no other handle to its storage exists.
+        let t = unsafe { values_mut(&mut out) };
         let (u, v) = (&self.host_u, &self.host_v);
         let mut sum = 0f64;
         let mut sums = [0f64; H];
@@ -192,7 +194,8 @@ impl Dsp {
         let w = &self.host_win_src;
         // (every value written below)
         let mut fr = Tensor::empty([frames, N_FFT], (Kind::Float, Device::Cpu));
-        for (k, row) in values_mut(&mut fr).chunks_exact_mut(FFT).enumerate() {
+        // SAFETY: `fr` was just made here; no other handle to its storage exists.
+        for (k, row) in unsafe { values_mut(&mut fr) }.chunks_exact_mut(FFT).enumerate() {
             let start = (k * H) as isize - half as isize;
             if start >= 0 && start as usize + FFT <= len {
                 let x = &x[start as usize..start as usize + FFT];
@@ -215,7 +218,9 @@ impl Dsp {
         let spec = values(&spec);
         let mut re = Tensor::empty([frames, N_BINS], (Kind::Float, Device::Cpu));
         let mut im = Tensor::empty([frames, N_BINS], (Kind::Float, Device::Cpu));
-        for ((re, im), c) in values_mut(&mut re).iter_mut().zip(values_mut(&mut im)).zip(spec.chunks_exact(2)) {
+        // SAFETY: `re` and `im` were just made here; no other handle to their storage exists.
+        let (re_v, im_v) = unsafe { (values_mut(&mut re), values_mut(&mut im)) };
+        for ((re, im), c) in re_v.iter_mut().zip(im_v).zip(spec.chunks_exact(2)) {
             (*re, *im) = (c[0], c[1]);
         }
         (re, im)
@@ -285,7 +290,8 @@ impl Dsp {
         // (every value written by the noise, then updated in place)
         let mut re = Tensor::empty(&shape, (Kind::Float, Device::Cpu));
         let mut im = Tensor::empty(&shape, (Kind::Float, Device::Cpu));
-        let (re_v, im_v) = (values_mut(&mut re), values_mut(&mut im));
+        // SAFETY: `re` and `im` were just made here; no other handle to their storage exists.
+        let (re_v, im_v) = unsafe { (values_mut(&mut re), values_mut(&mut im)) };
         noise.fill(k0, re_v, im_v);
         let x = [&lh, &theta, &ln, &lr, &phi, &pr, &pi].map(values);
         assert!(x.iter().all(|x| x.len() == re_v.len()), "spectral frames of different sizes");
@@ -331,13 +337,17 @@ impl Dsp {
         let (re, im) = (host(spec.0), host(spec.1));
         let n = re.size()[0];
         let mut c = Tensor::empty([n, N_BINS, 2], (Kind::Float, Device::Cpu));
-        for (c, (&re, &im)) in values_mut(&mut c).chunks_exact_mut(2).zip(values(&re).iter().zip(values(&im))) {
+        // SAFETY: `c` was just made here; no other handle to its storage exists (its complex view
+        // below is made after the slice's last use).
+        let c_v = unsafe { values_mut(&mut c) };
+        for (c, (&re, &im)) in c_v.chunks_exact_mut(2).zip(values(&re).iter().zip(values(&im))) {
             (c[0], c[1]) = (re, im);
         }
         let frames = c.view_as_complex().fft_irfft(N_FFT, -1, "backward");
         let frames = values(&frames);
         let mut out = Tensor::zeros([((b - a) * H) as i64], (Kind::Float, Device::Cpu));
-        for (r, y) in ((a + 2 - k0)..(b + 2 - k0)).zip(values_mut(&mut out).chunks_exact_mut(H)) {
+        // SAFETY: `out` was just made here; no other handle to its storage exists.
+        for (r, y) in ((a + 2 - k0)..(b + 2 - k0)).zip(unsafe { values_mut(&mut out) }.chunks_exact_mut(H)) {
             // row r of the frames' overlap-add (k0-based) is covered by frames r-3..=r
             for i in 0..K {
                 if let Some(q) = r.checked_sub(i).filter(|&q| q < n as usize) {
@@ -427,40 +437,8 @@ fn ex(x: f32) -> f32 {
     exp(if x > 7.0 { 7.0 } else { x })
 }
 
-/// Evaluates Σ c[i]·x^i in Estrin's form: the pairs c[2i] + c[2i+1]·x side by side, then Horner
-/// over them in x², fused multiply-adds (exact on every level). For six coefficients that is
-/// three steps deep instead of Horner's six: the loops that use it wait on these chains
-/// (`spectrum_bins` capped to AVX2 on a Zen 4: 6.9 → 6.5 ns per bin).
-#[inline(always)]
-fn poly(x: f32, c: &[f32]) -> f32 {
-    let x2 = x * x;
-    c.chunks(2).rev().fold(0.0, |acc: f32, p| acc.mul_add(x2, if p.len() == 2 { p[1].mul_add(x, p[0]) } else { p[0] }))
-}
-
-/// 1/n! for n = 2..=7 (the Taylor coefficients of e^x that [`exp`] sums by [`poly`]).
-const INV_FACT: [f32; 6] = [1.0 / 2.0, 1.0 / 6.0, 1.0 / 24.0, 1.0 / 120.0, 1.0 / 720.0, 1.0 / 5040.0];
-
-/// ln 2 in two parts: the first with few significant bits, so n·LN2_HI is exact for |n| < 2^8.
-#[allow(clippy::excessive_precision)] // an exact binary value, written in full
-pub(crate) const LN2_HI: f32 = 0.693_359_375;
-pub(crate) const LN2_LO: f32 = (std::f64::consts::LN_2 - 0.693_359_375) as f32;
-
-/// e^x in float32 for x <= 88: x = n ln 2 + r with |r| <= ln 2 / 2, e^r by its Taylor series to
-/// r^7 (remainder < 5e-9 relative), 2^n from the exponent bits; below −87 it gives e^−87 instead
-/// of going subnormal.
-#[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
-    let x = if x < -87.0 { -87.0 } else { x };
-    let n = round_even(x * std::f32::consts::LOG2_E);
-    let r = (x - n * LN2_HI) - n * LN2_LO;
-    // 1 + r + r²(1/2 + r/6 + ...): the small terms summed first
-    let y = poly(r, &INV_FACT) * (r * r) + r + 1.0;
-    // 2^n: n + 127 in the exponent bits
-    y * f32::from_bits(((to_int(n) + 127) as u32) << 23)
-}
-
 /// tanh in float32 to 1.5e-7 absolute (what its one use needs: π·tanh θ is a phase): 1 − 2 /
-/// (e^{2|x|} + 1) through [`exp`] above, with the sign of x.
+/// (e^{2|x|} + 1) through [`exp`], with the sign of x.
 #[inline(always)]
 fn tanh(x: f32) -> f32 {
     let ax = x.abs();

@@ -422,6 +422,14 @@ mod x86 {
                 /// Rows `a` (MR of them, `lda` apart) against panels `panel..panel + NP` into `c`
                 /// (`ldc` apart, `cols` columns); `prefetch`: also asks for the next NP panels,
                 /// step by step, so that they are in L1 when the next block starts.
+                ///
+                /// # Safety
+                ///
+                /// The CPU has `$feature`; `w` is packed for this level (`w.lanes` is its
+                /// `LANES`) and holds panels `panel..panel + NP`; `a` points to MR rows, `lda`
+                /// apart, of `w.groups * 4` readable bytes each; `c` to MR rows, `ldc` apart, of
+                /// `cols` (at most NP · LANES) writable `i32`s each, which nothing else accesses
+                /// during the call.
                 #[target_feature(enable = $feature)]
                 #[allow(clippy::too_many_arguments)]
                 unsafe fn tile<const MR: usize, const NP: usize, const QUAD: bool>(
@@ -434,87 +442,99 @@ mod x86 {
                     cols: usize,
                     prefetch: bool,
                 ) {
-                    let panel_bytes = w.groups * $vb;
-                    let b = w.data.as_ptr().add(panel * panel_bytes);
-                    // (past the last panel this points nowhere: a prefetch never faults)
-                    let next = b.wrapping_add(NP * panel_bytes);
-                    let mut acc = [[$zero(); NP]; MR];
-                    let mut g0 = 0;
-                    if QUAD {
-                        // two groups per step, their products summed in int16 first
-                        while g0 + 1 < w.groups {
-                            let g = g0;
+                    // SAFETY: every pointer read or written below stays in the rows and panels
+                    // that the caller vouches for; the rest is intrinsics of `$feature`.
+                    unsafe {
+                        let panel_bytes = w.groups * $vb;
+                        let b = w.data.as_ptr().add(panel * panel_bytes);
+                        // (past the last panel this points nowhere: a prefetch never faults)
+                        let next = b.wrapping_add(NP * panel_bytes);
+                        let mut acc = [[$zero(); NP]; MR];
+                        let mut g0 = 0;
+                        if QUAD {
+                            // two groups per step, their products summed in int16 first
+                            while g0 + 1 < w.groups {
+                                let g = g0;
+                                if prefetch {
+                                    for p in 0..NP {
+                                        let at = next.wrapping_add(p * panel_bytes + g * $vb);
+                                        _mm_prefetch::<_MM_HINT_T0>(at as *const i8);
+                                        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add($vb) as *const i8);
+                                    }
+                                }
+                                let (mut b0, mut b1) = ([$zero(); NP], [$zero(); NP]);
+                                for p in 0..NP {
+                                    b0[p] = $load(b.add(p * panel_bytes + g * $vb) as *const _);
+                                    b1[p] = $load(b.add(p * panel_bytes + (g + 1) * $vb) as *const _);
+                                }
+                                for (r, acc) in acc.iter_mut().enumerate() {
+                                    let a0 = $set1((a.add(r * lda + g * 4) as *const i32).read_unaligned());
+                                    let a1 = $set1((a.add(r * lda + g * 4 + 4) as *const i32).read_unaligned());
+                                    for (p, acc) in acc.iter_mut().enumerate() {
+                                        let ($qacc, $a0, $b0, $a1, $b1) = (*acc, a0, b0[p], a1, b1[p]);
+                                        *acc = $mac2;
+                                    }
+                                }
+                                g0 += 2;
+                            }
+                        }
+                        for g in g0..w.groups {
                             if prefetch {
                                 for p in 0..NP {
-                                    let at = next.wrapping_add(p * panel_bytes + g * $vb);
-                                    _mm_prefetch::<_MM_HINT_T0>(at as *const i8);
-                                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add($vb) as *const i8);
+                                    _mm_prefetch::<_MM_HINT_T0>(
+                                        next.wrapping_add(p * panel_bytes + g * $vb) as *const i8
+                                    );
                                 }
                             }
-                            let (mut b0, mut b1) = ([$zero(); NP], [$zero(); NP]);
-                            for p in 0..NP {
-                                b0[p] = $load(b.add(p * panel_bytes + g * $vb) as *const _);
-                                b1[p] = $load(b.add(p * panel_bytes + (g + 1) * $vb) as *const _);
+                            let mut bv = [$zero(); NP];
+                            for (p, bv) in bv.iter_mut().enumerate() {
+                                *bv = $load(b.add(p * panel_bytes + g * $vb) as *const _);
                             }
                             for (r, acc) in acc.iter_mut().enumerate() {
-                                let a0 = $set1((a.add(r * lda + g * 4) as *const i32).read_unaligned());
-                                let a1 = $set1((a.add(r * lda + g * 4 + 4) as *const i32).read_unaligned());
-                                for (p, acc) in acc.iter_mut().enumerate() {
-                                    let ($qacc, $a0, $b0, $a1, $b1) = (*acc, a0, b0[p], a1, b1[p]);
-                                    *acc = $mac2;
+                                let av = $set1((a.add(r * lda + g * 4) as *const i32).read_unaligned());
+                                for (acc, &bv) in acc.iter_mut().zip(&bv) {
+                                    let ($acc, $a, $b) = (*acc, av, bv);
+                                    *acc = $mac;
                                 }
                             }
-                            g0 += 2;
                         }
-                    }
-                    for g in g0..w.groups {
-                        if prefetch {
-                            for p in 0..NP {
-                                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(p * panel_bytes + g * $vb) as *const i8);
+                        // the split pairs' other halves, panel by panel
+                        for (p, col) in (panel..panel + NP).enumerate() {
+                            for e in w.extra_at[col] as usize..w.extra_at[col + 1] as usize {
+                                let g = *w.extra_group.get_unchecked(e) as usize;
+                                let bv = $load(w.extra_data.as_ptr().add(e * $vb) as *const _);
+                                for (r, row) in acc.iter_mut().enumerate() {
+                                    let av = $set1((a.add(r * lda + g * 4) as *const i32).read_unaligned());
+                                    let ($acc, $a, $b) = (row[p], av, bv);
+                                    row[p] = $mac;
+                                }
                             }
                         }
-                        let mut bv = [$zero(); NP];
-                        for (p, bv) in bv.iter_mut().enumerate() {
-                            *bv = $load(b.add(p * panel_bytes + g * $vb) as *const _);
-                        }
-                        for (r, acc) in acc.iter_mut().enumerate() {
-                            let av = $set1((a.add(r * lda + g * 4) as *const i32).read_unaligned());
-                            for (acc, &bv) in acc.iter_mut().zip(&bv) {
-                                let ($acc, $a, $b) = (*acc, av, bv);
-                                *acc = $mac;
-                            }
-                        }
-                    }
-                    // the split pairs' other halves, panel by panel
-                    for (p, col) in (panel..panel + NP).enumerate() {
-                        for e in w.extra_at[col] as usize..w.extra_at[col + 1] as usize {
-                            let g = *w.extra_group.get_unchecked(e) as usize;
-                            let bv = $load(w.extra_data.as_ptr().add(e * $vb) as *const _);
-                            for (r, row) in acc.iter_mut().enumerate() {
-                                let av = $set1((a.add(r * lda + g * 4) as *const i32).read_unaligned());
-                                let ($acc, $a, $b) = (row[p], av, bv);
-                                row[p] = $mac;
-                            }
-                        }
-                    }
-                    let offset = w.offset.as_ptr().add(panel * LANES);
-                    for (r, acc) in acc.iter().enumerate() {
-                        for (p, &v) in acc.iter().enumerate() {
-                            let col = p * LANES;
-                            let v = $sub(v, $load(offset.add(col) as *const _));
-                            let dst = c.add(r * ldc + col);
-                            if col + LANES <= cols {
-                                $store(dst as *mut _, v);
-                            } else if col < cols {
-                                let mut t = [0i32; LANES];
-                                $store(t.as_mut_ptr() as *mut _, v);
-                                std::ptr::copy_nonoverlapping(t.as_ptr(), dst, cols - col);
+                        let offset = w.offset.as_ptr().add(panel * LANES);
+                        for (r, acc) in acc.iter().enumerate() {
+                            for (p, &v) in acc.iter().enumerate() {
+                                let col = p * LANES;
+                                let v = $sub(v, $load(offset.add(col) as *const _));
+                                let dst = c.add(r * ldc + col);
+                                if col + LANES <= cols {
+                                    $store(dst as *mut _, v);
+                                } else if col < cols {
+                                    let mut t = [0i32; LANES];
+                                    $store(t.as_mut_ptr() as *mut _, v);
+                                    std::ptr::copy_nonoverlapping(t.as_ptr(), dst, cols - col);
+                                }
                             }
                         }
                     }
                 }
 
                 /// All of A's rows against NP panels starting at `panel`.
+                ///
+                /// # Safety
+                ///
+                /// The CPU has `$feature`; `w` is packed for this level and holds panels
+                /// `panel..panel + NP`; `a` holds `m` rows of `w.groups * 4` bytes and `c` `m`
+                /// rows of `w.n` values.
                 #[target_feature(enable = $feature)]
                 unsafe fn rows<const NP: usize>(a: &[u8], m: usize, w: &Packed, panel: usize, c: &mut [i32]) {
                     let lda = w.groups * 4;
@@ -531,20 +551,25 @@ mod x86 {
                     let mut r = 0;
                     for t in 0..tiles {
                         let mr = (m - r).div_ceil(tiles - t);
-                        let (a, c) = (a.as_ptr().add(r * lda), c.as_mut_ptr().add(r * w.n + col0));
-                        let ldc = w.n;
-                        let first = t == 0;
-                        match (w.quad, mr) {
-                            (false, 1) => tile::<1, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                            (false, 2) => tile::<2, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                            (false, 3) => tile::<3, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                            (false, 4) => tile::<4, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                            (false, 5) => tile::<5, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                            (false, _) => tile::<$mr, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                            (true, 1) => tile::<1, NP, true>(a, lda, w, panel, c, ldc, cols, first),
-                            (true, 2) => tile::<2, NP, true>(a, lda, w, panel, c, ldc, cols, first),
-                            (true, 3) => tile::<3, NP, true>(a, lda, w, panel, c, ldc, cols, first),
-                            (true, _) => tile::<$mrq, NP, true>(a, lda, w, panel, c, ldc, cols, first),
+                        // SAFETY: rows r..r + mr of `a` and `c` exist (r + mr <= m), and the
+                        // tile reads and writes only those, in the caller's panels (columns
+                        // col0..col0 + cols of `c`, cols <= w.n - col0); the CPU has `$feature`.
+                        unsafe {
+                            let (a, c) = (a.as_ptr().add(r * lda), c.as_mut_ptr().add(r * w.n + col0));
+                            let ldc = w.n;
+                            let first = t == 0;
+                            match (w.quad, mr) {
+                                (false, 1) => tile::<1, NP, false>(a, lda, w, panel, c, ldc, cols, first),
+                                (false, 2) => tile::<2, NP, false>(a, lda, w, panel, c, ldc, cols, first),
+                                (false, 3) => tile::<3, NP, false>(a, lda, w, panel, c, ldc, cols, first),
+                                (false, 4) => tile::<4, NP, false>(a, lda, w, panel, c, ldc, cols, first),
+                                (false, 5) => tile::<5, NP, false>(a, lda, w, panel, c, ldc, cols, first),
+                                (false, _) => tile::<$mr, NP, false>(a, lda, w, panel, c, ldc, cols, first),
+                                (true, 1) => tile::<1, NP, true>(a, lda, w, panel, c, ldc, cols, first),
+                                (true, 2) => tile::<2, NP, true>(a, lda, w, panel, c, ldc, cols, first),
+                                (true, 3) => tile::<3, NP, true>(a, lda, w, panel, c, ldc, cols, first),
+                                (true, _) => tile::<$mrq, NP, true>(a, lda, w, panel, c, ldc, cols, first),
+                            }
                         }
                         r += mr;
                     }
@@ -552,6 +577,12 @@ mod x86 {
                 }
 
                 /// C = A · Wᵀ with A as A + 128 in u8, `groups` 4-byte steps per row (see [`Packed::matmul_u8`]).
+                ///
+                /// # Safety
+                ///
+                /// The CPU has `$feature`; `w` was packed for this level (`w.lanes` is its
+                /// `LANES`: its panels, offsets and split pairs as [`Packed`] lays them out);
+                /// `a` holds at least `m * w.groups * 4` bytes and `c` at least `m * w.n` values.
                 #[target_feature(enable = $feature)]
                 pub unsafe fn run(a: &[u8], m: usize, w: &Packed, c: &mut [i32]) {
                     debug_assert_eq!(w.lanes, LANES);
@@ -560,11 +591,15 @@ mod x86 {
                     let mut p = 0;
                     while p < panels {
                         let np = (panels - p).min($np);
-                        match np {
-                            1 => rows::<1>(a, m, w, p, c),
-                            2 => rows::<2>(a, m, w, p, c),
-                            3 => rows::<3>(a, m, w, p, c),
-                            _ => rows::<$np>(a, m, w, p, c),
+                        // SAFETY: panels p..p + np exist (np <= panels - p); the rest is the
+                        // caller's promise, passed on.
+                        unsafe {
+                            match np {
+                                1 => rows::<1>(a, m, w, p, c),
+                                2 => rows::<2>(a, m, w, p, c),
+                                3 => rows::<3>(a, m, w, p, c),
+                                _ => rows::<$np>(a, m, w, p, c),
+                            }
                         }
                         p += np;
                     }

@@ -15,49 +15,12 @@
 use tch::{Device, Kind, Tensor};
 
 use crate::cpu::{simd_fn, Level};
+use crate::float32::{exp, round_even, to_int};
 use crate::gemm::Packed;
+use crate::tensor_slices::{f32s, f32s_mut};
 
 /// Lanes of the fixed-order partial sums (a multiple of every vector width used).
 const LANES: usize = 16;
-
-/// The f32 data of a contiguous CPU float tensor.
-pub fn f32s(t: &Tensor) -> &[f32] {
-    assert!(t.kind() == Kind::Float && t.device() == Device::Cpu && t.is_contiguous(), "f32 CPU contiguous");
-    let n = t.numel();
-    if n == 0 {
-        return &[];
-    }
-    // SAFETY: a contiguous float tensor of n elements; the slice borrows the tensor.
-    unsafe { std::slice::from_raw_parts(t.data_ptr() as *const f32, n) }
-}
-
-/// The f32 data of a contiguous CPU float tensor, mutable. The tensor must not share its storage
-/// with another live tensor that is read meanwhile (use it on tensors made for the purpose).
-pub fn f32s_mut(t: &mut Tensor) -> &mut [f32] {
-    assert!(t.kind() == Kind::Float && t.device() == Device::Cpu && t.is_contiguous(), "f32 CPU contiguous");
-    let n = t.numel();
-    if n == 0 {
-        return &mut [];
-    }
-    // SAFETY: as above; `&mut Tensor` keeps other uses of this handle out while the slice lives.
-    unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut f32, n) }
-}
-
-/// Round half to even for |v| < 2^22 (adding and removing 1.5 · 2^23 leaves no fraction bits);
-/// unlike `round_ties_even` it vectorizes without SSE4.1.
-#[inline(always)]
-pub(crate) fn round_even(v: f32) -> f32 {
-    const M: f32 = 12_582_912.0;
-    (v + M) - M
-}
-
-/// An integer-valued float with |v| < 2^22 as an integer, through its bits (vectorizes, unlike
-/// the saturating `as` cast).
-#[inline(always)]
-pub(crate) fn to_int(v: f32) -> i32 {
-    const M: f32 = 12_582_912.0;
-    (v + M).to_bits() as i32 - M.to_bits() as i32
-}
 
 #[inline(always)]
 fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
@@ -383,7 +346,9 @@ impl QWeight {
                 assert!(rows.len() == m && rows.iter().all(|r| r.len() == n), "residual shape")
             }
         }
-        let mut view = float.as_mut().map(f32s_mut);
+        // SAFETY: `float` was just made here; no other handle to its storage exists until it is
+        // returned, after the slice's last use.
+        let mut view = float.as_mut().map(|t| unsafe { f32s_mut(t) });
         // Rows in blocks whose int32 sums stay in L2 for the epilogue (every row's result
         // depends on that row only, so the blocks change nothing but the time). A loaded
         // server batches 800-900 rows: whole, the head's sums were 10 MB, written to memory
@@ -512,7 +477,7 @@ impl Head<'_> {
             let p = &mut p[r * lp..][..l];
             let mx = lane_max(p);
             for p in p.iter_mut() {
-                *p = crate::dsp::exp((*p - mx) * scale);
+                *p = exp((*p - mx) * scale);
             }
             *inv = 1.0 / lane_sum(p, |v| v);
         }
@@ -657,7 +622,8 @@ impl LinearF32 {
         let m = xs.len() / self.k.max(1);
         let mut y = Tensor::empty([m as i64, self.n as i64], (Kind::Float, Device::Cpu));
         if m > 0 && self.k > 0 {
-            linear_f32_impl(xs, self.k, &self.panels, &self.bias, f32s_mut(&mut y));
+            // SAFETY: `y` was just made here; no other handle to its storage exists.
+            linear_f32_impl(xs, self.k, &self.panels, &self.bias, unsafe { f32s_mut(&mut y) });
         } else if m > 0 {
             y.copy_(&Tensor::from_slice(&self.bias).expand([m as i64, self.n as i64], false));
         }
@@ -865,7 +831,8 @@ mod tests {
             let want = want.squeeze_dim(0).transpose(0, 1).contiguous();
             let wk = w.squeeze_dim(1).transpose(0, 1).contiguous();
             let mut y = Tensor::empty([t as i64, c as i64], (Kind::Float, Device::Cpu));
-            dwconv(f32s(&x), c, f32s(&wk), f32s(&b), dil, None, f32s_mut(&mut y));
+            // SAFETY: `y` was just made here; no other handle to its storage exists.
+            dwconv(f32s(&x), c, f32s(&wk), f32s(&b), dil, None, unsafe { f32s_mut(&mut y) });
             let err = (&y - want).abs().max().double_value(&[]);
             assert!(err < 1e-5, "dil {dil}: {err}");
             // bit for bit the plain per-channel sum: b, then + w · x tap by tap in order
@@ -989,7 +956,9 @@ mod tests {
             let Out::Float(y) = qw.forward(&qx, Epilogue::Bias) else { panic!() };
             let Out::Quant(g) = qw.forward(&qx, Epilogue::GeluQuantize) else { panic!() };
             let mut res = res0.narrow(0, rows.start as i64, rows.len() as i64).copy();
-            qw.forward(&qx, Epilogue::Residual { rows: rows_mut(f32s_mut(&mut res), n), gamma: Some(f32s(&gamma)) });
+            // SAFETY: `res` is a new copy; no other handle to its storage exists.
+            let rows = rows_mut(unsafe { f32s_mut(&mut res) }, n);
+            qw.forward(&qx, Epilogue::Residual { rows, gamma: Some(f32s(&gamma)) });
             (y, g, res)
         };
         assert_eq!(all.q.len(), m * k);
@@ -1026,7 +995,8 @@ mod tests {
         let Out::Float(yp) = part.forward(&qx, Epilogue::Bias) else { panic!() };
         assert!(yp.equal(&y.narrow(1, 8, 8)));
         let mut res = Tensor::zeros([13, 24], (Kind::Float, Device::Cpu));
-        qw.forward(&qx, Epilogue::Residual { rows: rows_mut(f32s_mut(&mut res), 24), gamma: None });
+        // SAFETY: `res` was just made here; no other handle to its storage exists.
+        qw.forward(&qx, Epilogue::Residual { rows: rows_mut(unsafe { f32s_mut(&mut res) }, 24), gamma: None });
         assert!(res.equal(&y));
         let Out::Quant(g) = qw.forward(&qx, Epilogue::GeluQuantize) else { panic!() };
         let want = quantize(f32s(&y.gelu("none").contiguous()), 24);

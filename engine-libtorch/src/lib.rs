@@ -10,9 +10,11 @@
 
 // Public: what the binary, the benchmarks, the examples and the tests use; the rest is
 // reached through the re-exports below.
+mod chunks;
 pub mod cpu;
 pub mod dsp;
 mod engine;
+mod float32;
 pub mod gemm;
 mod hibari;
 mod kernels;
@@ -24,15 +26,15 @@ mod proto;
 mod quant;
 mod scheduler;
 mod stats;
+mod tensor_slices;
 pub mod timing;
 pub mod voices;
 pub mod workers;
 
+pub use chunks::{chunk_ranges, sentence_ranges, stream_ranges};
 pub use cpu::Level;
 pub use engine::HibariEngine;
-pub use hibari::{
-    chunk_ranges, sentence_ranges, stream_ranges, Hibari, HibariError, Precision, PrecisionChoice, Prosody, Spectra,
-};
+pub use hibari::{Hibari, HibariError, Precision, PrecisionChoice, Prosody, Spectra};
 pub use noise::NoiseSource;
 pub use onnx::{read_initializers, DataType, Model, OnnxError, Tensor};
 pub use options::{HibariOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE};

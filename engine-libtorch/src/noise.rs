@@ -16,7 +16,7 @@
 //! of a loaded server's time.
 
 use crate::cpu::simd_fn;
-use crate::dsp::{LN2_HI, LN2_LO};
+use crate::float32::{LN2_HI, LN2_LO};
 
 /// Number of frequency bins (n_fft / 2 + 1).
 pub const BINS: usize = 601;

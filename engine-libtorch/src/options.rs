@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use tch::Device;
 
+use crate::chunks;
 use crate::hibari::Precision;
 use crate::pacing::{ChunkSizes, Pacing};
 use crate::stats::AdmissionMode;
@@ -73,15 +74,14 @@ impl HibariOptions {
 }
 
 impl HibariOptions {
+    /// The chunk sizes in frames (what the scheduler cuts sentences at).
+    pub(crate) fn chunk_frames(&self) -> chunks::ChunkSizes<usize> {
+        chunks::ChunkSizes::frames(self.first_chunk_frames, self.chunk_frames, self.max_chunk_frames)
+    }
+
     /// The chunk sizes, in seconds of audio (what admission models streams with).
     pub(crate) fn chunk_sizes(&self) -> ChunkSizes {
-        let seconds =
-            |frames: usize| (frames * crate::hibari::SAMPLES_PER_FRAME) as f64 / f64::from(crate::dsp::SAMPLE_RATE);
-        let chunk = self.chunk_frames.max(1);
-        ChunkSizes {
-            first: seconds(self.first_chunk_frames.max(1)),
-            chunk: seconds(chunk),
-            max: seconds(self.max_chunk_frames.max(chunk)),
-        }
+        self.chunk_frames()
+            .map(|frames| (frames * crate::hibari::SAMPLES_PER_FRAME) as f64 / f64::from(crate::dsp::SAMPLE_RATE))
     }
 }

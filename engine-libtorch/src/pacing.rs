@@ -18,6 +18,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::chunks::ChunkLengths;
+
 /// The pacing knobs (`--first-audio-target`, `--max-lead` and the margin).
 #[derive(Clone, Copy, Debug)]
 pub struct Pacing {
@@ -190,14 +192,10 @@ pub const ADMISSION_UTILIZATION: f64 = 0.85;
 /// typical sentence; the rest of its text is counted along its audio).
 pub const FIRST_SENTENCE_CHARS: usize = 200;
 
-/// Audio seconds of the chunks a sentence is cut into (the first of an utterance, the second,
-/// every later one), as [`crate::hibari::stream_ranges`] cuts frames.
-#[derive(Clone, Copy, Debug)]
-pub struct ChunkSizes {
-    pub first: f64,
-    pub chunk: f64,
-    pub max: f64,
-}
+/// Audio seconds of the chunks a sentence is cut into (the first of an utterance, a sentence's
+/// first two, every later one), by the rule the scheduler cuts frames with
+/// ([`crate::chunks::ChunkLengths`]).
+pub type ChunkSizes = crate::chunks::ChunkSizes<f64>;
 
 /// The work a stream still owes, as admission models it.
 #[derive(Clone, Debug)]
@@ -258,25 +256,17 @@ impl Outlook {
             }
             position += len;
         }
-        let mut left = self.later_chars as f64 / CHARS_PER_SECOND;
+        let left = self.later_chars as f64 / CHARS_PER_SECOND;
         let rest_chars = self.later_chars.saturating_sub(self.next_chars);
         let per_second = costs.per_audio_second + costs.per_char * rest_chars as f64 / left.max(1e-9);
         let mut prosody = costs.per_char * self.next_chars as f64;
-        let mut k = 0;
-        while left > 1e-9 {
-            let size = match k {
-                0 if position <= 0.0 => sizes.first,
-                0 | 1 => sizes.chunk,
-                _ => sizes.max,
-            };
-            let len = if k > 0 && left - size < sizes.chunk { left } else { size.min(left) };
+        // (the later text as one sentence: it opens the utterance if nothing came before it)
+        for len in ChunkLengths::new(left, position <= 0.0, *sizes) {
             if !push(position, prosody + per_second * len) {
                 return;
             }
             prosody = 0.0;
             position += len;
-            left -= len;
-            k += 1;
         }
     }
 }

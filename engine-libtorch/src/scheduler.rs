@@ -26,9 +26,10 @@ use speechstream_core::engine::{
     EngineCapabilities, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest, TrySendError,
 };
 
+use crate::chunks::{self, sentence_ranges};
 use crate::dsp::SAMPLE_RATE;
 use crate::g2p::{FrontEnd, Sentence};
-use crate::hibari::{sentence_ranges, Hibari, Prosody, SAMPLES_PER_FRAME};
+use crate::hibari::{Hibari, Prosody, SAMPLES_PER_FRAME};
 use crate::noise::NoiseSource;
 use crate::options::HibariOptions;
 use crate::pacing::{self, Candidate, ChunkSizes, Costs, Outlook, Pace, Pacing, Speed, Work};
@@ -199,9 +200,8 @@ pub(crate) struct Scheduler {
     voices: Arc<Vec<VoiceModel>>,
     default_voice: usize,
     capabilities: EngineCapabilities,
-    first_chunk: usize,
-    chunk: usize,
-    max_chunk: usize,
+    /// The chunk sizes in frames (`sizes` in seconds).
+    frames: chunks::ChunkSizes<usize>,
     max_batch: usize,
     pacing: Pacing,
     commands: Receiver<Command>,
@@ -245,9 +245,7 @@ impl Scheduler {
             voices,
             default_voice,
             capabilities,
-            first_chunk: options.first_chunk_frames.max(1),
-            chunk: options.chunk_frames.max(1),
-            max_chunk: options.max_chunk_frames,
+            frames: options.chunk_frames(),
             max_batch: options.max_batch.max(1),
             pacing: options.pacing,
             commands,
@@ -270,7 +268,7 @@ impl Scheduler {
         for voice in self.voices.iter() {
             let ids = voice.model.ids("həlˈO.");
             let prosody = voice.model.prosody(&ids, 1.0);
-            let end = prosody.frames.min(self.first_chunk);
+            let end = prosody.frames.min(self.frames.first);
             let _ = voice.model.synthesize_chunk(&prosody, 0, end, &NoiseSource::new(0, 0));
             if end < prosody.frames {
                 let _ = voice.model.synthesize_chunk(&prosody, end, prosody.frames, &NoiseSource::new(0, 0));
@@ -294,7 +292,8 @@ impl Scheduler {
                 chars += sentence.phonemes.chars().count();
                 prosody_s = started.elapsed().as_secs_f64();
                 let noise = NoiseSource::new(0, 0);
-                for r in sentence_ranges(prosody.frames, index, self.first_chunk, self.chunk, self.max_chunk) {
+                let f = self.frames;
+                for r in sentence_ranges(prosody.frames, index, f.first, f.chunk, f.max) {
                     samples += voice.model.synthesize_chunk(&prosody, r.start, r.end, &noise).numel();
                 }
             }
@@ -619,8 +618,13 @@ impl Scheduler {
                     job.pending.push_back(EngineEventKind::Words(timings));
                 }
             }
-            let ranges =
-                sentence_ranges(prosody.frames, job.started_sentences, self.first_chunk, self.chunk, self.max_chunk);
+            let ranges = sentence_ranges(
+                prosody.frames,
+                job.started_sentences,
+                self.frames.first,
+                self.frames.chunk,
+                self.frames.max,
+            );
             let noise = NoiseSource::new(job.seed, job.started_sentences);
             job.started_sentences += 1;
             job.current = Some(Current { prosody, ranges, next: 0, noise });

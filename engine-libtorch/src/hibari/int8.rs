@@ -105,12 +105,18 @@ impl Int8 {
 }
 
 /// A ConvNeXt block of the int8 path on x [Σ seqs, C]: sequences of `seqs` frames one after the
-/// other, time-major, updated in place (x must not share its storage); `mask` (one value per
-/// row) is 0 at frames that don't exist (padding), which the depthwise conv reads as zeros, as
-/// it reads the frames outside each sequence.
-pub(super) fn cnx_int8(b: &QBlock, x: &mut Tensor, seqs: &[usize], dil: usize, mask: Option<&[f32]>) {
+/// other, time-major, updated in place; `mask` (one value per row) is 0 at frames that don't
+/// exist (padding), which the depthwise conv reads as zeros, as it reads the frames outside
+/// each sequence.
+///
+/// # Safety
+///
+/// `x` must not share its storage with another tensor that is used during the call (as
+/// [`f32s_mut`]: its memory is written through a slice).
+pub(super) unsafe fn cnx_int8(b: &QBlock, x: &mut Tensor, seqs: &[usize], dil: usize, mask: Option<&[f32]>) {
     let u = depthwise_int8(b, x, seqs, dil, mask);
-    pointwise_int8(b, &u, x);
+    // SAFETY: `u` is a new tensor; `x` shares its storage with nothing used here (our promise).
+    unsafe { pointwise_int8(b, &u, x) };
 }
 
 /// The depthwise conv of a ConvNeXt block (see [`cnx_int8`]): u [Σ seqs, C].
@@ -118,7 +124,8 @@ pub(super) fn depthwise_int8(b: &QBlock, x: &Tensor, seqs: &[usize], dil: usize,
     let c = b.db.size()[0] as usize;
     let mut u = Tensor::empty(x.size(), (Kind::Float, Device::Cpu));
     {
-        let (xs, us) = (f32s(x), f32s_mut(&mut u));
+        // SAFETY: `u` was just made here; no other handle to its storage exists.
+        let (xs, us) = (f32s(x), unsafe { f32s_mut(&mut u) });
         assert_eq!(seqs.iter().sum::<usize>() * c, xs.len(), "sequence lengths");
         let mut row = 0;
         for &t in seqs {
@@ -132,9 +139,15 @@ pub(super) fn depthwise_int8(b: &QBlock, x: &Tensor, seqs: &[usize], dil: usize,
 }
 
 /// The rest of a ConvNeXt block, row by row: x += gamma ⊙ pw2(gelu(pw1(LN(u)))), in place.
-pub(super) fn pointwise_int8(b: &QBlock, u: &Tensor, x: &mut Tensor) {
+///
+/// # Safety
+///
+/// `x` must not share its storage with `u` or with another tensor that is used during the call
+/// (as [`f32s_mut`]).
+pub(super) unsafe fn pointwise_int8(b: &QBlock, u: &Tensor, x: &mut Tensor) {
     let c = b.db.size()[0] as usize;
-    pointwise_rows(b, f32s(u), rows_mut(f32s_mut(x), c));
+    // SAFETY: nothing that shares `x`'s storage is used meanwhile (the caller's promise).
+    pointwise_rows(b, f32s(u), rows_mut(unsafe { f32s_mut(x) }, c));
 }
 
 /// [`pointwise_int8`] on u's rows [n, C] as a slice, into x's n rows wherever they lie.
@@ -147,16 +160,26 @@ fn pointwise_rows(b: &QBlock, u: &[f32], x: Vec<&mut [f32]>) {
 /// One transformer pass of the int8 path on x [L, C] (one sentence), updated in place. The
 /// attention itself (scores, softmax, weighted sum: [`attention`]) is float, as in onnxruntime's int8
 /// graph.
-pub(super) fn tl_int8(l: &QLayer, x: &mut Tensor) {
+///
+/// # Safety
+///
+/// `x` must not share its storage with another tensor that is used during the call (as
+/// [`f32s_mut`]: its memory is written through a slice).
+pub(super) unsafe fn tl_int8(l: &QLayer, x: &mut Tensor) {
     let (_, c) = x.size2().expect("[L, C]");
     let q = layernorm_quantize(f32s(x), f32s(&l.norm1.0), f32s(&l.norm1.1));
     let Out::Float(qkv) = l.in_proj.forward(&q, Epilogue::Bias) else { unreachable!("floats") };
     let o = attention(f32s(&qkv), c as usize, 2);
     let qo = quantize(&o, c as usize);
-    l.out_proj.forward(&qo, Epilogue::Residual { rows: rows_mut(f32s_mut(x), c as usize), gamma: None });
+    // SAFETY: nothing that shares `x`'s storage is used meanwhile (the caller's promise); the
+    // slice ends with the call, before `x` is read again.
+    let rows = rows_mut(unsafe { f32s_mut(x) }, c as usize);
+    l.out_proj.forward(&qo, Epilogue::Residual { rows, gamma: None });
     let q = layernorm_quantize(f32s(x), f32s(&l.norm2.0), f32s(&l.norm2.1));
     let Out::Quant(h) = l.linear1.forward(&q, Epilogue::GeluQuantize) else { unreachable!("quantized rows") };
-    l.linear2.forward(&h, Epilogue::Residual { rows: rows_mut(f32s_mut(x), c as usize), gamma: None });
+    // SAFETY: as above.
+    let rows = rows_mut(unsafe { f32s_mut(x) }, c as usize);
+    l.linear2.forward(&h, Epilogue::Residual { rows, gamma: None });
 }
 
 /// The int8 path ([`Precision::Int8`]): the same network with int8 Linear layers and the
@@ -170,11 +193,14 @@ impl Hibari {
         let t = Tensor::from_slice(ids);
         let mut x = Tensor::embedding(self.p(pre, "emb.weight"), &t, -1, false, false).contiguous();
         for i in 0..2 {
-            cnx_int8(q.block(&format!("{pre}.convs.{i}")), &mut x, &[ids.len()], 1, None);
+            // SAFETY: `x` is the embedding's new tensor (`contiguous()` returns it itself), held
+            // by no one else.
+            unsafe { cnx_int8(q.block(&format!("{pre}.convs.{i}")), &mut x, &[ids.len()], 1, None) };
         }
         let layer = &q.layers[&format!("{pre}.attn")];
         for _ in 0..passes {
-            tl_int8(layer, &mut x);
+            // SAFETY: as above.
+            unsafe { tl_int8(layer, &mut x) };
         }
         ln(&x, self.p(pre, "norm.weight"), self.p(pre, "norm.bias"))
     }
@@ -212,7 +238,8 @@ impl Hibari {
         let m = mask.contains(&0.0).then_some(mask.as_slice());
         let seqs = vec![tmax; items.len()];
         for (i, dil) in PRO_DILATIONS.iter().enumerate() {
-            cnx_int8(q.block(&format!("pn.pro.{i}")), &mut g, &seqs, *dil as usize, m);
+            // SAFETY: `g` is a new tensor (an `index_select`'s or a `cat`'s), held by no one else.
+            unsafe { cnx_int8(q.block(&format!("pn.pro.{i}")), &mut g, &seqs, *dil as usize, m) };
         }
         let p = q.pro_out.forward(&g); // [B · tmax, 4]
         let mut out = Vec::new();

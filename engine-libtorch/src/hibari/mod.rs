@@ -14,7 +14,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
-use std::ops::Range;
 use std::path::Path;
 use std::str::FromStr;
 
@@ -23,12 +22,12 @@ use tch::{Device, Kind, Tensor};
 use crate::cpu::Level;
 use crate::dsp::{Dsp, SpectralFrames, HOP, N_BINS};
 use crate::kernels::{
-    attention, dwconv, dwconv_rows, f32s, f32s_mut, layernorm_quantize, quantize, rows_mut, DecIn, Epilogue, LinearF32,
-    Out, QWeight,
+    attention, dwconv, dwconv_rows, layernorm_quantize, quantize, rows_mut, DecIn, Epilogue, LinearF32, Out, QWeight,
 };
 use crate::noise::NoiseSource;
 use crate::onnx::{Model, OnnxError};
 use crate::quant::{linear_weights, parameters};
+use crate::tensor_slices::{f32s, f32s_mut};
 
 /// Fine frames of context each side that make a decoder window exact (9 k7 convs: 9 × 3).
 pub const DECODER_CONTEXT: usize = 27;
@@ -47,14 +46,12 @@ const LN_EPS: f64 = 1e-5;
 /// Number of parameters in a hibari voice file.
 pub const N_PARAMETERS: usize = 6_152_898;
 
-mod chunks;
 mod error;
 mod int8;
 mod load;
 mod precision;
 mod prosody;
 
-pub use chunks::{chunk_ranges, sentence_ranges, stream_ranges};
 pub use error::HibariError;
 pub(crate) use int8::DecState;
 use int8::Int8;
