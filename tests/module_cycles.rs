@@ -25,20 +25,10 @@ type Evidence = (PathBuf, usize);
 const CRATE_ROOTS: &[&str] =
     &["core/src/lib.rs", "transports/src/lib.rs", "engine-libtorch/src/lib.rs", "src/lib.rs", "src/main.rs"];
 
-/// Cycles known when this test was written, in crates whose owners are removing them: (crate
-/// root, parent module, the modules of the cycle). Only exactly these are let through; a new
-/// module or a new cycle fails. Remove an entry when its cycle is gone (the test says so).
-const KNOWN: &[(&str, &str, &[&str])] = &[
-    // context -> sockets (context.rs: Busy, Socket), sockets -> context (Admission),
-    // sockets -> shared (Shared), shared -> sockets (Sockets)
-    ("transports/src/lib.rs", "", &["context", "shared", "sockets"]),
-];
-
 #[test]
 fn no_crate_has_a_module_cycle() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut report = Vec::new();
-    let mut known_seen = Vec::new();
     for root in CRATE_ROOTS {
         let tree = CrateTree::read(&workspace.join(root));
         assert!(!tree.files.is_empty(), "{root}: no files");
@@ -50,12 +40,6 @@ fn no_crate_has_a_module_cycle() {
                 format!("{a} -> {b} ({}:{line})", file.display())
             };
             for component in components(&graph.edges) {
-                let names: Vec<&str> = component.iter().map(String::as_str).collect();
-                let known = KNOWN.iter().position(|(r, p, m)| r == root && *p == parent.join("::") && *m == names);
-                if let Some(k) = known {
-                    known_seen.push(k);
-                    continue;
-                }
                 let cycle = cycle_in(&graph.edges, &component);
                 let steps: Vec<String> = cycle.windows(2).map(|w| edge(&w[0], &w[1])).collect();
                 // every edge among the modules that reach each other: what there is to cut
@@ -71,12 +55,6 @@ fn no_crate_has_a_module_cycle() {
                     inside.join(", ")
                 ));
             }
-        }
-    }
-    for (k, (root, parent, modules)) in KNOWN.iter().enumerate() {
-        if !known_seen.contains(&k) {
-            // (not a failure: the crate's owner may have fixed it on another branch first)
-            eprintln!("{root} {parent}: the known cycle among {modules:?} is gone; remove it from KNOWN");
         }
     }
     assert!(report.is_empty(), "module cycles:\n{}", report.join("\n"));
