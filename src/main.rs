@@ -457,7 +457,7 @@ fn run_say(args: SayArgs) -> Result<(), String> {
         match rx.recv().map_err(|_| "the engine stopped without finishing".to_owned())?.kind {
             EngineEventKind::Audio { pcm: chunk, .. } => pcm.extend_from_slice(&chunk),
             EngineEventKind::Finished => break,
-            EngineEventKind::Failed(message) => return Err(message),
+            EngineEventKind::Failed(failure) => return Err(failure.to_string()),
             EngineEventKind::Words(_) | EngineEventKind::Codec { .. } => {}
         }
     }

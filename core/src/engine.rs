@@ -14,6 +14,7 @@
 
 use std::fmt;
 
+use crate::capacity::Overloaded;
 use crate::config::TaskType;
 
 /// Identifies one engine request: the connection that asked and the utterance.
@@ -185,7 +186,55 @@ pub enum EngineEventKind {
     /// The request completed; no more events follow.
     Finished,
     /// The request failed; no more events follow.
-    Failed(String),
+    Failed(Failure),
+}
+
+/// Why a request failed ([`EngineEventKind::Failed`]): a type from the engine to the transport,
+/// so that a refusal for lack of capacity is answered as one (HTTP 503 with `Retry-After`)
+/// without reading it back from its message. Its `Display` is the message clients get.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Refused for lack of capacity; a retry may succeed later.
+    Overloaded(Overloaded),
+    /// Any other failure, with its message.
+    Engine(String),
+}
+
+impl Failure {
+    /// The capacity refusal this failure is, if it is one.
+    pub fn overloaded(&self) -> Option<Overloaded> {
+        match self {
+            Failure::Overloaded(refusal) => Some(*refusal),
+            Failure::Engine(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Overloaded(refusal) => refusal.fmt(f),
+            Failure::Engine(message) => f.write_str(message),
+        }
+    }
+}
+
+impl From<Overloaded> for Failure {
+    fn from(refusal: Overloaded) -> Failure {
+        Failure::Overloaded(refusal)
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure::Engine(message)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Failure {
+        Failure::Engine(message.to_owned())
+    }
 }
 
 /// The flags of a codec packet (docs/protocol.md §d).

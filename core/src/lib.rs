@@ -146,6 +146,7 @@
 //!   not API).
 
 #![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod capacity;
 // The invariant checker and its byte-driven session driver: a test harness for the fuzz targets

@@ -484,7 +484,7 @@ impl Session {
                 }
                 self.end_generation(now, Ending::Finished);
             }
-            EngineEventKind::Failed(message) => self.end_generation(now, Ending::Failed(message)),
+            EngineEventKind::Failed(failure) => self.end_generation(now, Ending::Failed(failure.to_string())),
         }
         Ok(())
     }

@@ -70,12 +70,15 @@ pub struct HttpError {
     pub message: String,
     /// The request field at fault, when one is.
     pub param: Option<&'static str>,
+    /// For a refusal for lack of capacity (503): whole seconds after which a retry may succeed,
+    /// the transport's `Retry-After`.
+    pub retry_after_seconds: Option<u32>,
 }
 
 impl HttpError {
     /// An error with no `param`.
     pub fn new(status: u16, kind: &'static str, message: impl Into<String>) -> HttpError {
-        HttpError { status, kind, message: message.into(), param: None }
+        HttpError { status, kind, message: message.into(), param: None, retry_after_seconds: None }
     }
 
     /// A 400 `BadRequestError`.

@@ -23,9 +23,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::capacity::Overloaded;
 use crate::encode::{AudioStream, EncodeJob, Encoded, Paging, WholeAudio};
-use crate::engine::{EngineCapabilities, EngineEventKind, WordTiming};
+use crate::engine::{EngineCapabilities, EngineEventKind, Failure, WordTiming};
 use crate::speech_http::{
     media_type, sse_delta, sse_done, sse_error, word_timestamps_header, Delivery, HttpError, SpeechRequest, Usage,
 };
@@ -155,13 +154,13 @@ impl SpeechResponse {
             // Not asked for over HTTP.
             EngineEventKind::Codec { .. } => {}
             EngineEventKind::Finished => self.on_finished(),
-            EngineEventKind::Failed(message) => self.fail(&message),
+            EngineEventKind::Failed(failure) => self.fail(&failure),
         }
     }
 
     /// The engine dropped the request without finishing or failing it.
     pub fn handle_engine_gone(&mut self) {
-        self.fail("the engine ended the request without finishing it");
+        self.fail(&Failure::Engine("the engine ended the request without finishing it".to_owned()));
     }
 
     /// Feed the result of the [`ResponseOutput::Encode`] job.
@@ -184,7 +183,7 @@ impl SpeechResponse {
                 self.outputs.push_back(ResponseOutput::Body(file));
                 self.outputs.push_back(ResponseOutput::End);
             }
-            Err(message) => self.outputs.push_back(ResponseOutput::Error(generation_failed(&message))),
+            Err(message) => self.outputs.push_back(ResponseOutput::Error(generation_failed(&Failure::Engine(message)))),
         }
     }
 
@@ -243,18 +242,18 @@ impl SpeechResponse {
         }
     }
 
-    fn fail(&mut self, message: &str) {
+    fn fail(&mut self, failure: &Failure) {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Collecting(_) | State::AwaitingAudio => {
-                self.outputs.push_back(ResponseOutput::Error(generation_failed(message)));
+                self.outputs.push_back(ResponseOutput::Error(generation_failed(failure)));
             }
             State::Streaming { sent_audio, .. } => {
                 if self.sse() {
-                    let text = format!("Speech generation failed: {message}");
+                    let text = format!("Speech generation failed: {failure}");
                     self.outputs.push_back(ResponseOutput::Body(sse_error(&text, sent_audio).into_bytes()));
                     self.outputs.push_back(ResponseOutput::End);
                 } else {
-                    self.outputs.push_back(ResponseOutput::Cut(format!("speech generation failed: {message}")));
+                    self.outputs.push_back(ResponseOutput::Cut(format!("speech generation failed: {failure}")));
                 }
             }
             state @ (State::Encoding | State::Done) => self.state = state,
@@ -295,7 +294,7 @@ impl SpeechResponse {
                 *sent_audio = true;
                 self.push_stream_bytes(bytes);
             }
-            Err(e) => self.fail(&e.0),
+            Err(e) => self.fail(&Failure::Engine(e.0)),
         }
     }
 
@@ -314,7 +313,7 @@ impl SpeechResponse {
             match stream.and_then(AudioStream::finish) {
                 Ok(bytes) if bytes.is_empty() => {}
                 Ok(bytes) => self.push_stream_bytes(bytes),
-                Err(e) => return self.fail(&e.0),
+                Err(e) => return self.fail(&Failure::Engine(e.0)),
             }
         }
         let usage = self.usage();
@@ -362,11 +361,15 @@ fn progressive(request: &SpeechRequest) -> bool {
 }
 
 /// The error of a generation that failed before the response began: 500, or 503 when the
-/// engine refused it for lack of capacity ([`Overloaded`]; the transport adds `Retry-After`).
-pub fn generation_failed(message: &str) -> HttpError {
-    let message = format!("Speech generation failed: {message}");
-    match Overloaded::parse(&message) {
-        Some(_) => HttpError::new(503, "ServiceUnavailableError", message),
+/// engine refused it for lack of capacity ([`Failure::Overloaded`], with the
+/// [`HttpError::retry_after_seconds`] the transport sends as `Retry-After`).
+pub fn generation_failed(failure: &Failure) -> HttpError {
+    let message = format!("Speech generation failed: {failure}");
+    match failure.overloaded() {
+        Some(refusal) => HttpError {
+            retry_after_seconds: Some(refusal.retry_after_seconds),
+            ..HttpError::new(503, "ServiceUnavailableError", message)
+        },
         None => HttpError::new(500, "InternalServerError", message),
     }
 }
@@ -464,7 +467,7 @@ mod tests {
     fn failures_are_an_error_before_the_head_and_an_event_or_a_cut_after() {
         let mut r = response(r#"{"input":"x","stream":true}"#);
         r.handle_engine(EngineEventKind::Failed("boom".into()));
-        assert_eq!(drain(&mut r), [ResponseOutput::Error(generation_failed("boom"))]);
+        assert_eq!(drain(&mut r), [ResponseOutput::Error(generation_failed(&"boom".into()))]);
         let mut r = response(r#"{"input":"x","stream":true,"response_format":"pcm"}"#);
         r.handle_engine(audio(2));
         r.handle_engine(EngineEventKind::Failed("boom".into()));

@@ -141,7 +141,7 @@ fn collect(s: &Submitted) -> Outcome {
             }
             EngineEventKind::Failed(m) => {
                 out.order.push('X');
-                out.failed = Some(m);
+                out.failed = Some(m.to_string());
                 return out;
             }
             EngineEventKind::Codec { .. } => panic!("codec event"),

@@ -380,7 +380,7 @@ impl Engine for Scripted {
                         send(EngineEventKind::Codec { codes, flags: CodecFlags { eos, ..CodecFlags::default() } })
                     }
                     Step::Fail(message) => {
-                        send(EngineEventKind::Failed(message));
+                        send(EngineEventKind::Failed(message.into()));
                         return;
                     }
                     Step::HoldUntilAborted => {

@@ -338,9 +338,9 @@ impl UtteranceMeter {
         match kind {
             EngineEventKind::Audio { pcm, sample_rate } => self.audio(metrics, pcm.len(), *sample_rate),
             EngineEventKind::Finished => self.finished(metrics),
-            EngineEventKind::Failed(message) => {
+            EngineEventKind::Failed(failure) => {
                 metrics.error(ErrorKind::Engine);
-                info!(request = %id, message, "utterance failed");
+                info!(request = %id, message = %failure, "utterance failed");
             }
             _ => {}
         }

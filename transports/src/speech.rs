@@ -18,7 +18,6 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Request, Response, StatusCode};
-use speechstream_core::capacity::Overloaded;
 use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, RequestId};
 use speechstream_core::speech_batch::{
     batch_response_json, item_audio_seconds, parse_batch_request, ItemResult, MAX_BATCH_ITEMS,
@@ -50,8 +49,8 @@ fn error_response(shared: &Shared, error: &HttpError) -> Response<Body> {
     info!(status = error.status, message = %error.message, "speech request failed");
     let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = json(status, error.body());
-    if let Some(refusal) = Overloaded::parse(&error.message).filter(|_| error.status == 503) {
-        response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(refusal.retry_after_seconds));
+    if let Some(seconds) = error.retry_after_seconds {
+        response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds));
     }
     response
 }
@@ -267,9 +266,9 @@ impl Speech {
         match event {
             Some(event) => {
                 self.engine_request.meter(&event.kind);
-                if let (EngineEventKind::Failed(message), true) = (&event.kind, self.started) {
+                if let (EngineEventKind::Failed(failure), true) = (&event.kind, self.started) {
                     self.engine_request.shared.metrics.error(ErrorKind::Engine);
-                    warn!(message, "speech generation failed mid-stream");
+                    warn!(message = %failure, "speech generation failed mid-stream");
                 }
                 self.response.handle_engine(event.kind);
             }
