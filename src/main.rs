@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use speechstream_core::catalog::Naming;
 use speechstream_core::config::ResponseFormat;
 use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest};
 use speechstream_core::parse::Limits;
@@ -526,7 +527,7 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
         Some(port) => {
             let address = format!("{}:{port}", args.host);
             let listener = bind(&address).await.map_err(|e| format!("cannot listen for wyoming on {address}: {e}"))?;
-            Some(WyomingListener { listener, options: wyoming_options(&args, engine.capabilities().voices.as_slice()) })
+            Some(WyomingListener { listener, options: wyoming_options(&args, &voice_names(engine.as_ref())) })
         }
         None => None,
     };
@@ -551,17 +552,16 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
     config.body_timeout = args.body_timeout;
     config.write_timeout = args.write_timeout;
     if args.no_openai_names {
-        config.model_aliases.clear();
-        config.voice_aliases.clear();
+        config.naming = Naming::new();
     }
     config.extra_models = args.served_model_name.iter().skip(1).cloned().collect();
-    let voices = &engine.capabilities().voices;
+    let voices = voice_names(engine.as_ref());
     for (alias, voice) in &args.voice_alias {
         if !voice.eq_ignore_ascii_case("default") && !voices.iter().any(|v| v.eq_ignore_ascii_case(voice)) {
             return Err(format!("--voice-alias {alias}={voice}: no voice '{voice}' (voices: {})", voices.join(", ")));
         }
-        config.voice_aliases.retain(|(name, _)| !name.eq_ignore_ascii_case(alias));
-        config.voice_aliases.push((alias.clone(), voice.clone()));
+        config.naming.voice_aliases.retain(|(name, _)| !name.eq_ignore_ascii_case(alias));
+        config.naming.voice_aliases.push((alias.clone(), voice.clone()));
     }
 
     let address = format!("{}:{}", args.host, args.port);
@@ -572,13 +572,18 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
         engine = ?args.engine,
         models = ?engine.capabilities().models,
         also_models = ?config.extra_models,
-        model_aliases = ?config.model_aliases,
-        voice_aliases = config.voice_aliases.len(),
+        model_aliases = ?config.naming.model_aliases,
+        voice_aliases = config.naming.voice_aliases.len(),
         "speechstream serving"
     );
     serve_with_wyoming(listener, wyoming, engine, config, shutdown_signal())
         .await
         .map_err(|e| format!("server failed: {e}"))
+}
+
+/// The names of the engine's voices.
+fn voice_names(engine: &dyn Engine) -> Vec<String> {
+    engine.capabilities().voices.iter().map(|v| v.id.clone()).collect()
 }
 
 /// What the Wyoming listener tells clients about itself, and its limits: the HTTP side's text

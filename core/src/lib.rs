@@ -128,7 +128,9 @@
 //!
 //! # What is stable
 //!
-//! The API is [`session`] and [`engine`] (the driver's side and the engine's side), the types
+//! The API is [`session`] and [`engine`] (the driver's side and the engine's side), the
+//! server's names for an engine's voices and models in [`catalog`], several engines served as
+//! one in [`engines`], the types
 //! they carry from [`config`], [`parse`] and [`json`], the encoders in [`encode`] and [`codec`],
 //! the rules of the OpenAI-style HTTP endpoint in [`speech_http`] and its response machine in
 //! [`speech_response`], Home Assistant's Wyoming protocol in [`wyoming`] (a second machine over
@@ -149,6 +151,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod capacity;
+pub mod catalog;
 // The invariant checker and its byte-driven session driver: a test harness for the fuzz targets
 // and the property tests (other crates), behind the `check` feature. Not part of the API.
 #[cfg(feature = "check")]
@@ -159,6 +162,7 @@ pub mod commitment;
 pub mod config;
 pub mod encode;
 pub mod engine;
+pub mod engines;
 pub mod json;
 mod messages;
 pub mod parse;

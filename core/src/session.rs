@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde::Serialize;
 
+use crate::catalog::Catalog;
 use crate::codec;
 use crate::commitment::{Commitment, MAX_PENDING_CHARS};
 use crate::config::{validate_session_config, OutputMode, ResponseFormat, SessionConfig, StreamingMode};
 use crate::encode::{AudioStream, EncodeJob, Encoded, Paging, WholeAudio};
 use crate::engine::{
-    CodecFlags, EngineCapabilities, EngineEvent, EngineEventKind, OutputKind, RequestId, SynthesisRequest, WordTiming,
+    CodecFlags, EngineEvent, EngineEventKind, OutputKind, RequestId, SynthesisRequest, WordTiming,
     CODEC_UNSUPPORTED,
 };
 use crate::json::{Object, Value};
@@ -182,7 +183,7 @@ const CLOSE_GOING_AWAY: u16 = 1001;
 /// The rules themselves are written down in the repository's `docs/protocol.md` (§b, §c).
 pub struct Session {
     connection: u64,
-    capabilities: Arc<EngineCapabilities>,
+    catalog: Catalog,
     options: Arc<SessionOptions>,
     /// In force once a valid `session.config` arrived (so from `Idle` on); sticky.
     config: Option<Arc<SessionConfig>>,
@@ -384,21 +385,21 @@ enum Ending {
 impl Session {
     /// A session for a connection that opened at `now`. `connection` goes into every
     /// [`RequestId`] the session makes, so that one engine can tell connections apart: give
-    /// each connection its own. `capabilities` are the engine's
-    /// ([`Engine::capabilities`](crate::engine::Engine::capabilities)).
+    /// each connection its own. `catalog` is the engine's capabilities
+    /// ([`Engine::capabilities`](crate::engine::Engine::capabilities)) under the server's names.
     ///
     /// Nothing is queued yet: the session waits for `session.config` until
     /// [`poll_timeout`](Self::poll_timeout).
     pub fn new(
         now: Instant,
         connection: u64,
-        capabilities: Arc<EngineCapabilities>,
+        catalog: impl Into<Catalog>,
         options: Arc<SessionOptions>,
     ) -> Session {
         let config_deadline = now + options.config_timeout;
         Session {
             connection,
-            capabilities,
+            catalog: catalog.into(),
             options,
             config: None,
             state: State::AwaitingConfig,
@@ -734,7 +735,7 @@ impl Session {
             Err(details) => return self.reject(&format!("Invalid session config: {details}")),
         };
         if let Some(model) = config.model.as_deref().filter(|m| !m.is_empty()) {
-            if !self.capabilities.serves_model(model) {
+            if !self.catalog.serves_model(model) {
                 let inner = Value::Str(format!("The model `{model}` does not exist.")).py_repr();
                 return self.reject(&format!(
                     "error=ErrorInfo(message={inner}, type='NotFoundError', param='model', code=404)"
@@ -1037,11 +1038,11 @@ impl Session {
         let config = &*config;
         let u = self.utterance_index;
         let codec_tokens = config.output_mode == OutputMode::CodecTokens;
-        if codec_tokens && self.capabilities.codec.is_none() {
+        if codec_tokens && self.catalog.capabilities().codec.is_none() {
             return self.refuse_utterance(CODEC_UNSUPPORTED);
         }
         if !codec_tokens && config.word_timestamps {
-            if !self.capabilities.word_timestamps {
+            if !self.catalog.capabilities().word_timestamps {
                 return self.refuse_utterance(
                     "word_timestamps=true but the server was launched without --forced-aligner; either restart the server \
                      with that flag or set word_timestamps=false in session.config.",
@@ -1062,10 +1063,10 @@ impl Session {
         let number = self.last_request.map_or(u, |last| u.max(last + 1));
         self.last_request = Some(number);
         let id = RequestId { connection: self.connection, utterance: number };
-        let capabilities = Arc::clone(&self.capabilities);
+        let catalog = self.catalog.clone();
         let upstream = config.split_granularity.is_some();
         let mut pending_start = None;
-        let mode = if let Some(spec) = capabilities.codec.as_ref().filter(|_| codec_tokens) {
+        let mode = if let Some(spec) = catalog.capabilities().codec.as_ref().filter(|_| codec_tokens) {
             let start = CodecStart {
                 r#type: "codec.start",
                 version: 1,
@@ -1139,15 +1140,10 @@ impl Session {
             total: 0,
             sample_rate: None,
         });
-        match self.capabilities.check(&request) {
-            Ok(()) => {
-                let mut request = request;
-                // An alias (the server's) reaches the engine as the voice it stands for.
-                if let Some(alias) = request.voice.as_deref().filter(|v| self.capabilities.is_voice_alias(v)) {
-                    request.voice = self.capabilities.resolve_voice(Some(alias)).ok().flatten().map(str::to_owned);
-                }
-                self.push(Output::Engine(EngineCommand::Synthesize { id, request }))
-            }
+        let mut request = request;
+        // The engine gets its own voice name (an alias, the server's, the voice it stands for).
+        match self.catalog.resolve(&mut request) {
+            Ok(()) => self.push(Output::Engine(EngineCommand::Synthesize { id, request })),
             // What the engine cannot do fails as a generation error would, after the start
             // message (as the reference's adapter refuses it). The caller goes on with the
             // held messages: no `resume` here, which would nest one call per message.
@@ -1228,7 +1224,7 @@ impl Session {
 
     /// The engine finished a whole file's audio: hand its encoding to the driver.
     fn start_encoding(&mut self) {
-        let default_rate = self.capabilities.sample_rate;
+        let default_rate = self.catalog.capabilities().sample_rate;
         let Some(generation) = self.generation_mut() else { return };
         let Mode::Whole(audio) = std::mem::replace(&mut generation.mode, Mode::Encoding) else { return };
         let rate = generation.sample_rate.unwrap_or(default_rate);

@@ -143,7 +143,7 @@ impl SpeechResponse {
 
     /// The usage so far: the input's words, the audio received (all of it once done).
     pub fn usage(&self) -> Usage {
-        Usage::new(&self.request.synthesis.text, self.audio_bytes, &self.capabilities)
+        Usage::new(&self.request.synthesis.text, self.audio_bytes, self.capabilities.serving(&self.request.synthesis))
     }
 
     /// Feed an event of the engine request.
@@ -227,7 +227,7 @@ impl SpeechResponse {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Collecting(audio) => {
                 self.state = State::Encoding;
-                let job = audio.finish(self.capabilities.sample_rate).at_rate(self.request.sample_rate);
+                let job = audio.finish(self.capabilities.sample_rate_for(&self.request.synthesis)).at_rate(self.request.sample_rate);
                 self.outputs.push_back(ResponseOutput::Encode(job));
             }
             State::AwaitingAudio => {
@@ -382,7 +382,7 @@ mod tests {
     fn response(body: &str) -> SpeechResponse {
         let capabilities =
             Arc::new(EngineCapabilities { word_timestamps: true, ..EngineCapabilities::new("m", 24_000) });
-        let request = parse_speech_request(body, &capabilities, 1 << 20).expect("valid request");
+        let request = parse_speech_request(body, &Arc::clone(&capabilities).into(), 1 << 20).expect("valid request");
         SpeechResponse::new(request, capabilities, 1)
     }
 
@@ -431,7 +431,7 @@ mod tests {
         assert!(!response(r#"{"input":"x","response_format":"pcm","word_timestamps":true}"#).is_streamed());
         assert!(!response(r#"{"input":"x","response_format":"mp3"}"#).is_streamed());
         let capabilities = Arc::new(EngineCapabilities::new("m", 24_000));
-        let request = parse_speech_request(r#"{"input":"x","response_format":"pcm"}"#, &capabilities, 100).unwrap();
+        let request = parse_speech_request(r#"{"input":"x","response_format":"pcm"}"#, &Arc::clone(&capabilities).into(), 100).unwrap();
         let mut held = SpeechResponse::collected(request, capabilities, 1);
         assert!(!held.is_streamed());
         held.handle_engine(audio(48_002));

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{
     CodecFlags, CodecSpec, Engine, EngineCapabilities, EngineEvent, EngineEventKind, EngineLoad, EventSink, RequestId,
-    SynthesisRequest, TrySendError, WordTiming,
+    SynthesisRequest, TrySendError, Voice, WordTiming,
 };
 
 /// The sample rate of its audio.
@@ -109,7 +109,7 @@ impl SyntheticEngine {
         SyntheticEngine {
             // Any language, task type and instructions: it sounds the same whatever they say.
             capabilities: EngineCapabilities {
-                voices: VOICES.iter().map(|v| (*v).to_owned()).collect(),
+                voices: VOICES.iter().map(|v| Voice::new(*v)).collect(),
                 word_timestamps: true,
                 codec: Some(CodecSpec {
                     codebooks: CODEBOOKS,

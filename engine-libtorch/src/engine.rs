@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use speechstream_core::config::TaskType;
 use speechstream_core::engine::{
-    Engine, EngineCapabilities, EngineLoad, EventSink, Language, RequestId, SynthesisRequest,
+    Engine, EngineCapabilities, EngineLoad, EventSink, Language, RequestId, SynthesisRequest, Voice,
 };
 use tch::Device;
 
@@ -110,7 +110,7 @@ impl HibariEngine {
         };
         // What hibari can do; the core refuses the rest before a request gets here.
         let capabilities = EngineCapabilities {
-            voices: voices.iter().map(|v| v.name.clone()).collect(),
+            voices: voices.iter().map(|v| Voice::new(v.name.clone())).collect(),
             languages: vec![Language::new("English", "en")],
             task_types: vec![TaskType::CustomVoice],
             instructions: false,

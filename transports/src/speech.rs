@@ -82,7 +82,7 @@ async fn read_body(request: Request<Incoming>, shared: &Shared) -> Result<String
 
 async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) -> Result<Response<Body>, HttpError> {
     let body = read_body(request, shared).await?;
-    let request = parse_speech_request(&body, &shared.capabilities, shared.options.max_buffered_chars)?;
+    let request = parse_speech_request(&body, &shared.catalog, shared.options.max_buffered_chars)?;
     info!(
         format = request.response_format.as_str(),
         delivery = ?request.delivery,
@@ -90,7 +90,7 @@ async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) 
         "speech request"
     );
     let engine_request = EngineRequest::submit(shared, id, &request);
-    let response = SpeechResponse::new(request, shared.capabilities.clone(), shared.options.max_whole_audio_seconds);
+    let response = SpeechResponse::new(request, shared.catalog.capabilities().clone(), shared.options.max_whole_audio_seconds);
     let mut speech =
         Speech { engine_request, response, pending: VecDeque::new(), done: false, started: false, trailers: None };
     // Until the head: a whole file is collected and encoded, a stream waits for its first audio,
@@ -133,7 +133,7 @@ pub(crate) async fn create_batch(
 ) -> Response<Body> {
     let batch_id = id.to_string().replacen("speech-http-", "speech-batch-", 1);
     let parsed = match read_body(request, shared).await.and_then(|body| {
-        parse_batch_request(&body, &shared.capabilities, shared.options.max_buffered_chars, MAX_BATCH_ITEMS)
+        parse_batch_request(&body, &shared.catalog, shared.options.max_buffered_chars, MAX_BATCH_ITEMS)
     }) {
         Ok(items) => items,
         Err(error) => return error_response(shared, &error),
@@ -165,7 +165,7 @@ pub(crate) async fn create_batch(
 /// and its usage, or why not.
 async fn whole_file(shared: &Arc<Shared>, id: RequestId, request: SpeechRequest, seconds: u32) -> ItemResult {
     let engine_request = EngineRequest::submit(shared, id, &request);
-    let response = SpeechResponse::collected(request, shared.capabilities.clone(), seconds);
+    let response = SpeechResponse::collected(request, shared.catalog.capabilities().clone(), seconds);
     let mut speech =
         Speech { engine_request, response, pending: VecDeque::new(), done: false, started: false, trailers: None };
     if let Next::Error(error) = speech.next_output().await {

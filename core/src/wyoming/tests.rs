@@ -3,6 +3,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::frame::encode;
+use crate::engine::EngineCapabilities;
 use super::*;
 
 fn capabilities() -> Arc<EngineCapabilities> {

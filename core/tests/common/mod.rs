@@ -44,9 +44,9 @@ pub struct Harness {
 }
 
 impl Harness {
-    pub fn new(caps: EngineCapabilities, options: SessionOptions) -> Harness {
+    pub fn new(caps: impl Into<speechstream_core::catalog::Catalog>, options: SessionOptions) -> Harness {
         let now = Instant::now();
-        Harness { session: Session::new(now, 7, Arc::new(caps), Arc::new(options)), now, out: Vec::new() }
+        Harness { session: Session::new(now, 7, caps, Arc::new(options)), now, out: Vec::new() }
     }
 
     pub fn default() -> Harness {
