@@ -96,9 +96,11 @@ impl Catalog {
         voice.map(drop)
     }
 
-    /// The sample rate of the audio `request` (resolved) will get: its engine's.
+    /// The sample rate of the audio `request` will get: its engine's (the engine of its voice,
+    /// resolved, else of its model).
     pub fn sample_rate_for(&self, request: &SynthesisRequest) -> u32 {
-        self.capabilities.sample_rate_for(request)
+        let voice = self.resolve_voice(request.voice.as_deref()).ok().flatten();
+        self.capabilities.serving_names(voice, request.model.as_deref()).sample_rate
     }
 }
 

@@ -14,8 +14,7 @@ use crate::commitment::{Commitment, MAX_PENDING_CHARS};
 use crate::config::{validate_session_config, OutputMode, ResponseFormat, SessionConfig, StreamingMode};
 use crate::encode::{AudioStream, EncodeJob, Encoded, Paging, WholeAudio};
 use crate::engine::{
-    CodecFlags, EngineEvent, EngineEventKind, OutputKind, RequestId, SynthesisRequest, WordTiming,
-    CODEC_UNSUPPORTED,
+    CodecFlags, EngineEvent, EngineEventKind, OutputKind, RequestId, SynthesisRequest, WordTiming, CODEC_UNSUPPORTED,
 };
 use crate::json::{Object, Value};
 use crate::messages::{
@@ -390,12 +389,7 @@ impl Session {
     ///
     /// Nothing is queued yet: the session waits for `session.config` until
     /// [`poll_timeout`](Self::poll_timeout).
-    pub fn new(
-        now: Instant,
-        connection: u64,
-        catalog: impl Into<Catalog>,
-        options: Arc<SessionOptions>,
-    ) -> Session {
+    pub fn new(now: Instant, connection: u64, catalog: impl Into<Catalog>, options: Arc<SessionOptions>) -> Session {
         let config_deadline = now + options.config_timeout;
         Session {
             connection,
@@ -1086,13 +1080,15 @@ impl Session {
             Mode::Codec { codebooks, seq: 0, eos_sent: false }
         } else {
             let streamed_pcm = config.stream_audio && config.response_format == ResponseFormat::Pcm;
+            // The rate of the engine that will speak (issue 31: engines may differ).
+            let native = catalog.sample_rate_for(&request);
             let start = AudioStart {
                 r#type: "audio.start",
                 utterance_index: u,
                 sentence_index: sentence,
                 sentence_text: text,
                 format: config.response_format.as_str(),
-                sample_rate: streamed_pcm.then_some(config.sample_rate.unwrap_or(NOMINAL_SAMPLE_RATE)),
+                sample_rate: streamed_pcm.then_some(config.sample_rate.unwrap_or(native)),
                 word_timestamps: config.word_timestamps.then_some(true),
             };
             let mode = if config.word_timestamps {
@@ -1110,7 +1106,7 @@ impl Session {
                     if text.chars().count() > 80 {
                         shown.push_str("...");
                     }
-                    let sample_rate = config.sample_rate.unwrap_or(NOMINAL_SAMPLE_RATE);
+                    let sample_rate = config.sample_rate.unwrap_or(native);
                     let start = StreamStart {
                         r#type: "audio.start",
                         sentence_index: 0,

@@ -114,11 +114,7 @@ pub fn check_content_type(content_type: Option<&str>) -> Result<(), HttpError> {
 /// adapter's checks (text, voice, instructions, token cap, sample rate).
 /// `max_input_chars` bounds `input` as the WebSocket path bounds an utterance's buffered text,
 /// so neither door takes a longer text than the other.
-pub fn parse_speech_request(
-    body: &str,
-    catalog: &Catalog,
-    max_input_chars: usize,
-) -> Result<SpeechRequest, HttpError> {
+pub fn parse_speech_request(body: &str, catalog: &Catalog, max_input_chars: usize) -> Result<SpeechRequest, HttpError> {
     let object = match json::parse(body) {
         Ok(Value::Object(object)) => object,
         Ok(other) => {

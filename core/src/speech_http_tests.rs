@@ -5,7 +5,10 @@ use crate::catalog::Naming;
 use crate::engine::CodecSpec;
 
 fn caps() -> EngineCapabilities {
-    EngineCapabilities { word_timestamps: true, ..EngineCapabilities::new("m", 24_000).with_voices(["vivian", "aiden"]) }
+    EngineCapabilities {
+        word_timestamps: true,
+        ..EngineCapabilities::new("m", 24_000).with_voices(["vivian", "aiden"])
+    }
 }
 
 fn catalog() -> Catalog {

@@ -227,7 +227,9 @@ impl SpeechResponse {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Collecting(audio) => {
                 self.state = State::Encoding;
-                let job = audio.finish(self.capabilities.sample_rate_for(&self.request.synthesis)).at_rate(self.request.sample_rate);
+                let job = audio
+                    .finish(self.capabilities.sample_rate_for(&self.request.synthesis))
+                    .at_rate(self.request.sample_rate);
                 self.outputs.push_back(ResponseOutput::Encode(job));
             }
             State::AwaitingAudio => {
@@ -431,7 +433,9 @@ mod tests {
         assert!(!response(r#"{"input":"x","response_format":"pcm","word_timestamps":true}"#).is_streamed());
         assert!(!response(r#"{"input":"x","response_format":"mp3"}"#).is_streamed());
         let capabilities = Arc::new(EngineCapabilities::new("m", 24_000));
-        let request = parse_speech_request(r#"{"input":"x","response_format":"pcm"}"#, &Arc::clone(&capabilities).into(), 100).unwrap();
+        let request =
+            parse_speech_request(r#"{"input":"x","response_format":"pcm"}"#, &Arc::clone(&capabilities).into(), 100)
+                .unwrap();
         let mut held = SpeechResponse::collected(request, capabilities, 1);
         assert!(!held.is_streamed());
         held.handle_engine(audio(48_002));

@@ -416,7 +416,9 @@ impl WyomingSession {
         let fallback = &self.options.fallback_language;
         if capabilities.voices.is_empty() {
             let names = capabilities.models.iter().take(1).cloned();
-            return names.map(|name| WyomingVoice { name, description: None, languages: vec![fallback.clone()] }).collect();
+            return names
+                .map(|name| WyomingVoice { name, description: None, languages: vec![fallback.clone()] })
+                .collect();
         }
         let voice = |v: &crate::engine::Voice| WyomingVoice {
             name: v.id.clone(),

@@ -526,3 +526,90 @@ async fn batch_of_whole_files() {
     assert_eq!(reply.status, 404);
     server.shutdown().await;
 }
+
+/// The sample rate in a WAV file's `fmt ` chunk (a canonical 44-byte header).
+fn wav_rate(file: &[u8]) -> u32 {
+    assert!(file.starts_with(b"RIFF") && file.len() >= 44, "not a WAV file");
+    u32::from_le_bytes([file[24], file[25], file[26], file[27]])
+}
+
+// Issue 31: two engines of different sample rates served as one (`Engines`), with no transport
+// change: each voice's audio comes at its engine's rate over WebSocket and HTTP, both engines'
+// voices and models are listed, an unknown voice is refused as for one engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_engines_of_different_rates_behind_one_server() {
+    use speechstream_core::engines::Engines;
+
+    let tenth = |rate: u32| vec![Step::Audio(vec![0; rate as usize / 10 * 2], rate)];
+    let alpha = Recorded::new(Scripted::family("alpha", 24_000, &["vivian", "serena"], tenth(24_000)));
+    let beta = Recorded::new(Scripted::family("beta", 22_050, &["kestrel"], tenth(22_050)));
+    let engines = Engines::new(vec![alpha.clone(), beta.clone()]).expect("two engines");
+    let server = TestServer::start(Arc::new(engines), SessionOptions::default()).await;
+
+    let (status, body) = server.http("GET", "/v1/models").await;
+    assert_eq!(status, 200);
+    let models: Vec<String> = serde_json::from_str::<Value>(&body).expect("JSON")["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .map(|m| m["id"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(models, ["alpha", "beta"]);
+    let (status, body) = server.http("GET", "/v1/audio/voices").await;
+    assert_eq!(status, 200);
+    let voices: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(voices["voices"], json!(["default", "kestrel", "serena", "vivian"]));
+
+    // HTTP: the voice (any case, or an alias), else the model, picks the engine and its rate.
+    for (body, rate) in [
+        (json!({"input": "Hi.", "voice": "KESTREL"}), 22_050),
+        (json!({"input": "Hi.", "voice": "serena"}), 24_000),
+        (json!({"input": "Hi.", "voice": "alloy"}), 24_000),
+        (json!({"input": "Hi.", "model": "beta"}), 22_050),
+        (json!({"input": "Hi."}), 24_000),
+    ] {
+        let reply = request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body.to_string()).await;
+        assert_eq!(reply.status, 200, "{body}");
+        assert_eq!(wav_rate(&reply.body), rate, "{body}");
+        assert_eq!(reply.body.len(), 44 + rate as usize / 10 * 2, "{body}");
+    }
+    let voice_of = |requests: Vec<(speechstream_core::engine::RequestId, SynthesisRequest)>| -> Vec<Option<String>> {
+        requests.into_iter().map(|(_, r)| r.voice).collect()
+    };
+    assert_eq!(voice_of(beta.requests()), [Some("kestrel".to_owned()), None]);
+    assert_eq!(voice_of(alpha.requests()), [Some("serena".to_owned()), None, None]);
+    let body = json!({"input": "Hi.", "voice": "nobody"}).to_string();
+    let reply = request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body).await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.json()["error"]["message"], "Invalid voice 'nobody'. Supported: kestrel, serena, vivian");
+
+    // WebSocket: a whole WAV file and a PCM stream, each at its voice's engine's rate.
+    let mut client = server.connect().await;
+    for (voice, rate) in [("Kestrel", 22_050), ("vivian", 24_000)] {
+        client.send(json!({"type": "session.config", "voice": voice, "response_format": "wav"})).await;
+        client.send(json!({"type": "input.text", "text": "Hello."})).await;
+        client.send(json!({"type": "input.done"})).await;
+        assert_eq!(client.json().await["type"], "audio.start");
+        assert_eq!(wav_rate(&client.binary().await), rate, "{voice}");
+        assert_eq!(client.json().await["type"], "audio.done");
+        assert_eq!(client.json().await["type"], "session.done");
+    }
+    let config = json!({"type": "session.config", "voice": "kestrel", "stream_audio": true, "response_format": "pcm"});
+    client.send(config).await;
+    client.send(json!({"type": "input.text", "text": "Hello."})).await;
+    client.send(json!({"type": "input.done"})).await;
+    let start = client.json().await;
+    assert_eq!((&start["type"], &start["sample_rate"]), (&json!("audio.start"), &json!(22_050)), "{start}");
+    assert_eq!(client.binary().await.len(), 2_205 * 2);
+    assert_eq!(client.json().await["type"], "audio.done");
+    assert_eq!(client.json().await["type"], "session.done");
+    client.send(json!({"type": "session.config", "voice": "nobody"})).await;
+    client.send(json!({"type": "input.text", "text": "Hello."})).await;
+    client.send(json!({"type": "input.done"})).await;
+    assert_eq!(client.json().await["type"], "audio.start");
+    let error = client.json().await;
+    assert_eq!(
+        error["message"],
+        "Generation failed for utterance 3, sentence 0: Invalid voice 'nobody'. Supported: kestrel, serena, vivian"
+    );
+}

@@ -146,7 +146,9 @@ async fn respond(
             (&Method::GET, "/health") => json(StatusCode::OK, "{}".to_owned()),
             (&Method::GET, "/ready") => ready(&shared),
             (&Method::GET, "/metrics") => metrics(&shared),
-            (&Method::GET, "/v1/models") => json(StatusCode::OK, models(shared.catalog.capabilities(), shared.started_unix)),
+            (&Method::GET, "/v1/models") => {
+                json(StatusCode::OK, models(shared.catalog.capabilities(), shared.started_unix))
+            }
             (&Method::GET, "/v1/audio/voices") => json(StatusCode::OK, voices_json(&shared.catalog)),
             (_, "/health" | "/ready" | "/metrics" | "/v1/models" | "/v1/audio/voices" | SPEECH_PATH | BATCH_PATH) => {
                 detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")

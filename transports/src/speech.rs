@@ -90,7 +90,8 @@ async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) 
         "speech request"
     );
     let engine_request = EngineRequest::submit(shared, id, &request);
-    let response = SpeechResponse::new(request, shared.catalog.capabilities().clone(), shared.options.max_whole_audio_seconds);
+    let response =
+        SpeechResponse::new(request, shared.catalog.capabilities().clone(), shared.options.max_whole_audio_seconds);
     let mut speech =
         Speech { engine_request, response, pending: VecDeque::new(), done: false, started: false, trailers: None };
     // Until the head: a whole file is collected and encoded, a stream waits for its first audio,

@@ -3,8 +3,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::frame::encode;
-use crate::engine::EngineCapabilities;
 use super::*;
+use crate::engine::EngineCapabilities;
 
 fn capabilities() -> Arc<EngineCapabilities> {
     Arc::new(EngineCapabilities {
