@@ -445,12 +445,8 @@ fn run_say(args: SayArgs) -> Result<(), String> {
     voice_args.admission = speechstream_engine_libtorch::AdmissionMode::Off;
     let engine = voice_args.engine(None)?;
     let loaded = started.elapsed();
-    let request = SynthesisRequest {
-        voice: Some(args.voice.clone()),
-        speed: args.speed,
-        seed: args.seed,
-        ..SynthesisRequest::new(text)
-    };
+    let request =
+        SynthesisRequest::new(text).with_voice(args.voice.clone()).with_speed(args.speed).with_seed(args.seed);
     let (tx, rx) = std::sync::mpsc::channel();
     engine.submit(RequestId { connection: 0, utterance: 0 }, request, Box::new(SaySink(tx)));
     let mut pcm = Vec::new();
@@ -459,7 +455,8 @@ fn run_say(args: SayArgs) -> Result<(), String> {
             EngineEventKind::Audio { pcm: chunk, .. } => pcm.extend_from_slice(&chunk),
             EngineEventKind::Finished => break,
             EngineEventKind::Failed(failure) => return Err(failure.to_string()),
-            EngineEventKind::Words(_) | EngineEventKind::Codec { .. } => {}
+            // Word timings, codec frames: not asked for.
+            _ => {}
         }
     }
     let rate = engine.capabilities().sample_rate;

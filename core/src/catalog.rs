@@ -24,6 +24,7 @@ pub const OPENAI_MODELS: [&str; 3] = ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"];
 
 /// The names a server gives voices and models besides the engine's own.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Naming {
     /// Other names for voices, as `(alias, voice)`: a request naming the alias (in any case)
     /// gets the voice, and `voice` may be `default` (the engine's default voice).
@@ -36,6 +37,21 @@ impl Naming {
     /// No names but the engine's.
     pub fn new() -> Naming {
         Naming::default()
+    }
+
+    /// These names and `alias` for `voice` (which may be `default`), in place of any alias of
+    /// that name (in any case).
+    pub fn with_voice_alias(mut self, alias: impl Into<String>, voice: impl Into<String>) -> Naming {
+        let alias = alias.into();
+        self.voice_aliases.retain(|(name, _)| !name.eq_ignore_ascii_case(&alias));
+        self.voice_aliases.push((alias, voice.into()));
+        self
+    }
+
+    /// These names and `model` as a name of the served model.
+    pub fn with_model_alias(mut self, model: impl Into<String>) -> Naming {
+        self.model_aliases.push(model.into());
+        self
     }
 
     /// OpenAI's names: each of [`OPENAI_VOICES`] an alias of the default voice, each of

@@ -62,6 +62,7 @@ impl fmt::Display for RequestId {
 /// already validated; what the engine cannot do was refused in the core against its
 /// [`EngineCapabilities`] ([`EngineCapabilities::check`]) before it was submitted.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct SynthesisRequest {
     /// The flushed, stripped text (never empty).
     pub text: String,
@@ -109,6 +110,7 @@ pub struct SynthesisRequest {
 
 /// What an engine produces for a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OutputKind {
     /// Audio ([`EngineEventKind::Audio`]).
     Audio,
@@ -154,6 +156,54 @@ impl SynthesisRequest {
             non_streaming_mode: None,
         }
     }
+
+    /// This request for the model named `model`.
+    pub fn with_model(mut self, model: impl Into<String>) -> SynthesisRequest {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// This request in the voice named `voice`.
+    pub fn with_voice(mut self, voice: impl Into<String>) -> SynthesisRequest {
+        self.voice = Some(voice.into());
+        self
+    }
+
+    /// This request in `language`.
+    pub fn with_language(mut self, language: impl Into<String>) -> SynthesisRequest {
+        self.language = Some(language.into());
+        self
+    }
+
+    /// This request with style `instructions`.
+    pub fn with_instructions(mut self, instructions: impl Into<String>) -> SynthesisRequest {
+        self.instructions = Some(instructions.into());
+        self
+    }
+
+    /// This request at speaking rate `speed` (1.0: the voice's natural pace).
+    pub fn with_speed(mut self, speed: f64) -> SynthesisRequest {
+        self.speed = speed;
+        self
+    }
+
+    /// This request with `seed` (`None`: the engine chooses).
+    pub fn with_seed(mut self, seed: Option<i64>) -> SynthesisRequest {
+        self.seed = seed;
+        self
+    }
+
+    /// This request streamed chunk by chunk (`true`) or not.
+    pub fn with_stream(mut self, stream: bool) -> SynthesisRequest {
+        self.stream = stream;
+        self
+    }
+
+    /// This request producing `output`.
+    pub fn with_output(mut self, output: OutputKind) -> SynthesisRequest {
+        self.output = output;
+        self
+    }
 }
 
 /// One word's position in the utterance's audio, in milliseconds from its start.
@@ -169,6 +219,7 @@ pub struct WordTiming {
 
 /// Something an engine reports about a request.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum EngineEventKind {
     /// A chunk of mono signed 16-bit little-endian PCM.
     Audio {
@@ -196,6 +247,7 @@ pub enum EngineEventKind {
 /// so that a refusal for lack of capacity is answered as one (HTTP 503 with `Retry-After`)
 /// without reading it back from its message. Its `Display` is the message clients get.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Failure {
     /// Refused for lack of capacity; a retry may succeed later.
     Overloaded(Overloaded),
@@ -276,6 +328,7 @@ pub struct EngineEvent {
 
 /// How codec frames are described to clients in `codec.start`.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct CodecSpec {
     /// Codes per frame.
     pub codebooks: u32,
@@ -289,8 +342,23 @@ pub struct CodecSpec {
     pub decoder_id: Option<String>,
 }
 
+impl CodecSpec {
+    /// Frames of `codebooks` codes in `0..codebook_size`, `frame_rate_hz` frames a second, that
+    /// decode to audio at `sample_rate`; no decoder id.
+    pub fn new(codebooks: u32, codebook_size: u32, frame_rate_hz: f64, sample_rate: u32) -> CodecSpec {
+        CodecSpec { codebooks, codebook_size, frame_rate_hz, sample_rate, decoder_id: None }
+    }
+
+    /// This spec, naming its decoder `decoder_id`.
+    pub fn with_decoder_id(mut self, decoder_id: impl Into<String>) -> CodecSpec {
+        self.decoder_id = Some(decoder_id.into());
+        self
+    }
+}
+
 /// A language an engine speaks.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Language {
     /// Its English name, as clients write it (`English`).
     pub name: String,
@@ -312,6 +380,7 @@ impl Language {
 
 /// A voice an engine speaks in, as it declares it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Voice {
     /// Its name: what clients send (in any case), and what the engine receives.
     pub id: String,
@@ -359,6 +428,7 @@ impl From<String> for Voice {
 /// Only what the engine itself knows: the names a server gives its voices and models besides
 /// (OpenAI's, say) are the server's, in [`Naming`](crate::catalog::Naming).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct EngineCapabilities {
     /// Model names served (the `model` config check); the first is the default, and names
     /// the engine in refusals.
@@ -406,6 +476,42 @@ impl EngineCapabilities {
     /// These capabilities with `voices` declared.
     pub fn with_voices<V: Into<Voice>>(mut self, voices: impl IntoIterator<Item = V>) -> EngineCapabilities {
         self.voices = voices.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// These capabilities serving the models `models` (the first the default) instead.
+    pub fn with_models<M: Into<String>>(mut self, models: impl IntoIterator<Item = M>) -> EngineCapabilities {
+        self.models = models.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// These capabilities speaking only `languages`.
+    pub fn with_languages(mut self, languages: impl IntoIterator<Item = Language>) -> EngineCapabilities {
+        self.languages = languages.into_iter().collect();
+        self
+    }
+
+    /// These capabilities serving only `task_types`.
+    pub fn with_task_types(mut self, task_types: impl IntoIterator<Item = TaskType>) -> EngineCapabilities {
+        self.task_types = task_types.into_iter().collect();
+        self
+    }
+
+    /// These capabilities following style instructions (`true`) or not.
+    pub fn with_instructions(mut self, instructions: bool) -> EngineCapabilities {
+        self.instructions = instructions;
+        self
+    }
+
+    /// These capabilities reporting word timings (`true`) or not.
+    pub fn with_word_timestamps(mut self, word_timestamps: bool) -> EngineCapabilities {
+        self.word_timestamps = word_timestamps;
+        self
+    }
+
+    /// These capabilities producing codec frames as `codec` describes.
+    pub fn with_codec(mut self, codec: CodecSpec) -> EngineCapabilities {
+        self.codec = Some(codec);
         self
     }
 

@@ -116,7 +116,7 @@
 //! assert!(texts[3].contains("Idle timeout: no message received"));
 //! assert_eq!(close, Some(1000));
 //! // The synthetic engine is deterministic: the audio is what it renders for the text.
-//! let request = SynthesisRequest { stream: true, ..SynthesisRequest::new("Hello world.") };
+//! let request = SynthesisRequest::new("Hello world.").with_stream(true);
 //! assert_eq!(audio, engine.render(&request).0);
 //! ```
 //!
@@ -139,6 +139,17 @@
 //! is listed in `core/api.txt`, which a test keeps in step with the code, so a change to it
 //! shows in review. Anything `#[doc(hidden)]` (the invariant checker behind the `check` feature,
 //! which the fuzz targets and property tests share) is not API and may change in any release.
+//!
+//! Enums that describe data (formats, task types, engine events, failures, parse errors) and
+//! the request and capability structs ([`SynthesisRequest`](engine::SynthesisRequest),
+//! [`EngineCapabilities`](engine::EngineCapabilities), [`Voice`](engine::Voice), ...) are
+//! `#[non_exhaustive]`, so they can grow in a minor release: match them with a wildcard arm,
+//! build the structs with their constructors and `with_` methods. The enums a driver or an
+//! engine must carry out in full ([`session::Output`], [`session::EngineCommand`],
+//! [`session::ClientFrame`], [`wyoming::Output`], [`speech_response::ResponseOutput`],
+//! [`engine::TrySendError`]) are exhaustive on purpose: a new variant there is a breaking
+//! change, which the compiler points out to every driver, rather than one a wildcard arm
+//! would silently drop.
 //!
 //! # Features
 //!

@@ -225,6 +225,7 @@ pub struct Session {
 
 /// Where a session is in its life; see [`Session`]'s lifecycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Phase {
     /// Waiting for the first valid `session.config` (until the config timeout).
     AwaitingConfig,

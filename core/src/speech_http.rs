@@ -38,6 +38,7 @@ const DEFAULT_TOKEN_RATE_HZ: f64 = 12.5;
 
 /// How the audio goes back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Delivery {
     /// One complete file in the response body.
     Whole,

@@ -756,10 +756,7 @@ fn voices_languages_and_task_types_are_refused_in_the_core() {
 fn voice_aliases_reach_the_engine_as_its_voices() {
     let mut caps = capabilities(false, false);
     caps.voices = vec!["heart".into(), "Bella".into()];
-    let naming = Naming {
-        voice_aliases: vec![("alloy".into(), "default".into()), ("Nova".into(), "bella".into())],
-        ..Naming::new()
-    };
+    let naming = Naming::new().with_voice_alias("alloy", "default").with_voice_alias("Nova", "bella");
     let mut h = Harness::new(Catalog::new(Arc::new(caps), naming), SessionOptions::default());
     // Aliases become the voice they stand for, and the engine's own names (in any case) its
     // spelling of them (issue 31: resolved once, in the core); `default` is its default voice.

@@ -54,7 +54,7 @@ fn next_id() -> RequestId {
 }
 
 fn request(text: &str) -> SynthesisRequest {
-    SynthesisRequest { seed: Some(7), stream: true, output: OutputKind::AudioAndWords, ..SynthesisRequest::new(text) }
+    SynthesisRequest::new(text).with_seed(Some(7)).with_stream(true).with_output(OutputKind::AudioAndWords)
 }
 
 /// A sink into a channel; `try_send` answers Full while `gate` is closed once `allow` events went
@@ -144,7 +144,7 @@ fn collect(s: &Submitted) -> Outcome {
                 out.failed = Some(m.to_string());
                 return out;
             }
-            EngineEventKind::Codec { .. } => panic!("codec event"),
+            other => panic!("unexpected event {other:?}"),
         }
     }
 }

@@ -90,11 +90,7 @@ mod tests {
 
     #[test]
     fn info_describes_the_engine() {
-        let capabilities = EngineCapabilities {
-            voices: vec!["a".into(), "b".into()],
-            word_timestamps: true,
-            ..EngineCapabilities::new("m", 24000)
-        };
+        let capabilities = EngineCapabilities::new("m", 24000).with_voices(["a", "b"]).with_word_timestamps(true);
         let options =
             SessionOptions { idle_timeout: std::time::Duration::from_millis(1500), ..SessionOptions::default() };
         let info: serde_json::Value = serde_json::from_str(&info(&capabilities, &options)).unwrap();

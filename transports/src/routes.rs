@@ -252,8 +252,7 @@ mod tests {
 
     #[test]
     fn models_lists_every_served_name() {
-        let capabilities =
-            EngineCapabilities { models: vec!["a".into(), "b\"c".into()], ..EngineCapabilities::new("a", 24000) };
+        let capabilities = EngineCapabilities::new("a", 24000).with_models(["a", "b\"c"]);
         let body: serde_json::Value = serde_json::from_str(&models(&capabilities, 7)).unwrap();
         assert_eq!(
             body,
