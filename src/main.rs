@@ -518,6 +518,7 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
             chunk_delay: Duration::from_millis(args.synthetic_chunk_delay_ms),
             real_time_factor: args.synthetic_real_time_factor,
             audio_seconds: args.synthetic_audio_seconds,
+            ..SyntheticOptions::default()
         })),
     };
     let wyoming = match args.wyoming_port {

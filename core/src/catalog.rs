@@ -112,11 +112,16 @@ impl Catalog {
         voice.map(drop)
     }
 
-    /// The sample rate of the audio `request` will get: its engine's (the engine of its voice,
-    /// resolved, else of its model).
-    pub fn sample_rate_for(&self, request: &SynthesisRequest) -> u32 {
+    /// The capabilities of the engine that will serve `request`: the engine of its voice
+    /// (resolved), else of its model ([`EngineCapabilities::serving`]).
+    pub fn serving(&self, request: &SynthesisRequest) -> &EngineCapabilities {
         let voice = self.resolve_voice(request.voice.as_deref()).ok().flatten();
-        self.capabilities.serving_names(voice, request.model.as_deref()).sample_rate
+        self.capabilities.serving_names(voice, request.model.as_deref())
+    }
+
+    /// The sample rate of the audio `request` will get: its engine's ([`Catalog::serving`]).
+    pub fn sample_rate_for(&self, request: &SynthesisRequest) -> u32 {
+        self.serving(request).sample_rate
     }
 }
 

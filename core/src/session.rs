@@ -1061,7 +1061,7 @@ impl Session {
         let catalog = self.catalog.clone();
         let upstream = config.split_granularity.is_some();
         let mut pending_start = None;
-        let mode = if let Some(spec) = catalog.capabilities().codec.as_ref().filter(|_| codec_tokens) {
+        let mode = if let Some(spec) = catalog.serving(&request).codec.as_ref().filter(|_| codec_tokens) {
             let start = CodecStart {
                 r#type: "codec.start",
                 version: 1,

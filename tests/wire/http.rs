@@ -527,6 +527,36 @@ async fn batch_of_whole_files() {
     server.shutdown().await;
 }
 
+/// The `rate` of the `audio-start` a Wyoming `synthesize` in `voice` gets; `None` for an
+/// `error` instead.
+async fn wyoming_audio_start_rate(addr: SocketAddr, voice: &str) -> Option<u32> {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let exchange = async {
+        let mut stream = BufReader::new(TcpStream::connect(addr).await.expect("connect"));
+        let data = json!({"text": "Hi.", "voice": {"name": voice}}).to_string();
+        let header = json!({"type": "synthesize", "data_length": data.len()}).to_string();
+        stream.get_mut().write_all(format!("{header}\n{data}").as_bytes()).await.expect("write");
+        loop {
+            let mut line = String::new();
+            assert!(stream.read_line(&mut line).await.expect("read") > 0, "closed before audio-start");
+            let header: Value = serde_json::from_str(&line).expect("a header line");
+            let mut data = vec![0; header["data_length"].as_u64().unwrap_or(0) as usize];
+            stream.read_exact(&mut data).await.expect("data");
+            let mut payload = vec![0; header["payload_length"].as_u64().unwrap_or(0) as usize];
+            stream.read_exact(&mut payload).await.expect("payload");
+            let data: Value =
+                if data.is_empty() { header["data"].clone() } else { serde_json::from_slice(&data).expect("data") };
+            match header["type"].as_str() {
+                Some("audio-start") => return data["rate"].as_u64().map(|r| r as u32),
+                Some("error") => return None,
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(TIMEOUT, exchange).await.expect("wyoming timed out")
+}
+
 /// The sample rate in a WAV file's `fmt ` chunk (a canonical 44-byte header).
 fn wav_rate(file: &[u8]) -> u32 {
     assert!(file.starts_with(b"RIFF") && file.len() >= 44, "not a WAV file");
@@ -540,11 +570,27 @@ fn wav_rate(file: &[u8]) -> u32 {
 async fn two_engines_of_different_rates_behind_one_server() {
     use speechstream_core::engines::Engines;
 
-    let tenth = |rate: u32| vec![Step::Audio(vec![0; rate as usize / 10 * 2], rate)];
-    let alpha = Recorded::new(Scripted::family("alpha", 24_000, &["vivian", "serena"], tenth(24_000)));
-    let beta = Recorded::new(Scripted::family("beta", 22_050, &["kestrel"], tenth(22_050)));
+    let family = |model: &str, sample_rate: u32, voices: &[&str]| {
+        let voices = voices.iter().map(|v| v.to_string()).collect();
+        Recorded::new(SyntheticEngine::new(SyntheticOptions {
+            model_name: model.to_owned(),
+            sample_rate,
+            voices,
+            ..SyntheticOptions::default()
+        }))
+    };
+    let alpha = family("alpha", 24_000, &["vivian", "serena"]);
+    let beta = family("beta", 22_050, &["kestrel"]);
     let engines = Engines::new(vec![alpha.clone(), beta.clone()]).expect("two engines");
-    let server = TestServer::start(Arc::new(engines), SessionOptions::default()).await;
+    let options = speechstream_core::wyoming::WyomingOptions::default();
+    let (server, wyoming) =
+        TestServer::start_with_wyoming(Arc::new(engines), ServerConfig::new(SessionOptions::default()), options).await;
+
+    // Wyoming: the same voice rule (any case, the server's aliases) and each engine's rate.
+    for (voice, rate) in [("KESTREL", 22_050), ("Vivian", 24_000), ("alloy", 24_000)] {
+        assert_eq!(wyoming_audio_start_rate(wyoming, voice).await, Some(rate), "{voice}");
+    }
+    assert_eq!(wyoming_audio_start_rate(wyoming, "nobody").await, None);
 
     let (status, body) = server.http("GET", "/v1/models").await;
     assert_eq!(status, 200);
@@ -571,13 +617,18 @@ async fn two_engines_of_different_rates_behind_one_server() {
         let reply = request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body.to_string()).await;
         assert_eq!(reply.status, 200, "{body}");
         assert_eq!(wav_rate(&reply.body), rate, "{body}");
-        assert_eq!(reply.body.len(), 44 + rate as usize / 10 * 2, "{body}");
+        // The whole of what the engine of that rate made for the request.
+        let engine = if rate == 22_050 { &beta } else { &alpha };
+        let (_, last) = engine.requests().pop().expect("a request");
+        assert_eq!(&reply.body[44..], &engine.inner().render(&last).0[..], "{body}");
     }
     let voice_of = |requests: Vec<(speechstream_core::engine::RequestId, SynthesisRequest)>| -> Vec<Option<String>> {
         requests.into_iter().map(|(_, r)| r.voice).collect()
     };
-    assert_eq!(voice_of(beta.requests()), [Some("kestrel".to_owned()), None]);
-    assert_eq!(voice_of(alpha.requests()), [Some("serena".to_owned()), None, None]);
+    // Each engine got its requests (Wyoming's first) with its own names for the voices.
+    let kestrel = || Some("kestrel".to_owned());
+    assert_eq!(voice_of(beta.requests()), [kestrel(), kestrel(), None]);
+    assert_eq!(voice_of(alpha.requests()), [Some("vivian".to_owned()), None, Some("serena".to_owned()), None, None]);
     let body = json!({"input": "Hi.", "voice": "nobody"}).to_string();
     let reply = request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body).await;
     assert_eq!(reply.status, 400);
@@ -600,9 +651,14 @@ async fn two_engines_of_different_rates_behind_one_server() {
     client.send(json!({"type": "input.done"})).await;
     let start = client.json().await;
     assert_eq!((&start["type"], &start["sample_rate"]), (&json!("audio.start"), &json!(22_050)), "{start}");
-    assert_eq!(client.binary().await.len(), 2_205 * 2);
-    assert_eq!(client.json().await["type"], "audio.done");
-    assert_eq!(client.json().await["type"], "session.done");
+    let mut streamed = Vec::new();
+    for received in client.until_session_done().await {
+        if let Received::Binary(bytes) = received {
+            streamed.extend(bytes);
+        }
+    }
+    let (_, last) = beta.requests().pop().expect("a request");
+    assert_eq!(streamed, beta.inner().render(&last).0);
     client.send(json!({"type": "session.config", "voice": "nobody"})).await;
     client.send(json!({"type": "input.text", "text": "Hello."})).await;
     client.send(json!({"type": "input.done"})).await;

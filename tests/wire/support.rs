@@ -337,16 +337,6 @@ impl Scripted {
         }
     }
 
-    /// An engine of another family: `model` with `voices`, at `sample_rate`.
-    #[allow(dead_code)]
-    pub fn family(model: &str, sample_rate: u32, voices: &[&str], script: Vec<Step>) -> Scripted {
-        Scripted {
-            capabilities: EngineCapabilities::new(model, sample_rate).with_voices(voices.iter().copied()),
-            script,
-            running: Arc::new(Mutex::new(Vec::new())),
-        }
-    }
-
     pub fn with_word_timestamps(mut self) -> Scripted {
         self.capabilities.word_timestamps = true;
         self

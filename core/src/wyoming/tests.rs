@@ -298,3 +298,26 @@ fn a_language_picks_a_voice() {
     s.handle_bytes(now, &event("synthesize", json!({"text": "Hi.", "voice": {"language": "en_GB"}})));
     assert_eq!(submitted(&drain(&mut s))[0].1.voice.as_deref(), Some("emma"));
 }
+
+// Issue 31: Wyoming resolves voices by the rule every protocol shares: any case, the server's
+// aliases, `default`; the engine gets its own name, and an unknown voice is still refused.
+#[test]
+fn voices_resolve_as_in_every_protocol() {
+    let now = Instant::now();
+    let naming = crate::catalog::Naming::new().with_voice_alias("alloy", "default").with_voice_alias("nova", "Emma");
+    let catalog = crate::catalog::Catalog::new(capabilities(), naming);
+    let mut s = WyomingSession::new(now, 7, catalog, Arc::new(WyomingOptions::default()));
+    for (name, expected) in [("HEART", Some("heart")), ("nova", Some("emma")), ("alloy", None), ("default", None)] {
+        s.handle_bytes(now, &event("synthesize", json!({"text": "Hi.", "voice": {"name": name}})));
+        let submitted = submitted(&drain(&mut s));
+        let (id, request) = &submitted[0];
+        assert_eq!(request.voice.as_deref(), expected, "{name}");
+        s.handle_engine(now, finished(*id)).unwrap();
+        drain(&mut s);
+    }
+    s.handle_bytes(now, &event("synthesize", json!({"text": "Hi.", "voice": {"name": "nobody"}})));
+    let seen = drain(&mut s);
+    assert_eq!(kinds(&seen), ["error", "CLOSE"]);
+    let Seen::Event(_, data, _) = &seen[0] else { panic!() };
+    assert_eq!(data["code"], codes::UNKNOWN_VOICE);
+}
