@@ -569,8 +569,8 @@ impl EngineCapabilities {
     }
 
     /// Whether the engine can serve `request`; `Err` is the refusal, the one message both
-    /// protocols send (docs/protocol.md §c.2). The checks, in order: codec frames, task type,
-    /// instructions, language (those of the engine that serves it), voice.
+    /// protocols send (docs/protocol.md §c.2). The checks, in order: codec frames, word
+    /// timings, task type, instructions, language (those of the engine that serves it), voice.
     pub fn check(&self, request: &SynthesisRequest) -> Result<(), String> {
         self.serving(request).check_features(request)?;
         self.resolve_voice(request.voice.as_deref()).map(drop)
@@ -580,6 +580,11 @@ impl EngineCapabilities {
     pub(crate) fn check_features(&self, request: &SynthesisRequest) -> Result<(), String> {
         if request.output.codec() && self.codec.is_none() {
             return Err(CODEC_UNSUPPORTED.to_owned());
+        }
+        // Refused before this by the protocols for an engine without them; for one of several
+        // engines ([`EngineCapabilities::hosted`]), here.
+        if request.output.words() && !self.word_timestamps {
+            return Err(format!("word timestamps are not supported by {}", self.name()));
         }
         if let Some(task) = request.task_type.filter(|t| !self.task_types.is_empty() && !self.task_types.contains(t)) {
             let served: Vec<&str> = self.task_types.iter().map(|t| t.as_str()).collect();

@@ -196,7 +196,7 @@ mod tests {
     fn a_request_is_checked_against_its_own_engine() {
         let mut a = EngineCapabilities::new("alpha", 24_000).with_voices(["vivian"]);
         a.instructions = false;
-        let b = EngineCapabilities::new("beta", 22_050).with_voices(["kestrel"]);
+        let b = EngineCapabilities::new("beta", 22_050).with_voices(["kestrel"]).with_word_timestamps(true);
         let engines = Engines::new(vec![Arc::new(Tone(a)), Arc::new(Tone(b))]).expect("two engines");
         let caps = engines.capabilities();
         assert!(caps.instructions);
@@ -209,5 +209,13 @@ mod tests {
         let refusal = caps.check(&with("vivian")).expect_err("alpha has no instructions");
         assert!(refusal.starts_with("instructions are not supported by alpha"), "{refusal}");
         assert_eq!(caps.check(&with("nobody")).ok(), None);
+        let words = |voice: &str| SynthesisRequest {
+            voice: Some(voice.to_owned()),
+            output: crate::engine::OutputKind::AudioAndWords,
+            ..SynthesisRequest::new("x")
+        };
+        assert!(caps.word_timestamps);
+        assert_eq!(caps.check(&words("kestrel")), Ok(()));
+        assert_eq!(caps.check(&words("vivian")), Err("word timestamps are not supported by alpha".to_owned()));
     }
 }
