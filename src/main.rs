@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use speechstream_core::catalog::Naming;
 use speechstream_core::config::ResponseFormat;
 use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest};
 use speechstream_core::parse::Limits;
@@ -444,12 +445,8 @@ fn run_say(args: SayArgs) -> Result<(), String> {
     voice_args.admission = speechstream_engine_libtorch::AdmissionMode::Off;
     let engine = voice_args.engine(None)?;
     let loaded = started.elapsed();
-    let request = SynthesisRequest {
-        voice: Some(args.voice.clone()),
-        speed: args.speed,
-        seed: args.seed,
-        ..SynthesisRequest::new(text)
-    };
+    let request =
+        SynthesisRequest::new(text).with_voice(args.voice.clone()).with_speed(args.speed).with_seed(args.seed);
     let (tx, rx) = std::sync::mpsc::channel();
     engine.submit(RequestId { connection: 0, utterance: 0 }, request, Box::new(SaySink(tx)));
     let mut pcm = Vec::new();
@@ -457,8 +454,9 @@ fn run_say(args: SayArgs) -> Result<(), String> {
         match rx.recv().map_err(|_| "the engine stopped without finishing".to_owned())?.kind {
             EngineEventKind::Audio { pcm: chunk, .. } => pcm.extend_from_slice(&chunk),
             EngineEventKind::Finished => break,
-            EngineEventKind::Failed(message) => return Err(message),
-            EngineEventKind::Words(_) | EngineEventKind::Codec { .. } => {}
+            EngineEventKind::Failed(failure) => return Err(failure.to_string()),
+            // Word timings, codec frames: not asked for.
+            _ => {}
         }
     }
     let rate = engine.capabilities().sample_rate;
@@ -520,13 +518,14 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
             chunk_delay: Duration::from_millis(args.synthetic_chunk_delay_ms),
             real_time_factor: args.synthetic_real_time_factor,
             audio_seconds: args.synthetic_audio_seconds,
+            ..SyntheticOptions::default()
         })),
     };
     let wyoming = match args.wyoming_port {
         Some(port) => {
             let address = format!("{}:{port}", args.host);
             let listener = bind(&address).await.map_err(|e| format!("cannot listen for wyoming on {address}: {e}"))?;
-            Some(WyomingListener { listener, options: wyoming_options(&args, engine.capabilities().voices.as_slice()) })
+            Some(WyomingListener { listener, options: wyoming_options(&args, &voice_names(engine.as_ref())) })
         }
         None => None,
     };
@@ -551,17 +550,16 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
     config.body_timeout = args.body_timeout;
     config.write_timeout = args.write_timeout;
     if args.no_openai_names {
-        config.model_aliases.clear();
-        config.voice_aliases.clear();
+        config.naming = Naming::new();
     }
     config.extra_models = args.served_model_name.iter().skip(1).cloned().collect();
-    let voices = &engine.capabilities().voices;
+    let voices = voice_names(engine.as_ref());
     for (alias, voice) in &args.voice_alias {
         if !voice.eq_ignore_ascii_case("default") && !voices.iter().any(|v| v.eq_ignore_ascii_case(voice)) {
             return Err(format!("--voice-alias {alias}={voice}: no voice '{voice}' (voices: {})", voices.join(", ")));
         }
-        config.voice_aliases.retain(|(name, _)| !name.eq_ignore_ascii_case(alias));
-        config.voice_aliases.push((alias.clone(), voice.clone()));
+        config.naming.voice_aliases.retain(|(name, _)| !name.eq_ignore_ascii_case(alias));
+        config.naming.voice_aliases.push((alias.clone(), voice.clone()));
     }
 
     let address = format!("{}:{}", args.host, args.port);
@@ -572,13 +570,18 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
         engine = ?args.engine,
         models = ?engine.capabilities().models,
         also_models = ?config.extra_models,
-        model_aliases = ?config.model_aliases,
-        voice_aliases = config.voice_aliases.len(),
+        model_aliases = ?config.naming.model_aliases,
+        voice_aliases = config.naming.voice_aliases.len(),
         "speechstream serving"
     );
     serve_with_wyoming(listener, wyoming, engine, config, shutdown_signal())
         .await
         .map_err(|e| format!("server failed: {e}"))
+}
+
+/// The names of the engine's voices.
+fn voice_names(engine: &dyn Engine) -> Vec<String> {
+    engine.capabilities().voices.iter().map(|v| v.id.clone()).collect()
 }
 
 /// What the Wyoming listener tells clients about itself, and its limits: the HTTP side's text

@@ -83,7 +83,7 @@ fn options() -> Arc<SessionOptions> {
 }
 
 fn capabilities() -> Arc<EngineCapabilities> {
-    Arc::new(EngineCapabilities { voices: vec!["default".into()], ..EngineCapabilities::new("synthetic", SAMPLE_RATE) })
+    Arc::new(EngineCapabilities::new("synthetic", SAMPLE_RATE).with_voices(["default"]))
 }
 
 /// The reference null engine's chunks: a 440 Hz tone cut into `CHUNK_MS` pieces.

@@ -138,7 +138,7 @@ fn one_utterance() {
     let (types, audio) = driver.take();
     assert_eq!(types, ["audio.start", "audio.done", "session.done"]);
     assert_eq!(done, Some(json!(audio.len())));
-    let request = SynthesisRequest { stream: true, ..SynthesisRequest::new("Hello world.") };
+    let request = SynthesisRequest::new("Hello world.").with_stream(true);
     assert_eq!(audio, driver.engine.render(&request).0, "the synthetic engine's audio");
 }
 

@@ -1,12 +1,13 @@
 //! What an engine reports about its capacity: each worker's load, how late streamed audio was
 //! against real-time playback, and requests refused for lack of capacity.
 //!
-//! A refusal travels the ordinary failure path ([`EngineEventKind::Failed`]), so a session
-//! turns it into an `error` frame and stays open, as for any failed utterance; its message is
-//! [`Overloaded`]'s, which an HTTP transport recognises ([`Overloaded::parse`]) to answer 503
-//! with `Retry-After` instead of 500.
+//! A refusal travels the ordinary failure path ([`EngineEventKind::Failed`]) as a
+//! [`Failure::Overloaded`], so a session turns it into an `error` frame (with [`Overloaded`]'s
+//! message) and stays open, as for any failed utterance, and an HTTP transport answers it 503
+//! with `Retry-After` instead of 500, from the type.
 //!
 //! [`EngineEventKind::Failed`]: crate::engine::EngineEventKind::Failed
+//! [`Failure::Overloaded`]: crate::engine::Failure::Overloaded
 
 use std::fmt;
 
@@ -92,30 +93,14 @@ impl fmt::Display for Overloaded {
     }
 }
 
-impl Overloaded {
-    /// The refusal whose message `message` is or ends with (the WebSocket path prefixes it with
-    /// `Generation failed for utterance ...: `), if it is one.
-    pub fn parse(message: &str) -> Option<Overloaded> {
-        let at = message.find(OVERLOADED_PREFIX)?;
-        let rest = &message[at + OVERLOADED_PREFIX.len()..];
-        let seconds = rest.strip_suffix(" s")?.parse().ok()?;
-        Some(Overloaded { retry_after_seconds: seconds })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_refusal_reads_back_from_its_message() {
+    fn a_refusal_says_when_to_retry() {
         let refusal = Overloaded { retry_after_seconds: 3 };
-        let message = refusal.to_string();
-        assert_eq!(Overloaded::parse(&message), Some(refusal));
-        let wrapped = format!("Generation failed for utterance 2, sentence 0: {message}");
-        assert_eq!(Overloaded::parse(&wrapped), Some(refusal));
-        assert_eq!(Overloaded::parse("hibari failed: out of memory"), None);
-        assert_eq!(Overloaded::parse(&format!("{OVERLOADED_PREFIX}soon")), None);
+        assert_eq!(refusal.to_string(), format!("{OVERLOADED_PREFIX}3 s"));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::split::Granularity;
 
 /// The audio format of the reply (`response_format`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ResponseFormat {
     /// RIFF/WAVE, 16-bit PCM.
     Wav,
@@ -52,6 +53,7 @@ pub const G711_RATE: u32 = 8_000;
 
 /// What a session streams (`output_mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OutputMode {
     /// Audio (the default).
     Pcm,
@@ -61,6 +63,7 @@ pub enum OutputMode {
 
 /// The kind of synthesis a Qwen3-TTS-style model does (`task_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TaskType {
     /// A built-in speaker.
     CustomVoice,
@@ -351,6 +354,7 @@ pub(crate) const TASK_TYPE_VALUES: &[TaskType] = &[TaskType::CustomVoice, TaskTy
 pub(crate) const TASK_TYPE_MSG: &str = "Input should be 'CustomVoice', 'VoiceDesign' or 'Base'";
 /// `streaming_mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StreamingMode {
     /// Utterances, each flushed by `input.done` (the reference).
     Sentence,

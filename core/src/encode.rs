@@ -56,6 +56,7 @@ pub fn encode(format: ResponseFormat, samples: &[i16], sample_rate: u32) -> Resu
 
 /// How a streamed body is paged, where the format has a choice (Ogg Opus pages).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Paging {
     /// The whole-file layout: the streamed bytes are exactly those of [`encode`] (a body sent
     /// as it is made, without `stream_format`).

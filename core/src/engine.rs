@@ -14,6 +14,7 @@
 
 use std::fmt;
 
+use crate::capacity::Overloaded;
 use crate::config::TaskType;
 
 /// Identifies one engine request: the connection that asked and the utterance.
@@ -61,14 +62,18 @@ impl fmt::Display for RequestId {
 /// already validated; what the engine cannot do was refused in the core against its
 /// [`EngineCapabilities`] ([`EngineCapabilities::check`]) before it was submitted.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct SynthesisRequest {
     /// The flushed, stripped text (never empty).
     pub text: String,
     /// The model the client named (`session.config`'s `model`), already checked against
     /// [`EngineCapabilities::models`].
     pub model: Option<String>,
-    /// The voice the client asked for, as it spelled it; `None` means the engine's default.
-    /// [`EngineCapabilities::resolve_voice`] gives the engine's own name for it.
+    /// The voice: as the client spelled it in what a protocol parses, the engine's own name (a
+    /// [`Voice::id`]) once the core has resolved it ([`Catalog::resolve`]), which it does before
+    /// it submits the request; `None` means the engine's default.
+    ///
+    /// [`Catalog::resolve`]: crate::catalog::Catalog::resolve
     pub voice: Option<String>,
     /// The language the client named; one of [`EngineCapabilities::languages`] (or `auto`).
     pub language: Option<String>,
@@ -105,6 +110,7 @@ pub struct SynthesisRequest {
 
 /// What an engine produces for a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OutputKind {
     /// Audio ([`EngineEventKind::Audio`]).
     Audio,
@@ -150,6 +156,54 @@ impl SynthesisRequest {
             non_streaming_mode: None,
         }
     }
+
+    /// This request for the model named `model`.
+    pub fn with_model(mut self, model: impl Into<String>) -> SynthesisRequest {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// This request in the voice named `voice`.
+    pub fn with_voice(mut self, voice: impl Into<String>) -> SynthesisRequest {
+        self.voice = Some(voice.into());
+        self
+    }
+
+    /// This request in `language`.
+    pub fn with_language(mut self, language: impl Into<String>) -> SynthesisRequest {
+        self.language = Some(language.into());
+        self
+    }
+
+    /// This request with style `instructions`.
+    pub fn with_instructions(mut self, instructions: impl Into<String>) -> SynthesisRequest {
+        self.instructions = Some(instructions.into());
+        self
+    }
+
+    /// This request at speaking rate `speed` (1.0: the voice's natural pace).
+    pub fn with_speed(mut self, speed: f64) -> SynthesisRequest {
+        self.speed = speed;
+        self
+    }
+
+    /// This request with `seed` (`None`: the engine chooses).
+    pub fn with_seed(mut self, seed: Option<i64>) -> SynthesisRequest {
+        self.seed = seed;
+        self
+    }
+
+    /// This request streamed chunk by chunk (`true`) or not.
+    pub fn with_stream(mut self, stream: bool) -> SynthesisRequest {
+        self.stream = stream;
+        self
+    }
+
+    /// This request producing `output`.
+    pub fn with_output(mut self, output: OutputKind) -> SynthesisRequest {
+        self.output = output;
+        self
+    }
 }
 
 /// One word's position in the utterance's audio, in milliseconds from its start.
@@ -165,6 +219,7 @@ pub struct WordTiming {
 
 /// Something an engine reports about a request.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum EngineEventKind {
     /// A chunk of mono signed 16-bit little-endian PCM.
     Audio {
@@ -185,7 +240,56 @@ pub enum EngineEventKind {
     /// The request completed; no more events follow.
     Finished,
     /// The request failed; no more events follow.
-    Failed(String),
+    Failed(Failure),
+}
+
+/// Why a request failed ([`EngineEventKind::Failed`]): a type from the engine to the transport,
+/// so that a refusal for lack of capacity is answered as one (HTTP 503 with `Retry-After`)
+/// without reading it back from its message. Its `Display` is the message clients get.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failure {
+    /// Refused for lack of capacity; a retry may succeed later.
+    Overloaded(Overloaded),
+    /// Any other failure, with its message.
+    Engine(String),
+}
+
+impl Failure {
+    /// The capacity refusal this failure is, if it is one.
+    pub fn overloaded(&self) -> Option<Overloaded> {
+        match self {
+            Failure::Overloaded(refusal) => Some(*refusal),
+            Failure::Engine(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Overloaded(refusal) => refusal.fmt(f),
+            Failure::Engine(message) => f.write_str(message),
+        }
+    }
+}
+
+impl From<Overloaded> for Failure {
+    fn from(refusal: Overloaded) -> Failure {
+        Failure::Overloaded(refusal)
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure::Engine(message)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Failure {
+        Failure::Engine(message.to_owned())
+    }
 }
 
 /// The flags of a codec packet (docs/protocol.md §d).
@@ -224,6 +328,7 @@ pub struct EngineEvent {
 
 /// How codec frames are described to clients in `codec.start`.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct CodecSpec {
     /// Codes per frame.
     pub codebooks: u32,
@@ -237,8 +342,23 @@ pub struct CodecSpec {
     pub decoder_id: Option<String>,
 }
 
+impl CodecSpec {
+    /// Frames of `codebooks` codes in `0..codebook_size`, `frame_rate_hz` frames a second, that
+    /// decode to audio at `sample_rate`; no decoder id.
+    pub fn new(codebooks: u32, codebook_size: u32, frame_rate_hz: f64, sample_rate: u32) -> CodecSpec {
+        CodecSpec { codebooks, codebook_size, frame_rate_hz, sample_rate, decoder_id: None }
+    }
+
+    /// This spec, naming its decoder `decoder_id`.
+    pub fn with_decoder_id(mut self, decoder_id: impl Into<String>) -> CodecSpec {
+        self.decoder_id = Some(decoder_id.into());
+        self
+    }
+}
+
 /// A language an engine speaks.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Language {
     /// Its English name, as clients write it (`English`).
     pub name: String,
@@ -258,18 +378,67 @@ impl Language {
     }
 }
 
+/// A voice an engine speaks in, as it declares it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Voice {
+    /// Its name: what clients send (in any case), and what the engine receives.
+    pub id: String,
+    /// The language it speaks, as a BCP 47 tag (`en-US`), when it speaks one.
+    pub language: Option<String>,
+    /// What it sounds like, for people choosing one.
+    pub description: Option<String>,
+}
+
+impl Voice {
+    /// A voice by its name, with no language or description.
+    pub fn new(id: impl Into<String>) -> Voice {
+        Voice { id: id.into(), language: None, description: None }
+    }
+
+    /// This voice, speaking `language` (a BCP 47 tag).
+    pub fn with_language(mut self, language: impl Into<String>) -> Voice {
+        self.language = Some(language.into());
+        self
+    }
+
+    /// This voice, described as `description`.
+    pub fn with_description(mut self, description: impl Into<String>) -> Voice {
+        self.description = Some(description.into());
+        self
+    }
+}
+
+impl From<&str> for Voice {
+    fn from(id: &str) -> Voice {
+        Voice::new(id)
+    }
+}
+
+impl From<String> for Voice {
+    fn from(id: String) -> Voice {
+        Voice::new(id)
+    }
+}
+
 /// What an engine can do. The core checks every request against it
 /// ([`EngineCapabilities::check`]) and refuses, with one message, what the engine cannot do,
 /// so an engine only ever sees requests it can serve.
+///
+/// Only what the engine itself knows: the names a server gives its voices and models besides
+/// (OpenAI's, say) are the server's, in [`Naming`](crate::catalog::Naming).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct EngineCapabilities {
     /// Model names served (the `model` config check); the first is the default, and names
     /// the engine in refusals.
     pub models: Vec<String>,
     /// The sample rate of the engine's audio.
     pub sample_rate: u32,
-    /// Voice names a client may ask for (in any case); empty when the engine takes any name.
-    pub voices: Vec<String>,
+    /// Voices a client may ask for (by name, in any case); empty when the engine takes any
+    /// name. The first is not necessarily the default: no voice named means the engine's
+    /// default.
+    pub voices: Vec<Voice>,
     /// Languages the engine speaks; empty when it takes any. `auto` (or no language) is
     /// always accepted.
     pub languages: Vec<Language>,
@@ -281,23 +450,11 @@ pub struct EngineCapabilities {
     pub word_timestamps: bool,
     /// `Some` when codec_tokens output is supported.
     pub codec: Option<CodecSpec>,
-    /// Other names for voices, as `(alias, voice)`: a request naming the alias (in any case)
-    /// gets the voice, and `voice` may be `default` (the engine's default voice). The server
-    /// sets them (OpenAI's voice names by default, `--voice-alias`); engines leave them empty.
-    pub voice_aliases: Vec<(String, String)>,
-    /// More model names a request may send, not listed in `GET /v1/models` (OpenAI's, by
-    /// default in the server); engines leave it empty.
-    pub model_aliases: Vec<String>,
+    /// For an engine that hosts others ([`Engines`](crate::engines::Engines)): the
+    /// capabilities of each, in routing order ([`EngineCapabilities::route`]); the fields above
+    /// are then their union, under the first one's defaults. Empty for an engine of its own.
+    pub hosted: Vec<EngineCapabilities>,
 }
-
-/// OpenAI's voice names, which its clients (Pipecat, LiveKit, the openai SDK's examples) send
-/// and some allow no others: by default each is an alias of the default voice.
-pub const OPENAI_VOICES: [&str; 13] =
-    ["alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova", "onyx", "sage", "shimmer", "verse"];
-
-/// OpenAI's speech model names, accepted by default as names of the served model
-/// ([`EngineCapabilities::model_aliases`]).
-pub const OPENAI_MODELS: [&str; 3] = ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"];
 
 impl EngineCapabilities {
     /// Capabilities of an engine that serves `model` at `sample_rate`: any voice, language and
@@ -312,14 +469,61 @@ impl EngineCapabilities {
             instructions: true,
             word_timestamps: false,
             codec: None,
-            voice_aliases: Vec::new(),
-            model_aliases: Vec::new(),
+            hosted: Vec::new(),
         }
     }
 
-    /// Whether a request may name `model`: one of `models` or `model_aliases`.
+    /// These capabilities with `voices` declared.
+    pub fn with_voices<V: Into<Voice>>(mut self, voices: impl IntoIterator<Item = V>) -> EngineCapabilities {
+        self.voices = voices.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// These capabilities serving the models `models` (the first the default) instead.
+    pub fn with_models<M: Into<String>>(mut self, models: impl IntoIterator<Item = M>) -> EngineCapabilities {
+        self.models = models.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// These capabilities speaking only `languages`.
+    pub fn with_languages(mut self, languages: impl IntoIterator<Item = Language>) -> EngineCapabilities {
+        self.languages = languages.into_iter().collect();
+        self
+    }
+
+    /// These capabilities serving only `task_types`.
+    pub fn with_task_types(mut self, task_types: impl IntoIterator<Item = TaskType>) -> EngineCapabilities {
+        self.task_types = task_types.into_iter().collect();
+        self
+    }
+
+    /// These capabilities following style instructions (`true`) or not.
+    pub fn with_instructions(mut self, instructions: bool) -> EngineCapabilities {
+        self.instructions = instructions;
+        self
+    }
+
+    /// These capabilities reporting word timings (`true`) or not.
+    pub fn with_word_timestamps(mut self, word_timestamps: bool) -> EngineCapabilities {
+        self.word_timestamps = word_timestamps;
+        self
+    }
+
+    /// These capabilities producing codec frames as `codec` describes.
+    pub fn with_codec(mut self, codec: CodecSpec) -> EngineCapabilities {
+        self.codec = Some(codec);
+        self
+    }
+
+    /// The declared voice named `name` (in any case).
+    pub fn voice(&self, name: &str) -> Option<&Voice> {
+        let lower = name.to_lowercase();
+        self.voices.iter().find(|v| v.id.to_lowercase() == lower)
+    }
+
+    /// Whether a request may name `model`: one of `models`.
     pub fn serves_model(&self, model: &str) -> bool {
-        self.models.iter().chain(&self.model_aliases).any(|m| m == model)
+        self.models.iter().any(|m| m == model)
     }
 
     /// The name refusals give the engine.
@@ -327,12 +531,60 @@ impl EngineCapabilities {
         self.models.first().map_or("the loaded TTS model", String::as_str)
     }
 
+    /// Which of the [`hosted`](EngineCapabilities::hosted) engines serves `request`: the first
+    /// that declares its voice (or takes any name), else, for no voice, the first that serves
+    /// its model, else the first. `None` for an engine that hosts none.
+    pub fn route(&self, request: &SynthesisRequest) -> Option<usize> {
+        self.route_names(request.voice.as_deref(), request.model.as_deref())
+    }
+
+    fn route_names(&self, voice: Option<&str>, model: Option<&str>) -> Option<usize> {
+        if self.hosted.is_empty() {
+            return None;
+        }
+        let by_voice = |voice: &str| self.hosted.iter().position(|e| e.voices.is_empty() || e.voice(voice).is_some());
+        let by_model = |model: &str| self.hosted.iter().position(|e| e.serves_model(model));
+        let index = match (voice, model) {
+            (Some(voice), _) if !voice.eq_ignore_ascii_case("default") => by_voice(voice),
+            (_, Some(model)) => by_model(model),
+            _ => None,
+        };
+        Some(index.unwrap_or(0))
+    }
+
+    /// The capabilities of the engine that serves `request` ([`EngineCapabilities::route`]):
+    /// these, for an engine that hosts none.
+    pub fn serving(&self, request: &SynthesisRequest) -> &EngineCapabilities {
+        self.serving_names(request.voice.as_deref(), request.model.as_deref())
+    }
+
+    /// [`EngineCapabilities::serving`] a request for `voice` (the engine's name) and `model`.
+    pub fn serving_names(&self, voice: Option<&str>, model: Option<&str>) -> &EngineCapabilities {
+        self.route_names(voice, model).and_then(|i| self.hosted.get(i)).unwrap_or(self)
+    }
+
+    /// The sample rate of the audio `request` will get: its engine's.
+    pub fn sample_rate_for(&self, request: &SynthesisRequest) -> u32 {
+        self.serving(request).sample_rate
+    }
+
     /// Whether the engine can serve `request`; `Err` is the refusal, the one message both
-    /// protocols send (docs/protocol.md §c.2). The checks, in order: codec frames, task type,
-    /// instructions, language, voice.
+    /// protocols send (docs/protocol.md §c.2). The checks, in order: codec frames, word
+    /// timings, task type, instructions, language (those of the engine that serves it), voice.
     pub fn check(&self, request: &SynthesisRequest) -> Result<(), String> {
+        self.serving(request).check_features(request)?;
+        self.resolve_voice(request.voice.as_deref()).map(drop)
+    }
+
+    /// The checks of [`EngineCapabilities::check`] but the voice's.
+    pub(crate) fn check_features(&self, request: &SynthesisRequest) -> Result<(), String> {
         if request.output.codec() && self.codec.is_none() {
             return Err(CODEC_UNSUPPORTED.to_owned());
+        }
+        // Refused before this by the protocols for an engine without them; for one of several
+        // engines ([`EngineCapabilities::hosted`]), here.
+        if request.output.words() && !self.word_timestamps {
+            return Err(format!("word timestamps are not supported by {}", self.name()));
         }
         if let Some(task) = request.task_type.filter(|t| !self.task_types.is_empty() && !self.task_types.contains(t)) {
             let served: Vec<&str> = self.task_types.iter().map(|t| t.as_str()).collect();
@@ -372,42 +624,15 @@ impl EngineCapabilities {
                 ));
             }
         }
-        self.resolve_voice(request.voice.as_deref()).map(drop)
-    }
-
-    /// Whether `voice` names an alias rather than one of the engine's voices.
-    pub fn is_voice_alias(&self, voice: &str) -> bool {
-        let lower = voice.to_lowercase();
-        let declared = self.voices.is_empty() || self.voices.iter().any(|v| v.to_lowercase() == lower);
-        !declared && self.voice_aliases.iter().any(|(alias, _)| alias.to_lowercase() == lower)
+        Ok(())
     }
 
     /// The engine's name for the voice a client asked for: the declared voice it names in any
-    /// case, the voice an alias stands for, or `None` (the default voice) for no voice,
-    /// `default` or an alias of it. An engine that declares
-    /// no voices takes any name as it is.
+    /// case, or `None` (the default voice) for no voice or `default`. An engine that declares
+    /// no voices takes any name as it is. The server's aliases are
+    /// [`Catalog::resolve_voice`](crate::catalog::Catalog::resolve_voice)'s.
     pub fn resolve_voice<'a>(&'a self, voice: Option<&'a str>) -> Result<Option<&'a str>, String> {
-        let Some(voice) = voice else { return Ok(None) };
-        if self.voices.is_empty() {
-            return Ok(Some(voice));
-        }
-        let lower = voice.to_lowercase();
-        if let Some(name) = self.voices.iter().find(|v| v.to_lowercase() == lower) {
-            return Ok(Some(name));
-        }
-        if lower == "default" {
-            return Ok(None);
-        }
-        if let Some((_, target)) = self.voice_aliases.iter().find(|(alias, _)| alias.to_lowercase() == lower) {
-            let target = target.to_lowercase();
-            return match self.voices.iter().find(|v| v.to_lowercase() == target) {
-                Some(name) => Ok(Some(name)),
-                None => Ok(None), // an alias of `default`
-            };
-        }
-        let mut names: Vec<&str> = self.voices.iter().map(String::as_str).collect();
-        names.sort_unstable();
-        Err(format!("Invalid voice '{voice}'. Supported: {}", names.join(", ")))
+        crate::catalog::resolve_voice(self, &[], voice)
     }
 }
 

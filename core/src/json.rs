@@ -27,6 +27,7 @@ impl Int {
 
 /// A parsed JSON value, as Python sees it.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Value {
     /// `null` (`None`).
     Null,

@@ -115,7 +115,7 @@
 //! assert!(texts[3].contains("Idle timeout: no message received"));
 //! assert_eq!(close, Some(1000));
 //! // The synthetic engine is deterministic: the audio is what it renders for the text.
-//! let request = SynthesisRequest { stream: true, ..SynthesisRequest::new("Hello world.") };
+//! let request = SynthesisRequest::new("Hello world.").with_stream(true);
 //! assert_eq!(audio, engine.render(&request).0);
 //! ```
 //!
@@ -127,7 +127,9 @@
 //!
 //! # What is stable
 //!
-//! The API is [`session`] and [`engine`] (the driver's side and the engine's side), the types
+//! The API is [`session`] and [`engine`] (the driver's side and the engine's side), the
+//! server's names for an engine's voices and models in [`catalog`], several engines served as
+//! one in [`engines`], the types
 //! they carry from [`config`], [`parse`] and [`json`], the encoders in [`encode`] and [`codec`],
 //! the rules of the OpenAI-style HTTP endpoint in [`speech_http`] and its response machine in
 //! [`speech_response`], Home Assistant's Wyoming protocol in [`wyoming`] (a second machine over
@@ -137,6 +139,17 @@
 //! shows in review. Anything `#[doc(hidden)]` (the invariant checker behind the `check` feature,
 //! which the fuzz targets and property tests share) is not API and may change in any release.
 //!
+//! Enums that describe data (formats, task types, engine events, failures, parse errors) and
+//! the request and capability structs ([`SynthesisRequest`](engine::SynthesisRequest),
+//! [`EngineCapabilities`](engine::EngineCapabilities), [`Voice`](engine::Voice), ...) are
+//! `#[non_exhaustive]`, so they can grow in a minor release: match them with a wildcard arm,
+//! build the structs with their constructors and `with_` methods. The enums a driver or an
+//! engine must carry out in full ([`session::Output`], [`session::EngineCommand`],
+//! [`session::ClientFrame`], [`wyoming::Output`], [`speech_response::ResponseOutput`],
+//! [`engine::TrySendError`]) are exhaustive on purpose: a new variant there is a breaking
+//! change, which the compiler points out to every driver, rather than one a wildcard arm
+//! would silently drop.
+//!
 //! # Features
 //!
 //! - `synthetic`: the module `synthetic`, a deterministic engine (a tone per word, no model)
@@ -145,8 +158,10 @@
 //!   not API).
 
 #![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod capacity;
+pub mod catalog;
 // The invariant checker and its byte-driven session driver: a test harness for the fuzz targets
 // and the property tests (other crates), behind the `check` feature. Not part of the API.
 #[cfg(feature = "check")]
@@ -157,6 +172,7 @@ pub mod commitment;
 pub mod config;
 pub mod encode;
 pub mod engine;
+pub mod engines;
 pub mod json;
 mod messages;
 pub mod parse;

@@ -20,6 +20,7 @@ impl Default for Limits {
 
 /// Why a client frame was rejected; `message` is the exact string clients see.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ParseError {
     /// Over both limits.
     TooLarge,
@@ -48,6 +49,7 @@ impl ParseError {
 
 /// A client message after the frame checks, dispatched on its `type`.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum ClientMessage {
     /// The whole object, `type` included (validation ignores it).
     SessionConfig(Object),

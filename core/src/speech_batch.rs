@@ -7,7 +7,7 @@
 use base64::Engine as _;
 use serde_json::{json, Map, Value};
 
-use crate::engine::EngineCapabilities;
+use crate::catalog::Catalog;
 use crate::speech_http::{media_type, parse_speech_request, HttpError, SpeechRequest, Usage};
 
 /// Most items in a batch (upstream's `tts_batch_max_items` default).
@@ -37,7 +37,7 @@ const ITEM_FIELDS: [&str; 14] = [
 /// cannot be made, in order.
 pub fn parse_batch_request(
     body: &str,
-    capabilities: &EngineCapabilities,
+    catalog: &Catalog,
     max_input_chars: usize,
     max_items: usize,
 ) -> Result<Vec<Result<SpeechRequest, HttpError>>, HttpError> {
@@ -66,7 +66,7 @@ pub fn parse_batch_request(
     }
     let model = batch.get("model").filter(|m| !m.is_null()).cloned();
     if let Some(model) = model.as_ref().and_then(Value::as_str).filter(|m| !m.is_empty()) {
-        if !capabilities.serves_model(model) {
+        if !catalog.serves_model(model) {
             let mut error = HttpError::new(404, "NotFoundError", format!("The model `{model}` does not exist."));
             error.param = Some("model");
             return Err(error);
@@ -97,7 +97,7 @@ pub fn parse_batch_request(
             if let Some(model) = &model {
                 merged.insert("model".to_owned(), model.clone());
             }
-            parse_speech_request(&Value::Object(merged).to_string(), capabilities, max_input_chars)
+            parse_speech_request(&Value::Object(merged).to_string(), catalog, max_input_chars)
         })
         .collect())
 }
@@ -147,8 +147,8 @@ pub fn batch_response_json(id: &str, requests: &[Result<SpeechRequest, HttpError
 mod tests {
     use super::*;
 
-    fn caps() -> EngineCapabilities {
-        EngineCapabilities { voices: vec!["vivian".into(), "aiden".into()], ..EngineCapabilities::new("m", 24_000) }
+    fn caps() -> Catalog {
+        crate::engine::EngineCapabilities::new("m", 24_000).with_voices(["vivian", "aiden"]).into()
     }
 
     fn parse(body: &str) -> Result<Vec<Result<SpeechRequest, HttpError>>, HttpError> {

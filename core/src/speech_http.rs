@@ -4,7 +4,8 @@
 //! streaming WAV header, SSE events, usage) are shaped here so transports only move them.
 //!
 //! Where the reference applies Qwen3-TTS adapter rules, the engine's [`EngineCapabilities`]
-//! stand in: its voices (and the server's aliases of them), its word timings. `sample_rate`
+//! stand in, under the server's names ([`Catalog`]): its voices (and the server's aliases of
+//! them), its word timings. `sample_rate`
 //! may be any of [`SUPPORTED_RATES`] (the audio is resampled). Our engines control speed
 //! natively, so speed is allowed when streaming too, and every format streams.
 
@@ -13,6 +14,7 @@ use std::fmt::Write as _;
 use base64::Engine as _;
 use serde::Serialize;
 
+use crate::catalog::Catalog;
 use crate::config::{
     ResponseFormat, TaskType, FORMATS, FORMAT_MSG, FORMAT_VALUES, TASK_TYPES, TASK_TYPE_MSG, TASK_TYPE_VALUES,
 };
@@ -36,6 +38,7 @@ const DEFAULT_TOKEN_RATE_HZ: f64 = 12.5;
 
 /// How the audio goes back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Delivery {
     /// One complete file in the response body.
     Whole,
@@ -70,12 +73,15 @@ pub struct HttpError {
     pub message: String,
     /// The request field at fault, when one is.
     pub param: Option<&'static str>,
+    /// For a refusal for lack of capacity (503): whole seconds after which a retry may succeed,
+    /// the transport's `Retry-After`.
+    pub retry_after_seconds: Option<u32>,
 }
 
 impl HttpError {
     /// An error with no `param`.
     pub fn new(status: u16, kind: &'static str, message: impl Into<String>) -> HttpError {
-        HttpError { status, kind, message: message.into(), param: None }
+        HttpError { status, kind, message: message.into(), param: None, retry_after_seconds: None }
     }
 
     /// A 400 `BadRequestError`.
@@ -109,11 +115,7 @@ pub fn check_content_type(content_type: Option<&str>) -> Result<(), HttpError> {
 /// adapter's checks (text, voice, instructions, token cap, sample rate).
 /// `max_input_chars` bounds `input` as the WebSocket path bounds an utterance's buffered text,
 /// so neither door takes a longer text than the other.
-pub fn parse_speech_request(
-    body: &str,
-    capabilities: &EngineCapabilities,
-    max_input_chars: usize,
-) -> Result<SpeechRequest, HttpError> {
+pub fn parse_speech_request(body: &str, catalog: &Catalog, max_input_chars: usize) -> Result<SpeechRequest, HttpError> {
     let object = match json::parse(body) {
         Ok(Value::Object(object)) => object,
         Ok(other) => {
@@ -132,7 +134,7 @@ pub fn parse_speech_request(
     };
     let body = validate_body(&object).map_err(HttpError::bad_request)?;
     if let Some(model) = body.model.as_deref().filter(|m| !m.is_empty()) {
-        if !capabilities.serves_model(model) {
+        if !catalog.serves_model(model) {
             let mut error = HttpError::new(404, "NotFoundError", format!("The model `{model}` does not exist."));
             error.param = Some("model");
             return Err(error);
@@ -150,7 +152,7 @@ pub fn parse_speech_request(
                  session.config with stream_audio=true and response_format='pcm'.",
             ));
         }
-        if !capabilities.word_timestamps {
+        if !catalog.capabilities().word_timestamps {
             return Err(HttpError::bad_request(
                 "word_timestamps=true requires the server to be launched with --forced-aligner.",
             ));
@@ -165,7 +167,7 @@ pub fn parse_speech_request(
     }
     // The adapter's voice rules: lowercased, then the engine's (`default` is its default voice).
     let voice = body.voice.map(|v| v.to_lowercase());
-    let voice = capabilities.resolve_voice(voice.as_deref()).map_err(HttpError::bad_request)?.map(str::to_owned);
+    let voice = catalog.resolve_voice(voice.as_deref()).map_err(HttpError::bad_request)?.map(str::to_owned);
     if let Some(instructions) = &body.instructions {
         if instructions.chars().count() > MAX_INSTRUCTIONS_CHARS {
             let message = format!("Instructions too long (max {MAX_INSTRUCTIONS_CHARS} characters)");
@@ -175,7 +177,8 @@ pub fn parse_speech_request(
     if body.max_new_tokens.is_some_and(|n| n > MAX_NEW_TOKENS) {
         return Err(HttpError::bad_request(format!("max_new_tokens cannot exceed {MAX_NEW_TOKENS}")));
     }
-    let native = capabilities.sample_rate;
+    // The rate of the engine that will speak: its voice's, else its model's.
+    let native = catalog.capabilities().serving_names(voice.as_deref(), body.model.as_deref()).sample_rate;
     let sample_rate = match (body.sample_rate, body.response_format.fixed_rate()) {
         (None, Some(fixed)) => fixed,
         (Some(rate), Some(fixed)) if rate != i64::from(fixed) => {
@@ -202,7 +205,7 @@ pub fn parse_speech_request(
             },
         },
     };
-    let synthesis = SynthesisRequest {
+    let mut synthesis = SynthesisRequest {
         text: text.to_owned(),
         model: body.model,
         voice,
@@ -222,7 +225,7 @@ pub fn parse_speech_request(
         non_streaming_mode: body.non_streaming_mode,
     };
     // What the engine cannot do: a 400, as the reference's adapter refuses it.
-    capabilities.check(&synthesis).map_err(HttpError::bad_request)?;
+    catalog.resolve(&mut synthesis).map_err(HttpError::bad_request)?;
     Ok(SpeechRequest { synthesis, response_format: body.response_format, delivery, sample_rate })
 }
 
@@ -410,12 +413,13 @@ fn voice(v: &mut Validator<'_>) -> Option<String> {
 
 /// `GET /v1/audio/voices`: the engine's voices plus the `default` placeholder, sorted, and
 /// the aliases (`{"alloy": "default", ...}`: each name and the voice it stands for).
-pub fn voices_json(capabilities: &EngineCapabilities) -> String {
-    let mut voices: Vec<String> = capabilities.voices.iter().map(|v| v.to_lowercase()).collect();
+pub fn voices_json(catalog: &Catalog) -> String {
+    let mut voices: Vec<String> = catalog.capabilities().voices.iter().map(|v| v.id.to_lowercase()).collect();
     voices.push("default".to_owned());
     voices.sort_unstable();
     voices.dedup();
-    let aliases: serde_json::Map<String, serde_json::Value> = capabilities
+    let aliases: serde_json::Map<String, serde_json::Value> = catalog
+        .naming()
         .voice_aliases
         .iter()
         .map(|(alias, voice)| (alias.to_lowercase(), serde_json::Value::from(voice.to_lowercase())))

@@ -1,23 +1,29 @@
 use super::*;
+use std::sync::Arc;
+
+use crate::catalog::Naming;
 use crate::engine::CodecSpec;
 
 fn caps() -> EngineCapabilities {
     EngineCapabilities {
-        voices: vec!["vivian".into(), "aiden".into()],
         word_timestamps: true,
-        ..EngineCapabilities::new("m", 24_000)
+        ..EngineCapabilities::new("m", 24_000).with_voices(["vivian", "aiden"])
     }
 }
 
+fn catalog() -> Catalog {
+    caps().into()
+}
+
 fn ok(body: &str) -> SpeechRequest {
-    match parse_speech_request(body, &caps(), 1 << 20) {
+    match parse_speech_request(body, &catalog(), 1 << 20) {
         Ok(request) => request,
         Err(e) => panic!("{body}: {e:?}"),
     }
 }
 
 fn err(body: &str) -> HttpError {
-    match parse_speech_request(body, &caps(), 1 << 20) {
+    match parse_speech_request(body, &catalog(), 1 << 20) {
         Ok(request) => panic!("{body} accepted: {request:?}"),
         Err(e) => e,
     }
@@ -26,9 +32,9 @@ fn err(body: &str) -> HttpError {
 #[test]
 fn input_is_capped_like_the_websocket_buffer() {
     let at_cap = serde_json::json!({"input": "é".repeat(8)}).to_string();
-    assert!(parse_speech_request(&at_cap, &caps(), 8).is_ok());
+    assert!(parse_speech_request(&at_cap, &catalog(), 8).is_ok());
     let over = serde_json::json!({"input": "é".repeat(9)}).to_string();
-    let e = parse_speech_request(&over, &caps(), 8).unwrap_err();
+    let e = parse_speech_request(&over, &catalog(), 8).unwrap_err();
     assert_eq!((e.status, e.message.as_str()), (400, "Input text too long (max 8 characters)"));
 }
 
@@ -117,7 +123,7 @@ fn serving_checks() {
     assert!(ok(r#"{"input":"x","word_timestamps":true}"#).synthesis.output.words());
     let mut no_aligner = caps();
     no_aligner.word_timestamps = false;
-    let e = parse_speech_request(r#"{"input":"x","word_timestamps":true}"#, &no_aligner, 1 << 20).unwrap_err();
+    let e = parse_speech_request(r#"{"input":"x","word_timestamps":true}"#, &no_aligner.into(), 1 << 20).unwrap_err();
     assert_eq!(e.message, "word_timestamps=true requires the server to be launched with --forced-aligner.");
 }
 
@@ -132,9 +138,12 @@ fn content_type() {
 
 #[test]
 fn voices_are_sorted_with_default() {
-    assert_eq!(voices_json(&caps()), r#"{"aliases":{},"uploaded_voices":[],"voices":["aiden","default","vivian"]}"#);
-    let mut aliased = caps();
-    aliased.voice_aliases = vec![("Alloy".into(), "default".into()), ("nova".into(), "Vivian".into())];
+    assert_eq!(voices_json(&catalog()), r#"{"aliases":{},"uploaded_voices":[],"voices":["aiden","default","vivian"]}"#);
+    let naming = Naming {
+        voice_aliases: vec![("Alloy".into(), "default".into()), ("nova".into(), "Vivian".into())],
+        ..Naming::new()
+    };
+    let aliased = Catalog::new(Arc::new(caps()), naming);
     assert_eq!(
         voices_json(&aliased),
         r#"{"aliases":{"alloy":"default","nova":"vivian"},"uploaded_voices":[],"voices":["aiden","default","vivian"]}"#

@@ -23,9 +23,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::capacity::Overloaded;
 use crate::encode::{AudioStream, EncodeJob, Encoded, Paging, WholeAudio};
-use crate::engine::{EngineCapabilities, EngineEventKind, WordTiming};
+use crate::engine::{EngineCapabilities, EngineEventKind, Failure, WordTiming};
 use crate::speech_http::{
     media_type, sse_delta, sse_done, sse_error, word_timestamps_header, Delivery, HttpError, SpeechRequest, Usage,
 };
@@ -144,7 +143,7 @@ impl SpeechResponse {
 
     /// The usage so far: the input's words, the audio received (all of it once done).
     pub fn usage(&self) -> Usage {
-        Usage::new(&self.request.synthesis.text, self.audio_bytes, &self.capabilities)
+        Usage::new(&self.request.synthesis.text, self.audio_bytes, self.capabilities.serving(&self.request.synthesis))
     }
 
     /// Feed an event of the engine request.
@@ -155,13 +154,13 @@ impl SpeechResponse {
             // Not asked for over HTTP.
             EngineEventKind::Codec { .. } => {}
             EngineEventKind::Finished => self.on_finished(),
-            EngineEventKind::Failed(message) => self.fail(&message),
+            EngineEventKind::Failed(failure) => self.fail(&failure),
         }
     }
 
     /// The engine dropped the request without finishing or failing it.
     pub fn handle_engine_gone(&mut self) {
-        self.fail("the engine ended the request without finishing it");
+        self.fail(&Failure::Engine("the engine ended the request without finishing it".to_owned()));
     }
 
     /// Feed the result of the [`ResponseOutput::Encode`] job.
@@ -184,7 +183,7 @@ impl SpeechResponse {
                 self.outputs.push_back(ResponseOutput::Body(file));
                 self.outputs.push_back(ResponseOutput::End);
             }
-            Err(message) => self.outputs.push_back(ResponseOutput::Error(generation_failed(&message))),
+            Err(message) => self.outputs.push_back(ResponseOutput::Error(generation_failed(&Failure::Engine(message)))),
         }
     }
 
@@ -229,7 +228,9 @@ impl SpeechResponse {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Collecting(audio) => {
                 self.state = State::Encoding;
-                let job = audio.finish(self.capabilities.sample_rate).at_rate(self.request.sample_rate);
+                let job = audio
+                    .finish(self.capabilities.sample_rate_for(&self.request.synthesis))
+                    .at_rate(self.request.sample_rate);
                 self.outputs.push_back(ResponseOutput::Encode(job));
             }
             State::AwaitingAudio => {
@@ -244,18 +245,18 @@ impl SpeechResponse {
         }
     }
 
-    fn fail(&mut self, message: &str) {
+    fn fail(&mut self, failure: &Failure) {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Collecting(_) | State::AwaitingAudio => {
-                self.outputs.push_back(ResponseOutput::Error(generation_failed(message)));
+                self.outputs.push_back(ResponseOutput::Error(generation_failed(failure)));
             }
             State::Streaming { sent_audio, .. } => {
                 if self.sse() {
-                    let text = format!("Speech generation failed: {message}");
+                    let text = format!("Speech generation failed: {failure}");
                     self.outputs.push_back(ResponseOutput::Body(sse_error(&text, sent_audio).into_bytes()));
                     self.outputs.push_back(ResponseOutput::End);
                 } else {
-                    self.outputs.push_back(ResponseOutput::Cut(format!("speech generation failed: {message}")));
+                    self.outputs.push_back(ResponseOutput::Cut(format!("speech generation failed: {failure}")));
                 }
             }
             state @ (State::Encoding | State::Done) => self.state = state,
@@ -296,7 +297,7 @@ impl SpeechResponse {
                 *sent_audio = true;
                 self.push_stream_bytes(bytes);
             }
-            Err(e) => self.fail(&e.0),
+            Err(e) => self.fail(&Failure::Engine(e.0)),
         }
     }
 
@@ -315,7 +316,7 @@ impl SpeechResponse {
             match stream.and_then(AudioStream::finish) {
                 Ok(bytes) if bytes.is_empty() => {}
                 Ok(bytes) => self.push_stream_bytes(bytes),
-                Err(e) => return self.fail(&e.0),
+                Err(e) => return self.fail(&Failure::Engine(e.0)),
             }
         }
         let usage = self.usage();
@@ -363,11 +364,15 @@ fn progressive(request: &SpeechRequest) -> bool {
 }
 
 /// The error of a generation that failed before the response began: 500, or 503 when the
-/// engine refused it for lack of capacity ([`Overloaded`]; the transport adds `Retry-After`).
-pub fn generation_failed(message: &str) -> HttpError {
-    let message = format!("Speech generation failed: {message}");
-    match Overloaded::parse(&message) {
-        Some(_) => HttpError::new(503, "ServiceUnavailableError", message),
+/// engine refused it for lack of capacity ([`Failure::Overloaded`], with the
+/// [`HttpError::retry_after_seconds`] the transport sends as `Retry-After`).
+pub fn generation_failed(failure: &Failure) -> HttpError {
+    let message = format!("Speech generation failed: {failure}");
+    match failure.overloaded() {
+        Some(refusal) => HttpError {
+            retry_after_seconds: Some(refusal.retry_after_seconds),
+            ..HttpError::new(503, "ServiceUnavailableError", message)
+        },
         None => HttpError::new(500, "InternalServerError", message),
     }
 }
@@ -380,7 +385,7 @@ mod tests {
     fn response(body: &str) -> SpeechResponse {
         let capabilities =
             Arc::new(EngineCapabilities { word_timestamps: true, ..EngineCapabilities::new("m", 24_000) });
-        let request = parse_speech_request(body, &capabilities, 1 << 20).expect("valid request");
+        let request = parse_speech_request(body, &Arc::clone(&capabilities).into(), 1 << 20).expect("valid request");
         SpeechResponse::new(request, capabilities, 1)
     }
 
@@ -429,7 +434,9 @@ mod tests {
         assert!(!response(r#"{"input":"x","response_format":"pcm","word_timestamps":true}"#).is_streamed());
         assert!(!response(r#"{"input":"x","response_format":"mp3"}"#).is_streamed());
         let capabilities = Arc::new(EngineCapabilities::new("m", 24_000));
-        let request = parse_speech_request(r#"{"input":"x","response_format":"pcm"}"#, &capabilities, 100).unwrap();
+        let request =
+            parse_speech_request(r#"{"input":"x","response_format":"pcm"}"#, &Arc::clone(&capabilities).into(), 100)
+                .unwrap();
         let mut held = SpeechResponse::collected(request, capabilities, 1);
         assert!(!held.is_streamed());
         held.handle_engine(audio(48_002));
@@ -465,7 +472,7 @@ mod tests {
     fn failures_are_an_error_before_the_head_and_an_event_or_a_cut_after() {
         let mut r = response(r#"{"input":"x","stream":true}"#);
         r.handle_engine(EngineEventKind::Failed("boom".into()));
-        assert_eq!(drain(&mut r), [ResponseOutput::Error(generation_failed("boom"))]);
+        assert_eq!(drain(&mut r), [ResponseOutput::Error(generation_failed(&"boom".into()))]);
         let mut r = response(r#"{"input":"x","stream":true,"response_format":"pcm"}"#);
         r.handle_engine(audio(2));
         r.handle_engine(EngineEventKind::Failed("boom".into()));

@@ -21,6 +21,7 @@ use crate::text::{is_py_whitespace, py_strip};
 
 /// How finely text is split into units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Granularity {
     /// Never split: everything fed comes back as one unit at [`Splitter::flush`].
     None,

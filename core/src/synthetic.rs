@@ -35,10 +35,10 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{
     CodecFlags, CodecSpec, Engine, EngineCapabilities, EngineEvent, EngineEventKind, EngineLoad, EventSink, RequestId,
-    SynthesisRequest, TrySendError, WordTiming,
+    SynthesisRequest, TrySendError, Voice, WordTiming,
 };
 
-/// The sample rate of its audio.
+/// The sample rate of its audio unless [`SyntheticOptions::sample_rate`] says otherwise.
 pub const SAMPLE_RATE: u32 = 24_000;
 /// Codes per codec frame.
 pub const CODEBOOKS: u32 = 16;
@@ -57,8 +57,10 @@ const FADE_MS: f64 = 5.0;
 const AMPLITUDE: f64 = 0.25 * 32767.0;
 /// The longest sleep between abort checks while pacing.
 const PACE_SLICE: Duration = Duration::from_millis(20);
-/// Samples per codec frame (24000 / 12.5).
-const SAMPLES_PER_FRAME: usize = 1920;
+/// Samples per codec frame at `rate` (1920 at 24 kHz).
+fn samples_per_frame(rate: u32) -> usize {
+    (f64::from(rate) / FRAME_RATE_HZ).round().max(1.0) as usize
+}
 
 /// Voices the synthetic engine reports (Qwen3-TTS CustomVoice's speaker names); it sounds the
 /// same for all of them.
@@ -79,6 +81,10 @@ pub struct SyntheticOptions {
     pub real_time_factor: Option<f64>,
     /// Make every utterance exactly this long, whatever its text (words keep their proportions).
     pub audio_seconds: Option<f64>,
+    /// The sample rate of its audio (and of the audio its codec frames stand for).
+    pub sample_rate: u32,
+    /// The voices it reports (it sounds the same in all of them); empty: any name.
+    pub voices: Vec<String>,
 }
 
 impl Default for SyntheticOptions {
@@ -89,6 +95,8 @@ impl Default for SyntheticOptions {
             chunk_delay: Duration::ZERO,
             real_time_factor: None,
             audio_seconds: None,
+            sample_rate: SAMPLE_RATE,
+            voices: VOICES.iter().map(|v| (*v).to_owned()).collect(),
         }
     }
 }
@@ -109,16 +117,16 @@ impl SyntheticEngine {
         SyntheticEngine {
             // Any language, task type and instructions: it sounds the same whatever they say.
             capabilities: EngineCapabilities {
-                voices: VOICES.iter().map(|v| (*v).to_owned()).collect(),
+                voices: options.voices.iter().map(|v| Voice::new(v.as_str())).collect(),
                 word_timestamps: true,
                 codec: Some(CodecSpec {
                     codebooks: CODEBOOKS,
                     codebook_size: CODEBOOK_SIZE,
                     frame_rate_hz: FRAME_RATE_HZ,
-                    sample_rate: SAMPLE_RATE,
+                    sample_rate: options.sample_rate,
                     decoder_id: Some(DECODER_ID.to_owned()),
                 }),
-                ..EngineCapabilities::new(options.model_name.clone(), SAMPLE_RATE)
+                ..EngineCapabilities::new(options.model_name.clone(), options.sample_rate)
             },
             options: Arc::new(options),
             running: Arc::new(Mutex::new(HashMap::new())),
@@ -384,7 +392,7 @@ impl Synthesis {
         options: &SyntheticOptions,
         pace: &mut Pace,
     ) -> bool {
-        let chunk = (SAMPLE_RATE as usize * options.chunk_ms.max(1) as usize / 1000).max(1);
+        let chunk = (plan.rate as usize * options.chunk_ms.max(1) as usize / 1000).max(1);
         let words = plan.words();
         let mut words_sent = 0;
         let mut position = 0;
@@ -397,7 +405,7 @@ impl Synthesis {
                 Some(whole) => whole[position * 2..end * 2].to_vec(),
                 None => plan.render(position..end),
             };
-            if !self.send(EngineEventKind::Audio { pcm, sample_rate: SAMPLE_RATE }) {
+            if !self.send(EngineEventKind::Audio { pcm, sample_rate: plan.rate }) {
                 return false;
             }
             position = end;
@@ -423,7 +431,7 @@ impl Synthesis {
     }
 
     fn stream_codec(&self, plan: &Plan, options: &SyntheticOptions, pace: &mut Pace) -> bool {
-        let frames = plan.total.div_ceil(SAMPLES_PER_FRAME).max(1);
+        let frames = plan.total.div_ceil(samples_per_frame(plan.rate)).max(1);
         let per_event = ((options.chunk_ms.max(1) as f64 / 80.0).round() as usize).max(1);
         let mut frame = 0;
         while frame < frames {
@@ -437,7 +445,7 @@ impl Synthesis {
                 return false;
             }
             frame = end;
-            if !pace.wait(end * SAMPLES_PER_FRAME, &self.aborted) {
+            if !pace.wait(end * samples_per_frame(plan.rate), &self.aborted) {
                 return false;
             }
         }
@@ -458,6 +466,7 @@ struct Pace {
     started: Instant,
     chunk_delay: Duration,
     real_time_factor: Option<f64>,
+    rate: u32,
 }
 
 impl Pace {
@@ -466,6 +475,7 @@ impl Pace {
             started: Instant::now(),
             chunk_delay: options.chunk_delay,
             real_time_factor: options.real_time_factor.filter(|f| f.is_finite() && *f > 0.0),
+            rate: options.sample_rate.max(1),
         }
     }
 
@@ -473,7 +483,7 @@ impl Pace {
     fn wait(&mut self, produced: usize, aborted: &AtomicBool) -> bool {
         let mut until = Instant::now() + self.chunk_delay;
         if let Some(factor) = self.real_time_factor {
-            let audio = produced as f64 / SAMPLE_RATE as f64;
+            let audio = produced as f64 / f64::from(self.rate);
             let paced = self.started + Duration::from_secs_f64((audio * factor).min(1e9));
             until = until.max(paced + self.chunk_delay);
         }
@@ -503,20 +513,21 @@ struct Plan {
     tones: Vec<Tone>,
     total: usize,
     dither_seed: Option<u64>,
+    /// Samples per second.
+    rate: u32,
 }
 
 impl Plan {
     fn new(request: &SynthesisRequest, options: &SyntheticOptions) -> Plan {
         let speed = if request.speed.is_finite() && request.speed > 0.0 { request.speed } else { 1.0 };
-        let samples_per_ms = SAMPLE_RATE as f64 / 1000.0;
+        let rate = options.sample_rate.max(1);
+        let samples_per_ms = rate as f64 / 1000.0;
         let words: Vec<&str> = request.text.split_whitespace().collect();
         let natural: f64 = words.iter().map(|w| (w.chars().count() as f64 * MS_PER_CHAR + GAP_MS) / speed).sum::<f64>()
             * samples_per_ms;
         // Every length is scaled by one factor so a fixed duration keeps the words' proportions.
         let scale = match options.audio_seconds {
-            Some(seconds) if natural > 0.0 && seconds.is_finite() && seconds > 0.0 => {
-                seconds * SAMPLE_RATE as f64 / natural
-            }
+            Some(seconds) if natural > 0.0 && seconds.is_finite() && seconds > 0.0 => seconds * rate as f64 / natural,
             _ => 1.0,
         };
         let mut tones = Vec::with_capacity(words.len());
@@ -536,23 +547,23 @@ impl Plan {
         let mut total = cursor.round() as usize;
         if tones.is_empty() {
             if let Some(seconds) = options.audio_seconds.filter(|s| s.is_finite() && *s > 0.0) {
-                total = (seconds * SAMPLE_RATE as f64).round() as usize;
+                total = (seconds * rate as f64).round() as usize;
             }
         }
         if let Some(tokens) = request.max_new_tokens {
             // Like a codec model, stop after max_new_tokens frames.
-            let cap = usize::try_from(tokens).unwrap_or(usize::MAX).saturating_mul(SAMPLES_PER_FRAME);
+            let cap = usize::try_from(tokens).unwrap_or(usize::MAX).saturating_mul(samples_per_frame(rate));
             total = total.min(cap);
             tones.retain(|tone| tone.start < total);
             for tone in &mut tones {
                 tone.end = tone.end.min(total);
             }
         }
-        Plan { tones, total, dither_seed: request.seed.map(|seed| seed as u64) }
+        Plan { tones, total, dither_seed: request.seed.map(|seed| seed as u64), rate }
     }
 
     fn words(&self) -> Vec<WordTiming> {
-        let ms = |sample: usize| (sample as f64 * 1000.0 / SAMPLE_RATE as f64).round() as i64;
+        let ms = |sample: usize| (sample as f64 * 1000.0 / self.rate as f64).round() as i64;
         self.tones
             .iter()
             .map(|tone| WordTiming { word: tone.word.clone(), start_ms: ms(tone.start), end_ms: ms(tone.end) })
@@ -562,7 +573,7 @@ impl Plan {
     /// s16le PCM for the samples in `range`.
     fn render(&self, range: Range<usize>) -> Vec<u8> {
         let mut pcm = Vec::with_capacity(range.len() * 2);
-        let fade = FADE_MS * SAMPLE_RATE as f64 / 1000.0;
+        let fade = FADE_MS * self.rate as f64 / 1000.0;
         let mut i = range.start;
         // Tones are in order and don't overlap: start at the first that ends after the range.
         let mut index = self.tones.partition_point(|tone| tone.end <= range.start);
@@ -577,7 +588,7 @@ impl Plan {
             match tone {
                 Some(tone) => {
                     // A rotating phasor instead of sin() per sample: one complex multiply each.
-                    let step = 2.0 * PI * tone.hz / SAMPLE_RATE as f64;
+                    let step = 2.0 * PI * tone.hz / self.rate as f64;
                     let (mut im, mut re) = (step * (i - tone.start) as f64).sin_cos();
                     let (step_im, step_re) = step.sin_cos();
                     for j in i..run_end {
@@ -606,7 +617,7 @@ impl Plan {
 
     /// The codes of codec frame `k`: derived from the word being spoken (or last spoken) then.
     fn codes(&self, k: usize) -> impl Iterator<Item = i32> + '_ {
-        let sample = k * SAMPLES_PER_FRAME;
+        let sample = k * samples_per_frame(self.rate);
         let spoken = self.tones.partition_point(|tone| tone.start <= sample);
         let word_hash = match spoken.checked_sub(1) {
             Some(index) => fnv1a(self.tones[index].word.as_bytes()),
@@ -761,6 +772,26 @@ mod tests {
     }
 
     #[test]
+    fn another_rate_keeps_the_words_timing() {
+        let options = SyntheticOptions { sample_rate: 22_050, voices: vec!["kestrel".into()], ..Default::default() };
+        let engine = SyntheticEngine::new(options);
+        assert_eq!(engine.capabilities().sample_rate, 22_050);
+        assert_eq!(engine.capabilities().voices, [Voice::new("kestrel")]);
+        let at_24k = SyntheticEngine::new(SyntheticOptions::default());
+        let req = SynthesisRequest { stream: true, output: OutputKind::AudioAndWords, ..request("Hello world") };
+        assert_eq!(engine.render(&req).1, at_24k.render(&req).1);
+        assert_eq!(engine.render(&req).0.len(), 680 * 2 * 22_050 / 1000);
+        let mut pcm = Vec::new();
+        for kind in run(&engine, req.clone()) {
+            if let EngineEventKind::Audio { pcm: chunk, sample_rate } = kind {
+                assert_eq!(sample_rate, 22_050);
+                pcm.extend(chunk);
+            }
+        }
+        assert_eq!(pcm, engine.render(&req).0);
+    }
+
+    #[test]
     fn streamed_chunks_concatenate_to_the_rendered_audio() {
         let engine = SyntheticEngine::new(SyntheticOptions::default());
         let mut req = request("Deterministic tones for every word");
@@ -844,7 +875,7 @@ mod tests {
         let mut req = request("a fairly long sentence of several words");
         req.max_new_tokens = Some(2);
         let (pcm, words) = engine.render(&req);
-        assert_eq!(pcm.len(), 2 * SAMPLES_PER_FRAME * 2);
+        assert_eq!(pcm.len(), 2 * samples_per_frame(SAMPLE_RATE) * 2);
         assert!(words.iter().all(|w| w.end_ms <= 160));
     }
 }

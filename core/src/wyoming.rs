@@ -39,7 +39,8 @@ use serde_json::{json, Map, Value};
 
 pub use frame::{FrameError, FrameLimits, RawEvent, WYOMING_VERSION};
 
-use crate::engine::{EngineCapabilities, EngineEvent, EngineEventKind, RequestId, SynthesisRequest};
+use crate::catalog::Catalog;
+use crate::engine::{EngineEvent, EngineEventKind, RequestId, SynthesisRequest};
 use crate::session::{EngineCommand, RequestEnd, UnknownRequest};
 use crate::split::{Granularity, Splitter};
 use crate::text::py_strip;
@@ -193,6 +194,8 @@ struct Generation {
     id: RequestId,
     /// The rate announced in `audio-start`, once the first audio came.
     rate: Option<u32>,
+    /// The rate of the engine that speaks it, announced if no audio comes.
+    native: u32,
 }
 
 #[derive(Serialize)]
@@ -227,7 +230,7 @@ struct AudioFormat {
 /// or followed by an `Abort`, and then by exactly one `RequestEnded`.
 pub struct WyomingSession {
     connection: u64,
-    capabilities: Arc<EngineCapabilities>,
+    catalog: Catalog,
     options: Arc<WyomingOptions>,
     decoder: frame::Decoder,
     stream: Option<Stream>,
@@ -242,17 +245,18 @@ pub struct WyomingSession {
 
 impl WyomingSession {
     /// A session for a connection that opened at `now`; `connection` goes into every
-    /// [`RequestId`], so give each connection of an engine its own.
+    /// [`RequestId`], so give each connection of an engine its own. Voices are resolved
+    /// through `catalog` by the rules every protocol shares (any case, the server's aliases).
     pub fn new(
         now: Instant,
         connection: u64,
-        capabilities: Arc<EngineCapabilities>,
+        catalog: impl Into<Catalog>,
         options: Arc<WyomingOptions>,
     ) -> WyomingSession {
         let deadline = now + options.idle_timeout;
         WyomingSession {
             connection,
-            capabilities,
+            catalog: catalog.into(),
             options,
             decoder: frame::Decoder::default(),
             stream: None,
@@ -332,7 +336,7 @@ impl WyomingSession {
             EngineEventKind::Finished => {
                 self.outputs.push_back(Output::RequestEnded { id: event.id, end: RequestEnd::Finished });
                 if generation.rate.is_none() {
-                    let rate = self.capabilities.sample_rate;
+                    let rate = generation.native;
                     self.write_audio("audio-start", rate, &[]);
                 }
                 self.generation = None;
@@ -340,7 +344,7 @@ impl WyomingSession {
                 self.pump();
             }
             EngineEventKind::Failed(message) => {
-                let end = RequestEnd::Failed(message.clone());
+                let end = RequestEnd::Failed(message.to_string());
                 self.outputs.push_back(Output::RequestEnded { id: event.id, end });
                 self.generation = None;
                 self.fail(codes::SYNTHESIS_FAILED, &format!("synthesis failed: {message}"));
@@ -422,13 +426,20 @@ impl WyomingSession {
         if !self.options.voices.is_empty() {
             return self.options.voices.clone();
         }
-        let names = if self.capabilities.voices.is_empty() {
-            self.capabilities.models.iter().take(1).cloned().collect()
-        } else {
-            self.capabilities.voices.clone()
+        let capabilities = self.catalog.capabilities();
+        let fallback = &self.options.fallback_language;
+        if capabilities.voices.is_empty() {
+            let names = capabilities.models.iter().take(1).cloned();
+            return names
+                .map(|name| WyomingVoice { name, description: None, languages: vec![fallback.clone()] })
+                .collect();
+        }
+        let voice = |v: &crate::engine::Voice| WyomingVoice {
+            name: v.id.clone(),
+            description: v.description.clone(),
+            languages: vec![v.language.clone().unwrap_or_else(|| fallback.clone())],
         };
-        let languages = vec![self.options.fallback_language.clone()];
-        names.into_iter().map(|name| WyomingVoice { name, description: None, languages: languages.clone() }).collect()
+        capabilities.voices.iter().map(voice).collect()
     }
 
     fn handle_event(&mut self, event: RawEvent) {
@@ -503,9 +514,8 @@ impl WyomingSession {
         };
         match voice.get("name") {
             Some(Value::String(name)) => {
-                let known = &self.capabilities.voices;
-                if known.is_empty() || known.contains(name) {
-                    return Ok(Some(name.clone()));
+                if let Ok(voice) = self.catalog.resolve_voice(Some(name)) {
+                    return Ok(voice.map(str::to_owned));
                 }
                 let listed = self.voices().iter().map(|v| v.name.clone()).collect::<Vec<_>>().join(", ");
                 self.fail(codes::UNKNOWN_VOICE, &format!("unknown voice '{name}'; this server has: {listed}"));
@@ -516,7 +526,8 @@ impl WyomingSession {
                 let Some(Value::String(language)) = voice.get("language") else { return Ok(None) };
                 let same = |code: &str| code.replace('_', "-").eq_ignore_ascii_case(&language.replace('_', "-"));
                 let voice = self.voices().into_iter().find(|v| v.languages.iter().any(|code| same(code)));
-                Ok(voice.map(|v| v.name).filter(|name| self.capabilities.voices.contains(name)))
+                let capabilities = self.catalog.capabilities();
+                Ok(voice.and_then(|v| capabilities.voice(&v.name)).map(|v| v.id.clone()))
             }
             Some(_) => {
                 self.fail(codes::BAD_REQUEST, "voice.name must be a string");
@@ -552,15 +563,17 @@ impl WyomingSession {
                 }
                 Work::Pong(text) => self.write("pong", &json!({ "text": text })),
                 Work::Stopped => self.write("synthesize-stopped", &Value::Object(Map::new())),
-                Work::Speak { text, .. } if text.is_empty() => {
-                    self.write_audio("audio-start", self.capabilities.sample_rate, &[]);
+                Work::Speak { text, voice } if text.is_empty() => {
+                    let rate = self.catalog.capabilities().serving_names(voice.as_deref(), None).sample_rate;
+                    self.write_audio("audio-start", rate, &[]);
                     self.write("audio-stop", &json!({ "timestamp": null }));
                 }
                 Work::Speak { text, voice } => {
                     let id = RequestId { connection: self.connection, utterance: self.next_request };
                     self.next_request += 1;
                     let request = SynthesisRequest { voice, stream: true, ..SynthesisRequest::new(text) };
-                    self.generation = Some(Generation { id, rate: None });
+                    let native = self.catalog.sample_rate_for(&request);
+                    self.generation = Some(Generation { id, rate: None, native });
                     self.outputs.push_back(Output::Engine(EngineCommand::Synthesize { id, request }));
                 }
             }

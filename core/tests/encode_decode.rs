@@ -414,6 +414,7 @@ fn every_format_streams_and_decodes() {
                 assert_tones(&decoded[lag as usize..lag as usize + samples.len()], &samples, &name);
             }
             ResponseFormat::Ulaw | ResponseFormat::Alaw => unreachable!("G.711 has tests of its own"),
+            other => unreachable!("{other:?} is not in FORMATS"),
         }
         // Empty streams are valid files too.
         let empty = streamed(format, &[], 1, Paging::Eager).concat();

@@ -118,7 +118,7 @@ fn utterance(ws: &mut WebSocket<TcpStream>, index: u64, text: &str) {
                                "total_bytes": audio.len(), "error": false});
     assert_eq!(done, expected_done);
     assert_eq!(read_json(ws), json!({"type": "session.done", "utterance_index": index, "total_sentences": 1}));
-    let request = SynthesisRequest { stream: true, ..SynthesisRequest::new(text) };
+    let request = SynthesisRequest::new(text).with_stream(true);
     let expected = SyntheticEngine::new(SyntheticOptions::default()).render(&request).0;
     assert!(!audio.is_empty());
     assert!(

@@ -19,11 +19,11 @@ fn is_hidden(attrs: &[Attribute]) -> bool {
     attrs.iter().any(|a| a.path().is_ident("doc") && a.to_token_stream().to_string().contains("hidden"))
 }
 
-/// `#[cfg(...)]` and `#[derive(...)]`: both change what a user can rely on.
+/// `#[cfg(...)]`, `#[derive(...)]` and `#[non_exhaustive]`: each changes what a user can rely on.
 fn notes(attrs: &[Attribute]) -> String {
     attrs
         .iter()
-        .filter(|a| a.path().is_ident("cfg") || a.path().is_ident("derive"))
+        .filter(|a| a.path().is_ident("cfg") || a.path().is_ident("derive") || a.path().is_ident("non_exhaustive"))
         .map(|a| tidy(&a.to_token_stream().to_string()) + " ")
         .collect()
 }

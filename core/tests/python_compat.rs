@@ -94,6 +94,7 @@ fn encode(c: &SessionConfig) -> serde_json::Map<String, J> {
     let mode = match c.output_mode {
         OutputMode::Pcm => "pcm",
         OutputMode::CodecTokens => "codec_tokens",
+        other => panic!("no reference value for {other:?}"),
     };
     m.insert("output_mode".into(), J::String(mode.into()));
     m

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use speechstream_core::config::TaskType;
 use speechstream_core::engine::{
-    Engine, EngineCapabilities, EngineLoad, EventSink, Language, RequestId, SynthesisRequest,
+    Engine, EngineCapabilities, EngineLoad, EventSink, Language, RequestId, SynthesisRequest, Voice,
 };
 use tch::Device;
 
@@ -109,14 +109,12 @@ impl HibariEngine {
             return Err(format!("voice {DEFAULT_VOICE} is missing from {}: {}", dir.display(), missing()));
         };
         // What hibari can do; the core refuses the rest before a request gets here.
-        let capabilities = EngineCapabilities {
-            voices: voices.iter().map(|v| v.name.clone()).collect(),
-            languages: vec![Language::new("English", "en")],
-            task_types: vec![TaskType::CustomVoice],
-            instructions: false,
-            word_timestamps: true,
-            ..EngineCapabilities::new(options.model_name.clone(), SAMPLE_RATE)
-        };
+        let capabilities = EngineCapabilities::new(options.model_name.clone(), SAMPLE_RATE)
+            .with_voices(voices.iter().map(|v| Voice::new(v.name.clone())))
+            .with_languages([Language::new("English", "en")])
+            .with_task_types([TaskType::CustomVoice])
+            .with_instructions(false)
+            .with_word_timestamps(true);
         let precision = precision.unwrap_or(Precision::Fp32);
         let workers = options.workers.unwrap_or(if device == Device::Cpu { default_workers() } else { 1 });
         let pool = Pool::start(workers, Arc::new(voices), default, &capabilities, &options)?;

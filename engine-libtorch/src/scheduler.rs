@@ -22,8 +22,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use speechstream_core::capacity::Overloaded;
 use speechstream_core::engine::{
-    EngineCapabilities, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest, TrySendError,
+    EngineCapabilities, EngineEvent, EngineEventKind, EventSink, Failure, RequestId, SynthesisRequest, TrySendError,
 };
 
 use crate::chunks::{self, sentence_ranges};
@@ -62,8 +63,8 @@ pub(crate) struct Submission {
     pub admitted_stream: bool,
     /// Microseconds of audio the submitter added to the worker's pending audio for it.
     pub owed_us: i64,
-    /// Refused: the job is born failed with this message.
-    pub refusal: Option<String>,
+    /// Refused for lack of capacity: the job is born failed with this refusal.
+    pub refusal: Option<Overloaded>,
 }
 
 /// A loaded voice: its weights and the front end of its accent.
@@ -467,7 +468,7 @@ impl Scheduler {
             owed_us,
             chars_left: 0,
         };
-        match refusal.map_or_else(|| self.check(&request), Err) {
+        match refusal.map_or_else(|| self.check(&request).map_err(Failure::Engine), |r| Err(Failure::Overloaded(r))) {
             Ok(voice) => {
                 job.voice = voice;
                 let speed = if request.speed.is_finite() { request.speed } else { 1.0 };
@@ -476,7 +477,7 @@ impl Scheduler {
                 job.texts = front_end.split_sentences(&request.text).into_iter().map(str::to_owned).collect();
                 job.chars_left = job.texts.iter().map(|t| t.chars().count()).sum();
             }
-            Err(message) => job.finish(EngineEventKind::Failed(message)),
+            Err(failure) => job.finish(EngineEventKind::Failed(failure)),
         }
         job
     }
@@ -594,7 +595,7 @@ impl Scheduler {
             Ok(prosodies) => prosodies,
             Err(message) => {
                 for &i in batch {
-                    self.jobs[i].finish(EngineEventKind::Failed(message.clone()));
+                    self.jobs[i].finish(EngineEventKind::Failed(message.clone().into()));
                     self.jobs[i].flush(&self.stats);
                 }
                 return;
@@ -656,7 +657,7 @@ impl Scheduler {
             Ok(audio) => audio,
             Err(message) => {
                 for &i in batch {
-                    self.jobs[i].finish(EngineEventKind::Failed(message.clone()));
+                    self.jobs[i].finish(EngineEventKind::Failed(message.clone().into()));
                     self.jobs[i].flush(&self.stats);
                 }
                 return 0.0;

@@ -126,7 +126,7 @@ impl Pool {
                 Some(index) => (index, None),
                 None => {
                     self.admission.refused.fetch_add(1, Ordering::Relaxed);
-                    (least, Some(Overloaded { retry_after_seconds: RETRY_AFTER_SECONDS }.to_string()))
+                    (least, Some(Overloaded { retry_after_seconds: RETRY_AFTER_SECONDS }))
                 }
             }
         } else {
@@ -135,7 +135,7 @@ impl Pool {
         let admitted_stream = request.stream && refusal.is_none();
         // Refused at once, from the caller's thread; through a worker only if the sink is full.
         let sink = match refusal.as_ref() {
-            Some(message) => match sink.try_send(EngineEvent { id, kind: EngineEventKind::Failed(message.clone()) }) {
+            Some(&refusal) => match sink.try_send(EngineEvent { id, kind: EngineEventKind::Failed(refusal.into()) }) {
                 Ok(()) | Err(TrySendError::Closed) => return,
                 Err(TrySendError::Full(_)) => sink,
             },

@@ -105,7 +105,7 @@ impl EventSink for ChannelSink {
 fn submit(engine: &HibariEngine, connection: u64, text: &str) -> (RequestId, mpsc::Receiver<EngineEvent>) {
     let id = RequestId { connection, utterance: 0 };
     let (tx, rx) = mpsc::channel();
-    engine.submit(id, SynthesisRequest { seed: Some(7), ..SynthesisRequest::new(text) }, Box::new(ChannelSink(tx)));
+    engine.submit(id, SynthesisRequest::new(text).with_seed(Some(7)), Box::new(ChannelSink(tx)));
     (id, rx)
 }
 

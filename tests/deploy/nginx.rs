@@ -139,7 +139,7 @@ fn start_nginx(upstreams: &[SocketAddr]) -> (Nginx, SocketAddr) {
 
 /// The PCM the synthetic engine makes for `text` (every instance makes the same).
 fn expected_audio(text: &str) -> Vec<u8> {
-    let request = SynthesisRequest { voice: Some("vivian".into()), stream: true, ..SynthesisRequest::new(text) };
+    let request = SynthesisRequest::new(text).with_voice("vivian").with_stream(true);
     SyntheticEngine::new(SyntheticOptions::default()).render(&request).0
 }
 

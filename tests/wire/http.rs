@@ -526,3 +526,146 @@ async fn batch_of_whole_files() {
     assert_eq!(reply.status, 404);
     server.shutdown().await;
 }
+
+/// The `rate` of the `audio-start` a Wyoming `synthesize` in `voice` gets; `None` for an
+/// `error` instead.
+async fn wyoming_audio_start_rate(addr: SocketAddr, voice: &str) -> Option<u32> {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let exchange = async {
+        let mut stream = BufReader::new(TcpStream::connect(addr).await.expect("connect"));
+        let data = json!({"text": "Hi.", "voice": {"name": voice}}).to_string();
+        let header = json!({"type": "synthesize", "data_length": data.len()}).to_string();
+        stream.get_mut().write_all(format!("{header}\n{data}").as_bytes()).await.expect("write");
+        loop {
+            let mut line = String::new();
+            assert!(stream.read_line(&mut line).await.expect("read") > 0, "closed before audio-start");
+            let header: Value = serde_json::from_str(&line).expect("a header line");
+            let mut data = vec![0; header["data_length"].as_u64().unwrap_or(0) as usize];
+            stream.read_exact(&mut data).await.expect("data");
+            let mut payload = vec![0; header["payload_length"].as_u64().unwrap_or(0) as usize];
+            stream.read_exact(&mut payload).await.expect("payload");
+            let data: Value =
+                if data.is_empty() { header["data"].clone() } else { serde_json::from_slice(&data).expect("data") };
+            match header["type"].as_str() {
+                Some("audio-start") => return data["rate"].as_u64().map(|r| r as u32),
+                Some("error") => return None,
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(TIMEOUT, exchange).await.expect("wyoming timed out")
+}
+
+/// The sample rate in a WAV file's `fmt ` chunk (a canonical 44-byte header).
+fn wav_rate(file: &[u8]) -> u32 {
+    assert!(file.starts_with(b"RIFF") && file.len() >= 44, "not a WAV file");
+    u32::from_le_bytes([file[24], file[25], file[26], file[27]])
+}
+
+// Issue 31: two engines of different sample rates served as one (`Engines`), with no transport
+// change: each voice's audio comes at its engine's rate over WebSocket and HTTP, both engines'
+// voices and models are listed, an unknown voice is refused as for one engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_engines_of_different_rates_behind_one_server() {
+    use speechstream_core::engines::Engines;
+
+    let family = |model: &str, sample_rate: u32, voices: &[&str]| {
+        let voices = voices.iter().map(|v| v.to_string()).collect();
+        Recorded::new(SyntheticEngine::new(SyntheticOptions {
+            model_name: model.to_owned(),
+            sample_rate,
+            voices,
+            ..SyntheticOptions::default()
+        }))
+    };
+    let alpha = family("alpha", 24_000, &["vivian", "serena"]);
+    let beta = family("beta", 22_050, &["kestrel"]);
+    let engines = Engines::new(vec![alpha.clone(), beta.clone()]).expect("two engines");
+    let options = speechstream_core::wyoming::WyomingOptions::default();
+    let (server, wyoming) =
+        TestServer::start_with_wyoming(Arc::new(engines), ServerConfig::new(SessionOptions::default()), options).await;
+
+    // Wyoming: the same voice rule (any case, the server's aliases) and each engine's rate.
+    for (voice, rate) in [("KESTREL", 22_050), ("Vivian", 24_000), ("alloy", 24_000)] {
+        assert_eq!(wyoming_audio_start_rate(wyoming, voice).await, Some(rate), "{voice}");
+    }
+    assert_eq!(wyoming_audio_start_rate(wyoming, "nobody").await, None);
+
+    let (status, body) = server.http("GET", "/v1/models").await;
+    assert_eq!(status, 200);
+    let models: Vec<String> = serde_json::from_str::<Value>(&body).expect("JSON")["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .map(|m| m["id"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(models, ["alpha", "beta"]);
+    let (status, body) = server.http("GET", "/v1/audio/voices").await;
+    assert_eq!(status, 200);
+    let voices: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(voices["voices"], json!(["default", "kestrel", "serena", "vivian"]));
+
+    // HTTP: the voice (any case, or an alias), else the model, picks the engine and its rate.
+    for (body, rate) in [
+        (json!({"input": "Hi.", "voice": "KESTREL"}), 22_050),
+        (json!({"input": "Hi.", "voice": "serena"}), 24_000),
+        (json!({"input": "Hi.", "voice": "alloy"}), 24_000),
+        (json!({"input": "Hi.", "model": "beta"}), 22_050),
+        (json!({"input": "Hi."}), 24_000),
+    ] {
+        let reply = request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body.to_string()).await;
+        assert_eq!(reply.status, 200, "{body}");
+        assert_eq!(wav_rate(&reply.body), rate, "{body}");
+        // The whole of what the engine of that rate made for the request.
+        let engine = if rate == 22_050 { &beta } else { &alpha };
+        let (_, last) = engine.requests().pop().expect("a request");
+        assert_eq!(&reply.body[44..], &engine.inner().render(&last).0[..], "{body}");
+    }
+    let voice_of = |requests: Vec<(speechstream_core::engine::RequestId, SynthesisRequest)>| -> Vec<Option<String>> {
+        requests.into_iter().map(|(_, r)| r.voice).collect()
+    };
+    // Each engine got its requests (Wyoming's first) with its own names for the voices.
+    let kestrel = || Some("kestrel".to_owned());
+    assert_eq!(voice_of(beta.requests()), [kestrel(), kestrel(), None]);
+    assert_eq!(voice_of(alpha.requests()), [Some("vivian".to_owned()), None, Some("serena".to_owned()), None, None]);
+    let body = json!({"input": "Hi.", "voice": "nobody"}).to_string();
+    let reply = request(server.addr, "POST", "/v1/audio/speech", &[JSON], &body).await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.json()["error"]["message"], "Invalid voice 'nobody'. Supported: kestrel, serena, vivian");
+
+    // WebSocket: a whole WAV file and a PCM stream, each at its voice's engine's rate.
+    let mut client = server.connect().await;
+    for (voice, rate) in [("Kestrel", 22_050), ("vivian", 24_000)] {
+        client.send(json!({"type": "session.config", "voice": voice, "response_format": "wav"})).await;
+        client.send(json!({"type": "input.text", "text": "Hello."})).await;
+        client.send(json!({"type": "input.done"})).await;
+        assert_eq!(client.json().await["type"], "audio.start");
+        assert_eq!(wav_rate(&client.binary().await), rate, "{voice}");
+        assert_eq!(client.json().await["type"], "audio.done");
+        assert_eq!(client.json().await["type"], "session.done");
+    }
+    let config = json!({"type": "session.config", "voice": "kestrel", "stream_audio": true, "response_format": "pcm"});
+    client.send(config).await;
+    client.send(json!({"type": "input.text", "text": "Hello."})).await;
+    client.send(json!({"type": "input.done"})).await;
+    let start = client.json().await;
+    assert_eq!((&start["type"], &start["sample_rate"]), (&json!("audio.start"), &json!(22_050)), "{start}");
+    let mut streamed = Vec::new();
+    for received in client.until_session_done().await {
+        if let Received::Binary(bytes) = received {
+            streamed.extend(bytes);
+        }
+    }
+    let (_, last) = beta.requests().pop().expect("a request");
+    assert_eq!(streamed, beta.inner().render(&last).0);
+    client.send(json!({"type": "session.config", "voice": "nobody"})).await;
+    client.send(json!({"type": "input.text", "text": "Hello."})).await;
+    client.send(json!({"type": "input.done"})).await;
+    assert_eq!(client.json().await["type"], "audio.start");
+    let error = client.json().await;
+    assert_eq!(
+        error["message"],
+        "Generation failed for utterance 3, sentence 0: Invalid voice 'nobody'. Supported: kestrel, serena, vivian"
+    );
+}

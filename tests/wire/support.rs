@@ -331,10 +331,7 @@ struct AbortFlag {
 impl Scripted {
     pub fn new(script: Vec<Step>) -> Scripted {
         Scripted {
-            capabilities: EngineCapabilities {
-                voices: vec!["vivian".into(), "serena".into()],
-                ..EngineCapabilities::new("scripted", 24000)
-            },
+            capabilities: EngineCapabilities::new("scripted", 24000).with_voices(["vivian", "serena"]),
             script,
             running: Arc::new(Mutex::new(Vec::new())),
         }
@@ -347,13 +344,7 @@ impl Scripted {
 
     /// The codec spec of the reference tests.
     pub fn with_codec(mut self) -> Scripted {
-        self.capabilities.codec = Some(CodecSpec {
-            codebooks: 16,
-            codebook_size: 2048,
-            frame_rate_hz: 12.5,
-            sample_rate: 24000,
-            decoder_id: Some("d".into()),
-        });
+        self.capabilities.codec = Some(CodecSpec::new(16, 2048, 12.5, 24000).with_decoder_id("d"));
         self
     }
 }
@@ -380,7 +371,7 @@ impl Engine for Scripted {
                         send(EngineEventKind::Codec { codes, flags: CodecFlags { eos, ..CodecFlags::default() } })
                     }
                     Step::Fail(message) => {
-                        send(EngineEventKind::Failed(message));
+                        send(EngineEventKind::Failed(message.into()));
                         return;
                     }
                     Step::HoldUntilAborted => {

@@ -154,7 +154,10 @@ mod tests {
 
     fn shared(engine: Arc<Recorder>) -> Arc<Shared> {
         Arc::new(Shared {
-            capabilities: Arc::new(engine.capabilities.clone()),
+            catalog: speechstream_core::catalog::Catalog::new(
+                Arc::new(engine.capabilities.clone()),
+                Default::default(),
+            ),
             engine,
             options: Arc::new(SessionOptions::default()),
             shutdown_grace: Duration::from_secs(1),

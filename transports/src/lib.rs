@@ -21,6 +21,8 @@
 //!
 //! [`Engine`]: speechstream_core::engine::Engine
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 mod auth;
 mod body;
 mod connection;

@@ -43,7 +43,7 @@ pub(crate) fn route(request: &Request<Incoming>, shared: &Shared) -> Option<Resp
         "/" | "/playground" => (Bytes::from_static(INDEX_HTML.as_bytes()), "text/html; charset=utf-8"),
         "/playground.js" => (Bytes::from_static(PLAYGROUND_JS.as_bytes()), "text/javascript; charset=utf-8"),
         "/playground.css" => (Bytes::from_static(PLAYGROUND_CSS.as_bytes()), "text/css; charset=utf-8"),
-        "/playground.json" => (Bytes::from(info(&shared.capabilities, &shared.options)), "application/json"),
+        "/playground.json" => (Bytes::from(info(shared.catalog.capabilities(), &shared.options)), "application/json"),
         _ => return None,
     };
     let mut response = Response::new(Full::new(body));
@@ -62,7 +62,7 @@ fn info(capabilities: &EngineCapabilities, options: &SessionOptions) -> String {
     serde_json::json!({
         "stream_path": STREAM_PATH,
         "models": capabilities.models,
-        "voices": capabilities.voices,
+        "voices": capabilities.voices.iter().map(|v| v.id.as_str()).collect::<Vec<_>>(),
         "sample_rate": capabilities.sample_rate,
         "word_timestamps": capabilities.word_timestamps,
         "idle_timeout_ms": u64::try_from(options.idle_timeout.as_millis()).unwrap_or(u64::MAX),
@@ -90,11 +90,7 @@ mod tests {
 
     #[test]
     fn info_describes_the_engine() {
-        let capabilities = EngineCapabilities {
-            voices: vec!["a".into(), "b".into()],
-            word_timestamps: true,
-            ..EngineCapabilities::new("m", 24000)
-        };
+        let capabilities = EngineCapabilities::new("m", 24000).with_voices(["a", "b"]).with_word_timestamps(true);
         let options =
             SessionOptions { idle_timeout: std::time::Duration::from_millis(1500), ..SessionOptions::default() };
         let info: serde_json::Value = serde_json::from_str(&info(&capabilities, &options)).unwrap();

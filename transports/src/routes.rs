@@ -146,8 +146,10 @@ async fn respond(
             (&Method::GET, "/health") => json(StatusCode::OK, "{}".to_owned()),
             (&Method::GET, "/ready") => ready(&shared),
             (&Method::GET, "/metrics") => metrics(&shared),
-            (&Method::GET, "/v1/models") => json(StatusCode::OK, models(&shared.capabilities, shared.started_unix)),
-            (&Method::GET, "/v1/audio/voices") => json(StatusCode::OK, voices_json(&shared.capabilities)),
+            (&Method::GET, "/v1/models") => {
+                json(StatusCode::OK, models(shared.catalog.capabilities(), shared.started_unix))
+            }
+            (&Method::GET, "/v1/audio/voices") => json(StatusCode::OK, voices_json(&shared.catalog)),
             (_, "/health" | "/ready" | "/metrics" | "/v1/models" | "/v1/audio/voices" | SPEECH_PATH | BATCH_PATH) => {
                 detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
             }
@@ -250,8 +252,7 @@ mod tests {
 
     #[test]
     fn models_lists_every_served_name() {
-        let capabilities =
-            EngineCapabilities { models: vec!["a".into(), "b\"c".into()], ..EngineCapabilities::new("a", 24000) };
+        let capabilities = EngineCapabilities::new("a", 24000).with_models(["a", "b\"c"]);
         let body: serde_json::Value = serde_json::from_str(&models(&capabilities, 7)).unwrap();
         assert_eq!(
             body,

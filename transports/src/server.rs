@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use speechstream_core::engine::{Engine, OPENAI_MODELS, OPENAI_VOICES};
+use speechstream_core::catalog::{Catalog, Naming};
+use speechstream_core::engine::Engine;
 use speechstream_core::session::SessionOptions;
 use speechstream_core::wyoming::{codes, error_event, WyomingOptions};
 use tokio::net::{TcpListener, TcpStream};
@@ -86,11 +87,10 @@ pub struct ServerConfig {
     /// More names of the served model, listed in `GET /v1/models` after the engine's own and
     /// accepted as `model` (HTTP, `session.config`).
     pub extra_models: Vec<String>,
-    /// Model names accepted as `model` but not listed. Default: OpenAI's ([`OPENAI_MODELS`]).
-    pub model_aliases: Vec<String>,
-    /// Other names for the engine's voices, `(alias, voice)`; `voice` may be `default`.
-    /// Default: each of OpenAI's voice names ([`OPENAI_VOICES`]) stands for the default voice.
-    pub voice_aliases: Vec<(String, String)>,
+    /// The server's names for the engine's voices and models besides the engine's own:
+    /// model names accepted as `model` but not listed, and voice aliases `(alias, voice)`
+    /// (`voice` may be `default`). Default: OpenAI's ([`Naming::openai`]).
+    pub naming: Naming,
 }
 
 impl Default for ServerConfig {
@@ -114,8 +114,7 @@ impl ServerConfig {
             max_sockets: None,
             write_timeout: Duration::from_secs(30),
             extra_models: Vec::new(),
-            model_aliases: OPENAI_MODELS.iter().map(|m| m.to_string()).collect(),
-            voice_aliases: OPENAI_VOICES.iter().map(|v| (v.to_string(), "default".to_owned())).collect(),
+            naming: Naming::openai(),
         }
     }
 }
@@ -168,10 +167,8 @@ pub async fn serve_with_wyoming(
             capabilities.models.push(model);
         }
     }
-    capabilities.voice_aliases = cfg.voice_aliases;
-    capabilities.model_aliases = cfg.model_aliases;
     let shared = Arc::new(Shared {
-        capabilities: Arc::new(capabilities),
+        catalog: Catalog::new(Arc::new(capabilities), cfg.naming),
         engine,
         max_message_bytes: max_message_bytes(&cfg.session),
         options: Arc::new(cfg.session),

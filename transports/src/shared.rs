@@ -4,7 +4,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use speechstream_core::engine::{Engine, EngineCapabilities};
+use speechstream_core::catalog::Catalog;
+use speechstream_core::engine::Engine;
 use speechstream_core::session::SessionOptions;
 use tokio::sync::watch;
 
@@ -14,7 +15,9 @@ use crate::sockets::Sockets;
 /// What every connection of one server shares.
 pub(crate) struct Shared {
     pub(crate) engine: Arc<dyn Engine>,
-    pub(crate) capabilities: Arc<EngineCapabilities>,
+    /// The engine's capabilities under the server's names: what every protocol checks and
+    /// resolves requests with.
+    pub(crate) catalog: Catalog,
     pub(crate) options: Arc<SessionOptions>,
     pub(crate) shutdown_grace: Duration,
     pub(crate) engine_event_queue: usize,

@@ -18,7 +18,6 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Request, Response, StatusCode};
-use speechstream_core::capacity::Overloaded;
 use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, RequestId};
 use speechstream_core::speech_batch::{
     batch_response_json, item_audio_seconds, parse_batch_request, ItemResult, MAX_BATCH_ITEMS,
@@ -50,8 +49,8 @@ fn error_response(shared: &Shared, error: &HttpError) -> Response<Body> {
     info!(status = error.status, message = %error.message, "speech request failed");
     let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = json(status, error.body());
-    if let Some(refusal) = Overloaded::parse(&error.message).filter(|_| error.status == 503) {
-        response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(refusal.retry_after_seconds));
+    if let Some(seconds) = error.retry_after_seconds {
+        response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds));
     }
     response
 }
@@ -83,7 +82,7 @@ async fn read_body(request: Request<Incoming>, shared: &Shared) -> Result<String
 
 async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) -> Result<Response<Body>, HttpError> {
     let body = read_body(request, shared).await?;
-    let request = parse_speech_request(&body, &shared.capabilities, shared.options.max_buffered_chars)?;
+    let request = parse_speech_request(&body, &shared.catalog, shared.options.max_buffered_chars)?;
     info!(
         format = request.response_format.as_str(),
         delivery = ?request.delivery,
@@ -91,7 +90,8 @@ async fn speak(request: Request<Incoming>, shared: &Arc<Shared>, id: RequestId) 
         "speech request"
     );
     let engine_request = EngineRequest::submit(shared, id, &request);
-    let response = SpeechResponse::new(request, shared.capabilities.clone(), shared.options.max_whole_audio_seconds);
+    let response =
+        SpeechResponse::new(request, shared.catalog.capabilities().clone(), shared.options.max_whole_audio_seconds);
     let mut speech =
         Speech { engine_request, response, pending: VecDeque::new(), done: false, started: false, trailers: None };
     // Until the head: a whole file is collected and encoded, a stream waits for its first audio,
@@ -134,7 +134,7 @@ pub(crate) async fn create_batch(
 ) -> Response<Body> {
     let batch_id = id.to_string().replacen("speech-http-", "speech-batch-", 1);
     let parsed = match read_body(request, shared).await.and_then(|body| {
-        parse_batch_request(&body, &shared.capabilities, shared.options.max_buffered_chars, MAX_BATCH_ITEMS)
+        parse_batch_request(&body, &shared.catalog, shared.options.max_buffered_chars, MAX_BATCH_ITEMS)
     }) {
         Ok(items) => items,
         Err(error) => return error_response(shared, &error),
@@ -166,7 +166,7 @@ pub(crate) async fn create_batch(
 /// and its usage, or why not.
 async fn whole_file(shared: &Arc<Shared>, id: RequestId, request: SpeechRequest, seconds: u32) -> ItemResult {
     let engine_request = EngineRequest::submit(shared, id, &request);
-    let response = SpeechResponse::collected(request, shared.capabilities.clone(), seconds);
+    let response = SpeechResponse::collected(request, shared.catalog.capabilities().clone(), seconds);
     let mut speech =
         Speech { engine_request, response, pending: VecDeque::new(), done: false, started: false, trailers: None };
     if let Next::Error(error) = speech.next_output().await {
@@ -267,9 +267,9 @@ impl Speech {
         match event {
             Some(event) => {
                 self.engine_request.meter(&event.kind);
-                if let (EngineEventKind::Failed(message), true) = (&event.kind, self.started) {
+                if let (EngineEventKind::Failed(failure), true) = (&event.kind, self.started) {
                     self.engine_request.shared.metrics.error(ErrorKind::Engine);
-                    warn!(message, "speech generation failed mid-stream");
+                    warn!(message = %failure, "speech generation failed mid-stream");
                 }
                 self.response.handle_engine(event.kind);
             }

@@ -72,7 +72,7 @@ pub(crate) async fn run(ws: WebSocket<Stream>, id: u64, shared: Arc<Shared>, mut
     let now = Instant::now();
     info!("websocket session started");
     let mut conn = Connection {
-        session: Session::new(now, id, shared.capabilities.clone(), shared.options.clone()),
+        session: Session::new(now, id, shared.catalog.clone(), shared.options.clone()),
         shared,
         writer,
         link,

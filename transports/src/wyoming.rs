@@ -140,7 +140,7 @@ async fn run(
     let now = Instant::now();
     info!("wyoming connection started");
     let mut conn = Connection {
-        session: WyomingSession::new(now, id, shared.capabilities.clone(), options),
+        session: WyomingSession::new(now, id, shared.catalog.clone(), options),
         shared,
         writer: BufWriter::with_capacity(WRITE_BUFFER, write),
         link,

@@ -2,7 +2,6 @@
 //! through the engine's events to its done frames. Every ending goes through
 //! `Session::close_generation`.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use base64::Engine as _;
@@ -131,7 +130,8 @@ impl Session {
                 }
                 self.end_generation(now, Ending::Finished);
             }
-            EngineEventKind::Failed(message) => {
+            EngineEventKind::Failed(failure) => {
+                let message = failure.to_string();
                 self.push(Output::RequestEnded { id: event.id, end: RequestEnd::Failed(message.clone()) });
                 self.end_generation(now, Ending::Failed(message));
             }
@@ -177,11 +177,11 @@ impl Session {
         let config = &*config;
         let u = self.utterance_index;
         let codec_tokens = config.output_mode == OutputMode::CodecTokens;
-        if codec_tokens && self.capabilities.codec.is_none() {
+        if codec_tokens && self.catalog.capabilities().codec.is_none() {
             return self.refuse_utterance(CODEC_UNSUPPORTED);
         }
         if !codec_tokens && config.word_timestamps {
-            if !self.capabilities.word_timestamps {
+            if !self.catalog.capabilities().word_timestamps {
                 return self.refuse_utterance(
                     "word_timestamps=true but the server was launched without --forced-aligner; either restart the server \
                      with that flag or set word_timestamps=false in session.config.",
@@ -202,10 +202,10 @@ impl Session {
         let number = self.last_request.map_or(u, |last| u.max(last + 1));
         self.last_request = Some(number);
         let id = RequestId { connection: self.connection, utterance: number };
-        let capabilities = Arc::clone(&self.capabilities);
+        let catalog = self.catalog.clone();
         let upstream = config.split_granularity.is_some();
         let mut pending_start = None;
-        let mode = if let Some(spec) = capabilities.codec.as_ref().filter(|_| codec_tokens) {
+        let mode = if let Some(spec) = catalog.serving(&request).codec.as_ref().filter(|_| codec_tokens) {
             let start = CodecStart {
                 r#type: "codec.start",
                 version: 1,
@@ -225,13 +225,15 @@ impl Session {
             Mode::Codec { codebooks, seq: 0, eos_sent: false }
         } else {
             let streamed_pcm = config.stream_audio && config.response_format == ResponseFormat::Pcm;
+            // The rate of the engine that will speak (issue 31: engines may differ).
+            let native = catalog.sample_rate_for(&request);
             let start = AudioStart {
                 r#type: "audio.start",
                 utterance_index: u,
                 sentence_index: sentence,
                 sentence_text: text,
                 format: config.response_format.as_str(),
-                sample_rate: streamed_pcm.then_some(config.sample_rate.unwrap_or(NOMINAL_SAMPLE_RATE)),
+                sample_rate: streamed_pcm.then_some(config.sample_rate.unwrap_or(native)),
                 word_timestamps: config.word_timestamps.then_some(true),
             };
             let mode = if config.word_timestamps {
@@ -248,7 +250,7 @@ impl Session {
                     if text.chars().count() > 80 {
                         shown.push_str("...");
                     }
-                    let sample_rate = config.sample_rate.unwrap_or(NOMINAL_SAMPLE_RATE);
+                    let sample_rate = config.sample_rate.unwrap_or(native);
                     let start = StreamStart {
                         r#type: "audio.start",
                         sentence_index: 0,
@@ -278,15 +280,10 @@ impl Session {
             total: 0,
             sample_rate: None,
         });
-        match self.capabilities.check(&request) {
-            Ok(()) => {
-                let mut request = request;
-                // An alias (the server's) reaches the engine as the voice it stands for.
-                if let Some(alias) = request.voice.as_deref().filter(|v| self.capabilities.is_voice_alias(v)) {
-                    request.voice = self.capabilities.resolve_voice(Some(alias)).ok().flatten().map(str::to_owned);
-                }
-                self.push(Output::Engine(EngineCommand::Synthesize { id, request }))
-            }
+        let mut request = request;
+        // The engine gets its own voice name (an alias, the server's, the voice it stands for).
+        match self.catalog.resolve(&mut request) {
+            Ok(()) => self.push(Output::Engine(EngineCommand::Synthesize { id, request })),
             // What the engine cannot do fails as a generation error would, after the start
             // message (as the reference's adapter refuses it). The caller goes on with the
             // held messages: no `resume` here, which would nest one call per message.
@@ -367,7 +364,7 @@ impl Session {
 
     /// The engine finished a whole file's audio: hand its encoding to the driver.
     fn start_encoding(&mut self) {
-        let default_rate = self.capabilities.sample_rate;
+        let default_rate = self.catalog.capabilities().sample_rate;
         let Some(generation) = self.generation_mut() else { return };
         let Mode::Whole(audio) = std::mem::replace(&mut generation.mode, Mode::Encoding) else { return };
         let rate = generation.sample_rate.unwrap_or(default_rate);

@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::catalog::Catalog;
 use crate::config::SessionConfig;
 use crate::encode::{EncodeJob, Encoded};
-use crate::engine::{EngineCapabilities, EngineEvent, RequestId, SynthesisRequest};
+use crate::engine::{EngineEvent, RequestId, SynthesisRequest};
 use crate::messages::{ErrorMessage, SessionDone, StreamAudioDone, StreamSessionDone};
 use crate::parse::{parse_client_text, Limits};
 
@@ -211,7 +212,7 @@ const CLOSE_GOING_AWAY: u16 = 1001;
 /// The rules themselves are written down in the repository's `docs/protocol.md` (§b, §c).
 pub struct Session {
     connection: u64,
-    capabilities: Arc<EngineCapabilities>,
+    catalog: Catalog,
     options: Arc<SessionOptions>,
     /// In force once a valid `session.config` arrived (so from `Idle` on); sticky.
     config: Option<Arc<SessionConfig>>,
@@ -233,6 +234,7 @@ pub struct Session {
 
 /// Where a session is in its life; see [`Session`]'s lifecycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Phase {
     /// Waiting for the first valid `session.config` (until the config timeout).
     AwaitingConfig,
@@ -284,21 +286,16 @@ impl Outputs {
 impl Session {
     /// A session for a connection that opened at `now`. `connection` goes into every
     /// [`RequestId`] the session makes, so that one engine can tell connections apart: give
-    /// each connection its own. `capabilities` are the engine's
-    /// ([`Engine::capabilities`](crate::engine::Engine::capabilities)).
+    /// each connection its own. `catalog` is the engine's capabilities
+    /// ([`Engine::capabilities`](crate::engine::Engine::capabilities)) under the server's names.
     ///
     /// Nothing is queued yet: the session waits for `session.config` until
     /// [`poll_timeout`](Self::poll_timeout).
-    pub fn new(
-        now: Instant,
-        connection: u64,
-        capabilities: Arc<EngineCapabilities>,
-        options: Arc<SessionOptions>,
-    ) -> Session {
+    pub fn new(now: Instant, connection: u64, catalog: impl Into<Catalog>, options: Arc<SessionOptions>) -> Session {
         let config_deadline = now + options.config_timeout;
         Session {
             connection,
-            capabilities,
+            catalog: catalog.into(),
             options,
             config: None,
             state: State::AwaitingConfig,

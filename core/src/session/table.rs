@@ -170,7 +170,7 @@ impl Session {
             Err(details) => return self.reject(&format!("Invalid session config: {details}")),
         };
         if let Some(model) = config.model.as_deref().filter(|m| !m.is_empty()) {
-            if !self.capabilities.serves_model(model) {
+            if !self.catalog.serves_model(model) {
                 let inner = Value::Str(format!("The model `{model}` does not exist.")).py_repr();
                 return self.reject(&format!(
                     "error=ErrorInfo(message={inner}, type='NotFoundError', param='model', code=404)"

@@ -39,6 +39,7 @@ pub struct RawEvent {
 
 /// Why the client's bytes are not Wyoming events; fatal for the connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FrameError {
     /// A header line past the limit.
     HeaderTooLong(usize),

@@ -4,6 +4,7 @@ use serde_json::{json, Value};
 
 use super::frame::encode;
 use super::*;
+use crate::engine::EngineCapabilities;
 
 fn capabilities() -> Arc<EngineCapabilities> {
     Arc::new(EngineCapabilities {
@@ -344,4 +345,27 @@ fn request_ends_follow_answers_and_aborts() {
         assert_eq!(s.poll_output(), Some(Output::Engine(EngineCommand::Abort { id })));
         assert_eq!(ends(&mut s), [(id, RequestEnd::Aborted)]);
     }
+}
+
+// Issue 31: Wyoming resolves voices by the rule every protocol shares: any case, the server's
+// aliases, `default`; the engine gets its own name, and an unknown voice is still refused.
+#[test]
+fn voices_resolve_as_in_every_protocol() {
+    let now = Instant::now();
+    let naming = crate::catalog::Naming::new().with_voice_alias("alloy", "default").with_voice_alias("nova", "Emma");
+    let catalog = crate::catalog::Catalog::new(capabilities(), naming);
+    let mut s = WyomingSession::new(now, 7, catalog, Arc::new(WyomingOptions::default()));
+    for (name, expected) in [("HEART", Some("heart")), ("nova", Some("emma")), ("alloy", None), ("default", None)] {
+        s.handle_bytes(now, &event("synthesize", json!({"text": "Hi.", "voice": {"name": name}})));
+        let submitted = submitted(&drain(&mut s));
+        let (id, request) = &submitted[0];
+        assert_eq!(request.voice.as_deref(), expected, "{name}");
+        s.handle_engine(now, finished(*id)).unwrap();
+        drain(&mut s);
+    }
+    s.handle_bytes(now, &event("synthesize", json!({"text": "Hi.", "voice": {"name": "nobody"}})));
+    let seen = drain(&mut s);
+    assert_eq!(kinds(&seen), ["error", "CLOSE"]);
+    let Seen::Event(_, data, _) = &seen[0] else { panic!() };
+    assert_eq!(data["code"], codes::UNKNOWN_VOICE);
 }

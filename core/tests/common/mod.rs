@@ -11,18 +11,11 @@ use speechstream_core::engine::{
 use speechstream_core::session::{ClientFrame, EngineCommand, Output, Session, SessionOptions};
 
 pub fn capabilities(word_timestamps: bool, codec: bool) -> EngineCapabilities {
-    EngineCapabilities {
-        // Any voice: the tests name several; the voice rules have tests of their own.
-        voices: Vec::new(),
-        word_timestamps,
-        codec: codec.then(|| CodecSpec {
-            codebooks: 16,
-            codebook_size: 2048,
-            frame_rate_hz: 12.5,
-            sample_rate: 24_000,
-            decoder_id: Some("d".into()),
-        }),
-        ..EngineCapabilities::new("hibari", 24_000)
+    // Any voice: the tests name several; the voice rules have tests of their own.
+    let caps = EngineCapabilities::new("hibari", 24_000).with_word_timestamps(word_timestamps);
+    match codec {
+        true => caps.with_codec(CodecSpec::new(16, 2048, 12.5, 24_000).with_decoder_id("d")),
+        false => caps,
     }
 }
 
@@ -44,9 +37,9 @@ pub struct Harness {
 }
 
 impl Harness {
-    pub fn new(caps: EngineCapabilities, options: SessionOptions) -> Harness {
+    pub fn new(caps: impl Into<speechstream_core::catalog::Catalog>, options: SessionOptions) -> Harness {
         let now = Instant::now();
-        Harness { session: Session::new(now, 7, Arc::new(caps), Arc::new(options)), now, out: Vec::new() }
+        Harness { session: Session::new(now, 7, caps, Arc::new(options)), now, out: Vec::new() }
     }
 
     pub fn default() -> Harness {

@@ -1,0 +1,166 @@
+//! What a server offers its clients: the engine's capabilities under the server's names.
+//!
+//! An engine declares its voices and models ([`EngineCapabilities`]); a server may give them
+//! more names (OpenAI's voice and model names, which its clients send, or an operator's
+//! `--voice-alias`). Those names are the server's, kept in a [`Naming`] beside the
+//! capabilities, so an engine author need not know them. A [`Catalog`] holds both, and every
+//! protocol (WebSocket `session.config`, HTTP speech and batch, Wyoming) resolves a client's
+//! voice and model through it, with the same case and alias rules, once, before the engine
+//! sees the request: the engine receives its own voice name.
+
+use std::sync::Arc;
+
+use crate::engine::{EngineCapabilities, SynthesisRequest};
+
+/// OpenAI's voice names, which its clients (Pipecat, LiveKit, the openai SDK's examples) send
+/// and some allow no others: by default ([`Naming::openai`]) each is an alias of the default
+/// voice.
+pub const OPENAI_VOICES: [&str; 13] =
+    ["alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova", "onyx", "sage", "shimmer", "verse"];
+
+/// OpenAI's speech model names, accepted by default ([`Naming::openai`]) as names of the
+/// served model.
+pub const OPENAI_MODELS: [&str; 3] = ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"];
+
+/// The names a server gives voices and models besides the engine's own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Naming {
+    /// Other names for voices, as `(alias, voice)`: a request naming the alias (in any case)
+    /// gets the voice, and `voice` may be `default` (the engine's default voice).
+    pub voice_aliases: Vec<(String, String)>,
+    /// More model names a request may send, not listed in `GET /v1/models`.
+    pub model_aliases: Vec<String>,
+}
+
+impl Naming {
+    /// No names but the engine's.
+    pub fn new() -> Naming {
+        Naming::default()
+    }
+
+    /// These names and `alias` for `voice` (which may be `default`), in place of any alias of
+    /// that name (in any case).
+    pub fn with_voice_alias(mut self, alias: impl Into<String>, voice: impl Into<String>) -> Naming {
+        let alias = alias.into();
+        self.voice_aliases.retain(|(name, _)| !name.eq_ignore_ascii_case(&alias));
+        self.voice_aliases.push((alias, voice.into()));
+        self
+    }
+
+    /// These names and `model` as a name of the served model.
+    pub fn with_model_alias(mut self, model: impl Into<String>) -> Naming {
+        self.model_aliases.push(model.into());
+        self
+    }
+
+    /// OpenAI's names: each of [`OPENAI_VOICES`] an alias of the default voice, each of
+    /// [`OPENAI_MODELS`] a name of the served model.
+    pub fn openai() -> Naming {
+        Naming {
+            voice_aliases: OPENAI_VOICES.iter().map(|v| (v.to_string(), "default".to_owned())).collect(),
+            model_aliases: OPENAI_MODELS.iter().map(|m| m.to_string()).collect(),
+        }
+    }
+}
+
+/// An engine's capabilities and the server's [`Naming`]: what every protocol checks a request
+/// against and resolves its names with. Cheap to clone (both are shared).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Catalog {
+    capabilities: Arc<EngineCapabilities>,
+    naming: Arc<Naming>,
+}
+
+impl Catalog {
+    /// The engine's `capabilities` under `naming`.
+    pub fn new(capabilities: Arc<EngineCapabilities>, naming: Naming) -> Catalog {
+        Catalog { capabilities, naming: Arc::new(naming) }
+    }
+
+    /// The engine's capabilities.
+    pub fn capabilities(&self) -> &Arc<EngineCapabilities> {
+        &self.capabilities
+    }
+
+    /// The server's names.
+    pub fn naming(&self) -> &Naming {
+        &self.naming
+    }
+
+    /// Whether a request may name `model`: one of the engine's models or the server's model
+    /// aliases.
+    pub fn serves_model(&self, model: &str) -> bool {
+        self.capabilities.serves_model(model) || self.naming.model_aliases.iter().any(|m| m == model)
+    }
+
+    /// The engine's name for the voice a client asked for: the declared voice it names in any
+    /// case, the voice an alias stands for, or `None` (the default voice) for no voice,
+    /// `default` or an alias of it. An engine that declares no voices takes any name as it is.
+    pub fn resolve_voice<'a>(&'a self, voice: Option<&'a str>) -> Result<Option<&'a str>, String> {
+        resolve_voice(&self.capabilities, &self.naming.voice_aliases, voice)
+    }
+
+    /// Checks `request` against the engine that will serve it
+    /// ([`EngineCapabilities::check`]'s checks, in its order) and gives its voice the engine's
+    /// name ([`Catalog::resolve_voice`]); `Err` is the refusal.
+    pub fn resolve(&self, request: &mut SynthesisRequest) -> Result<(), String> {
+        let voice = self.resolve_voice(request.voice.as_deref()).map(|v| v.map(str::to_owned));
+        // Routed by the voice the engine will receive (by the model, when it names none).
+        request.voice = voice.clone().unwrap_or(None);
+        self.capabilities.serving(request).check_features(request)?;
+        voice.map(drop)
+    }
+
+    /// The capabilities of the engine that will serve `request`: the engine of its voice
+    /// (resolved), else of its model ([`EngineCapabilities::serving`]).
+    pub fn serving(&self, request: &SynthesisRequest) -> &EngineCapabilities {
+        let voice = self.resolve_voice(request.voice.as_deref()).ok().flatten();
+        self.capabilities.serving_names(voice, request.model.as_deref())
+    }
+
+    /// The sample rate of the audio `request` will get: its engine's ([`Catalog::serving`]).
+    pub fn sample_rate_for(&self, request: &SynthesisRequest) -> u32 {
+        self.serving(request).sample_rate
+    }
+}
+
+impl From<Arc<EngineCapabilities>> for Catalog {
+    /// The engine's names only.
+    fn from(capabilities: Arc<EngineCapabilities>) -> Catalog {
+        Catalog::new(capabilities, Naming::new())
+    }
+}
+
+impl From<EngineCapabilities> for Catalog {
+    /// The engine's names only.
+    fn from(capabilities: EngineCapabilities) -> Catalog {
+        Catalog::from(Arc::new(capabilities))
+    }
+}
+
+/// The one voice rule (see [`Catalog::resolve_voice`]).
+pub(crate) fn resolve_voice<'a>(
+    capabilities: &'a EngineCapabilities,
+    aliases: &'a [(String, String)],
+    voice: Option<&'a str>,
+) -> Result<Option<&'a str>, String> {
+    let Some(voice) = voice else { return Ok(None) };
+    if capabilities.voices.is_empty() {
+        return Ok(Some(voice));
+    }
+    if let Some(declared) = capabilities.voice(voice) {
+        return Ok(Some(&declared.id));
+    }
+    let lower = voice.to_lowercase();
+    if lower == "default" {
+        return Ok(None);
+    }
+    if let Some((_, target)) = aliases.iter().find(|(alias, _)| alias.to_lowercase() == lower) {
+        // `None`: an alias of `default`.
+        return Ok(capabilities.voice(target).map(|v| v.id.as_str()));
+    }
+    let mut names: Vec<&str> = capabilities.voices.iter().map(|v| v.id.as_str()).collect();
+    names.sort_unstable();
+    Err(format!("Invalid voice '{voice}'. Supported: {}", names.join(", ")))
+}
