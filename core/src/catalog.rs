@@ -98,7 +98,7 @@ impl Catalog {
     /// case, the voice an alias stands for, or `None` (the default voice) for no voice,
     /// `default` or an alias of it. An engine that declares no voices takes any name as it is.
     pub fn resolve_voice<'a>(&'a self, voice: Option<&'a str>) -> Result<Option<&'a str>, String> {
-        resolve_voice(&self.capabilities, &self.naming.voice_aliases, voice)
+        crate::engine::resolve_voice(&self.capabilities, &self.naming.voice_aliases, voice)
     }
 
     /// Checks `request` against the engine that will serve it
@@ -137,30 +137,4 @@ impl From<EngineCapabilities> for Catalog {
     fn from(capabilities: EngineCapabilities) -> Catalog {
         Catalog::from(Arc::new(capabilities))
     }
-}
-
-/// The one voice rule (see [`Catalog::resolve_voice`]).
-pub(crate) fn resolve_voice<'a>(
-    capabilities: &'a EngineCapabilities,
-    aliases: &'a [(String, String)],
-    voice: Option<&'a str>,
-) -> Result<Option<&'a str>, String> {
-    let Some(voice) = voice else { return Ok(None) };
-    if capabilities.voices.is_empty() {
-        return Ok(Some(voice));
-    }
-    if let Some(declared) = capabilities.voice(voice) {
-        return Ok(Some(&declared.id));
-    }
-    let lower = voice.to_lowercase();
-    if lower == "default" {
-        return Ok(None);
-    }
-    if let Some((_, target)) = aliases.iter().find(|(alias, _)| alias.to_lowercase() == lower) {
-        // `None`: an alias of `default`.
-        return Ok(capabilities.voice(target).map(|v| v.id.as_str()));
-    }
-    let mut names: Vec<&str> = capabilities.voices.iter().map(|v| v.id.as_str()).collect();
-    names.sort_unstable();
-    Err(format!("Invalid voice '{voice}'. Supported: {}", names.join(", ")))
 }

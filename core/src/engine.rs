@@ -632,8 +632,35 @@ impl EngineCapabilities {
     /// no voices takes any name as it is. The server's aliases are
     /// [`Catalog::resolve_voice`](crate::catalog::Catalog::resolve_voice)'s.
     pub fn resolve_voice<'a>(&'a self, voice: Option<&'a str>) -> Result<Option<&'a str>, String> {
-        crate::catalog::resolve_voice(self, &[], voice)
+        resolve_voice(self, &[], voice)
     }
+}
+
+/// The one voice rule, with the server's `aliases` (see
+/// [`Catalog::resolve_voice`](crate::catalog::Catalog::resolve_voice)).
+pub(crate) fn resolve_voice<'a>(
+    capabilities: &'a EngineCapabilities,
+    aliases: &'a [(String, String)],
+    voice: Option<&'a str>,
+) -> Result<Option<&'a str>, String> {
+    let Some(voice) = voice else { return Ok(None) };
+    if capabilities.voices.is_empty() {
+        return Ok(Some(voice));
+    }
+    if let Some(declared) = capabilities.voice(voice) {
+        return Ok(Some(&declared.id));
+    }
+    let lower = voice.to_lowercase();
+    if lower == "default" {
+        return Ok(None);
+    }
+    if let Some((_, target)) = aliases.iter().find(|(alias, _)| alias.to_lowercase() == lower) {
+        // `None`: an alias of `default`.
+        return Ok(capabilities.voice(target).map(|v| v.id.as_str()));
+    }
+    let mut names: Vec<&str> = capabilities.voices.iter().map(|v| v.id.as_str()).collect();
+    names.sort_unstable();
+    Err(format!("Invalid voice '{voice}'. Supported: {}", names.join(", ")))
 }
 
 /// The refusal of codec output by an engine without a codec.
