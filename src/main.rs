@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use speechstream_core::catalog::Naming;
 use speechstream_core::config::ResponseFormat;
-use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest};
+use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest, Voice};
 use speechstream_core::parse::Limits;
 use speechstream_core::session::SessionOptions;
 use speechstream_core::synthetic::{SyntheticEngine, SyntheticOptions, DEFAULT_MODEL_NAME};
@@ -525,7 +525,7 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
         Some(port) => {
             let address = format!("{}:{port}", args.host);
             let listener = bind(&address).await.map_err(|e| format!("cannot listen for wyoming on {address}: {e}"))?;
-            Some(WyomingListener { listener, options: wyoming_options(&args, &voice_names(engine.as_ref())) })
+            Some(WyomingListener { listener, options: wyoming_options(&args, &engine.capabilities().voices) })
         }
         None => None,
     };
@@ -585,25 +585,15 @@ fn voice_names(engine: &dyn Engine) -> Vec<String> {
 }
 
 /// What the Wyoming listener tells clients about itself, and its limits: the HTTP side's text
-/// limits and idle timeout, and the voices' languages and descriptions from hibari's voices.json.
-fn wyoming_options(args: &ServeArgs, voices: &[String]) -> WyomingOptions {
-    let listed = match args.engine {
-        EngineKind::Hibari => args
-            .voice
-            .assets()
-            .and_then(|dir| speechstream_engine_libtorch::voices::read_voice_list(&dir))
-            .unwrap_or_default(),
-        EngineKind::Synthetic => Vec::new(),
-    };
+/// limits and idle timeout, and the voices as the engine declares them (language, description;
+/// hibari's from its voices.json).
+fn wyoming_options(args: &ServeArgs, voices: &[Voice]) -> WyomingOptions {
     let voices = voices
         .iter()
-        .map(|name| {
-            let entry = listed.iter().find(|entry| entry.name == *name);
-            WyomingVoice {
-                name: name.clone(),
-                description: entry.and_then(|e| e.description.clone()),
-                languages: vec![entry.and_then(|e| e.language.clone()).unwrap_or_else(|| "en".to_owned())],
-            }
+        .map(|voice| WyomingVoice {
+            name: voice.id.clone(),
+            description: voice.description.clone(),
+            languages: vec![voice.language.clone().unwrap_or_else(|| "en".to_owned())],
         })
         .collect();
     let engine = match args.engine {

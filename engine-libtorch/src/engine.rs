@@ -100,7 +100,17 @@ impl HibariEngine {
         let front_ends = front_ends.map_err(|_| "loading hibari's text front end panicked".to_owned())??;
         let (models, precision) = models?;
         let mut voices = Vec::new();
+        // Each voice as the engine declares it: its name, language and description from voices.json.
+        let mut declared = Vec::new();
         for (entry, model) in entries.into_iter().zip(models) {
+            let mut voice = Voice::new(entry.name.clone());
+            if let Some(language) = &entry.language {
+                voice = voice.with_language(language.clone());
+            }
+            if let Some(description) = &entry.description {
+                voice = voice.with_description(description.clone());
+            }
+            declared.push(voice);
             let front_end = front_ends.iter().find(|(b, _)| *b == entry.british).map(|(_, fe)| fe.clone());
             let front_end = front_end.ok_or_else(|| format!("no front end for voice {}", entry.name))?;
             voices.push(VoiceModel { name: entry.name, model, front_end });
@@ -110,7 +120,7 @@ impl HibariEngine {
         };
         // What hibari can do; the core refuses the rest before a request gets here.
         let capabilities = EngineCapabilities::new(options.model_name.clone(), SAMPLE_RATE)
-            .with_voices(voices.iter().map(|v| Voice::new(v.name.clone())))
+            .with_voices(declared)
             .with_languages([Language::new("English", "en")])
             .with_task_types([TaskType::CustomVoice])
             .with_instructions(false)

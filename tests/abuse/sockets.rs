@@ -28,6 +28,9 @@ fn server(configure: impl FnOnce(&mut ServerConfig)) -> impl std::future::Future
 
 /// `n` connections that send nothing.
 async fn silent(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    // These tests hold a few hundred sockets at once, both ends in this process for most of
+    // them, beside the other tests of the binary: not the 1024 a runner may start us with.
+    speechstream_transports::raise_descriptor_limit();
     let mut sockets = Vec::new();
     for _ in 0..n {
         sockets.push(TcpStream::connect(addr).await.expect("connect"));
