@@ -307,8 +307,8 @@ struct SayArgs {
     /// Output file.
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
-    /// Audio format: wav, pcm (s16le), flac, mp3 or opus [default: from the file's extension,
-    /// else wav].
+    /// Audio format: wav, pcm (s16le), flac, mp3, opus, ulaw or alaw (G.711, 8 kHz) [default:
+    /// from the file's extension, else wav].
     #[arg(short = 'f', long, value_name = "FORMAT", value_parser = response_format)]
     format: Option<ResponseFormat>,
     /// Voice (one of voices.json with its model file present).
