@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use speechstream_core::engine::{EngineCapabilities, EngineEvent, EngineEventKind, RequestId};
-use speechstream_core::parse::Limits;
 use speechstream_core::session::{ClientFrame, EngineCommand, Output, Session, SessionOptions};
 
 const SAMPLE_RATE: u32 = 24_000;
@@ -72,14 +71,7 @@ struct Tally {
 }
 
 fn options() -> Arc<SessionOptions> {
-    Arc::new(SessionOptions {
-        limits: Limits::default(),
-        idle_timeout: Duration::from_secs(30),
-        config_timeout: Duration::from_secs(10),
-        max_buffered_chars: 1 << 20,
-        max_deferred_bytes: 8 << 20,
-        max_whole_audio_seconds: 600,
-    })
+    Arc::new(SessionOptions::default())
 }
 
 fn capabilities() -> Arc<EngineCapabilities> {

@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use speechstream_core::engine::{EngineEvent, EngineEventKind, RequestId};
 use speechstream_core::session::{EngineCommand, RequestEnd, UnknownRequest};
@@ -108,14 +107,6 @@ pub(crate) fn take_events(
             Ok(event) => take(event),
             Err(_) => break,
         }
-    }
-}
-
-/// Resolves at `deadline`; never without one.
-pub(crate) async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
-        None => std::future::pending().await,
     }
 }
 

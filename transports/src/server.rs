@@ -19,7 +19,7 @@ use tracing::{debug, error, info, warn};
 use crate::connection;
 use crate::context::Socket;
 use crate::metrics::{Metrics, Refusal};
-use crate::shared::Shared;
+use crate::shared::{sleep_until, Shared};
 use crate::sockets::Sockets;
 use crate::wyoming;
 
@@ -225,7 +225,7 @@ pub async fn serve_with_wyoming(
                 );
                 shared.draining.store(true, Ordering::Relaxed);
                 let _ = stop_tx.send(true);
-                drain_deadline = Some(tokio::time::Instant::now() + shared.shutdown_grace + CLOSE_MARGIN);
+                drain_deadline = Some(std::time::Instant::now() + shared.shutdown_grace + CLOSE_MARGIN);
             }
             accepted = listener.accept(), if !congested => match accepted {
                 Ok((stream, peer)) => {
@@ -348,10 +348,16 @@ fn socket_cap(max_sockets: Option<usize>, max_connections: Option<usize>) -> usi
 /// The process's soft limit on open file descriptors.
 #[cfg(unix)]
 fn descriptor_limit() -> Option<usize> {
+    let limit = nofile_limit()?;
+    (limit.rlim_cur != libc::RLIM_INFINITY).then(|| usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX))
+}
+
+/// The process's limits on open file descriptors, soft and hard.
+#[cfg(unix)]
+fn nofile_limit() -> Option<libc::rlimit> {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit only writes the struct it is given.
-    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
-    (ok && limit.rlim_cur != libc::RLIM_INFINITY).then(|| usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX))
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0).then_some(limit)
 }
 
 #[cfg(not(unix))]
@@ -409,11 +415,7 @@ fn listen_backlog() -> u32 {
 pub fn raise_descriptor_limit() -> Option<(u64, u64)> {
     #[cfg(unix)]
     {
-        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        // SAFETY: getrlimit only writes the struct it is given.
-        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-            return None;
-        }
+        let mut limit = nofile_limit()?;
         if limit.rlim_cur < limit.rlim_max {
             let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
             // SAFETY: setrlimit only reads the struct it is given.
@@ -429,13 +431,6 @@ pub fn raise_descriptor_limit() -> Option<(u64, u64)> {
     }
     #[cfg(not(unix))]
     None
-}
-
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
 }
 
 fn report_join(joined: Result<(), tokio::task::JoinError>) {
@@ -454,11 +449,7 @@ mod tests {
     fn options(text: usize, config: usize) -> SessionOptions {
         SessionOptions {
             limits: Limits { max_text_message_chars: text, max_config_message_chars: config },
-            idle_timeout: Duration::from_secs(30),
-            config_timeout: Duration::from_secs(10),
-            max_buffered_chars: 1 << 20,
-            max_deferred_bytes: 8 << 20,
-            max_whole_audio_seconds: 600,
+            ..SessionOptions::default()
         }
     }
 

@@ -43,6 +43,14 @@ pub(crate) struct Shared {
     pub(crate) draining: AtomicBool,
 }
 
+/// Resolves at `deadline`; never without one.
+pub(crate) async fn sleep_until(deadline: Option<std::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Resolves once the server starts shutting down (or is gone).
 pub(crate) async fn stopping(stop: &mut watch::Receiver<bool>) {
     // The guard `wait_for` returns isn't Send; drop it here rather than hold it in a select.

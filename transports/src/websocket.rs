@@ -21,9 +21,9 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::encoding::encode_off_runtime;
-use crate::engine_link::{sleep_until, take_events, EngineLink};
+use crate::engine_link::{take_events, EngineLink};
 use crate::metrics::Transport;
-use crate::shared::{stopping, Shared};
+use crate::shared::{sleep_until, stopping, Shared};
 
 type Stream = TokioIo<Upgraded>;
 

@@ -20,10 +20,9 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::connection::first_byte;
 use crate::context::Socket;
-use crate::engine_link::{sleep_until, take_events, EngineLink};
+use crate::engine_link::{take_events, EngineLink};
 use crate::metrics::{ErrorKind, Refusal, Transport};
-use crate::shared::stopping;
-use crate::shared::Shared;
+use crate::shared::{sleep_until, stopping, Shared};
 use crate::sockets::Admission;
 use crate::write_timeout::WriteTimeout;
 
