@@ -7,6 +7,7 @@
 //! engine request, its frames and its ending). This module holds the public face.
 
 mod generation;
+mod heard;
 mod input;
 mod table;
 
