@@ -136,6 +136,10 @@ pub(crate) struct InputCommitted<'a> {
 pub(crate) struct InputCancelled {
     pub(crate) r#type: &'static str,
     pub(crate) utterance_index: u64,
+    /// Ours: what was heard of the utterance that had finished sending, when `input.cancel`
+    /// said how much the client played of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) heard: Option<Heard>,
 }
 
 #[derive(Serialize)]
@@ -151,6 +155,8 @@ pub(crate) struct ErrorMessage<'a> {
 /// `heard` in a cancelled utterance's `audio.done`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Heard {
+    /// The utterance it is about.
+    pub(crate) utterance_index: u64,
     /// The audio the client played, in ms from the utterance's first audio: what it said,
     /// capped at what was sent.
     pub(crate) played_ms: i64,

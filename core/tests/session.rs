@@ -343,7 +343,7 @@ fn cancel_with_played_audio_says_what_was_heard() {
         outs[2],
         json(
             r#"{"type":"audio.done","utterance_index":0,"sentence_index":0,"total_bytes":24000,"error":false,"cancelled":true,
-               "heard":{"played_ms":450,"text":"Hello","chars":[0,5],
+               "heard":{"utterance_index":0,"played_ms":450,"text":"Hello","chars":[0,5],
                         "words":[{"word":"Hello","start_ms":0,"end_ms":300,"chars":[0,5]}],
                         "partial_word":{"word":"big","start_ms":340,"end_ms":520,"chars":[6,9]}}}"#
         )
@@ -363,6 +363,33 @@ fn cancel_with_played_audio_says_what_was_heard() {
     let f = frames(&h.take());
     assert_eq!(f[0]["message"], "input.cancel: played_ms must be a non-negative number");
     assert_eq!((f[1]["cancelled"].as_bool(), f[1].get("heard")), (Some(true), None));
+    // Sent whole (faster than it plays), then cancelled while idle: input.cancelled says what
+    // was heard of it, and of nothing once another utterance has started.
+    h.send(&text("Hello big, world.")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.words(id, &[("Hello", 0, 300), ("big", 340, 520), ("world", 560, 860)]).audio(id, &[0; 48_000], 24_000);
+    h.engine(id, EngineEventKind::Finished);
+    h.take();
+    h.send(r#"{"type":"input.cancel","played_ms":870}"#);
+    assert_eq!(
+        h.take(),
+        vec![json(
+            r#"{"type":"input.cancelled","utterance_index":4,
+                "heard":{"utterance_index":3,"played_ms":870,"text":"Hello big, world","chars":[0,16],
+                         "words":[{"word":"Hello","start_ms":0,"end_ms":300,"chars":[0,5]},
+                                  {"word":"big","start_ms":340,"end_ms":520,"chars":[6,9]},
+                                  {"word":"world","start_ms":560,"end_ms":860,"chars":[11,16]}],
+                         "partial_word":null}}"#
+        )]
+    );
+    h.send(r#"{"type":"input.cancel"}"#);
+    assert_eq!(h.take(), vec![json(r#"{"type":"input.cancelled","utterance_index":4}"#)]);
+    h.send(&text("x")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.engine(id, EngineEventKind::Failed("boom".into()));
+    h.take();
+    h.send(r#"{"type":"input.cancel","played_ms":10}"#);
+    assert_eq!(h.take(), vec![json(r#"{"type":"input.cancelled","utterance_index":5}"#)]);
 }
 
 #[test]

@@ -15,7 +15,9 @@ use crate::encode::{AudioStream, Encoded, Paging, WholeAudio};
 use crate::engine::{
     CodecFlags, EngineEvent, EngineEventKind, OutputKind, RequestId, SynthesisRequest, WordTiming, CODEC_UNSUPPORTED,
 };
-use crate::messages::{AudioChunk, AudioDone, AudioStart, AudioStartDeferred, CodecDone, CodecStart, StreamStart};
+use crate::messages::{
+    AudioChunk, AudioDone, AudioStart, AudioStartDeferred, CodecDone, CodecStart, Heard, StreamStart,
+};
 use crate::parse::Played;
 
 /// The nominal rate of streamed PCM when the config names none.
@@ -76,6 +78,27 @@ enum Mode {
 /// arithmetic, then `round`, which ties to even).
 fn pcm_ms(bytes: u64, sample_rate: u32) -> i64 {
     ((bytes as f64 / 2.0 / f64::from(sample_rate)) * 1000.0).round_ties_even() as i64
+}
+
+/// What was sent of an utterance (or a unit of it), to say what a listener heard of it.
+pub(super) struct Spoken {
+    utterance: u64,
+    text: String,
+    words: Vec<WordTiming>,
+    /// Streamed PCM bytes sent, at `rate`.
+    sent_bytes: u64,
+    rate: u32,
+}
+
+impl Spoken {
+    /// What was heard of it by a listener that played `played` of its audio.
+    pub(super) fn heard(&self, played: Played) -> Heard {
+        let played_ms = match played {
+            Played::Ms(ms) => i64::try_from(ms).unwrap_or(i64::MAX),
+            Played::Bytes(bytes) => pcm_ms(bytes.min(self.sent_bytes), self.rate),
+        };
+        heard(self.utterance, &self.text, &self.words, played_ms, pcm_ms(self.sent_bytes, self.rate))
+    }
 }
 
 /// How a generation ends.
@@ -182,6 +205,7 @@ impl Session {
         let Some(config) = self.config.clone() else { return };
         let config = &*config;
         let u = self.utterance_index;
+        self.spoken = None;
         let codec_tokens = config.output_mode == OutputMode::CodecTokens;
         if codec_tokens && self.catalog.capabilities().codec.is_none() {
             return self.refuse_utterance(CODEC_UNSUPPORTED);
@@ -451,18 +475,18 @@ impl Session {
         if live && matches!(ending, Ending::Stopped(_) | Ending::Cancelled(_)) {
             self.abort(id);
         }
-        // What the listener heard, when it said how much it played: the audio sent so far
-        // (PCM at the stream's rate; a whole file is sent only at its end).
+        // What was sent of it (PCM at the stream's rate; a whole file is sent only at its end),
+        // for a cancel that says what was heard, now or (once it finished) while idle.
+        let streamed_pcm = matches!(mode, Mode::Streamed | Mode::Words { .. });
+        let mut spoken = Spoken {
+            utterance: u,
+            text,
+            words,
+            sent_bytes: if streamed_pcm { total } else { 0 },
+            rate: sample_rate.unwrap_or(NOMINAL_SAMPLE_RATE),
+        };
         let heard = match &ending {
-            Ending::Cancelled(Some(played)) if !matches!(mode, Mode::Codec { .. }) => {
-                let rate = sample_rate.unwrap_or(NOMINAL_SAMPLE_RATE);
-                let sent = if matches!(mode, Mode::Streamed | Mode::Words { .. }) { total } else { 0 };
-                let played_ms = match *played {
-                    Played::Ms(ms) => i64::try_from(ms).unwrap_or(i64::MAX),
-                    Played::Bytes(bytes) => pcm_ms(bytes.min(sent), rate),
-                };
-                Some(heard(&text, &words, played_ms, pcm_ms(sent, rate)))
-            }
+            Ending::Cancelled(Some(played)) if !matches!(mode, Mode::Codec { .. }) => Some(spoken.heard(*played)),
             _ => None,
         };
         let (failure, cancelled, file) = match ending {
@@ -536,7 +560,8 @@ impl Session {
                         }
                         let end = pcm_ms(total, rate);
                         // After a cancel, only the words that were (at least partly) heard.
-                        let heard =
+                        let words = &spoken.words;
+                        let sent =
                             if cancelled { words.iter().take_while(|w| w.start_ms < end).count() } else { words.len() };
                         self.send_json(&AudioChunk {
                             r#type: "audio.chunk",
@@ -548,7 +573,7 @@ impl Session {
                             sample_rate: rate,
                             channels,
                             audio_b64: "",
-                            timestamps: any_words.then_some(&words[..heard]),
+                            timestamps: any_words.then_some(&words[..sent]),
                         });
                     }
                     _ => {}
@@ -569,6 +594,10 @@ impl Session {
                     heard,
                 });
             }
+        }
+        if streamed_pcm && failure.is_none() && !cancelled {
+            spoken.sent_bytes = total;
+            self.spoken = Some(spoken);
         }
         if let UnitEnded::Utterance = unit {
             self.session_done(1);

@@ -54,7 +54,7 @@ enum Action {
     /// `input.done`: start the buffered utterance, or answer an empty one.
     Flush,
     /// `input.cancel` while idle: drop the buffer, say `input.cancelled`.
-    ClearBuffer,
+    ClearBuffer(Result<Option<Played>, String>),
     /// Close with 1000.
     Close,
     /// `input.commit`: the text so far becomes a fragment (in `sentence_commit` mode only).
@@ -94,7 +94,7 @@ impl Session {
                 M::InputText(None) => Action::Report("input.text requires a string value".to_owned()),
                 M::InputText(Some(text)) => Action::Buffer(text),
                 M::InputDone => Action::Flush,
-                M::InputCancel(_) => Action::ClearBuffer,
+                M::InputCancel(played) => Action::ClearBuffer(played),
                 M::SessionClose => Action::Close,
                 M::InputCommit(object) => Action::Commit(object),
                 M::Other(kind) => Action::Report(format!("Unknown message type: {kind}")),
@@ -114,7 +114,7 @@ impl Session {
             Action::Buffer(text) => self.feed_text(now, text),
             Action::Flush => self.flush_text(now),
             Action::Commit(object) => self.commit_text(now, &object),
-            Action::ClearBuffer => self.clear_text(),
+            Action::ClearBuffer(played) => self.clear_text(played),
             Action::Close => self.close(CLOSE_NORMAL),
             Action::Report(message) => self.send_error(&message, false),
             Action::Reject(message) => self.reject(&message),
@@ -147,11 +147,17 @@ impl Session {
         self.next_unit(now);
     }
 
-    /// `input.cancel` while idle: drop what is not yet said, say `input.cancelled`.
-    fn clear_text(&mut self) {
+    /// `input.cancel` while idle: drop what is not yet said, say `input.cancelled` (with what
+    /// was heard of the last utterance when the client said how much of it it played).
+    fn clear_text(&mut self, played: Result<Option<Played>, String>) {
         self.input.cancel();
+        let played = played.unwrap_or_else(|message| {
+            self.send_error(&message, false);
+            None
+        });
+        let heard = played.zip(self.spoken.as_ref()).map(|(played, spoken)| spoken.heard(played));
         let utterance_index = self.utterance_index;
-        self.send_json(&InputCancelled { r#type: "input.cancelled", utterance_index });
+        self.send_json(&InputCancelled { r#type: "input.cancelled", utterance_index, heard });
     }
 
     /// `input.cancel` while generating: the text not yet said goes (the utterance stays open
