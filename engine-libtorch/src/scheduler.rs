@@ -440,6 +440,9 @@ impl Scheduler {
                     self.jobs.push(job);
                 }
                 Command::Abort(id) => {
+                    if self.jobs.iter().any(|j| j.id == id) {
+                        self.admission.listener_stopped(id.connection);
+                    }
                     // No more events for an aborted request: the session has moved on.
                     for job in self.jobs.iter_mut().filter(|j| j.id == id) {
                         job.closed = true;

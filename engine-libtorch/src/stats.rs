@@ -68,6 +68,11 @@ impl Admission {
         listeners.get(&connection).copied().filter(|&t| t > now)
     }
 
+    /// `connection`'s listener stopped (its stream was aborted: a barge-in, a client gone).
+    pub fn listener_stopped(&self, connection: u64) {
+        self.listeners.lock().unwrap_or_else(|p| p.into_inner()).remove(&connection);
+    }
+
     /// `connection`'s listener will have played its audio at `at`.
     pub fn played_out(&self, connection: u64, at: Instant, now: Instant) {
         let mut listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
