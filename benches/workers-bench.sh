@@ -7,13 +7,21 @@
 #      next utterance when the last one is done): utterances/s, time to first audio.
 #   2. overload: connections that listen (`loadgen --playback`: each utterance is played out in
 #      real time before the next), at CAPACITY connections with admission off, then at twice
-#      that with admission off and on: late chunks (client and server side), refusals.
+#      that with admission off and on: late chunks (client and server side), refusals; then
+#      twice that again with admission on while a neighbour (a busy loop pinned to CPU 1, at
+#      nice 10, as a profiler or a fuzzer would be) takes a CPU for NEIGHBOUR_S seconds from a
+#      third of the run on.
+#   3. closed loop with admission on: CLOSED_CONNS connections, CLOSED_UTTERANCES utterances each
+#      of benches/texts/two-sentences.txt, as fast as they are read, against --admission off:
+#      refusals, time to first audio.
 # Run it alone on the machine (its figures are timings):
 #   benches/workers-bench.sh        # ~3.5 min with the defaults
 #
 # Knobs: CONNS ["1 4 16 32 64"], DURATION [10] (scaling, s per point), CAPACITY [300],
 # OVERLOAD_DURATION [15], RAMP [4] (s over which the listeners start), PORT [28960] (and +1, +2),
-# SKIP_BUILD [0], SKIP_SCALING [0], SKIP_OVERLOAD [0]. Results: target/bench/workers-<stamp>.{jsonl,md}.
+# NEIGHBOUR_S [10], CLOSED_CONNS ["16 32 64"], CLOSED_UTTERANCES [6], SKIP_BUILD [0],
+# SKIP_SCALING [0], SKIP_OVERLOAD [0], SKIP_NEIGHBOUR [0], SKIP_CLOSED [0].
+# Results: target/bench/workers-<stamp>.{jsonl,md}.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -73,11 +81,18 @@ if [[ "${SKIP_OVERLOAD:-0}" != 1 ]]; then
   echo "### overload: listeners (--playback), admission off and realtime" | tee -a "$OUT.md"
   echo "| admission | conns | utterances/s | audio s/s | TTFA p50 ms | TTFA p99 ms | late chunks (client) | of chunks | lateness p99 ms | underruns (server) | refused | refusal p99 ms |" | tee -a "$OUT.md"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" | tee -a "$OUT.md"
-  for run in "off $CAPACITY" "off $((2 * CAPACITY))" "realtime $((2 * CAPACITY))"; do
+  runs=("off $CAPACITY" "off $((2 * CAPACITY))" "realtime $((2 * CAPACITY))")
+  [[ "${SKIP_NEIGHBOUR:-0}" != 1 ]] && runs+=("realtime $((2 * CAPACITY)) neighbour")
+  for run in "${runs[@]}"; do
     set -- $run
     port=$((PORT + 2))
     start "$port" --admission "$1"
-    say "overload: admission $1, $2 listeners, ${OVERLOAD_DURATION}s"
+    if [[ "${3:-}" == neighbour ]]; then
+      # A busy loop on CPU 1 at nice 10 from a third of the run, for NEIGHBOUR_S seconds.
+      (sleep "$((RAMP + OVERLOAD_DURATION / 3))"; exec nice -n 10 taskset -c 1 timeout "${NEIGHBOUR_S:-10}" sh -c 'while :; do :; done') &
+      pids+=("$!")
+    fi
+    say "overload: admission $1, $2 listeners, ${OVERLOAD_DURATION}s ${3:-}"
     line="$(target/release/loadgen run -u "ws://127.0.0.1:$port$WS" -l "admission-$1" -c "$2" \
       -d "$OVERLOAD_DURATION" -m pcm --playback --ramp "$RAMP" --text "$TEXT" --utterance-timeout 60 \
       --pid "$server")"
@@ -87,9 +102,35 @@ if [[ "${SKIP_OVERLOAD:-0}" != 1 ]]; then
 import json, sys
 r = json.load(sys.stdin)
 g = lambda *p: (lambda v: '-' if v is None else v)(__import__('functools').reduce(lambda a, k: (a or {}).get(k), p, r))
-print(f\"| $1 | $2 | {g('utterances_per_s')} | {g('audio_seconds_per_s')} | {g('ttfa_ms','p50')} | {g('ttfa_ms','p99')} | {g('late_chunks')} | {g('chunks')} | {g('lateness_ms','p99')} | $under | {g('refused')} | {g('refusal_ms','p99')} |\")
+print(f\"| $1${3:+ + neighbour} | $2 | {g('utterances_per_s')} | {g('audio_seconds_per_s')} | {g('ttfa_ms','p50')} | {g('ttfa_ms','p99')} | {g('late_chunks')} | {g('chunks')} | {g('lateness_ms','p99')} | $under | {g('refused')} | {g('refusal_ms','p99')} |\")
 " | tee -a "$OUT.md"
     kill "$server"; wait "$server" 2>/dev/null || true
   done
 fi
-say "results: $OUT.md, $OUT.jsonl, $OUT.overload.jsonl"
+if [[ "${SKIP_CLOSED:-0}" != 1 ]]; then
+  # Clients that read as fast as audio comes: admission must refuse none of what --admission off
+  # serves within the first-audio target.
+  echo "### closed loop: ${CLOSED_UTTERANCES:-6} utterances per connection, two sentences each" | tee -a "$OUT.md"
+  echo "| admission | conns | utterances | refused | TTFA p50 ms | TTFA p99 ms | utterances/s |" | tee -a "$OUT.md"
+  echo "|---|---:|---:|---:|---:|---:|---:|" | tee -a "$OUT.md"
+  CLOSED_TEXT="$(cat benches/texts/two-sentences.txt)"
+  for c in ${CLOSED_CONNS:-16 32 64}; do
+    for mode in off realtime; do
+      port=$((PORT + 2))
+      start "$port" --admission "$mode"
+      n=$((c * ${CLOSED_UTTERANCES:-6}))
+      say "closed loop: admission $mode, $c connections, $n utterances"
+      line="$(target/release/loadgen run -u "ws://127.0.0.1:$port$WS" -l "closed-$mode" -c "$c" -n "$n" -d 600 -m pcm \
+        --text "$CLOSED_TEXT" --utterance-timeout 60 --refusal-backoff 0 --pid "$server")"
+      echo "$line" >>"$OUT.closed.jsonl"
+      echo "$line" | python3 -c "
+import json, sys
+r = json.load(sys.stdin)
+g = lambda *p: (lambda v: '-' if v is None else v)(__import__('functools').reduce(lambda a, k: (a or {}).get(k), p, r))
+print(f\"| $mode | $c | {g('utterances_ok')} | {g('refused')} | {g('ttfa_ms','p50')} | {g('ttfa_ms','p99')} | {g('utterances_per_s')} |\")
+" | tee -a "$OUT.md"
+      kill "$server"; wait "$server" 2>/dev/null || true
+    done
+  done
+fi
+say "results: $OUT.md, $OUT.jsonl, $OUT.overload.jsonl, $OUT.closed.jsonl"

@@ -249,3 +249,134 @@ async fn hibari_through_every_mode() {
     let _ = stop.send(());
     tokio::time::timeout(TIMEOUT, server).await.expect("shutdown").expect("join").expect("serve");
 }
+
+/// Ours (docs/protocol.md, "What was heard"): a listener that plays the stream in real time
+/// barges in at random points and says how much it played; the server answers with the words
+/// it heard whole, the word it was in, and their places in the text, which must match the
+/// utterance's word timestamps and the audio the client actually received. With a short
+/// `max_lead` the stream is still being sent at most cancel points (`audio.done` carries the
+/// answer); near the end it was sent whole and `input.cancelled` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_time_listener_that_barges_in_hears_what_it_is_told() {
+    let mut options = HibariOptions::new(assets());
+    options.admission = speechstream_engine_libtorch::AdmissionMode::Off;
+    options.threads = Some(1);
+    options.pacing.max_lead = Duration::from_millis(1500);
+    let engine = Arc::new(tokio::task::block_in_place(|| HibariEngine::new(options)).expect("engine"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, engine, ServerConfig::new(SessionOptions::default()), async {
+        let _ = stopped.await;
+    }));
+    let text = "The library closes early on Sundays. My brother bought a red bicycle last summer.";
+    let chars: Vec<char> = text.chars().collect();
+
+    // The utterance's timestamps, as word-timestamps mode sends them.
+    let config = json!({"type": "session.config", "stream_audio": true, "response_format": "pcm", "seed": 5});
+    let mut with_words = config.clone();
+    with_words["word_timestamps"] = json!(true);
+    let frames = Client::connect(addr, with_words).await.say(text).await;
+    let last = json_of(&frames, "audio.chunk").pop().expect("audio.chunk");
+    let timestamps: Vec<(String, i64, i64)> = last["timestamps"]
+        .as_array()
+        .expect("timestamps")
+        .iter()
+        .map(|w| {
+            (w["word"].as_str().unwrap().to_owned(), w["start_ms"].as_i64().unwrap(), w["end_ms"].as_i64().unwrap())
+        })
+        .collect();
+    let total_ms = last["chunk_end_ms"].as_i64().unwrap();
+
+    let mut seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
+    eprintln!("cancel points from seed {seed}");
+    let mut random = move |below: i64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % below as u64) as i64
+    };
+    let mut c = Client::connect(addr, config).await;
+    let (mut in_flight, mut after) = (0, 0);
+    for round in 0..6 {
+        let cancel_at = Duration::from_millis(100 + random(total_ms - 200) as u64);
+        c.send(json!({"type": "input.text", "text": text})).await;
+        c.send(json!({"type": "input.done"})).await;
+        // Play: the playback clock starts with the first audio and never passes what arrived.
+        let (mut received, mut first_audio, mut finished) = (0usize, None::<Instant>, false);
+        loop {
+            let wait = first_audio.map_or(TIMEOUT, |t| (t + cancel_at).saturating_duration_since(Instant::now()));
+            if wait.is_zero() {
+                break;
+            }
+            match tokio::time::timeout(wait, c.recv()).await {
+                Err(_) => break,
+                Ok(Frame::Binary(b)) => {
+                    first_audio.get_or_insert_with(Instant::now);
+                    received += b.len();
+                }
+                Ok(Frame::Json(v)) => finished |= v["type"] == "session.done",
+            }
+            if finished {
+                tokio::time::sleep((first_audio.unwrap() + cancel_at).saturating_duration_since(Instant::now())).await;
+                break;
+            }
+        }
+        let played_ms = (first_audio.unwrap().elapsed().as_millis() as i64).min(received as i64 / 48);
+        let cancel = if round % 2 == 0 {
+            json!({"type": "input.cancel", "played_ms": played_ms})
+        } else {
+            json!({"type": "input.cancel", "played_bytes": played_ms * 48})
+        };
+        c.send(cancel).await;
+        // The answer: audio.done (then session.done) while it was still being sent, else
+        // input.cancelled; audio may still arrive before either.
+        let heard = loop {
+            match c.recv().await {
+                Frame::Binary(b) => received += b.len(),
+                Frame::Json(v) if v["type"] == "input.cancelled" => {
+                    after += 1;
+                    break v["heard"].clone();
+                }
+                Frame::Json(v) if v["type"] == "audio.done" && v["cancelled"] == true => {
+                    in_flight += 1;
+                    assert_eq!(v["total_bytes"].as_u64(), Some(received as u64), "{v}");
+                    assert!(matches!(c.recv().await, Frame::Json(d) if d["type"] == "session.done"));
+                    break v["heard"].clone();
+                }
+                Frame::Json(v) => {
+                    assert!(["audio.done", "session.done"].contains(&v["type"].as_str().unwrap()), "{v}");
+                    finished = true;
+                }
+            }
+        };
+        eprintln!("cancel at {played_ms} ms of {total_ms} (finished sending: {finished}): heard {heard}");
+        assert!(heard.is_object(), "no heard in the answer");
+        assert_eq!(heard["played_ms"].as_i64(), Some(played_ms), "{heard}");
+        assert!(played_ms * 48 <= received as i64, "played more than was received");
+        let expected: Vec<&(String, i64, i64)> = timestamps.iter().take_while(|w| w.2 <= played_ms).collect();
+        let words = heard["words"].as_array().unwrap();
+        assert_eq!(words.len(), expected.len(), "{heard}");
+        for (w, (name, start, end)) in words.iter().zip(&expected) {
+            assert_eq!(
+                (w["word"].as_str(), w["start_ms"].as_i64(), w["end_ms"].as_i64()),
+                (Some(name.as_str()), Some(*start), Some(*end))
+            );
+            let span = w["chars"].as_array().unwrap();
+            let (a, b) = (span[0].as_u64().unwrap() as usize, span[1].as_u64().unwrap() as usize);
+            assert_eq!(chars[a..b].iter().collect::<String>(), *name);
+        }
+        let partial = timestamps.get(expected.len()).filter(|w| w.1 < played_ms);
+        assert_eq!(heard["partial_word"]["word"].as_str(), partial.map(|w| w.0.as_str()), "{heard}");
+        let end = heard["chars"][1].as_u64().unwrap() as usize;
+        assert_eq!(heard["text"].as_str().unwrap(), chars[..end].iter().collect::<String>());
+        assert_eq!(
+            text_words(heard["text"].as_str().unwrap()),
+            expected.iter().map(|w| w.0.clone()).collect::<Vec<_>>()
+        );
+    }
+    eprintln!("{in_flight} answered in audio.done, {after} in input.cancelled");
+
+    let _ = stop.send(());
+    tokio::time::timeout(TIMEOUT, server).await.expect("shutdown").expect("join").expect("serve");
+}

@@ -58,6 +58,10 @@ pub(crate) struct AudioDone {
     pub(crate) error: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) cancelled: Option<bool>,
+    /// Ours: what was heard of a cancelled utterance, only when `input.cancel` said how much
+    /// the client played.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) heard: Option<Heard>,
 }
 
 #[derive(Serialize)]
@@ -132,6 +136,10 @@ pub(crate) struct InputCommitted<'a> {
 pub(crate) struct InputCancelled {
     pub(crate) r#type: &'static str,
     pub(crate) utterance_index: u64,
+    /// Ours: what was heard of the utterance that had finished sending, when `input.cancel`
+    /// said how much the client played of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) heard: Option<Heard>,
 }
 
 #[derive(Serialize)]
@@ -142,4 +150,34 @@ pub(crate) struct ErrorMessage<'a> {
     pub(crate) partial_audio: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) action: Option<&'static str>,
+}
+
+/// `heard` in a cancelled utterance's `audio.done`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Heard {
+    /// The utterance it is about.
+    pub(crate) utterance_index: u64,
+    /// The audio the client played, in ms from the utterance's first audio: what it said,
+    /// capped at what was sent.
+    pub(crate) played_ms: i64,
+    /// The text up to the end of the last word played whole (empty when none was).
+    pub(crate) text: String,
+    /// Its span in the utterance's text (`sentence_text`), in characters (Unicode scalar
+    /// values): `[0, end)`.
+    pub(crate) chars: [usize; 2],
+    /// The words played whole, in order.
+    pub(crate) words: Vec<HeardWord>,
+    /// The word being played when the client stopped, if any: partly heard.
+    pub(crate) partial_word: Option<HeardWord>,
+}
+
+/// One word of [`Heard`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct HeardWord {
+    pub(crate) word: String,
+    pub(crate) start_ms: i64,
+    pub(crate) end_ms: i64,
+    /// Its span in the utterance's text, in characters; `None` when the word could not be
+    /// found in the text.
+    pub(crate) chars: Option<[usize; 2]>,
 }

@@ -57,8 +57,11 @@ pub enum ClientMessage {
     InputText(Option<String>),
     /// `input.done`: synthesize the buffered text.
     InputDone,
-    /// `input.cancel`: drop the buffered text, or stop the utterance generating.
-    InputCancel,
+    /// `input.cancel`: drop the buffered text, or stop the utterance generating. Ours: it may
+    /// say how much of the utterance's audio the client played (`played_ms` or
+    /// `played_bytes`), and then the cancelled utterance's `audio.done` says what was heard;
+    /// `Err` is what the client is told about a bad value (the cancel happens regardless).
+    InputCancel(Result<Option<Played>, String>),
     /// `session.close`.
     SessionClose,
     /// `input.commit` (upstream's open-PR `streaming_mode: "sentence_commit"`; an unknown type
@@ -103,11 +106,39 @@ pub fn parse_client_text(raw: &str, limits: &Limits) -> Result<ClientMessage, Pa
     Ok(match kind {
         "input.text" => ClientMessage::InputText(take_text(&mut obj)),
         "input.done" => ClientMessage::InputDone,
-        "input.cancel" => ClientMessage::InputCancel,
+        "input.cancel" => ClientMessage::InputCancel(played(&obj)),
         "session.close" => ClientMessage::SessionClose,
         "input.commit" => ClientMessage::InputCommit(obj),
         _ => ClientMessage::Other(obj.get("type").map_or_else(|| "None".to_owned(), Value::py_str)),
     })
+}
+
+/// How much of the current utterance's audio a client played before it cancelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Played {
+    /// Milliseconds from the utterance's first audio.
+    Ms(u64),
+    /// Bytes of the utterance's audio (as received: PCM at the stream's rate).
+    Bytes(u64),
+}
+
+/// `input.cancel`'s `played_ms` or `played_bytes` (absent or `null`: not told).
+fn played(obj: &Object) -> Result<Option<Played>, String> {
+    let amount = |key: &str| -> Result<Option<u64>, String> {
+        let bad = || format!("input.cancel: {key} must be a non-negative number");
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Int(i)) => i.to_i64().and_then(|v| u64::try_from(v).ok()).map(Some).ok_or_else(bad),
+            Some(Value::Float(f)) if f.is_finite() && *f >= 0.0 && key == "played_ms" => Ok(Some(*f as u64)),
+            Some(_) => Err(bad()),
+        }
+    };
+    match (amount("played_ms")?, amount("played_bytes")?) {
+        (Some(_), Some(_)) => Err("input.cancel: give played_ms or played_bytes, not both".to_owned()),
+        (Some(ms), None) => Ok(Some(Played::Ms(ms))),
+        (None, Some(bytes)) => Ok(Some(Played::Bytes(bytes))),
+        (None, None) => Ok(None),
+    }
 }
 
 /// `msg.get("text", "")`, taken out of the object without copying.
@@ -130,7 +161,21 @@ mod tests {
     #[test]
     fn dispatches_types() {
         assert_eq!(parse(r#"{"type": "input.done"}"#), Ok(ClientMessage::InputDone));
-        assert_eq!(parse(r#"{"type":"input.cancel"}"#), Ok(ClientMessage::InputCancel));
+        assert_eq!(parse(r#"{"type":"input.cancel"}"#), Ok(ClientMessage::InputCancel(Ok(None))));
+        assert_eq!(
+            parse(r#"{"type":"input.cancel","played_ms":1234.9}"#),
+            Ok(ClientMessage::InputCancel(Ok(Some(Played::Ms(1234)))))
+        );
+        assert_eq!(
+            parse(r#"{"type":"input.cancel","played_bytes":4800}"#),
+            Ok(ClientMessage::InputCancel(Ok(Some(Played::Bytes(4800)))))
+        );
+        for bad in
+            [r#""played_ms":-1"#, r#""played_bytes":1.5"#, r#""played_ms":"5""#, r#""played_ms":1,"played_bytes":2"#]
+        {
+            let message = parse(&format!(r#"{{"type":"input.cancel",{bad}}}"#));
+            assert!(matches!(message, Ok(ClientMessage::InputCancel(Err(_)))), "{bad}: {message:?}");
+        }
         assert_eq!(parse(r#"{"type":"session.close"}"#), Ok(ClientMessage::SessionClose));
         assert_eq!(parse(r#"{"type":"input.text","text":"hi "}"#), Ok(ClientMessage::InputText(Some("hi ".into()))));
         assert_eq!(parse(r#"{"type":"input.text"}"#), Ok(ClientMessage::InputText(Some(String::new()))));

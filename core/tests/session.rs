@@ -325,6 +325,73 @@ fn cancel_mid_stream_aborts_once_and_marks_audio_done() {
     assert_eq!(Harness::request(&h.take()).1.text, "kept for later");
 }
 
+/// Ours: `input.cancel` with how much the client played gets what was heard in `audio.done`;
+/// the engine is asked for word timings whenever it has them, and they are not sent unless the
+/// config asks.
+#[test]
+fn cancel_with_played_audio_says_what_was_heard() {
+    let mut h = Harness::new(capabilities(true, false), SessionOptions::default());
+    h.send(STREAM_CONFIG).send(&text("Hello big, world.")).send(DONE);
+    let (id, request) = Harness::request(&h.take());
+    assert_eq!(request.output, speechstream_core::engine::OutputKind::AudioAndWords);
+    // 500 ms of audio at 24 kHz; "big" is being played at 450 ms.
+    h.words(id, &[("Hello", 0, 300), ("big", 340, 520), ("world", 560, 860)]).audio(id, &[0; 24_000], 24_000);
+    h.send(r#"{"type":"input.cancel","played_ms":450}"#);
+    let outs = h.take();
+    assert!(matches!(&outs[..2], [Out::Binary(pcm), Out::Abort(_)] if pcm.len() == 24_000), "no timestamps sent");
+    assert_eq!(
+        outs[2],
+        json(
+            r#"{"type":"audio.done","utterance_index":0,"sentence_index":0,"total_bytes":24000,"error":false,"cancelled":true,
+               "heard":{"utterance_index":0,"played_ms":450,"text":"Hello","chars":[0,5],
+                        "words":[{"word":"Hello","start_ms":0,"end_ms":300,"chars":[0,5]}],
+                        "partial_word":{"word":"big","start_ms":340,"end_ms":520,"chars":[6,9]}}}"#
+        )
+    );
+    // In bytes, and more than was sent: what was sent (550 ms) was heard.
+    h.send(&text("Hello big, world.")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.words(id, &[("Hello", 0, 300), ("big", 340, 520), ("world", 560, 860)]).audio(id, &[0; 26_400], 24_000);
+    h.send(r#"{"type":"input.cancel","played_bytes":1000000}"#);
+    let heard = &frames(&h.take())[0]["heard"];
+    assert_eq!((heard["played_ms"].as_i64(), heard["text"].as_str()), (Some(550), Some("Hello big")));
+    assert_eq!(heard["partial_word"], serde_json::Value::Null, "between big and world");
+    // A bad amount is reported, and the cancel still happens, without `heard`.
+    h.send(&text("Hello.")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.audio(id, &[0; 480], 24_000).send(r#"{"type":"input.cancel","played_ms":-5}"#);
+    let f = frames(&h.take());
+    assert_eq!(f[0]["message"], "input.cancel: played_ms must be a non-negative number");
+    assert_eq!((f[1]["cancelled"].as_bool(), f[1].get("heard")), (Some(true), None));
+    // Sent whole (faster than it plays), then cancelled while idle: input.cancelled says what
+    // was heard of it, and of nothing once another utterance has started.
+    h.send(&text("Hello big, world.")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.words(id, &[("Hello", 0, 300), ("big", 340, 520), ("world", 560, 860)]).audio(id, &[0; 48_000], 24_000);
+    h.engine(id, EngineEventKind::Finished);
+    h.take();
+    h.send(r#"{"type":"input.cancel","played_ms":870}"#);
+    assert_eq!(
+        h.take(),
+        vec![json(
+            r#"{"type":"input.cancelled","utterance_index":4,
+                "heard":{"utterance_index":3,"played_ms":870,"text":"Hello big, world","chars":[0,16],
+                         "words":[{"word":"Hello","start_ms":0,"end_ms":300,"chars":[0,5]},
+                                  {"word":"big","start_ms":340,"end_ms":520,"chars":[6,9]},
+                                  {"word":"world","start_ms":560,"end_ms":860,"chars":[11,16]}],
+                         "partial_word":null}}"#
+        )]
+    );
+    h.send(r#"{"type":"input.cancel"}"#);
+    assert_eq!(h.take(), vec![json(r#"{"type":"input.cancelled","utterance_index":4}"#)]);
+    h.send(&text("x")).send(DONE);
+    let (id, _) = Harness::request(&h.take());
+    h.engine(id, EngineEventKind::Failed("boom".into()));
+    h.take();
+    h.send(r#"{"type":"input.cancel","played_ms":10}"#);
+    assert_eq!(h.take(), vec![json(r#"{"type":"input.cancelled","utterance_index":5}"#)]);
+}
+
 #[test]
 fn cancel_works_in_non_streamed_mode_and_when_idle() {
     let mut h = Harness::default();

@@ -58,6 +58,9 @@ pub struct Pace {
     first_sent: Option<Instant>,
     /// Seconds of audio delivered so far.
     sent: f64,
+    /// Its listener is still playing earlier audio of the same connection until then (by the
+    /// real-time clock of that audio): it can play this stream only after.
+    plays_after: Option<Instant>,
 }
 
 /// What delivering a chunk meant for its listener.
@@ -74,7 +77,26 @@ pub enum Delivery {
 
 impl Pace {
     pub fn new(submitted: Instant, streamed: bool) -> Pace {
-        Pace { submitted, streamed, first_sent: None, sent: 0.0 }
+        Pace { submitted, streamed, first_sent: None, sent: 0.0, plays_after: None }
+    }
+
+    /// The stream's listener is busy with the connection's earlier audio until `until`
+    /// ([`Listeners`]): its playback of this stream, and so its deadlines after the first
+    /// chunk, start then at the earliest.
+    pub fn plays_after(mut self, until: Option<Instant>) -> Pace {
+        self.plays_after = until;
+        self
+    }
+
+    /// When its listener starts playing it: its first chunk's arrival, or later if it is busy.
+    fn plays_from(&self) -> Option<Instant> {
+        self.first_sent.map(|t| self.plays_after.map_or(t, |busy| busy.max(t)))
+    }
+
+    /// When its listener will have played all of its audio delivered so far (None before the
+    /// first chunk): when the connection's listener is free again.
+    pub fn played_out(&self) -> Option<Instant> {
+        self.runs_dry().filter(|_| self.streamed)
     }
 
     pub fn streamed(&self) -> bool {
@@ -83,7 +105,7 @@ impl Pace {
 
     /// When the client runs out of audio (None before the first chunk).
     fn runs_dry(&self) -> Option<Instant> {
-        self.first_sent.map(|t| t + Duration::from_secs_f64(self.sent))
+        self.plays_from().map(|t| t + Duration::from_secs_f64(self.sent))
     }
 
     pub fn urgency(&self, pacing: &Pacing) -> Urgency {
@@ -100,13 +122,25 @@ impl Pace {
     /// being streamed (seconds each), `next_chars` / `later_chars` as in [`Outlook`].
     pub fn outlook(&self, pacing: &Pacing, current: Vec<f64>, next_chars: usize, later_chars: usize) -> Outlook {
         let first_due = self.first_sent.is_none().then(|| self.submitted + pacing.first_audio);
-        let plays_from = self.first_sent.or(first_due).unwrap_or(self.submitted);
-        Outlook { first_due, plays_from, position: self.sent, current, next_chars, later_chars, margin: pacing.margin }
+        let first_needed = first_due.map(|due| self.plays_after.map_or(due, |busy| busy.max(due)));
+        let plays_from = self.plays_from().or(first_needed).unwrap_or(self.submitted);
+        Outlook {
+            first_due,
+            first_needed,
+            plays_from,
+            position: self.sent,
+            current,
+            next_chars,
+            later_chars,
+            margin: pacing.margin,
+        }
     }
 
-    /// When this stream may compute again, if it is too far ahead of its playback at `now`.
+    /// When this stream may compute again, if it is too far ahead of its playback at `now`
+    /// (its own: the lead bounds the audio a cancel would throw away, whatever the listener
+    /// still has to play before it).
     pub fn waits_until(&self, now: Instant, pacing: &Pacing) -> Option<Instant> {
-        let dry = self.runs_dry().filter(|_| self.streamed)?;
+        let dry = self.first_sent.filter(|_| self.streamed)? + Duration::from_secs_f64(self.sent);
         let resume = dry.checked_sub(pacing.max_lead)?;
         (resume > now).then_some(resume)
     }
@@ -128,32 +162,43 @@ impl Pace {
 }
 
 /// A worker's measured speed: seconds of audio per second of compute, over its recent work
-/// (exponentially decaying totals, so it follows a change of load or of machine).
+/// (exponentially decaying totals, so it follows a change of load or of machine). Two memories:
+/// a long one for a steady figure, and a short one so that a drop (a neighbour taking the CPU)
+/// is noticed within a second; the lower of the two is the speed.
 #[derive(Clone, Copy, Debug)]
 pub struct Speed {
     audio: f64,
     busy: f64,
+    recent_audio: f64,
+    recent_busy: f64,
 }
 
 /// Seconds of compute over which old measurements fade (to 1/e).
 const SPEED_MEMORY_S: f64 = 5.0;
+/// The short memory: after one second at a lower speed, the old one weighs 1/e² (14%).
+const SPEED_RECENT_MEMORY_S: f64 = 0.5;
 
 impl Speed {
     /// Starts from a measurement (the warm-up's).
     pub fn new(audio_seconds: f64, busy_seconds: f64) -> Speed {
-        Speed { audio: audio_seconds.max(0.0), busy: busy_seconds.max(1e-9) }
+        let (audio, busy) = (audio_seconds.max(0.0), busy_seconds.max(1e-9));
+        Speed { audio, busy, recent_audio: audio, recent_busy: busy }
     }
 
     /// Adds `busy` seconds of compute that produced `audio` seconds.
     pub fn record(&mut self, audio: f64, busy: f64) {
-        let keep = (-busy.max(0.0) / SPEED_MEMORY_S).exp();
-        self.audio = self.audio * keep + audio.max(0.0);
-        self.busy = self.busy * keep + busy.max(0.0);
+        let (audio, busy) = (audio.max(0.0), busy.max(0.0));
+        let keep = (-busy / SPEED_MEMORY_S).exp();
+        self.audio = self.audio * keep + audio;
+        self.busy = self.busy * keep + busy;
+        let keep = (-busy / SPEED_RECENT_MEMORY_S).exp();
+        self.recent_audio = self.recent_audio * keep + audio;
+        self.recent_busy = self.recent_busy * keep + busy;
     }
 
     /// Audio seconds per compute second.
     pub fn factor(&self) -> f64 {
-        self.audio / self.busy.max(1e-9)
+        (self.audio / self.busy.max(1e-9)).min(self.recent_audio / self.recent_busy.max(1e-9))
     }
 }
 
@@ -192,6 +237,21 @@ pub const ADMISSION_UTILIZATION: f64 = 0.85;
 /// typical sentence; the rest of its text is counted along its audio).
 pub const FIRST_SENTENCE_CHARS: usize = 200;
 
+/// Characters of a text's first sentence, as far as admission needs to know: up to the first
+/// `.`, `!` or `?` followed by a space (the front end's splitter knows better; this is an
+/// estimate of the work before the first chunk).
+pub fn first_sentence_chars(text: &str) -> usize {
+    let mut chars = text.chars().peekable();
+    let mut n = 0;
+    while let Some(c) = chars.next() {
+        n += 1;
+        if matches!(c, '.' | '!' | '?') && chars.peek().is_some_and(|c| c.is_whitespace()) {
+            return n;
+        }
+    }
+    n
+}
+
 /// Audio seconds of the chunks a sentence is cut into (the first of an utterance, a sentence's
 /// first two, every later one), by the rule the scheduler cuts frames with
 /// ([`crate::chunks::ChunkLengths`]).
@@ -200,9 +260,12 @@ pub type ChunkSizes = crate::chunks::ChunkSizes<f64>;
 /// The work a stream still owes, as admission models it.
 #[derive(Clone, Debug)]
 pub struct Outlook {
-    /// When its first chunk is due, if it was not delivered yet.
+    /// When its first chunk is due, if it was not delivered yet (the scheduler's deadline).
     pub first_due: Option<Instant>,
-    /// When its listener started playing (its first chunk was delivered), else `first_due`.
+    /// When its listener needs that first chunk: its due time, or later if the listener is
+    /// still playing the connection's earlier audio.
+    pub first_needed: Option<Instant>,
+    /// When its listener started (or will start) playing it.
     pub plays_from: Instant,
     /// Seconds of audio delivered: where its next chunk starts.
     pub position: f64,
@@ -219,16 +282,20 @@ pub struct Outlook {
 impl Outlook {
     /// A stream submitted at `submitted` with `chars` characters of text, nothing computed.
     pub fn new(submitted: Instant, pacing: &Pacing, chars: usize) -> Outlook {
-        let due = submitted + pacing.first_audio;
-        Outlook {
-            first_due: Some(due),
-            plays_from: due,
-            position: 0.0,
-            current: Vec::new(),
-            next_chars: chars.min(FIRST_SENTENCE_CHARS),
-            later_chars: chars,
-            margin: pacing.margin,
-        }
+        Pace::new(submitted, true).outlook(pacing, Vec::new(), chars.min(FIRST_SENTENCE_CHARS), chars)
+    }
+
+    /// As [`Outlook::new`], with the characters of its first sentence (whose prosody comes
+    /// before its first chunk), for a listener busy until `until` ([`Pace::plays_after`]).
+    pub fn new_after(
+        submitted: Instant,
+        pacing: &Pacing,
+        chars: usize,
+        first_chars: usize,
+        until: Option<Instant>,
+    ) -> Outlook {
+        let first_chars = first_chars.min(chars).min(FIRST_SENTENCE_CHARS);
+        Pace::new(submitted, true).plays_after(until).outlook(pacing, Vec::new(), first_chars, chars)
     }
 
     /// Its steps due before `horizon`, in order, appended to `out`: each chunk due `margin`
@@ -240,8 +307,8 @@ impl Outlook {
         let before = |t: Instant, d: Duration| t.checked_sub(d).unwrap_or(t);
         let mut position = self.position;
         let mut push = |position: f64, work: f64| {
-            let (due, needed) = match self.first_due {
-                Some(due) if position <= 0.0 => (due, due),
+            let (due, needed) = match (self.first_due, self.first_needed) {
+                (Some(due), Some(needed)) if position <= 0.0 => (due, needed),
                 _ => {
                     let dry = self.plays_from + Duration::from_secs_f64(position.max(0.0));
                     (before(dry, self.margin), dry)
@@ -277,11 +344,17 @@ impl Outlook {
 /// taken up before it and its own fit in the time until its limit. A step already past its
 /// limit fails it: that worker is late for a stream and takes no new one.
 pub fn feasible(steps: &mut [Step], now: Instant, utilization: f64) -> bool {
+    first_miss(steps, now, utilization).is_none()
+}
+
+/// The first step [`feasible`] finds that would miss its limit, with the work to be done by
+/// then (for the refusal's log line).
+pub fn first_miss(steps: &mut [Step], now: Instant, utilization: f64) -> Option<(Step, f64)> {
     steps.sort_by_key(|s| (s.due, s.limit));
     let mut work = 0.0;
-    steps.iter().all(|s| {
+    steps.iter().find_map(|s| {
         work += s.work.max(0.0);
-        work <= s.limit.saturating_duration_since(now).as_secs_f64() * utilization
+        (work > s.limit.saturating_duration_since(now).as_secs_f64() * utilization).then_some((*s, work))
     })
 }
 
@@ -491,6 +564,66 @@ mod tests {
     }
 
     #[test]
+    fn a_listener_still_playing_earlier_audio_hears_the_next_stream_after_it() {
+        let t0 = Instant::now();
+        let pacing = Pacing { first_audio: ms(250), margin: ms(200), max_lead: ms(10_000) };
+        // The connection's listener plays its last stream until 5 s from now.
+        let busy = t0 + ms(5000);
+        let mut pace = Pace::new(t0, true).plays_after(Some(busy));
+        // Its first chunk is still computed as soon as any (the client may be waiting for it).
+        assert_eq!(pace.urgency(&pacing), Urgency::Due(t0 + ms(250)));
+        // Admission: needed only when the listener gets to it; later chunks from there on.
+        let mut steps = Vec::new();
+        pace.outlook(&pacing, vec![1.0, 2.0], 0, 0).steps(&COSTS, &SIZES, t0 + ms(60_000), &mut steps);
+        let (dues, limits): (Vec<Duration>, Vec<Duration>) = steps.iter().map(|s| (s.due - t0, s.limit - t0)).unzip();
+        assert_eq!(dues, [ms(250), ms(5000 + 1000 - 200)]);
+        assert_eq!(limits, [ms(5000 - 50), ms(5000 + 1000 - 50)]);
+        // Delivered fast, it is never late: its playback has not even begun.
+        assert_eq!(pace.delivered(t0 + ms(100), 1.0), Delivery::OnTime(0.0));
+        assert!(matches!(pace.delivered(t0 + ms(3000), 2.0), Delivery::OnTime(s) if (s - 3.0).abs() < 1e-9));
+        assert_eq!(pace.played_out(), Some(busy + ms(3000)));
+        // The lead that makes it wait is its own (audio a cancel would throw away).
+        pace.delivered(t0 + ms(3100), 15.0);
+        assert_eq!(pace.waits_until(t0 + ms(3100), &pacing), Some(t0 + ms(100 + 18_000 - 10_000)));
+        // A listener free already changes nothing.
+        let free = Pace::new(t0, true).plays_after(Some(t0 - ms(1)));
+        let mut a = Vec::new();
+        free.outlook(&pacing, Vec::new(), 60, 60).steps(&COSTS, &SIZES, t0 + ms(60_000), &mut a);
+        let mut b = Vec::new();
+        Outlook::new(t0, &pacing, 60).steps(&COSTS, &SIZES, t0 + ms(60_000), &mut b);
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn clients_that_read_faster_than_they_could_play_are_not_refused_for_a_clock_they_lack() {
+        // 40 new streams at 160x real time with 8 ms of prosody: as real-time listeners they do
+        // not fit (see above); from clients that sent them while their last audio would still
+        // be playing (a closed loop), only what is needed before each listener is free counts.
+        let t0 = Instant::now();
+        let pacing = Pacing::default();
+        let costs = Costs { per_audio_second: 1.0 / 160.0, per_char: 0.008 / 60.0 };
+        let starts = |n: usize, busy: Option<Instant>| {
+            let mut steps = Vec::new();
+            for _ in 0..n {
+                Outlook::new_after(t0, &pacing, 60, 60, busy).steps(&costs, &SIZES, t0 + ADMISSION_HORIZON, &mut steps);
+            }
+            steps
+        };
+        assert!(!feasible(&mut starts(40, None), t0, ADMISSION_UTILIZATION));
+        assert!(feasible(&mut starts(40, Some(t0 + ms(20_000))), t0, ADMISSION_UTILIZATION));
+        // Yet the worker is not endless: their first chunks must still be ready in time.
+        assert!(!feasible(&mut starts(2000, Some(t0 + ms(2000))), t0, ADMISSION_UTILIZATION));
+    }
+
+    #[test]
+    fn the_first_sentence_is_what_comes_before_the_first_chunk() {
+        assert_eq!(first_sentence_chars("Hello there. How are you?"), 12);
+        assert_eq!(first_sentence_chars("It costs 3.50 today! Yes."), 20);
+        assert_eq!(first_sentence_chars("No end"), 6);
+        assert_eq!(first_sentence_chars(""), 0);
+    }
+
+    #[test]
     fn speed_follows_the_work_measured() {
         let mut speed = Speed::new(1.0, 1.0);
         assert!((speed.factor() - 1.0).abs() < 1e-12);
@@ -502,6 +635,19 @@ mod tests {
         // Prosody (work without audio) lowers it.
         speed.record(0.0, 1.0);
         assert!(speed.factor() < 100.0);
+        // A neighbour halves it: noticed within a second (rounds of 10 ms), not five.
+        for _ in 0..5000 {
+            speed.record(1.0, 0.01);
+        }
+        for _ in 0..100 {
+            speed.record(0.5, 0.01);
+        }
+        assert!(speed.factor() < 60.0, "{}", speed.factor());
+        // Back to full speed, it comes back too.
+        for _ in 0..2000 {
+            speed.record(1.0, 0.01);
+        }
+        assert!(speed.factor() > 95.0, "{}", speed.factor());
     }
 
     #[test]

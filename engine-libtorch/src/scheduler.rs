@@ -59,6 +59,8 @@ pub(crate) struct Submission {
     pub request: SynthesisRequest,
     pub sink: Box<dyn EventSink>,
     pub submitted: Instant,
+    /// Its listener is busy with the connection's earlier audio until then.
+    pub plays_after: Option<Instant>,
     /// Counted in the admission's streams (to be given back when the request is over).
     pub admitted_stream: bool,
     /// Microseconds of audio the submitter added to the worker's pending audio for it.
@@ -124,13 +126,18 @@ impl Job {
 
     /// Delivers held events in order; stops at the first the consumer can't take. Streamed
     /// audio is timed against its playback here, as it leaves.
-    fn flush(&mut self, stats: &WorkerStats) -> bool {
+    fn flush(&mut self, stats: &WorkerStats, admission: &Admission) -> bool {
         let mut delivered = false;
         while let Some(kind) = self.pending.pop_front() {
             let seconds = match &kind {
                 EngineEventKind::Audio { pcm, .. } => Some(pcm.len() as f64 / 2.0 / f64::from(SAMPLE_RATE)),
                 _ => None,
             };
+            // A stream that played out: its listener is busy until it has heard it. Said before
+            // the end goes out, so the client's next request finds it.
+            if let (EngineEventKind::Finished, Some(at)) = (&kind, self.pace.played_out()) {
+                admission.played_out(self.id.connection, at, Instant::now());
+            }
             match self.sink.try_send(EngineEvent { id: self.id, kind }) {
                 Ok(()) => {
                     delivered = true;
@@ -326,7 +333,7 @@ impl Scheduler {
             self.measure(round.take());
             let mut progress = false;
             for job in &mut self.jobs {
-                progress |= job.flush(&self.stats);
+                progress |= job.flush(&self.stats, &self.admission);
             }
             progress |= self.finish_done();
             let (done, resume) = self.run_next(started);
@@ -433,6 +440,9 @@ impl Scheduler {
                     self.jobs.push(job);
                 }
                 Command::Abort(id) => {
+                    if self.jobs.iter().any(|j| j.id == id) {
+                        self.admission.listener_stopped(id.connection);
+                    }
                     // No more events for an aborted request: the session has moved on.
                     for job in self.jobs.iter_mut().filter(|j| j.id == id) {
                         job.closed = true;
@@ -446,7 +456,7 @@ impl Scheduler {
 
     /// A job for a new request; one that can't be served is born done, holding its `Failed`.
     fn admit(&self, submission: Submission) -> Job {
-        let Submission { id, request, sink, submitted, admitted_stream, owed_us, refusal } = submission;
+        let Submission { id, request, sink, submitted, plays_after, admitted_stream, owed_us, refusal } = submission;
         let mut job = Job {
             id,
             sink,
@@ -463,7 +473,7 @@ impl Scheduler {
             running: false,
             done: false,
             closed: false,
-            pace: Pace::new(submitted, request.stream),
+            pace: Pace::new(submitted, request.stream).plays_after(plays_after),
             admitted_stream,
             owed_us,
             chars_left: 0,
@@ -500,7 +510,7 @@ impl Scheduler {
             job.drop_unspeakable(&self.voices[job.voice].model);
             if job.sentences.is_empty() && job.texts.is_empty() {
                 job.finish(EngineEventKind::Finished);
-                job.flush(&self.stats);
+                job.flush(&self.stats, &self.admission);
                 progress = true;
             }
         }
@@ -596,7 +606,7 @@ impl Scheduler {
             Err(message) => {
                 for &i in batch {
                     self.jobs[i].finish(EngineEventKind::Failed(message.clone().into()));
-                    self.jobs[i].flush(&self.stats);
+                    self.jobs[i].flush(&self.stats, &self.admission);
                 }
                 return;
             }
@@ -658,7 +668,7 @@ impl Scheduler {
             Err(message) => {
                 for &i in batch {
                     self.jobs[i].finish(EngineEventKind::Failed(message.clone().into()));
-                    self.jobs[i].flush(&self.stats);
+                    self.jobs[i].flush(&self.stats, &self.admission);
                 }
                 return 0.0;
             }
@@ -675,7 +685,7 @@ impl Scheduler {
             }
             samples_made += samples.len();
             job.pending.push_back(EngineEventKind::Audio { pcm: to_s16le(&samples), sample_rate: SAMPLE_RATE });
-            job.flush(&self.stats);
+            job.flush(&self.stats, &self.admission);
         }
         samples_made as f64 / f64::from(SAMPLE_RATE)
     }

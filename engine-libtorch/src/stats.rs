@@ -1,9 +1,10 @@
 //! What the workers and their schedulers share: the admission state and mode, each worker's
 //! counters (read by `/metrics`), and the speech-rate estimate. A leaf: it knows neither.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::Instant;
 
 use speechstream_core::capacity::{Histogram, StreamTiming, WorkerLoad};
 use speechstream_core::engine::RequestId;
@@ -40,6 +41,47 @@ pub(crate) struct Admission {
     pub max_streams: Option<u64>,
     pub streams: AtomicU64,
     pub refused: AtomicU64,
+    /// When each connection's listener will have played its last finished stream, played in
+    /// real time from its first chunk (and after the one before): a stream it sends before then
+    /// is heard after (a voice agent queueing sentences), and one from a client that reads
+    /// faster than it could play owes its audio to no playback clock soon.
+    listeners: Mutex<HashMap<u64, Instant>>,
+}
+
+/// Connections remembered by [`Admission::listeners`] before the ones already free are dropped.
+const LISTENERS_KEPT: usize = 4096;
+
+impl Admission {
+    pub fn new(mode: AdmissionMode, max_streams: Option<u64>) -> Admission {
+        Admission {
+            mode,
+            max_streams,
+            streams: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            listeners: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Until when `connection`'s listener is still playing earlier audio, at `now`.
+    pub fn listener_busy_until(&self, connection: u64, now: Instant) -> Option<Instant> {
+        let listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        listeners.get(&connection).copied().filter(|&t| t > now)
+    }
+
+    /// `connection`'s listener stopped (its stream was aborted: a barge-in, a client gone).
+    pub fn listener_stopped(&self, connection: u64) {
+        self.listeners.lock().unwrap_or_else(|p| p.into_inner()).remove(&connection);
+    }
+
+    /// `connection`'s listener will have played its audio at `at`.
+    pub fn played_out(&self, connection: u64, at: Instant, now: Instant) {
+        let mut listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        if listeners.len() >= LISTENERS_KEPT {
+            listeners.retain(|_, t| *t > now);
+        }
+        let t = listeners.entry(connection).or_insert(at);
+        *t = (*t).max(at);
+    }
 }
 
 /// One worker's counters, written by its thread (and the submit side), read by `/metrics`.

@@ -3,9 +3,13 @@
 //! end says which phoneme characters each word of the text produced, so a word spans the frames
 //! of its tokens.
 //!
-//! A word spans its spoken tokens only: the pause tokens that punctuation and spaces produce
-//! (a sentence-final "." lasts about 400 ms of silence) are left between words, so the last
-//! word ends where its speech does.
+//! A word spans its spoken tokens: the pause tokens that punctuation produces (a sentence-final
+//! "." lasts about 400 ms of silence) are left between words, so the last word ends where its
+//! speech does; the space token between two words is their transition, shared between them.
+//! The audio leads these frames by a constant 60 ms (`ACOUSTIC_LEAD_SAMPLES`), which every time
+//! is moved by. Measured against PocketSphinx's forced aligner on held-out sentences
+//! (engine-libtorch/tests/hibari_timestamps.rs, BENCHMARKS.md): mean absolute error 18 ms for
+//! starts and 16 ms for ends, at every output rate.
 //!
 //! Words are reported as the protocol's aligner fallback segments text (split on whitespace, keep
 //! letters, digits and apostrophes, drop what is left empty), so the list matches the text's words
@@ -29,7 +33,22 @@ pub fn clean_word(word: &str) -> String {
 /// predictor folds part of the following pause into the sound before it (a sentence's last
 /// phoneme is often given 300 ms, of which the audio holds about 100); past this cap the
 /// audio is silence.
-const FINAL_SOUND_CAP: u64 = 4;
+const FINAL_SOUND_CAP: u64 = 5;
+
+/// A space token is the transition between two words, and each takes half of it, but at most
+/// this many fine frames (25 ms): a longer space is a pause the model put there, which belongs
+/// to neither word.
+const SPACE_SHARE_MAX: u64 = 2;
+
+/// How far the audio leads the frames the durations give it, in samples (60 ms). The decoder
+/// sees ±27 fine frames around each frame (its k7 input conv and eight k7 blocks) and the model
+/// learned to begin each sound this much before its token's first frame: the first word's sound
+/// begins inside the leading boundary token (by the audio's energy envelope, and by a forced
+/// aligner, which finds every word boundary 50-80 ms before the token boundaries). Measured on
+/// the sentences of hibari_engine.rs's energy test against PocketSphinx's aligner (tuning: 1320,
+/// 1440 and 1560 samples gave mean start errors of +7.6, +2.6 and -2.4 ms), checked on other
+/// sentences in tests/hibari_timestamps.rs.
+const ACOUSTIC_LEAD_SAMPLES: u64 = 1440;
 
 /// Whether a phoneme character is spoken; punctuation and spaces are pauses.
 fn spoken(c: char) -> bool {
@@ -54,11 +73,14 @@ pub fn word_timings(
         acc += 2 * d.max(0) as u64;
     }
     let end_of = |t: usize| starts[t] + 2 * durations[t].max(0) as u64;
-    // Which tokens are spoken sounds (the boundaries at both ends are not).
+    // Which tokens are spoken sounds (the boundaries at both ends are not), and which are the
+    // spaces between words.
     let mut spoken_token = vec![false; durations.len()];
+    let mut space_token = vec![false; durations.len()];
     for (c, t) in phonemes.chars().zip(char_tokens) {
         if let Some(t) = t.filter(|&t| t < durations.len()) {
             spoken_token[t] = spoken(c);
+            space_token[t] = c.is_whitespace();
         }
     }
     // Nothing is spoken during the leading boundary token.
@@ -76,24 +98,31 @@ pub fn word_timings(
             .filter(|&t| t < durations.len())
             .collect();
         let (first, last) = (tokens.first().copied(), tokens.last().copied());
+        // A space token between two words is their transition: each word takes its half (in
+        // fine frames, a whole number), so adjacent words meet with no gap, as they sound.
+        let half_space = |t: usize| {
+            let length = if space_token.get(t).copied().unwrap_or(false) { end_of(t) - starts[t] } else { 0 };
+            (length / 2).min(SPACE_SHARE_MAX)
+        };
         // A word with no token of its own (e.g. a symbol that is not read) gets an empty span where
         // it stands; clamping to the cursor keeps the list monotonic whatever the ranges are.
-        let start = first.map_or(cursor, |t| starts[t]).max(cursor);
-        // Before a pause (a token that is not spoken, or the closing boundary), the last sound
-        // keeps at most FINAL_SOUND_CAP coarse frames.
+        let start = first.map_or(cursor, |t| starts[t] - t.checked_sub(1).map_or(0, half_space)).max(cursor);
+        // Before a pause (a token that is neither spoken nor a space: punctuation, the closing
+        // boundary), the last sound keeps at most FINAL_SOUND_CAP coarse frames.
         let end_at = |t: usize| {
-            let next_spoken = spoken_token.get(t + 1).copied().unwrap_or(false);
-            if next_spoken {
+            if spoken_token.get(t + 1).copied().unwrap_or(false) {
                 end_of(t)
             } else {
-                end_of(t).min(starts[t] + 2 * FINAL_SOUND_CAP)
+                end_of(t).min(starts[t] + 2 * FINAL_SOUND_CAP) + half_space(t + 1)
             }
         };
         let end = last.map_or(start, end_at).max(start);
         cursor = end;
         let pieces: Vec<String> = text.split_whitespace().map(clean_word).filter(|w| !w.is_empty()).collect();
         let total_chars: u64 = pieces.iter().map(|p| p.chars().count() as u64).sum();
-        let (s0, span) = (offset_samples + start * SAMPLES_PER_FRAME, (end - start) * SAMPLES_PER_FRAME);
+        // The audio leads the frames the durations give (see ACOUSTIC_LEAD_SAMPLES).
+        let at = |frame: u64| (frame * SAMPLES_PER_FRAME).saturating_sub(ACOUSTIC_LEAD_SAMPLES);
+        let (s0, span) = (offset_samples + at(start), at(end) - at(start));
         let mut done_chars = 0;
         for piece in pieces {
             let a = s0 + span * done_chars / total_chars.max(1);
@@ -120,11 +149,12 @@ mod tests {
         let durations = [3, 1, 2, 1, 4, 5]; // boundary, a, b, space, c, boundary
         let words = [("Ab,", 0..2), ("c.", 3..5)];
         let t = word_timings(&words, "ab c.", &char_tokens, &durations, 0);
-        // fine frames: boundary 0..6, a 6..8, b 8..12, space 12..14, c 14..22
-        assert_eq!(t[0], WordTiming { word: "Ab".into(), start_ms: 75, end_ms: 150 });
-        assert_eq!(t[1], WordTiming { word: "c".into(), start_ms: 175, end_ms: 275 });
+        // fine frames: boundary 0..6, a 6..8, b 8..12, space 12..14, c 14..22; the words share
+        // the space (12..13 and 13..14), and everything is 60 ms earlier (the acoustic lead).
+        assert_eq!(t[0], WordTiming { word: "Ab".into(), start_ms: 75 - 60, end_ms: 163 - 60 });
+        assert_eq!(t[1], WordTiming { word: "c".into(), start_ms: 163 - 60, end_ms: 275 - 60 });
         let shifted = word_timings(&words, "ab c.", &char_tokens, &durations, 24_000);
-        assert_eq!((shifted[1].start_ms, shifted[1].end_ms), (1175, 1275));
+        assert_eq!((shifted[1].start_ms, shifted[1].end_ms), (1103, 1215));
     }
 
     #[test]
@@ -136,8 +166,20 @@ mod tests {
         let words = [("Ab,", 0..3), ("c.", 4..6)];
         let t = word_timings(&words, "ab, c.", &char_tokens, &durations, 0);
         // fine frames: boundary 0..6, a 6..8, b 8..12, ',' 12..32, ' ' 32..34, c 34..42
-        assert_eq!(t[0], WordTiming { word: "Ab".into(), start_ms: 75, end_ms: 150 });
-        assert_eq!(t[1], WordTiming { word: "c".into(), start_ms: 425, end_ms: 525 });
+        assert_eq!(t[0], WordTiming { word: "Ab".into(), start_ms: 75 - 60, end_ms: 150 - 60 });
+        assert_eq!(t[1], WordTiming { word: "c".into(), start_ms: 413 - 60, end_ms: 525 - 60 });
+        // A long space is a pause: each word takes at most 25 ms of it; a long last sound
+        // before it keeps FINAL_SOUND_CAP (125 ms).
+        let durations = [3, 1, 9, 10, 1, 4, 20, 5]; // boundary, a, b, ' ' (long), c, ...
+        let t = word_timings(
+            &[("ab", 0..2), ("c.", 3..5)],
+            "ab c.",
+            &[Some(1), Some(2), Some(3), Some(4), None],
+            &durations,
+            0,
+        );
+        // fine frames: boundary 0..6, a 6..8, b 8..26 (capped at 18), ' ' 26..46, c 46..54
+        assert_eq!((t[0].end_ms, t[1].start_ms), (225 + 25 - 60, 575 - 25 - 60));
     }
 
     #[test]
@@ -152,6 +194,6 @@ mod tests {
         for pair in t.windows(2) {
             assert!(pair[0].end_ms <= pair[1].start_ms && pair[1].start_ms <= pair[1].end_ms, "{t:?}");
         }
-        assert_eq!(t.last().map(|w| w.end_ms), Some(((2 + 8 * 2) * 300 / 24) as i64));
+        assert_eq!(t.last().map(|w| w.end_ms), Some(((2 + 8 * 2) * 300 / 24) as i64 - 60));
     }
 }

@@ -32,6 +32,14 @@ use crate::stats::{Admission, AdmissionMode, WorkerStats, CHARS_PER_SECOND, LATE
 // tensor from several threads at once.
 unsafe impl Sync for Hibari {}
 
+/// Milliseconds from `now` to `t`, negative when `t` has passed.
+fn signed_ms(t: Instant, now: Instant) -> f64 {
+    match t.checked_duration_since(now) {
+        Some(d) => d.as_secs_f64() * 1e3,
+        None => -(now - t).as_secs_f64() * 1e3,
+    }
+}
+
 /// Seconds the refusal tells a client to wait before trying again.
 const RETRY_AFTER_SECONDS: u32 = 1;
 
@@ -66,12 +74,7 @@ impl Pool {
         capabilities: &EngineCapabilities,
         options: &HibariOptions,
     ) -> Result<Pool, String> {
-        let admission = Arc::new(Admission {
-            mode: options.admission,
-            max_streams: options.max_streams,
-            streams: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-        });
+        let admission = Arc::new(Admission::new(options.admission, options.max_streams));
         let mut workers = Vec::new();
         let mut warm = Vec::new();
         for n in 0..count.max(1) {
@@ -121,8 +124,11 @@ impl Pool {
             self.workers.iter().map(|w| w.stats.pending_us.load(Ordering::Relaxed) as f64).collect();
         let start = self.turn.fetch_add(1, Ordering::Relaxed) as usize;
         let least = pacing::least_pending(&pending, start);
+        // A listener still playing this connection's last stream hears this one after it.
+        let plays_after =
+            request.stream.then(|| self.admission.listener_busy_until(id.connection, submitted)).flatten();
         let (index, refusal) = if request.stream {
-            match self.admit_stream(id, request.text.chars().count(), submitted, &pending, start) {
+            match self.admit_stream(id, &request.text, submitted, plays_after, &pending, start) {
                 Some(index) => (index, None),
                 None => {
                     self.admission.refused.fetch_add(1, Ordering::Relaxed);
@@ -149,7 +155,7 @@ impl Pool {
         if admitted_stream {
             worker.stats.streams.fetch_add(1, Ordering::Relaxed);
         }
-        let submission = Submission { id, request, sink, submitted, admitted_stream, owed_us, refusal };
+        let submission = Submission { id, request, sink, submitted, plays_after, admitted_stream, owed_us, refusal };
         if worker.commands.send(Command::Submit(Box::new(submission))).is_err() {
             // Only after the worker thread died (a panic in libtorch): nothing can answer.
             worker.stats.queued.fetch_sub(1, Ordering::Relaxed);
@@ -166,7 +172,15 @@ impl Pool {
     /// with admission on, the first by least pending audio (from `start`, as
     /// [`pacing::least_pending`]) that keeps every deadline of its streams with this one added
     /// ([`pacing::feasible`]); its steps are recorded there until the worker takes it.
-    fn admit_stream(&self, id: RequestId, chars: usize, now: Instant, pending: &[f64], start: usize) -> Option<usize> {
+    fn admit_stream(
+        &self,
+        id: RequestId,
+        text: &str,
+        now: Instant,
+        plays_after: Option<Instant>,
+        pending: &[f64],
+        start: usize,
+    ) -> Option<usize> {
         let streams = &self.admission.streams;
         let cap = self.admission.max_streams.unwrap_or(u64::MAX);
         let mut n = streams.load(Ordering::Relaxed);
@@ -186,17 +200,39 @@ impl Pool {
         let mut order: Vec<usize> = (0..count).map(|k| (start + k) % count).collect();
         order.sort_by(|&a, &b| pending[a].total_cmp(&pending[b]));
         let horizon = now + pacing::ADMISSION_HORIZON;
-        let outlook = Outlook::new(now, &self.pacing, chars);
+        let (chars, first) = (text.chars().count(), pacing::first_sentence_chars(text));
+        let outlook = Outlook::new_after(now, &self.pacing, chars, first, plays_after);
         for index in order {
             let mut demand = self.workers[index].stats.demand.lock().unwrap_or_else(|p| p.into_inner());
             let mut new = Vec::new();
             outlook.steps(&demand.costs, &self.sizes, horizon, &mut new);
+            // A worker with no stream takes one whatever its estimates say: it makes nobody
+            // late, and its work measures its speed again (a worker that refused everything on
+            // a stale, pessimistic estimate would never learn otherwise).
+            if self.workers[index].stats.streams.load(Ordering::Relaxed) == 0 && demand.arrivals.is_empty() {
+                demand.arrivals.push((id, new));
+                return Some(index);
+            }
             let mut all: Vec<Step> = demand.steps.clone();
             all.extend(demand.arrivals.iter().flat_map(|(_, steps)| steps.iter().copied()));
             all.extend_from_slice(&new);
-            if pacing::feasible(&mut all, now, pacing::ADMISSION_UTILIZATION) {
-                demand.arrivals.push((id, new));
-                return Some(index);
+            match pacing::first_miss(&mut all, now, pacing::ADMISSION_UTILIZATION) {
+                None => {
+                    demand.arrivals.push((id, new));
+                    return Some(index);
+                }
+                Some((step, work)) => tracing::debug!(
+                    request = %id,
+                    worker = index,
+                    steps = all.len(),
+                    total_work_ms = all.iter().map(|s| s.work).sum::<f64>() * 1e3,
+                    miss_due_ms = signed_ms(step.due, now),
+                    miss_limit_ms = signed_ms(step.limit, now),
+                    work_by_then_ms = work * 1e3,
+                    per_audio_second_ms = demand.costs.per_audio_second * 1e3,
+                    per_char_us = demand.costs.per_char * 1e6,
+                    "admission: no room"
+                ),
             }
         }
         streams.fetch_sub(1, Ordering::Relaxed);

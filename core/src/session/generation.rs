@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use base64::Engine as _;
 
+use super::heard::heard;
 use super::input::UnitEnded;
 use super::{EngineCommand, Output, RequestEnd, Session, State, UnknownRequest, CLOSE_GOING_AWAY};
 use crate::codec;
@@ -14,7 +15,10 @@ use crate::encode::{AudioStream, Encoded, Paging, WholeAudio};
 use crate::engine::{
     CodecFlags, EngineEvent, EngineEventKind, OutputKind, RequestId, SynthesisRequest, WordTiming, CODEC_UNSUPPORTED,
 };
-use crate::messages::{AudioChunk, AudioDone, AudioStart, AudioStartDeferred, CodecDone, CodecStart, StreamStart};
+use crate::messages::{
+    AudioChunk, AudioDone, AudioStart, AudioStartDeferred, CodecDone, CodecStart, Heard, StreamStart,
+};
+use crate::parse::Played;
 
 /// The nominal rate of streamed PCM when the config names none.
 const NOMINAL_SAMPLE_RATE: u32 = 24_000;
@@ -38,6 +42,10 @@ pub(super) struct Generation {
     /// Audio bytes (or codec frames) sent so far.
     total: u64,
     sample_rate: Option<u32>,
+    /// Its text, and the engine's word timings as they come (asked for whenever the engine
+    /// has them, so a cancel can say what was heard; sent only in word-timestamps mode).
+    text: String,
+    words: Vec<WordTiming>,
 }
 
 impl Generation {
@@ -57,7 +65,6 @@ enum Mode {
     /// `audio.chunk` JSON frames, then a trailing chunk with the word timings.
     Words {
         chunk_id: u64,
-        words: Vec<WordTiming>,
         any_words: bool,
     },
     Codec {
@@ -73,6 +80,27 @@ fn pcm_ms(bytes: u64, sample_rate: u32) -> i64 {
     ((bytes as f64 / 2.0 / f64::from(sample_rate)) * 1000.0).round_ties_even() as i64
 }
 
+/// What was sent of an utterance (or a unit of it), to say what a listener heard of it.
+pub(super) struct Spoken {
+    utterance: u64,
+    text: String,
+    words: Vec<WordTiming>,
+    /// Streamed PCM bytes sent, at `rate`.
+    sent_bytes: u64,
+    rate: u32,
+}
+
+impl Spoken {
+    /// What was heard of it by a listener that played `played` of its audio.
+    pub(super) fn heard(&self, played: Played) -> Heard {
+        let played_ms = match played {
+            Played::Ms(ms) => i64::try_from(ms).unwrap_or(i64::MAX),
+            Played::Bytes(bytes) => pcm_ms(bytes.min(self.sent_bytes), self.rate),
+        };
+        heard(self.utterance, &self.text, &self.words, played_ms, pcm_ms(self.sent_bytes, self.rate))
+    }
+}
+
 /// How a generation ends.
 pub(super) enum Ending {
     /// The engine finished the request.
@@ -84,8 +112,9 @@ pub(super) enum Ending {
     /// The session stops the request (bad engine output, a limit, the shutdown grace): abort,
     /// then end it as a failure.
     Stopped(String),
-    /// The client cancelled: abort, then end it marked `cancelled`.
-    Cancelled,
+    /// The client cancelled: abort, then end it marked `cancelled`, saying what was heard
+    /// when the client said how much it played.
+    Cancelled(Option<Played>),
 }
 
 impl Session {
@@ -112,8 +141,8 @@ impl Session {
                 self.on_audio(now, pcm, sample_rate);
             }
             EngineEventKind::Words(words) => {
-                if let Mode::Words { words: all, any_words, .. } = &mut generation.mode {
-                    all.extend(words);
+                generation.words.extend(words);
+                if let Mode::Words { any_words, .. } = &mut generation.mode {
                     *any_words = true;
                 }
             }
@@ -176,6 +205,7 @@ impl Session {
         let Some(config) = self.config.clone() else { return };
         let config = &*config;
         let u = self.utterance_index;
+        self.spoken = None;
         let codec_tokens = config.output_mode == OutputMode::CodecTokens;
         if codec_tokens && self.catalog.capabilities().codec.is_none() {
             return self.refuse_utterance(CODEC_UNSUPPORTED);
@@ -194,10 +224,14 @@ impl Session {
                 );
             }
         }
-        let request = match build_request(config, text) {
+        let mut request = match build_request(config, text) {
             Ok(request) => request,
             Err(details) => return self.refuse_utterance(&format!("Invalid request for utterance {u}: {details}")),
         };
+        // Word timings, when the engine has them, for a cancel that says what was heard.
+        if request.output == OutputKind::Audio && self.catalog.serving(&request).word_timestamps {
+            request.output = OutputKind::AudioAndWords;
+        }
         // The utterance's index, unless an earlier unit of it took that id.
         let number = self.last_request.map_or(u, |last| u.max(last + 1));
         self.last_request = Some(number);
@@ -237,7 +271,7 @@ impl Session {
                 word_timestamps: config.word_timestamps.then_some(true),
             };
             let mode = if config.word_timestamps {
-                Mode::Words { chunk_id: 0, words: Vec::new(), any_words: false }
+                Mode::Words { chunk_id: 0, any_words: false }
             } else if config.stream_audio {
                 Mode::Streamed
             } else {
@@ -279,8 +313,9 @@ impl Session {
             mode,
             total: 0,
             sample_rate: None,
+            text: text.to_owned(),
+            words: Vec::new(),
         });
-        let mut request = request;
         // The engine gets its own voice name (an alias, the server's, the voice it stands for).
         match self.catalog.resolve(&mut request) {
             Ok(()) => self.push(Output::Engine(EngineCommand::Synthesize { id, request })),
@@ -416,7 +451,18 @@ impl Session {
         };
         let live = generation.engine_live();
         let Generation {
-            id, utterance: u, sentence, mode, mut total, sample_rate, channels, resampler, out_rate, ..
+            id,
+            utterance: u,
+            sentence,
+            mode,
+            mut total,
+            sample_rate,
+            channels,
+            resampler,
+            out_rate,
+            text,
+            words,
+            ..
         } = generation;
         // A finished stream's last resampled samples (the filter's tail).
         let tail = match (&ending, resampler) {
@@ -426,16 +472,30 @@ impl Session {
         };
         let sample_rate = out_rate.filter(|_| sample_rate.is_some()).or(sample_rate);
         // First, so a transport that can't write the rest in time has still stopped it.
-        if live && matches!(ending, Ending::Stopped(_) | Ending::Cancelled) {
+        if live && matches!(ending, Ending::Stopped(_) | Ending::Cancelled(_)) {
             self.abort(id);
         }
+        // What was sent of it (PCM at the stream's rate; a whole file is sent only at its end),
+        // for a cancel that says what was heard, now or (once it finished) while idle.
+        let streamed_pcm = matches!(mode, Mode::Streamed | Mode::Words { .. });
+        let mut spoken = Spoken {
+            utterance: u,
+            text,
+            words,
+            sent_bytes: if streamed_pcm { total } else { 0 },
+            rate: sample_rate.unwrap_or(NOMINAL_SAMPLE_RATE),
+        };
+        let heard = match &ending {
+            Ending::Cancelled(Some(played)) if !matches!(mode, Mode::Codec { .. }) => Some(spoken.heard(*played)),
+            _ => None,
+        };
         let (failure, cancelled, file) = match ending {
             Ending::Finished => (None, false, None),
             Ending::Encoded(Encoded(Ok(file))) => (None, false, Some(file)),
             Ending::Encoded(Encoded(Err(message))) | Ending::Failed(message) | Ending::Stopped(message) => {
                 (Some(message), false, None)
             }
-            Ending::Cancelled => (None, true, None),
+            Ending::Cancelled(_) => (None, true, None),
         };
         let unit = self.input.generation_ended(total, cancelled, failure.is_some());
         if let UnitEnded::Fragment = unit {
@@ -478,7 +538,7 @@ impl Session {
                         total += tail.len() as u64;
                         self.push(Output::Binary(tail));
                     }
-                    Mode::Words { mut chunk_id, words, any_words } if failure.is_none() => {
+                    Mode::Words { mut chunk_id, any_words } if failure.is_none() => {
                         let rate = sample_rate.unwrap_or(NOMINAL_SAMPLE_RATE);
                         if !tail.is_empty() {
                             let start = pcm_ms(total, rate);
@@ -500,7 +560,8 @@ impl Session {
                         }
                         let end = pcm_ms(total, rate);
                         // After a cancel, only the words that were (at least partly) heard.
-                        let heard =
+                        let words = &spoken.words;
+                        let sent =
                             if cancelled { words.iter().take_while(|w| w.start_ms < end).count() } else { words.len() };
                         self.send_json(&AudioChunk {
                             r#type: "audio.chunk",
@@ -512,7 +573,7 @@ impl Session {
                             sample_rate: rate,
                             channels,
                             audio_b64: "",
-                            timestamps: any_words.then_some(&words[..heard]),
+                            timestamps: any_words.then_some(&words[..sent]),
                         });
                     }
                     _ => {}
@@ -530,8 +591,13 @@ impl Session {
                     total_bytes: total,
                     error: failure.is_some(),
                     cancelled: cancelled.then_some(true),
+                    heard,
                 });
             }
+        }
+        if streamed_pcm && failure.is_none() && !cancelled {
+            spoken.sent_bytes = total;
+            self.spoken = Some(spoken);
         }
         if let UnitEnded::Utterance = unit {
             self.session_done(1);

@@ -7,6 +7,7 @@
 //! engine request, its frames and its ending). This module holds the public face.
 
 mod generation;
+mod heard;
 mod input;
 mod table;
 
@@ -222,6 +223,9 @@ pub struct Session {
     utterance_index: u64,
     /// The request id of the last generation (ids stay unique when an utterance has several).
     last_request: Option<u64>,
+    /// The last streamed utterance (or unit), when it was sent whole: an `input.cancel` while
+    /// idle may say how much of it the client played (its audio may still be playing).
+    spoken: Option<generation::Spoken>,
     /// Client frames that arrived during a generation, handled after it in order, and
     /// what they cost against `max_deferred_bytes`.
     deferred: VecDeque<Deferred>,
@@ -302,6 +306,7 @@ impl Session {
             input: TextInput::Buffered(Default::default()),
             utterance_index: 0,
             last_request: None,
+            spoken: None,
             deferred: VecDeque::new(),
             deferred_bytes: 0,
             outputs: Outputs::default(),

@@ -11,6 +11,7 @@ use super::{Phase, Session, State, BINARY_FRAME_ERROR, CLOSE_NORMAL, DEFERRED_ME
 use crate::config::validate_session_config;
 use crate::json::{Object, Value};
 use crate::messages::InputCancelled;
+use crate::parse::Played;
 use crate::parse::{parse_client_text, ClientMessage, ParseError};
 
 /// A client frame held back during a generation. Text is held as it came and parsed again
@@ -43,8 +44,9 @@ enum Action {
     Ignore,
     /// Hold it until the utterance in flight has ended.
     Hold,
-    /// Stop the utterance in flight: abort, end it marked `cancelled`.
-    Cancel,
+    /// Stop the utterance in flight: abort, end it marked `cancelled` (saying what was heard
+    /// when the client said how much it played).
+    Cancel(Result<Option<Played>, String>),
     /// Apply a `session.config` (refused while text is buffered).
     Configure(Object),
     /// Append to the utterance's buffer.
@@ -52,7 +54,7 @@ enum Action {
     /// `input.done`: start the buffered utterance, or answer an empty one.
     Flush,
     /// `input.cancel` while idle: drop the buffer, say `input.cancelled`.
-    ClearBuffer,
+    ClearBuffer(Result<Option<Played>, String>),
     /// Close with 1000.
     Close,
     /// `input.commit`: the text so far becomes a fragment (in `sentence_commit` mode only).
@@ -70,7 +72,7 @@ impl Session {
         use ClientMessage as M;
         match (phase, incoming) {
             (Phase::Closed, _) => Action::Ignore,
-            (Phase::Generating | Phase::Draining, Incoming::Text(Ok(M::InputCancel))) => Action::Cancel,
+            (Phase::Generating | Phase::Draining, Incoming::Text(Ok(M::InputCancel(played)))) => Action::Cancel(played),
             (Phase::Generating, _) => Action::Hold,
             (Phase::Draining, _) => Action::Ignore,
             (_, Incoming::Binary) => Action::Report(BINARY_FRAME_ERROR.to_owned()),
@@ -80,7 +82,7 @@ impl Session {
                 let kind = match &message {
                     M::InputText(_) => "input.text",
                     M::InputDone => "input.done",
-                    M::InputCancel => "input.cancel",
+                    M::InputCancel(_) => "input.cancel",
                     M::SessionClose => "session.close",
                     M::InputCommit(_) => "input.commit",
                     M::Other(kind) => kind.as_str(),
@@ -92,7 +94,7 @@ impl Session {
                 M::InputText(None) => Action::Report("input.text requires a string value".to_owned()),
                 M::InputText(Some(text)) => Action::Buffer(text),
                 M::InputDone => Action::Flush,
-                M::InputCancel => Action::ClearBuffer,
+                M::InputCancel(played) => Action::ClearBuffer(played),
                 M::SessionClose => Action::Close,
                 M::InputCommit(object) => Action::Commit(object),
                 M::Other(kind) => Action::Report(format!("Unknown message type: {kind}")),
@@ -107,12 +109,12 @@ impl Session {
         match Self::action(self.phase(), incoming) {
             Action::Ignore => return,
             Action::Hold => return self.defer(held),
-            Action::Cancel => return self.cancel_generation(now),
+            Action::Cancel(played) => return self.cancel_generation(now, played),
             Action::Configure(object) => self.configure(&object),
             Action::Buffer(text) => self.feed_text(now, text),
             Action::Flush => self.flush_text(now),
             Action::Commit(object) => self.commit_text(now, &object),
-            Action::ClearBuffer => self.clear_text(),
+            Action::ClearBuffer(played) => self.clear_text(played),
             Action::Close => self.close(CLOSE_NORMAL),
             Action::Report(message) => self.send_error(&message, false),
             Action::Reject(message) => self.reject(&message),
@@ -145,18 +147,28 @@ impl Session {
         self.next_unit(now);
     }
 
-    /// `input.cancel` while idle: drop what is not yet said, say `input.cancelled`.
-    fn clear_text(&mut self) {
+    /// `input.cancel` while idle: drop what is not yet said, say `input.cancelled` (with what
+    /// was heard of the last utterance when the client said how much of it it played).
+    fn clear_text(&mut self, played: Result<Option<Played>, String>) {
         self.input.cancel();
+        let played = played.unwrap_or_else(|message| {
+            self.send_error(&message, false);
+            None
+        });
+        let heard = played.zip(self.spoken.as_ref()).map(|(played, spoken)| spoken.heard(played));
         let utterance_index = self.utterance_index;
-        self.send_json(&InputCancelled { r#type: "input.cancelled", utterance_index });
+        self.send_json(&InputCancelled { r#type: "input.cancelled", utterance_index, heard });
     }
 
     /// `input.cancel` while generating: the text not yet said goes (the utterance stays open
     /// in the modes that say units), and the generation ends marked `cancelled`.
-    fn cancel_generation(&mut self, now: Instant) {
+    fn cancel_generation(&mut self, now: Instant, played: Result<Option<Played>, String>) {
         self.input.cancel();
-        self.end_generation(now, Ending::Cancelled);
+        let played = played.unwrap_or_else(|message| {
+            self.send_error(&message, false);
+            None
+        });
+        self.end_generation(now, Ending::Cancelled(played));
     }
 
     /// `session.config`: refused while the text-input mode holds an utterance's text; else

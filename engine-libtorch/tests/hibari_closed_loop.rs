@@ -1,0 +1,87 @@
+//! Admission against clients that read audio as fast as it comes (batch jobs, benchmarks, agents
+//! that buffer): 32 connections in a closed loop, each sending its next two-sentence utterance as
+//! soon as the last one is done, six each, streamed, with admission on (the default). Such a
+//! client owes nothing to a playback clock it does not have: each later utterance is sent while
+//! the audio before it would still be playing, so its listener could only hear it after, and
+//! admission must not refuse it for deadlines that do not exist. Before the listener clock
+//! (issue 35), this refused 31 to 90 of these 192 on 2 CPUs. Needs `.cache`
+//! (scripts/setup-voice.sh). Generous: only refusals are counted, no timing is asserted; the
+//! time to first audio is printed (`-- --nocapture`).
+
+mod common;
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use speechstream_core::engine::{
+    Engine, EngineEvent, EngineEventKind, EventSink, Failure, RequestId, SynthesisRequest,
+};
+use speechstream_engine_libtorch::{AdmissionMode, HibariEngine, HibariOptions};
+
+const CONNECTIONS: u64 = 32;
+const UTTERANCES: u64 = 6;
+const TEXT: &str = "The library closes early on Sundays, so we went on Saturday instead. \
+                    My brother bought a red bicycle there, and rode it home in the rain.";
+const TIMEOUT: Duration = Duration::from_secs(600);
+
+struct Sink(mpsc::Sender<EngineEvent>);
+
+impl EventSink for Sink {
+    fn send(&self, event: EngineEvent) -> bool {
+        self.0.send(event).is_ok()
+    }
+}
+
+#[test]
+fn a_closed_loop_is_not_refused() {
+    let mut options = HibariOptions::new(hibari_assets());
+    options.admission = AdmissionMode::Realtime;
+    options.threads = Some(1);
+    let engine = HibariEngine::new(options).expect("engine");
+    let engine = &engine;
+    let results: Vec<(u64, Vec<Duration>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..CONNECTIONS)
+            .map(|connection| {
+                scope.spawn(move || {
+                    // Starts spread over a second, as a load generator's ramp.
+                    std::thread::sleep(Duration::from_millis(connection * 1000 / CONNECTIONS));
+                    let (mut refused, mut first_audio) = (0, Vec::new());
+                    for utterance in 0..UTTERANCES {
+                        let (tx, rx) = mpsc::channel();
+                        let request = SynthesisRequest::new(TEXT).with_stream(true);
+                        let (sent, mut heard) = (Instant::now(), false);
+                        engine.submit(RequestId { connection, utterance }, request, Box::new(Sink(tx)));
+                        loop {
+                            match rx.recv_timeout(TIMEOUT).expect("engine event").kind {
+                                EngineEventKind::Audio { .. } if !heard => {
+                                    heard = true;
+                                    first_audio.push(sent.elapsed());
+                                }
+                                EngineEventKind::Finished => break,
+                                EngineEventKind::Failed(Failure::Overloaded(_)) => {
+                                    refused += 1;
+                                    break;
+                                }
+                                EngineEventKind::Failed(other) => panic!("utterance failed: {other}"),
+                                _ => {}
+                            }
+                        }
+                    }
+                    (refused, first_audio)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("connection")).collect()
+    });
+    let refused: u64 = results.iter().map(|r| r.0).sum();
+    let mut ttfa: Vec<Duration> = results.into_iter().flat_map(|r| r.1).collect();
+    ttfa.sort();
+    let p = |q: f64| ttfa.get(((ttfa.len() as f64 * q).ceil() as usize).saturating_sub(1)).map(|d| d.as_millis());
+    eprintln!(
+        "{CONNECTIONS} connections x {UTTERANCES}: {refused} refused; first audio p50 {:?} ms, p99 {:?} ms",
+        p(0.5),
+        p(0.99)
+    );
+    assert_eq!(refused, 0, "closed-loop utterances refused");
+}
