@@ -93,6 +93,13 @@ struct ServeArgs {
     /// (Pipecat, LiveKit, the openai SDK's examples) work unchanged.
     #[arg(long)]
     no_openai_names: bool,
+    /// Refuse what the engine cannot honour: a style prompt (`instructions`, which hibari has
+    /// none of) is then a 400 or an error frame. By default it is accepted and ignored, and
+    /// the reply says so (HTTP header `X-Ignored-Fields: instructions`, batch items'
+    /// `ignored`, a log line on every transport). An unknown voice or language and voice
+    /// cloning are refused either way.
+    #[arg(long)]
+    strict: bool,
 
     /// Seconds a session may wait for its first valid session.config.
     #[arg(long, value_name = "SECONDS", default_value = "10", allow_negative_numbers = true, value_parser = positive_seconds)]
@@ -552,6 +559,7 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
     if args.no_openai_names {
         config.naming = Naming::new();
     }
+    config.strict = args.strict;
     config.extra_models = args.served_model_name.iter().skip(1).cloned().collect();
     let voices = voice_names(engine.as_ref());
     for (alias, voice) in &args.voice_alias {

@@ -66,16 +66,34 @@ impl Naming {
 
 /// An engine's capabilities and the server's [`Naming`]: what every protocol checks a request
 /// against and resolves its names with. Cheap to clone (both are shared).
+///
+/// What the engine cannot honour but would not change whose voice speaks or in what language
+/// (a style prompt, `instructions`) is by default dropped from the request and named in
+/// [`SynthesisRequest::ignored`], for the protocols to report; [`Catalog::with_strict`]
+/// refuses it instead. What would change the audio's identity (an unknown voice or language,
+/// voice cloning) is always refused.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Catalog {
     capabilities: Arc<EngineCapabilities>,
     naming: Arc<Naming>,
+    strict: bool,
 }
 
 impl Catalog {
-    /// The engine's `capabilities` under `naming`.
+    /// The engine's `capabilities` under `naming`, lenient.
     pub fn new(capabilities: Arc<EngineCapabilities>, naming: Naming) -> Catalog {
-        Catalog { capabilities, naming: Arc::new(naming) }
+        Catalog { capabilities, naming: Arc::new(naming), strict: false }
+    }
+
+    /// This catalog refusing (`true`) what the engine cannot honour instead of ignoring it.
+    pub fn with_strict(mut self, strict: bool) -> Catalog {
+        self.strict = strict;
+        self
+    }
+
+    /// Whether it refuses what the engine cannot honour ([`Catalog::with_strict`]).
+    pub fn strict(&self) -> bool {
+        self.strict
     }
 
     /// The engine's capabilities.
@@ -103,12 +121,21 @@ impl Catalog {
 
     /// Checks `request` against the engine that will serve it
     /// ([`EngineCapabilities::check`]'s checks, in its order) and gives its voice the engine's
-    /// name ([`Catalog::resolve_voice`]); `Err` is the refusal.
+    /// name ([`Catalog::resolve_voice`]); `Err` is the refusal. Unless strict, `instructions`
+    /// the engine does not follow are dropped and named in [`SynthesisRequest::ignored`].
     pub fn resolve(&self, request: &mut SynthesisRequest) -> Result<(), String> {
         let voice = self.resolve_voice(request.voice.as_deref()).map(|v| v.map(str::to_owned));
         // Routed by the voice the engine will receive (by the model, when it names none).
         request.voice = voice.clone().unwrap_or(None);
-        self.capabilities.serving(request).check_features(request)?;
+        let serving = self.capabilities.serving(request);
+        let styled = request.instructions.as_deref().is_some_and(|i| !i.trim().is_empty());
+        if styled && !serving.instructions && !self.strict {
+            request.instructions = None;
+            if !request.ignored.contains(&"instructions") {
+                request.ignored.push("instructions");
+            }
+        }
+        serving.check_features(request)?;
         voice.map(drop)
     }
 

@@ -716,10 +716,6 @@ fn voices_languages_and_task_types_are_refused_in_the_core() {
             "task_type 'VoiceDesign' is not supported by hibari: it speaks with preset voices only (use 'CustomVoice' or leave task_type out)",
         ),
         (
-            r#"{"type":"session.config","instructions":"whisper"}"#,
-            "instructions are not supported by hibari (it has no voice design or style prompts)",
-        ),
-        (
             r#"{"type":"session.config","ref_audio":"data:audio/wav;base64,AAAA","ref_text":"hello"}"#,
             "voice cloning (ref_audio, ref_text, speaker_embedding) is not supported by hibari: it speaks with \
              preset voices only (leave those fields out)",
@@ -749,6 +745,42 @@ fn voices_languages_and_task_types_are_refused_in_the_core() {
             h.engine(id, EngineEventKind::Finished);
         }
     }
+}
+
+// Issue 34: a style prompt the engine cannot follow is accepted and dropped, named in the
+// request's `ignored` for the transports to report; a strict catalog refuses it as before.
+#[test]
+fn instructions_are_ignored_unless_strict() {
+    let mut caps = capabilities(false, false);
+    caps.instructions = false;
+    caps.voices = vec!["heart".into()];
+    let caps = Arc::new(caps);
+    let config = r#"{"type":"session.config","instructions":"Speak in a cheerful and positive tone."}"#;
+    let mut h = Harness::new(Catalog::new(caps.clone(), Naming::new()), SessionOptions::default());
+    h.send(config).send(&text("x")).send(DONE);
+    let (id, request) = Harness::request(&h.take());
+    assert_eq!((request.instructions, request.ignored), (None, vec!["instructions"]));
+    h.engine(id, EngineEventKind::Finished);
+    // Blank instructions are no instructions: nothing to report.
+    h.send(r#"{"type":"session.config","instructions":"  "}"#).send(&text("y")).send(DONE);
+    let (_, request) = Harness::request(&h.take());
+    assert!(request.ignored.is_empty(), "{request:?}");
+    // An engine that follows them gets them, and nothing is ignored.
+    let mut h = Harness::new(capabilities(false, false), SessionOptions::default());
+    h.send(config).send(&text("x")).send(DONE);
+    let (_, request) = Harness::request(&h.take());
+    assert_eq!(request.instructions.as_deref(), Some("Speak in a cheerful and positive tone."));
+    assert!(request.ignored.is_empty(), "{request:?}");
+    // Strict: the refusal, after audio.start, as every other thing the engine cannot do.
+    let mut h = Harness::new(Catalog::new(caps, Naming::new()).with_strict(true), SessionOptions::default());
+    h.send(config).send(&text("x")).send(DONE);
+    let outs = h.take();
+    assert!(!outs.iter().any(|o| matches!(o, Out::Synthesize(..))), "{outs:?}");
+    assert_eq!(
+        frames(&outs)[1]["message"],
+        "Generation failed for utterance 0, sentence 0: instructions are not supported by hibari (it has no voice \
+         design or style prompts)"
+    );
 }
 
 // Issue 13: the server's aliases (OpenAI's voice names) reach the engine as its own names.

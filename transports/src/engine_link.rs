@@ -30,6 +30,15 @@ pub(crate) struct EngineLink {
     in_flight: HashMap<RequestId, UtteranceMeter>,
 }
 
+/// The log line of a request whose fields the engine will not honour
+/// ([`SynthesisRequest::ignored`](speechstream_core::engine::SynthesisRequest::ignored)), on
+/// every transport.
+pub(crate) fn log_ignored(id: RequestId, ignored: &[&str]) {
+    if !ignored.is_empty() {
+        info!(request = %id, ignored = %ignored.join(","), "request fields ignored: the engine cannot honour them");
+    }
+}
+
 impl EngineLink {
     /// A link for one connection, and the queue its requests' events arrive on (bounded by the
     /// server's `engine_event_queue`; it never ends, since the link holds a sender).
@@ -43,6 +52,7 @@ impl EngineLink {
         match command {
             EngineCommand::Synthesize { id, request } => {
                 info!(request = %id, chars = request.text.chars().count(), "utterance submitted");
+                log_ignored(id, &request.ignored);
                 self.in_flight.insert(id, UtteranceMeter::start(&self.shared.metrics, self.transport));
                 let sink = ChannelSink::new(self.events_tx.clone());
                 self.shared.engine.submit(id, request, Box::new(sink));

@@ -91,6 +91,10 @@ pub struct ServerConfig {
     /// model names accepted as `model` but not listed, and voice aliases `(alias, voice)`
     /// (`voice` may be `default`). Default: OpenAI's ([`Naming::openai`]).
     pub naming: Naming,
+    /// Refuse what the engine cannot honour (style `instructions`) with a 400 or an error
+    /// frame instead of ignoring it and saying so (`X-Ignored-Fields`, a log line); the
+    /// default is to ignore ([`Catalog::with_strict`]).
+    pub strict: bool,
 }
 
 impl Default for ServerConfig {
@@ -115,6 +119,7 @@ impl ServerConfig {
             write_timeout: Duration::from_secs(30),
             extra_models: Vec::new(),
             naming: Naming::openai(),
+            strict: false,
         }
     }
 }
@@ -168,7 +173,7 @@ pub async fn serve_with_wyoming(
         }
     }
     let shared = Arc::new(Shared {
-        catalog: Catalog::new(Arc::new(capabilities), cfg.naming),
+        catalog: Catalog::new(Arc::new(capabilities), cfg.naming).with_strict(cfg.strict),
         engine,
         max_message_bytes: max_message_bytes(&cfg.session),
         options: Arc::new(cfg.session),

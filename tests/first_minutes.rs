@@ -1,0 +1,179 @@
+//! Issue 34, "the first ten minutes": what a new user's first client brings either works with
+//! the default server (`speechstream serve`, hibari, as a child process) or fails helpfully.
+//! Needs scripts/setup.sh (voice assets, ffmpeg, .venv-clients).
+
+#[allow(dead_code)]
+#[path = "deploy/process.rs"]
+mod process;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+
+use futures_util::{SinkExt, StreamExt};
+use process::{client_python, root, Server, TIMEOUT};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+const STYLE: &str = "Speak in a cheerful and positive tone.";
+
+/// Behaviour, not capacity: admission (which reads the machine's speed) would refuse a sentence
+/// when the tests run side by side on a busy machine.
+fn hibari(extra: &[&str]) -> Server {
+    let mut args = vec!["--device", "cpu", "--admission", "off"];
+    args.extend_from_slice(extra);
+    Server::start_engine("hibari", &args)
+}
+
+/// README's quick start snippet of OpenAI's guide: its python block that passes `instructions=`.
+fn readme_guide_snippet() -> String {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    readme
+        .split("```python\n")
+        .skip(1)
+        .filter_map(|block| block.split_once("```").map(|(code, _)| code.to_owned()))
+        .find(|code| code.contains("instructions="))
+        .expect("README's quick start has OpenAI's guide snippet (a python block with instructions=)")
+}
+
+/// A blocking HTTP/1.1 POST of a JSON body: status, head (lowercase) and body (the replies here
+/// carry a length, not chunks).
+fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, String, Vec<u8>) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+    let body = body.to_string();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).expect("read");
+    let split = response.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
+    let head = String::from_utf8_lossy(&response[..split]).to_lowercase();
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, head, response[split + 4..].to_vec())
+}
+
+/// Seconds of audio in a file, decoded by ffmpeg.
+fn decoded_seconds(path: &std::path::Path) -> f64 {
+    let out = Command::new("ffmpeg")
+        .args(["-v", "error", "-i"])
+        .arg(path)
+        .args(["-f", "s16le", "-ac", "1", "-ar", "24000", "-"])
+        .output()
+        .expect("ffmpeg (scripts/setup.sh installs it)");
+    assert!(out.status.success(), "ffmpeg: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout.len() as f64 / 48_000.0
+}
+
+/// One WebSocket utterance with `config`: its JSON frames and the bytes of audio.
+fn websocket_utterance(addr: SocketAddr, config: Value, text: &str) -> (Vec<Value>, usize) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let url = format!("ws://{addr}/v1/audio/speech/stream");
+        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.expect("connect");
+        for message in [config, json!({"type": "input.text", "text": text}), json!({"type": "input.done"})] {
+            ws.send(Message::Text(message.to_string().into())).await.expect("send");
+        }
+        let (mut frames, mut audio) = (Vec::new(), 0);
+        loop {
+            let message = tokio::time::timeout(TIMEOUT * 4, ws.next()).await.expect("timed out").expect("open");
+            match message.expect("frame") {
+                Message::Text(t) => {
+                    let frame: Value = serde_json::from_str(&t).expect("json");
+                    let done = frame["type"] == "session.done";
+                    frames.push(frame);
+                    if done {
+                        return (frames, audio);
+                    }
+                }
+                Message::Binary(b) => audio += b.len(),
+                Message::Close(c) => panic!("closed: {c:?} after {frames:?}"),
+                _ => {}
+            }
+        }
+    })
+}
+
+fn ignored_lines(server: &Server) -> usize {
+    server.log().iter().filter(|line| line.contains("ignored=instructions")).count()
+}
+
+// Point 1: OpenAI's guide passes `instructions`, which hibari cannot follow. By default it is
+// accepted and ignored, and every transport says so: the HTTP header, the batch item, a log line
+// (the WebSocket's only channel: its clients compare frames exactly).
+#[test]
+fn openai_guide_with_instructions_is_spoken_and_the_prompt_reported_ignored() {
+    let server = hibari(&[]);
+    let dir = std::env::temp_dir().join(format!("speechstream-guide-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::write(dir.join("guide.py"), readme_guide_snippet()).expect("write the snippet");
+    let run = Command::new(client_python())
+        .arg(dir.join("guide.py"))
+        .env("OPENAI_BASE_URL", format!("http://{}/v1", server.addr))
+        .env("OPENAI_API_KEY", "anything")
+        .output()
+        .expect("run the snippet");
+    assert!(
+        run.status.success(),
+        "OpenAI's guide snippet failed:\n{}\nserver log: {:?}",
+        String::from_utf8_lossy(&run.stderr),
+        server.log()
+    );
+    let seconds = decoded_seconds(&dir.join("speech.mp3"));
+    let _ = std::fs::remove_dir_all(&dir);
+    // "Today is a wonderful day to build something people love!": about three seconds.
+    assert!((1.5..8.0).contains(&seconds), "speech.mp3 holds {seconds} s");
+    assert_eq!(ignored_lines(&server), 1, "{:?}", server.log());
+
+    let request = json!({"model": "gpt-4o-mini-tts", "voice": "coral", "input": "Hello there.",
+                         "instructions": STYLE, "response_format": "wav"});
+    let (status, head, body) = post(server.addr, "/v1/audio/speech", &request);
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("\r\nx-ignored-fields: instructions"), "{head}");
+    assert!(body.starts_with(b"RIFF") && body.len() > 24_000, "{} bytes", body.len());
+    // Without instructions nothing is said.
+    let plain = json!({"input": "Hello there.", "response_format": "pcm"});
+    let (status, head, _) = post(server.addr, "/v1/audio/speech", &plain);
+    assert_eq!(status, 200, "{head}");
+    assert!(!head.contains("x-ignored-fields"), "{head}");
+
+    let batch = json!({"instructions": STYLE, "items": [{"input": "One."}, {"input": "Two.", "instructions": " "}]});
+    let (status, head, body) = post(server.addr, "/v1/audio/speech/batch", &batch);
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("\r\nx-ignored-fields: instructions"), "{head}");
+    let reply: Value = serde_json::from_slice(&body).expect("batch json");
+    assert_eq!(reply["succeeded"], 2, "{reply}");
+    assert_eq!(reply["results"][0]["ignored"], json!(["instructions"]), "{reply}");
+    assert_eq!(reply["results"][1].get("ignored"), None, "blank instructions are none: {reply}");
+
+    let config = json!({"type": "session.config", "voice": "heart", "instructions": STYLE,
+                        "stream_audio": true, "response_format": "pcm"});
+    let (frames, audio) = websocket_utterance(server.addr, config, "Hello over the socket.");
+    let types: Vec<&str> = frames.iter().filter_map(|f| f["type"].as_str()).collect();
+    assert_eq!(types, ["audio.start", "audio.done", "session.done"], "{frames:?}");
+    assert!(audio > 24_000, "{audio} bytes of audio");
+    // The guide, the POST, the batch's first item and the WebSocket utterance: one line each.
+    assert_eq!(ignored_lines(&server), 4, "{:?}", server.log());
+}
+
+// Point 1's `--strict`: today's refusal back, on HTTP and the WebSocket.
+#[test]
+fn strict_refuses_instructions() {
+    let server = hibari(&["--strict"]);
+    let refusal = "instructions are not supported by hibari (it has no voice design or style prompts)";
+    let (status, head, body) = post(server.addr, "/v1/audio/speech", &json!({"input": "Hi.", "instructions": STYLE}));
+    assert_eq!(status, 400, "{head}");
+    let error: Value = serde_json::from_slice(&body).expect("error json");
+    assert_eq!(error["error"]["message"], refusal, "{error}");
+    let config =
+        json!({"type": "session.config", "instructions": STYLE, "stream_audio": true, "response_format": "pcm"});
+    let (frames, audio) = websocket_utterance(server.addr, config, "Hi.");
+    assert_eq!(audio, 0);
+    let error = frames.iter().find(|f| f["type"] == "error").expect("an error frame");
+    assert!(error["message"].as_str().is_some_and(|m| m.ends_with(refusal)), "{frames:?}");
+    assert_eq!(ignored_lines(&server), 0);
+}
