@@ -100,6 +100,12 @@ struct ServeArgs {
     /// cloning are refused either way.
     #[arg(long)]
     strict: bool,
+    /// For deployments that replace vLLM-Omni: its example clients' defaults work unchanged.
+    /// Model names of Qwen3-TTS (`Qwen/Qwen3-TTS-...`) and CosyVoice (`FunAudioLLM/...`) are
+    /// accepted, and Qwen3-TTS's speakers (Vivian, Ryan, Serena, Aiden, Dylan, Eric, Ono_Anna,
+    /// Sohee, Uncle_Fu) are aliases of the default voice.
+    #[arg(long)]
+    vllm_omni_compat: bool,
 
     /// Seconds a session may wait for its first valid session.config.
     #[arg(long, value_name = "SECONDS", default_value = "10", allow_negative_numbers = true, value_parser = positive_seconds)]
@@ -560,6 +566,9 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
         config.naming = Naming::new();
     }
     config.strict = args.strict;
+    if args.vllm_omni_compat {
+        config.naming = std::mem::take(&mut config.naming).with_vllm_omni();
+    }
     config.extra_models = args.served_model_name.iter().skip(1).cloned().collect();
     let voices = voice_names(engine.as_ref());
     for (alias, voice) in &args.voice_alias {

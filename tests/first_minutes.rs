@@ -69,7 +69,8 @@ fn decoded_seconds(path: &std::path::Path) -> f64 {
     out.stdout.len() as f64 / 48_000.0
 }
 
-/// One WebSocket utterance with `config`: its JSON frames and the bytes of audio.
+/// One WebSocket utterance with `config`: its JSON frames and the bytes of audio, up to
+/// `session.done` or the server's close.
 fn websocket_utterance(addr: SocketAddr, config: Value, text: &str) -> (Vec<Value>, usize) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {
@@ -80,8 +81,9 @@ fn websocket_utterance(addr: SocketAddr, config: Value, text: &str) -> (Vec<Valu
         }
         let (mut frames, mut audio) = (Vec::new(), 0);
         loop {
-            let message = tokio::time::timeout(TIMEOUT * 4, ws.next()).await.expect("timed out").expect("open");
-            match message.expect("frame") {
+            let message = tokio::time::timeout(TIMEOUT * 4, ws.next()).await.expect("timed out");
+            let Some(Ok(message)) = message else { return (frames, audio) };
+            match message {
                 Message::Text(t) => {
                     let frame: Value = serde_json::from_str(&t).expect("json");
                     let done = frame["type"] == "session.done";
@@ -91,7 +93,7 @@ fn websocket_utterance(addr: SocketAddr, config: Value, text: &str) -> (Vec<Valu
                     }
                 }
                 Message::Binary(b) => audio += b.len(),
-                Message::Close(c) => panic!("closed: {c:?} after {frames:?}"),
+                Message::Close(_) => return (frames, audio),
                 _ => {}
             }
         }
@@ -176,4 +178,43 @@ fn strict_refuses_instructions() {
     let error = frames.iter().find(|f| f["type"] == "error").expect("an error frame");
     assert!(error["message"].as_str().is_some_and(|m| m.ends_with(refusal)), "{frames:?}");
     assert_eq!(ignored_lines(&server), 0);
+}
+
+// Point 3: vLLM-Omni's example clients' defaults (a Qwen3-TTS or CosyVoice model name, the
+// speaker Vivian) work with one flag, on the WebSocket and HTTP.
+#[test]
+fn vllm_omni_client_defaults_work_under_the_switch() {
+    let server = hibari(&["--vllm-omni-compat"]);
+    // As vLLM-Omni's streaming client sends it (the `speaker` alias, CustomVoice, Auto).
+    let config = json!({"type": "session.config", "model": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
+                        "speaker": "Vivian", "task_type": "CustomVoice", "language": "Auto",
+                        "stream_audio": true, "response_format": "pcm"});
+    let (frames, audio) = websocket_utterance(server.addr, config, "Hello from the example client.");
+    let types: Vec<&str> = frames.iter().filter_map(|f| f["type"].as_str()).collect();
+    assert_eq!(types, ["audio.start", "audio.done", "session.done"], "{frames:?}");
+    assert!(audio > 24_000, "{audio} bytes of audio");
+    for model in ["Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice", "FunAudioLLM/Fun-CosyVoice3-0.5B-2512"] {
+        let request = json!({"model": model, "voice": "Ryan", "input": "Hi.", "response_format": "pcm"});
+        let (status, head, body) = post(server.addr, "/v1/audio/speech", &request);
+        assert_eq!(status, 200, "{model}: {head}");
+        assert!(body.len() > 4_800, "{model}: {} bytes", body.len());
+    }
+}
+
+// Point 3 without the switch: the openai SDK's dated model names are OpenAI's names (always),
+// and an unknown voice is refused at session.config, before any audio.start, so a client that
+// saves what it gets never saves an empty file without an error.
+#[test]
+fn dated_model_names_work_and_unknown_voices_are_refused_before_audio_start() {
+    let server = hibari(&[]);
+    let request = json!({"model": "gpt-4o-mini-tts-2025-12-15", "voice": "coral", "input": "Hi.",
+                         "response_format": "pcm"});
+    let (status, head, _) = post(server.addr, "/v1/audio/speech", &request);
+    assert_eq!(status, 200, "{head}");
+    let request = json!({"model": "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice", "input": "Hi."});
+    assert_eq!(post(server.addr, "/v1/audio/speech", &request).0, 404, "only under --vllm-omni-compat");
+    let config = json!({"type": "session.config", "speaker": "Vivian", "stream_audio": true, "response_format": "pcm"});
+    let (frames, audio) = websocket_utterance(server.addr, config, "Hi.");
+    assert_eq!(frames, [json!({"type": "error", "message": "Invalid voice 'Vivian'. Supported: heart"})]);
+    assert_eq!(audio, 0);
 }
