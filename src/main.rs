@@ -103,7 +103,10 @@ struct ServeArgs {
     /// For deployments that replace vLLM-Omni: its example clients' defaults work unchanged.
     /// Model names of Qwen3-TTS (`Qwen/Qwen3-TTS-...`) and CosyVoice (`FunAudioLLM/...`) are
     /// accepted, and Qwen3-TTS's speakers (Vivian, Ryan, Serena, Aiden, Dylan, Eric, Ono_Anna,
-    /// Sohee, Uncle_Fu) are aliases of the default voice.
+    /// Sohee, Uncle_Fu) are aliases of the default voice. /metrics also exports upstream's
+    /// speech streaming metrics (vllm_omni:audio_ttfp_s, vllm_omni:audio_rtf,
+    /// vllm_omni:audio_underrun_s, vllm_omni:audio_continuity_ok_total,
+    /// vllm_omni:speech_stream_completed_total and vllm_omni:speech_stream_aborted_total).
     #[arg(long)]
     vllm_omni_compat: bool,
 
@@ -568,6 +571,7 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
     config.strict = args.strict;
     if args.vllm_omni_compat {
         config.naming = std::mem::take(&mut config.naming).with_vllm_omni();
+        config.vllm_omni_metrics = true;
     }
     config.extra_models = args.served_model_name.iter().skip(1).cloned().collect();
     let voices = voice_names(engine.as_ref());

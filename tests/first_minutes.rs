@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 
 use futures_util::{SinkExt, StreamExt};
-use process::{client_python, root, Server, TIMEOUT};
+use process::{client_python, get, root, Server, TIMEOUT};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -199,6 +199,21 @@ fn vllm_omni_client_defaults_work_under_the_switch() {
         assert_eq!(status, 200, "{model}: {head}");
         assert!(body.len() > 4_800, "{model}: {} bytes", body.len());
     }
+    // Upstream's speech streaming metrics beside ours: the WebSocket stream completed (TTFP,
+    // underrun, continuity); the two whole replies count only in the RTF.
+    let (status, metrics) = get(server.addr, "/metrics", "");
+    assert_eq!(status, 200);
+    let labels = "model_name=\"hibari\",stage=\"0\",replica=\"0\"";
+    for line in [
+        format!("vllm_omni:audio_ttfp_s_count{{{labels}}} 1"),
+        format!("vllm_omni:audio_rtf_count{{{labels}}} 3"),
+        format!("vllm_omni:audio_underrun_s_count{{{labels}}} 1"),
+        "vllm_omni:speech_stream_completed_total{model_name=\"hibari\"} 1".to_owned(),
+        "vllm_omni:speech_stream_aborted_total{model_name=\"hibari\",reason=\"closed\"} 0".to_owned(),
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "missing {line:?} in\n{metrics}");
+    }
+    assert!(metrics.lines().any(|l| l.starts_with("vllm_omni:audio_continuity_ok_total{")), "{metrics}");
 }
 
 // Point 3 without the switch: the openai SDK's dated model names are OpenAI's names (always),
@@ -217,4 +232,8 @@ fn dated_model_names_work_and_unknown_voices_are_refused_before_audio_start() {
     let (frames, audio) = websocket_utterance(server.addr, config, "Hi.");
     assert_eq!(frames, [json!({"type": "error", "message": "Invalid voice 'Vivian'. Supported: heart"})]);
     assert_eq!(audio, 0);
+    // Upstream's metric families only under the switch.
+    let (status, metrics) = get(server.addr, "/metrics", "");
+    assert_eq!(status, 200);
+    assert!(!metrics.contains("vllm_omni:"), "{metrics}");
 }

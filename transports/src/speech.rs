@@ -33,7 +33,7 @@ use tracing::{debug, info, warn};
 use crate::body::{full, json, Body, BoxError};
 use crate::context::ConnectionContext;
 use crate::encoding::encode_off_runtime;
-use crate::metrics::{ErrorKind, Transport, UtteranceMeter};
+use crate::metrics::{Abort, ErrorKind, Transport, UtteranceMeter};
 use crate::shared::Shared;
 use crate::sink::ChannelSink;
 
@@ -213,7 +213,7 @@ struct EngineRequest {
 impl EngineRequest {
     fn submit(shared: &Arc<Shared>, id: RequestId, request: &SpeechRequest) -> EngineRequest {
         let (events_tx, events) = mpsc::channel(shared.engine_event_queue);
-        let meter = UtteranceMeter::start(&shared.metrics, Transport::Http);
+        let meter = UtteranceMeter::start(&shared.metrics, Transport::Http, request.synthesis.stream);
         crate::engine_link::log_ignored(id, &request.synthesis.ignored);
         shared.engine.submit(id, request.synthesis.clone(), Box::new(ChannelSink::new(events_tx)));
         EngineRequest { id, engine: shared.engine.clone(), shared: shared.clone(), events, meter, ended: false }
@@ -229,7 +229,10 @@ impl EngineRequest {
                 self.ended = true;
                 self.meter.finished(&self.shared.metrics);
             }
-            EngineEventKind::Failed(_) => self.ended = true,
+            EngineEventKind::Failed(_) => {
+                self.ended = true;
+                self.meter.aborted(&self.shared.metrics, Abort::Error);
+            }
             _ => {}
         }
     }
@@ -238,6 +241,7 @@ impl EngineRequest {
     fn abort(&mut self) {
         if !self.ended {
             self.ended = true;
+            self.meter.aborted(&self.shared.metrics, Abort::Cancelled);
             self.shared.metrics.cancelled(Transport::Http);
             self.engine.abort(self.id);
         }
@@ -248,6 +252,7 @@ impl Drop for EngineRequest {
     fn drop(&mut self) {
         if !self.ended {
             debug!(request = %self.id, "client gone: aborting the engine request");
+            self.meter.aborted(&self.shared.metrics, Abort::Closed);
             self.shared.metrics.cancelled(Transport::Http);
             self.engine.abort(self.id);
         }
