@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use speechstream_core::catalog::Naming;
+use speechstream_core::catalog::{Catalog, Naming};
 use speechstream_core::config::ResponseFormat;
 use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest, Voice};
 use speechstream_core::parse::Limits;
@@ -324,10 +324,11 @@ struct SayArgs {
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
     /// Audio format: wav, pcm (s16le), flac, mp3, opus, ulaw or alaw (G.711, 8 kHz) [default:
-    /// from the file's extension, else wav].
+    /// from the file's extension; another extension, or none, is refused].
     #[arg(short = 'f', long, value_name = "FORMAT", value_parser = response_format)]
     format: Option<ResponseFormat>,
-    /// Voice (one of voices.json with its model file present).
+    /// Voice: one of voices.json with its model file present (any case), `default`, or one of
+    /// OpenAI's voice names (an alias of the default voice), as the server takes them.
     #[arg(long, default_value = speechstream_engine_libtorch::DEFAULT_VOICE)]
     voice: String,
     /// Speaking rate, 0.25 to 4.0 (the model's own duration scale, not a time stretch).
@@ -454,15 +455,20 @@ fn run_say(args: SayArgs) -> Result<(), String> {
     if text.is_empty() {
         return Err("nothing to say: the text is empty".to_owned());
     }
-    let format = args.format.or_else(|| format_of(&args.output)).unwrap_or(ResponseFormat::Wav);
+    let format = match args.format {
+        Some(format) => format,
+        None => format_of(&args.output)?,
+    };
     // One request: one worker, nothing to admit.
     let mut voice_args = args.voice_args;
     voice_args.workers.get_or_insert(1);
     voice_args.admission = speechstream_engine_libtorch::AdmissionMode::Off;
     let engine = voice_args.engine(None)?;
     let loaded = started.elapsed();
-    let request =
+    let mut request =
         SynthesisRequest::new(text).with_voice(args.voice.clone()).with_speed(args.speed).with_seed(args.seed);
+    // The voice rule every protocol uses: any case, OpenAI's names, `default`.
+    Catalog::new(Arc::new(engine.capabilities().clone()), Naming::openai()).resolve(&mut request)?;
     let (tx, rx) = std::sync::mpsc::channel();
     engine.submit(RequestId { connection: 0, utterance: 0 }, request, Box::new(SaySink(tx)));
     let mut pcm = Vec::new();
@@ -489,8 +495,15 @@ fn run_say(args: SayArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn format_of(path: &Path) -> Option<ResponseFormat> {
-    path.extension().and_then(|e| e.to_str()).and_then(|e| response_format(e).ok())
+/// The format `say` writes to `path` without `-f`: its extension's, or the refusal listing them.
+fn format_of(path: &Path) -> Result<ResponseFormat, String> {
+    path.extension().and_then(|e| e.to_str()).and_then(|e| response_format(e).ok()).ok_or_else(|| {
+        format!(
+            "cannot tell the audio format of {} from its extension: name it .wav, .pcm, .flac, .mp3, .opus, .ulaw or \
+             .alaw, or give -f FORMAT",
+            path.display()
+        )
+    })
 }
 
 fn run_serve(args: ServeArgs) -> ExitCode {
@@ -753,7 +766,13 @@ mod tests {
         let Command::Say(args) = cli.command else { panic!("not say") };
         assert_eq!((args.speed, args.seed, args.voice_args.threads), (1.5, Some(-3), 2));
         assert_eq!(args.voice_args.assets_dir.as_deref(), Some(Path::new("/v")));
-        assert_eq!(format_of(&args.output), Some(ResponseFormat::Mp3));
+        assert_eq!(format_of(&args.output), Ok(ResponseFormat::Mp3));
+        // Issue 34: an extension that names no format is refused with the list, not a WAV.
+        for name in ["x.xyz", "x", "x.wav.bak"] {
+            let refusal = format_of(Path::new(name)).unwrap_err();
+            assert!(refusal.contains(".wav, .pcm, .flac, .mp3, .opus, .ulaw or .alaw"), "{name}: {refusal}");
+        }
+        assert_eq!(format_of(Path::new("X.OGG")), Ok(ResponseFormat::Opus));
         assert_eq!(args.voice, "heart");
         for bad in [&["--speed", "5"][..], &["--speed", "0.1"], &["-f", "aiff"], &["--threads", "0"]] {
             let argv = ["speechstream", "say", "x", "-o", "x.wav"].iter().chain(bad.iter());

@@ -237,3 +237,50 @@ fn dated_model_names_work_and_unknown_voices_are_refused_before_audio_start() {
     assert_eq!(status, 200);
     assert!(!metrics.contains("vllm_omni:"), "{metrics}");
 }
+
+/// `speechstream say ARGS...`: whether it succeeded, and its log.
+fn say(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_speechstream"))
+        .arg("say")
+        .args(args)
+        .args(["--device", "cpu"])
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("run say");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+// Points 4 and 2: `say` resolves its voice as the server does (OpenAI's names, any case), and
+// writes the format its file's extension names or refuses with the list, never a silent WAV.
+#[test]
+fn say_takes_the_servers_voice_names_and_refuses_unknown_extensions() {
+    let dir = std::env::temp_dir().join(format!("speechstream-say-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mp3 = dir.join("alloy.mp3");
+    let (ok, log) = say(&["Hello from say.", "-o", mp3.to_str().unwrap(), "--voice", "Alloy"]);
+    assert!(ok, "{log}");
+    let seconds = decoded_seconds(&mp3);
+    assert!((0.5..6.0).contains(&seconds), "{seconds} s");
+    for name in ["x.xyz", "noextension"] {
+        let path = dir.join(name);
+        let (ok, log) = say(&["Hi.", "-o", path.to_str().unwrap()]);
+        assert!(!ok && log.contains(".wav, .pcm, .flac, .mp3, .opus, .ulaw or .alaw"), "{name}: {log}");
+        assert!(!path.exists(), "{name} was written");
+    }
+    let (ok, log) = say(&["Hi.", "-o", dir.join("x.wav").to_str().unwrap(), "--voice", "nobody"]);
+    assert!(!ok && log.contains("Invalid voice 'nobody'. Supported: heart"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// Point 4: an alias that is also a voice's name never applies (the voice wins); the server says
+// so at start-up (OpenAI's `fable` where hibari's voice `fable` is installed).
+#[test]
+fn an_alias_shadowed_by_a_voice_is_reported_at_start_up() {
+    // The synthetic engine's voices include `serena`.
+    let server = Server::start(&["--voice-alias", "serena=default", "--voice-alias", "narrator=default"]);
+    let warning = server.log().into_iter().find(|line| line.contains("also names of voices"));
+    let warning = warning.unwrap_or_else(|| panic!("no warning in {:?}", server.log()));
+    assert!(warning.contains("aliases=serena") && !warning.contains("narrator"), "{warning}");
+    let plain = Server::start(&[]);
+    assert!(!plain.log().iter().any(|line| line.contains("also names of voices")), "{:?}", plain.log());
+}

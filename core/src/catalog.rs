@@ -165,6 +165,14 @@ impl Catalog {
         crate::engine::resolve_voice(&self.capabilities, &self.naming.voice_aliases, voice)
     }
 
+    /// The aliases that are also the name of one of the engine's voices (in any case): the
+    /// voice wins, so the alias never applies (OpenAI's `fable` where hibari's voice `fable` is
+    /// installed). A server reports them at start-up.
+    pub fn shadowed_aliases(&self) -> Vec<&str> {
+        let aliases = self.naming.voice_aliases.iter().map(|(alias, _)| alias.as_str());
+        aliases.filter(|alias| self.capabilities.voice(alias).is_some()).collect()
+    }
+
     /// Checks `request` against the engine that will serve it
     /// ([`EngineCapabilities::check`]'s checks, in its order) and gives its voice the engine's
     /// name ([`Catalog::resolve_voice`]); `Err` is the refusal. Unless strict, `instructions`
@@ -248,6 +256,8 @@ mod tests {
         }
         // The engine's own voices win over any alias.
         assert_eq!(compat.resolve_voice(Some("Fable")), Ok(Some("fable")));
+        assert_eq!(compat.shadowed_aliases(), ["fable"], "OpenAI's fable is also a voice");
+        assert!(catalog(Naming::new()).shadowed_aliases().is_empty());
         // An operator's alias of a speaker's name is kept.
         let mine = Naming::openai().with_voice_alias("vivian", "fable").with_vllm_omni();
         assert_eq!(catalog(mine).resolve_voice(Some("Vivian")), Ok(Some("fable")));

@@ -201,6 +201,13 @@ pub async fn serve_with_wyoming(
         metrics,
         draining: AtomicBool::new(false),
     });
+    let shadowed = shared.catalog.shadowed_aliases();
+    if !shadowed.is_empty() {
+        warn!(
+            aliases = %shadowed.join(", "),
+            "voice aliases that are also names of voices: clients naming them get those voices, not the alias"
+        );
+    }
     shared.metrics.sockets_max.store(max_sockets as u64, Ordering::Relaxed);
     info!(
         max_sockets,
