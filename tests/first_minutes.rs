@@ -284,3 +284,38 @@ fn an_alias_shadowed_by_a_voice_is_reported_at_start_up() {
     let plain = Server::start(&[]);
     assert!(!plain.log().iter().any(|line| line.contains("also names of voices")), "{:?}", plain.log());
 }
+
+// Point 7: `speed` is honoured on streamed WebSocket utterances (our extension: the reference
+// refuses it) and in the streaming modes, for the hibari voice; the audio's length follows it
+// within the model's limits (docs/protocol.md §e.2).
+#[test]
+fn speed_is_honoured_on_streamed_websocket_utterances() {
+    let server = hibari(&[]);
+    let text = "The quick brown fox jumps over the lazy dog, and then it runs back home again.";
+    let seconds = |config: Value| -> f64 {
+        let (frames, audio) = websocket_utterance(server.addr, config.clone(), text);
+        assert!(!frames.iter().any(|f| f["type"] == "error"), "{config}: {frames:?}");
+        audio as f64 / 48_000.0
+    };
+    let streamed = |speed: f64| {
+        seconds(json!({"type": "session.config", "stream_audio": true, "response_format": "pcm",
+                       "speed": speed, "seed": 7}))
+    };
+    let lengths: Vec<(f64, f64)> = [0.5, 1.0, 2.0, 4.0].into_iter().map(|s| (s, streamed(s))).collect();
+    let at = |speed: f64| lengths.iter().find(|(s, _)| *s == speed).unwrap().1;
+    println!(
+        "hibari, streamed: {}",
+        lengths.iter().map(|(s, d)| format!("speed {s}: {d:.2} s")).collect::<Vec<_>>().join(", ")
+    );
+    assert!(lengths.windows(2).all(|w| w[1].1 < w[0].1), "not shorter as speed rises: {lengths:?}");
+    let (slow, fast) = (at(0.5) / at(1.0), at(1.0) / at(2.0));
+    assert!((1.6..2.3).contains(&slow), "0.5 is {slow:.2}x longer: {lengths:?}");
+    assert!((1.5..2.2).contains(&fast), "2.0 is {fast:.2}x shorter: {lengths:?}");
+    // A streaming mode (token_level) takes speed too, fragment by fragment.
+    let token = |speed: f64| {
+        seconds(json!({"type": "session.config", "streaming_mode": "token_level", "response_format": "pcm",
+                       "speed": speed, "seed": 7}))
+    };
+    let (normal, quick) = (token(1.0), token(2.0));
+    assert!(quick < normal * 0.7, "token_level: {normal:.2} s at 1.0, {quick:.2} s at 2.0");
+}

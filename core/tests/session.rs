@@ -1168,10 +1168,6 @@ fn token_level_fragments_and_the_mode_rules() {
             "token_level streaming requires response_format='pcm'. Got response_format='wav'.",
         ),
         (
-            r#"{"streaming_mode":"sentence_commit","response_format":"pcm","speed":2}"#,
-            "Speed adjustment is not supported in sentence_commit mode.",
-        ),
-        (
             r#"{"streaming_mode":"token_level","word_timestamps":true}"#,
             "word_timestamps is not supported in token_level mode.",
         ),
@@ -1187,6 +1183,18 @@ fn token_level_fragments_and_the_mode_rules() {
     let mut h = Harness::default();
     h.send(r#"{"type":"session.config","streaming_mode":"sentence_commit","response_format":"pcm"}"#).send(DONE);
     assert_eq!(frames(&h.take()), [serde_json::json!({"type":"session.done","total_sentences":0})]);
+    // Speed is honoured in the modes and on streamed audio (ours, issue 34: upstream refuses it).
+    for config in [
+        r#"{"type":"session.config","streaming_mode":"sentence_commit","response_format":"pcm","speed":2}"#,
+        r#"{"type":"session.config","stream_audio":true,"response_format":"pcm","speed":0.5}"#,
+    ] {
+        let mut h = Harness::default();
+        h.send(config).send(&text("Hello there.")).send(DONE);
+        let outs = h.take();
+        let (_, request) = Harness::request(&outs);
+        assert!(request.speed == 2.0 || request.speed == 0.5, "{config}: {}", request.speed);
+        assert!(!frames(&outs).iter().any(|f| f["type"] == "error"), "{outs:?}");
+    }
 }
 
 // Upstream's open-PR text_input_mode "commitment" (docs/protocol-upstream.md §3.5, C1 C4 C5 C6).
