@@ -72,11 +72,18 @@ fn decoded_seconds(path: &std::path::Path) -> f64 {
 /// One WebSocket utterance with `config`: its JSON frames and the bytes of audio, up to
 /// `session.done` or the server's close.
 fn websocket_utterance(addr: SocketAddr, config: Value, text: &str) -> (Vec<Value>, usize) {
+    websocket_utterance_in_parts(addr, config, &[text])
+}
+
+/// The same with the text sent in `parts`, one `input.text` each.
+fn websocket_utterance_in_parts(addr: SocketAddr, config: Value, parts: &[&str]) -> (Vec<Value>, usize) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {
         let url = format!("ws://{addr}/v1/audio/speech/stream");
         let (mut ws, _) = tokio_tungstenite::connect_async(url).await.expect("connect");
-        for message in [config, json!({"type": "input.text", "text": text}), json!({"type": "input.done"})] {
+        let texts = parts.iter().map(|text| json!({"type": "input.text", "text": text}));
+        let messages = std::iter::once(config).chain(texts).chain([json!({"type": "input.done"})]);
+        for message in messages {
             ws.send(Message::Text(message.to_string().into())).await.expect("send");
         }
         let (mut frames, mut audio) = (Vec::new(), 0);
@@ -318,4 +325,35 @@ fn speed_is_honoured_on_streamed_websocket_utterances() {
     };
     let (normal, quick) = (token(1.0), token(2.0));
     assert!(quick < normal * 0.7, "token_level: {normal:.2} s at 1.0, {quick:.2} s at 2.0");
+}
+
+// Point 6: fragments joined without dead air. A fragment that ends mid-sentence loses its
+// trailing silence and the next its leading silence (each request's audio is padded with both),
+// so a text sent in pieces lasts about as long as the same text sent whole.
+#[test]
+fn fragments_are_joined_without_dead_air() {
+    let server = hibari(&[]);
+    let text = "The weather today is sunny with a light breeze from the west. Tomorrow it will rain in the \
+                morning, but the afternoon should be clear and warm.";
+    let words: Vec<String> = text.split(' ').map(|w| format!("{w} ")).collect();
+    // Pieces of four words, as a language model's tokens arrive in a few messages.
+    let pieces: Vec<String> = words.chunks(4).map(|c| c.concat()).collect();
+    let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    let base = json!({"type": "session.config", "stream_audio": true, "response_format": "pcm", "seed": 3});
+    let seconds = |extra: Value, parts: &[&str]| -> f64 {
+        let mut config = base.clone();
+        config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let (frames, audio) = websocket_utterance_in_parts(server.addr, config.clone(), parts);
+        assert!(!frames.iter().any(|f| f["type"] == "error"), "{config}: {frames:?}");
+        audio as f64 / 48_000.0
+    };
+    let whole = seconds(json!({}), &[text]);
+    let token_level = seconds(json!({"streaming_mode": "token_level"}), &pieces);
+    let clauses = seconds(json!({"split_granularity": "clause"}), &pieces);
+    let sentences = seconds(json!({"split_granularity": "sentence"}), &pieces);
+    println!("whole {whole:.2} s, token_level {token_level:.2} s, clauses {clauses:.2} s, sentences {sentences:.2} s");
+    // Each piece is still spoken on its own (its own prosody), so a little longer is left.
+    assert!(token_level < whole * 1.2, "token_level {token_level:.2} s against {whole:.2} s whole");
+    assert!(clauses < whole * 1.03, "clauses {clauses:.2} s against {whole:.2} s whole");
+    assert!((sentences - whole).abs() < 0.2, "sentences {sentences:.2} s against {whole:.2} s whole");
 }

@@ -6,6 +6,7 @@
 //! utterances, one mode per session config), and generation (`generation`: an utterance as an
 //! engine request, its frames and its ending). This module holds the public face.
 
+mod edges;
 mod generation;
 mod input;
 mod table;
@@ -222,6 +223,9 @@ pub struct Session {
     utterance_index: u64,
     /// The request id of the last generation (ids stay unique when an utterance has several).
     last_request: Option<u64>,
+    /// How the text of the utterance's last unit (a fragment or a split unit) ended: a
+    /// streamed unit after one that ended mid-sentence starts without its leading silence.
+    last_unit_end: Option<edges::TextEnd>,
     /// Client frames that arrived during a generation, handled after it in order, and
     /// what they cost against `max_deferred_bytes`.
     deferred: VecDeque<Deferred>,
@@ -302,6 +306,7 @@ impl Session {
             input: TextInput::Buffered(Default::default()),
             utterance_index: 0,
             last_request: None,
+            last_unit_end: None,
             deferred: VecDeque::new(),
             deferred_bytes: 0,
             outputs: Outputs::default(),
