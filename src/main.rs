@@ -9,7 +9,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use speechstream_core::catalog::{Catalog, Naming};
 use speechstream_core::config::ResponseFormat;
-use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest, Voice};
+use speechstream_core::engine::{
+    Engine, EngineEvent, EngineEventKind, EventSink, OutputKind, RequestId, SynthesisRequest, Voice,
+};
 use speechstream_core::parse::Limits;
 use speechstream_core::session::SessionOptions;
 use speechstream_core::synthetic::{SyntheticEngine, SyntheticOptions, DEFAULT_MODEL_NAME};
@@ -18,6 +20,8 @@ use speechstream_engine_libtorch::{HibariEngine, HibariOptions};
 use speechstream_transports::{bind, raise_descriptor_limit, serve_with_wyoming, ServerConfig, WyomingListener};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
+
+mod progress;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -469,17 +473,35 @@ fn run_say(args: SayArgs) -> Result<(), String> {
         SynthesisRequest::new(text).with_voice(args.voice.clone()).with_speed(args.speed).with_seed(args.seed);
     // The voice rule every protocol uses: any case, OpenAI's names, `default`.
     Catalog::new(Arc::new(engine.capabilities().clone()), Naming::openai()).resolve(&mut request)?;
+    // On a terminal, a progress bar; its sentences are counted by the engine's word timings.
+    let mut progress = progress::Progress::new(text, std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if progress.is_some() && engine.capabilities().word_timestamps {
+        request.output = OutputKind::AudioAndWords;
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     engine.submit(RequestId { connection: 0, utterance: 0 }, request, Box::new(SaySink(tx)));
     let mut pcm = Vec::new();
     loop {
         match rx.recv().map_err(|_| "the engine stopped without finishing".to_owned())?.kind {
-            EngineEventKind::Audio { pcm: chunk, .. } => pcm.extend_from_slice(&chunk),
+            EngineEventKind::Audio { pcm: chunk, sample_rate } => {
+                pcm.extend_from_slice(&chunk);
+                if let Some(progress) = &mut progress {
+                    progress.audio(chunk.len() as f64 / 2.0 / f64::from(sample_rate.max(1)));
+                }
+            }
+            EngineEventKind::Words(words) => {
+                if let Some(progress) = &mut progress {
+                    progress.sentence(&words.into_iter().map(|w| w.word).collect::<Vec<_>>());
+                }
+            }
             EngineEventKind::Finished => break,
             EngineEventKind::Failed(failure) => return Err(failure.to_string()),
-            // Word timings, codec frames: not asked for.
+            // Codec frames: not asked for.
             _ => {}
         }
+    }
+    if let Some(progress) = &mut progress {
+        progress.finish();
     }
     let rate = engine.capabilities().sample_rate;
     let seconds = pcm.len() as f64 / 2.0 / f64::from(rate);

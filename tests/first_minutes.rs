@@ -357,3 +357,26 @@ fn fragments_are_joined_without_dead_air() {
     assert!(clauses < whole * 1.03, "clauses {clauses:.2} s against {whole:.2} s whole");
     assert!((sentences - whole).abs() < 0.2, "sentences {sentences:.2} s against {whole:.2} s whole");
 }
+
+// Point 8: `say` shows a progress bar on a terminal (sentences, audio seconds, real-time factor,
+// time left) and nothing of it when its output is piped.
+#[test]
+fn say_shows_progress_on_a_terminal_only() {
+    let dir = std::env::temp_dir().join(format!("speechstream-progress-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let wav = dir.join("p.wav");
+    let text = "This is the first sentence. Here is a second one. And a third, to finish.";
+    // A terminal: `script` runs it on a pseudo-terminal and copies what it shows.
+    let command = format!("{} say '{text}' -o {} --device cpu", env!("CARGO_BIN_EXE_speechstream"), wav.display());
+    let shown = Command::new("script").args(["-qec", &command, "/dev/null"]).output().expect("script (util-linux)");
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(wav.exists(), "{shown}");
+    assert!(shown.contains("\r[") && shown.contains("RTF ") && shown.contains("ETA "), "no progress bar: {shown}");
+    assert!(shown.contains("3/3 sentences"), "the bar does not end full: {shown}");
+    assert!(shown.contains(" s of audio"), "{shown}");
+    // Piped: the log only.
+    let (ok, log) = say(&[text, "-o", wav.to_str().unwrap()]);
+    assert!(ok, "{log}");
+    assert!(!log.contains("sentences,") && !log.contains('\r'), "progress on a pipe: {log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
