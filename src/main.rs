@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use speechstream_core::catalog::Naming;
+use speechstream_core::catalog::{Catalog, Naming};
 use speechstream_core::config::ResponseFormat;
-use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest, Voice};
+use speechstream_core::engine::{
+    Engine, EngineEvent, EngineEventKind, EventSink, OutputKind, RequestId, SynthesisRequest, Voice,
+};
 use speechstream_core::parse::Limits;
 use speechstream_core::session::SessionOptions;
 use speechstream_core::synthetic::{SyntheticEngine, SyntheticOptions, DEFAULT_MODEL_NAME};
@@ -18,6 +20,8 @@ use speechstream_engine_libtorch::{HibariEngine, HibariOptions};
 use speechstream_transports::{bind, raise_descriptor_limit, serve_with_wyoming, ServerConfig, WyomingListener};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
+
+mod progress;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -93,6 +97,22 @@ struct ServeArgs {
     /// (Pipecat, LiveKit, the openai SDK's examples) work unchanged.
     #[arg(long)]
     no_openai_names: bool,
+    /// Refuse what the engine cannot honour: a style prompt (`instructions`, which hibari has
+    /// none of) is then a 400 or an error frame. By default it is accepted and ignored, and
+    /// the reply says so (HTTP header `X-Ignored-Fields: instructions`, batch items'
+    /// `ignored`, a log line on every transport). An unknown voice or language and voice
+    /// cloning are refused either way.
+    #[arg(long)]
+    strict: bool,
+    /// For deployments that replace vLLM-Omni: its example clients' defaults work unchanged.
+    /// Model names of Qwen3-TTS (`Qwen/Qwen3-TTS-...`) and CosyVoice (`FunAudioLLM/...`) are
+    /// accepted, and Qwen3-TTS's speakers (Vivian, Ryan, Serena, Aiden, Dylan, Eric, Ono_Anna,
+    /// Sohee, Uncle_Fu) are aliases of the default voice. /metrics also exports upstream's
+    /// speech streaming metrics (vllm_omni:audio_ttfp_s, vllm_omni:audio_rtf,
+    /// vllm_omni:audio_underrun_s, vllm_omni:audio_continuity_ok_total,
+    /// vllm_omni:speech_stream_completed_total and vllm_omni:speech_stream_aborted_total).
+    #[arg(long)]
+    vllm_omni_compat: bool,
 
     /// Seconds a session may wait for its first valid session.config.
     #[arg(long, value_name = "SECONDS", default_value = "10", allow_negative_numbers = true, value_parser = positive_seconds)]
@@ -308,10 +328,11 @@ struct SayArgs {
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
     /// Audio format: wav, pcm (s16le), flac, mp3, opus, ulaw or alaw (G.711, 8 kHz) [default:
-    /// from the file's extension, else wav].
+    /// from the file's extension; another extension, or none, is refused].
     #[arg(short = 'f', long, value_name = "FORMAT", value_parser = response_format)]
     format: Option<ResponseFormat>,
-    /// Voice (one of voices.json with its model file present).
+    /// Voice: one of voices.json with its model file present (any case), `default`, or one of
+    /// OpenAI's voice names (an alias of the default voice), as the server takes them.
     #[arg(long, default_value = speechstream_engine_libtorch::DEFAULT_VOICE)]
     voice: String,
     /// Speaking rate, 0.25 to 4.0 (the model's own duration scale, not a time stretch).
@@ -438,26 +459,49 @@ fn run_say(args: SayArgs) -> Result<(), String> {
     if text.is_empty() {
         return Err("nothing to say: the text is empty".to_owned());
     }
-    let format = args.format.or_else(|| format_of(&args.output)).unwrap_or(ResponseFormat::Wav);
+    let format = match args.format {
+        Some(format) => format,
+        None => format_of(&args.output)?,
+    };
     // One request: one worker, nothing to admit.
     let mut voice_args = args.voice_args;
     voice_args.workers.get_or_insert(1);
     voice_args.admission = speechstream_engine_libtorch::AdmissionMode::Off;
     let engine = voice_args.engine(None)?;
     let loaded = started.elapsed();
-    let request =
+    let mut request =
         SynthesisRequest::new(text).with_voice(args.voice.clone()).with_speed(args.speed).with_seed(args.seed);
+    // The voice rule every protocol uses: any case, OpenAI's names, `default`.
+    Catalog::new(Arc::new(engine.capabilities().clone()), Naming::openai()).resolve(&mut request)?;
+    // On a terminal, a progress bar; its sentences are counted by the engine's word timings.
+    let mut progress = progress::Progress::new(text, std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if progress.is_some() && engine.capabilities().word_timestamps {
+        request.output = OutputKind::AudioAndWords;
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     engine.submit(RequestId { connection: 0, utterance: 0 }, request, Box::new(SaySink(tx)));
     let mut pcm = Vec::new();
     loop {
         match rx.recv().map_err(|_| "the engine stopped without finishing".to_owned())?.kind {
-            EngineEventKind::Audio { pcm: chunk, .. } => pcm.extend_from_slice(&chunk),
+            EngineEventKind::Audio { pcm: chunk, sample_rate } => {
+                pcm.extend_from_slice(&chunk);
+                if let Some(progress) = &mut progress {
+                    progress.audio(chunk.len() as f64 / 2.0 / f64::from(sample_rate.max(1)));
+                }
+            }
+            EngineEventKind::Words(words) => {
+                if let Some(progress) = &mut progress {
+                    progress.sentence(&words.into_iter().map(|w| w.word).collect::<Vec<_>>());
+                }
+            }
             EngineEventKind::Finished => break,
             EngineEventKind::Failed(failure) => return Err(failure.to_string()),
-            // Word timings, codec frames: not asked for.
+            // Codec frames: not asked for.
             _ => {}
         }
+    }
+    if let Some(progress) = &mut progress {
+        progress.finish();
     }
     let rate = engine.capabilities().sample_rate;
     let seconds = pcm.len() as f64 / 2.0 / f64::from(rate);
@@ -473,8 +517,15 @@ fn run_say(args: SayArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn format_of(path: &Path) -> Option<ResponseFormat> {
-    path.extension().and_then(|e| e.to_str()).and_then(|e| response_format(e).ok())
+/// The format `say` writes to `path` without `-f`: its extension's, or the refusal listing them.
+fn format_of(path: &Path) -> Result<ResponseFormat, String> {
+    path.extension().and_then(|e| e.to_str()).and_then(|e| response_format(e).ok()).ok_or_else(|| {
+        format!(
+            "cannot tell the audio format of {} from its extension: name it .wav, .pcm, .flac, .mp3, .opus, .ulaw or \
+             .alaw, or give -f FORMAT",
+            path.display()
+        )
+    })
 }
 
 fn run_serve(args: ServeArgs) -> ExitCode {
@@ -551,6 +602,11 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
     config.write_timeout = args.write_timeout;
     if args.no_openai_names {
         config.naming = Naming::new();
+    }
+    config.strict = args.strict;
+    if args.vllm_omni_compat {
+        config.naming = std::mem::take(&mut config.naming).with_vllm_omni();
+        config.vllm_omni_metrics = true;
     }
     config.extra_models = args.served_model_name.iter().skip(1).cloned().collect();
     let voices = voice_names(engine.as_ref());
@@ -732,7 +788,13 @@ mod tests {
         let Command::Say(args) = cli.command else { panic!("not say") };
         assert_eq!((args.speed, args.seed, args.voice_args.threads), (1.5, Some(-3), 2));
         assert_eq!(args.voice_args.assets_dir.as_deref(), Some(Path::new("/v")));
-        assert_eq!(format_of(&args.output), Some(ResponseFormat::Mp3));
+        assert_eq!(format_of(&args.output), Ok(ResponseFormat::Mp3));
+        // Issue 34: an extension that names no format is refused with the list, not a WAV.
+        for name in ["x.xyz", "x", "x.wav.bak"] {
+            let refusal = format_of(Path::new(name)).unwrap_err();
+            assert!(refusal.contains(".wav, .pcm, .flac, .mp3, .opus, .ulaw or .alaw"), "{name}: {refusal}");
+        }
+        assert_eq!(format_of(Path::new("X.OGG")), Ok(ResponseFormat::Opus));
         assert_eq!(args.voice, "heart");
         for bad in [&["--speed", "5"][..], &["--speed", "0.1"], &["-f", "aiff"], &["--threads", "0"]] {
             let argv = ["speechstream", "say", "x", "-o", "x.wav"].iter().chain(bad.iter());

@@ -262,7 +262,6 @@ async fn same_frames_as_the_reference() {
                 r#"{"type":"session.config","response_format":"aac"}"#,
                 r#"{"type":"session.config","task_type":"Foo","max_new_tokens":0}"#,
                 r#"{"type":"session.config","voice":123}"#,
-                r#"{"type":"session.config","stream_audio":true,"speed":1.5,"response_format":"pcm"}"#,
                 r#"{"type":"session.config","output_mode":"codec_tokens"}"#,
                 r#"{"type":"session.config","speaker_embedding":[1, "x", null]}"#,
                 r#"{"type":"session.config","seed":"12","speed":"0.5","stream_audio":"yes"}"#,

@@ -215,11 +215,13 @@ async fn hibari_through_every_mode() {
     let error = &json_of(&frames, "error")[0];
     assert!(error["message"].as_str().unwrap().contains("not supported"), "{error}");
 
-    // An unknown voice fails the utterance with the list of voices.
+    // An unknown voice is refused at session.config with the list of voices, before any
+    // audio.start (issue 34); the first config's refusal closes the connection.
     let mut c = Client::connect(addr, json!({"type": "session.config", "voice": "nobody"})).await;
-    let frames = c.say(text).await;
-    let error = &json_of(&frames, "error")[0];
-    assert!(error["message"].as_str().unwrap().ends_with("Invalid voice 'nobody'. Supported: heart"), "{error}");
+    match c.recv().await {
+        Frame::Json(error) => assert_eq!(error["message"], "Invalid voice 'nobody'. Supported: heart", "{error}"),
+        Frame::Binary(b) => panic!("audio ({} bytes) instead of the refusal", b.len()),
+    }
 
     // Cancel mid-stream: the stream ends early, marked cancelled.
     let long = "This is a long text that takes a while to speak. It goes on for several sentences. \

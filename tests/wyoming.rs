@@ -59,12 +59,13 @@ fn home_assistant_client_hears_hibari_over_wyoming() {
         );
     }
 
-    // One engine, one set of metrics: the whole text once, then its four sentences one by one.
+    // One engine, one set of metrics: the whole text once, then its four sentences one by one,
+    // then the whole text twice more (an OpenAI voice name, a language alone).
     let (status, metrics) = get(server.addr, "/metrics", "");
     assert_eq!(status, 200);
     let utterances = metrics
         .lines()
         .find_map(|line| line.strip_prefix("speechstream_utterances_total{transport=\"wyoming\"} "))
         .and_then(|n| n.trim().parse::<u64>().ok());
-    assert_eq!(utterances, Some(5), "{metrics}");
+    assert_eq!(utterances, Some(7), "{metrics}");
 }

@@ -289,10 +289,9 @@ fn cross_field(c: &mut SessionConfig) -> Result<(), String> {
             ));
         }
         c.stream_audio = true;
-        if c.speed.is_some_and(|s| s != 1.0) {
-            return Err(format!("Speed adjustment is not supported in {mode} mode."));
-        }
-        c.speed = Some(1.0);
+        // Ours (issue 34): upstream refuses speed here ("Speed adjustment is not supported in
+        // {mode} mode."); our engines control speed natively, fragment by fragment.
+        c.speed = Some(c.speed.unwrap_or(1.0));
         // Ours: the two upstream lines do not combine.
         if c.split_granularity.is_some_and(|g| g != Granularity::None) {
             return Err(format!("split_granularity cannot be combined with streaming_mode='{mode}'."));
@@ -334,15 +333,10 @@ fn cross_field(c: &mut SessionConfig) -> Result<(), String> {
                 c.response_format.as_str()
             ));
         }
-        match c.speed {
-            None => c.speed = Some(1.0),
-            Some(s) if s != 1.0 => {
-                return Err("WebSocket stream_audio=true currently requires speed=1.0; native speed \
-                            control is only available through HTTP streaming."
-                    .into())
-            }
-            Some(_) => {}
-        }
+        // Ours (issue 34): the reference refuses speed other than 1.0 here ("WebSocket
+        // stream_audio=true currently requires speed=1.0; ..."); our engines control speed
+        // natively, streamed as whole, as HTTP streaming does.
+        c.speed = Some(c.speed.unwrap_or(1.0));
     }
     Ok(())
 }

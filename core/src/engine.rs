@@ -106,6 +106,11 @@ pub struct SynthesisRequest {
     pub x_vector_only_mode: bool,
     /// Qwen3-TTS's prompt mode, passed on as the client set it.
     pub non_streaming_mode: Option<bool>,
+    /// The fields the client set that the engine serving the request cannot honour and the
+    /// core dropped instead of refusing them (`instructions`, under a lenient
+    /// [`Catalog`](crate::catalog::Catalog)); the protocols report them to the client and the
+    /// log. Empty as a client's request is parsed.
+    pub ignored: Vec<&'static str>,
 }
 
 /// What an engine produces for a request.
@@ -154,6 +159,7 @@ impl SynthesisRequest {
             speaker_embedding: None,
             x_vector_only_mode: false,
             non_streaming_mode: None,
+            ignored: Vec::new(),
         }
     }
 

@@ -113,7 +113,8 @@ pub type ItemResult = Result<(Vec<u8>, Usage), String>;
 
 /// The batch's reply body: `{id, results: [...], total, succeeded, failed}`, each result
 /// `{index, status: "success", audio_data (base64), media_type, usage}` or
-/// `{index, status: "error", error}`. `requests` gives each item's format.
+/// `{index, status: "error", error}`. `requests` gives each item's format, and the fields its
+/// engine did not honour (`ignored`, a list, only when there are some).
 pub fn batch_response_json(id: &str, requests: &[Result<SpeechRequest, HttpError>], results: &[ItemResult]) -> String {
     let mut succeeded = 0;
     let list: Vec<Value> = requests
@@ -123,7 +124,7 @@ pub fn batch_response_json(id: &str, requests: &[Result<SpeechRequest, HttpError
         .map(|(index, (request, result))| match (request, result) {
             (Ok(request), Ok((file, usage))) => {
                 succeeded += 1;
-                json!({
+                let mut item = json!({
                     "index": index,
                     "status": "success",
                     "audio_data": base64::engine::general_purpose::STANDARD.encode(file),
@@ -133,7 +134,12 @@ pub fn batch_response_json(id: &str, requests: &[Result<SpeechRequest, HttpError
                         "output_tokens": usage.output_tokens,
                         "total_tokens": usage.total(),
                     },
-                })
+                });
+                // Our extension: what the engine did not honour (as X-Ignored-Fields).
+                if !request.synthesis.ignored.is_empty() {
+                    item["ignored"] = json!(request.synthesis.ignored);
+                }
+                item
             }
             (_, Err(message)) => json!({"index": index, "status": "error", "error": message}),
             (Err(error), Ok(_)) => json!({"index": index, "status": "error", "error": error.message}),

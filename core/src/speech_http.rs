@@ -223,6 +223,7 @@ pub fn parse_speech_request(body: &str, catalog: &Catalog, max_input_chars: usiz
         speaker_embedding: body.speaker_embedding,
         x_vector_only_mode: body.x_vector_only_mode.unwrap_or(false),
         non_streaming_mode: body.non_streaming_mode,
+        ignored: Vec::new(),
     };
     // What the engine cannot do: a 400, as the reference's adapter refuses it.
     catalog.resolve(&mut synthesis).map_err(HttpError::bad_request)?;
@@ -512,6 +513,12 @@ pub fn sse_error(message: &str, partial_audio: bool) -> String {
         error["action"] = "discard".into();
     }
     sse_event("speech.audio.error", &serde_json::json!({"type": "speech.audio.error", "error": error}))
+}
+
+/// The `X-Ignored-Fields` header value: the request fields the engine did not honour
+/// ([`SynthesisRequest::ignored`]), comma-separated; `None` when there are none.
+pub fn ignored_header(ignored: &[&str]) -> Option<String> {
+    (!ignored.is_empty()).then(|| ignored.join(", "))
 }
 
 /// The `X-Word-Timestamps` header value: Python's `json.dumps` of the timings (ASCII-escaped,

@@ -217,3 +217,31 @@ fn word_timestamps_header_is_python_json() {
     let omitted = word_timestamps_header(&many).unwrap_err();
     assert!(omitted.starts_with("oversize; bytes=") && omitted.ends_with("; limit=4096"), "{omitted}");
 }
+
+// Issue 34: a style prompt the engine cannot follow is dropped and named (X-Ignored-Fields),
+// unless the catalog is strict (today's 400); cloning and languages stay refused.
+#[test]
+fn instructions_are_ignored_unless_strict() {
+    let plain =
+        Arc::new(caps().with_instructions(false).with_languages([crate::engine::Language::new("English", "en")]));
+    let body = r#"{"input":"x","instructions":"Speak in a cheerful and positive tone."}"#;
+    let lenient = Catalog::new(plain.clone(), Naming::openai());
+    let r = parse_speech_request(body, &lenient, 1 << 20).unwrap();
+    assert_eq!((r.synthesis.instructions, r.synthesis.ignored.clone()), (None, vec!["instructions"]));
+    assert_eq!(ignored_header(&r.synthesis.ignored).as_deref(), Some("instructions"));
+    assert_eq!(ignored_header(&[]), None);
+    let refused = |body: &str, catalog: &Catalog| parse_speech_request(body, catalog, 1 << 20).unwrap_err();
+    let strict = Catalog::new(plain, Naming::openai()).with_strict(true);
+    let e = refused(body, &strict);
+    assert_eq!(
+        (e.status, e.message.as_str()),
+        (400, "instructions are not supported by m (it has no voice design or style prompts)")
+    );
+    // What would change the audio's identity stays refused when instructions are ignored.
+    let e = refused(r#"{"input":"x","instructions":"calm","language":"de"}"#, &lenient);
+    assert_eq!(e.message, "language 'de' is not supported by m: it speaks English only");
+    // An engine that follows them gets them.
+    let r = ok(body);
+    assert_eq!(r.synthesis.instructions.as_deref(), Some("Speak in a cheerful and positive tone."));
+    assert!(r.synthesis.ignored.is_empty());
+}

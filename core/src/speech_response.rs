@@ -26,7 +26,8 @@ use std::sync::Arc;
 use crate::encode::{AudioStream, EncodeJob, Encoded, Paging, WholeAudio};
 use crate::engine::{EngineCapabilities, EngineEventKind, Failure, WordTiming};
 use crate::speech_http::{
-    media_type, sse_delta, sse_done, sse_error, word_timestamps_header, Delivery, HttpError, SpeechRequest, Usage,
+    ignored_header, media_type, sse_delta, sse_done, sse_error, word_timestamps_header, Delivery, HttpError,
+    SpeechRequest, Usage,
 };
 
 /// What the response wants done next; carry them out in order.
@@ -179,7 +180,7 @@ impl SpeechResponse {
                     });
                 }
                 let content_type = media_type(self.request.response_format);
-                self.outputs.push_back(ResponseOutput::Head(ResponseHead { content_type, headers }));
+                self.push_head(content_type, headers);
                 self.outputs.push_back(ResponseOutput::Body(file));
                 self.outputs.push_back(ResponseOutput::End);
             }
@@ -263,6 +264,14 @@ impl SpeechResponse {
         }
     }
 
+    /// The response head, with `x-ignored-fields` naming what the engine will not honour.
+    fn push_head(&mut self, content_type: &'static str, mut headers: Vec<(&'static str, String)>) {
+        if let Some(ignored) = ignored_header(&self.request.synthesis.ignored) {
+            headers.push(("x-ignored-fields", ignored));
+        }
+        self.outputs.push_back(ResponseOutput::Head(ResponseHead { content_type, headers }));
+    }
+
     fn start_stream(&mut self) {
         let format = self.request.response_format;
         let (content_type, headers) = if self.sse() {
@@ -275,7 +284,7 @@ impl SpeechResponse {
         } else {
             (media_type(format), Vec::new())
         };
-        self.outputs.push_back(ResponseOutput::Head(ResponseHead { content_type, headers }));
+        self.push_head(content_type, headers);
         self.state = State::Streaming { audio: None, sent_audio: false };
     }
 

@@ -450,8 +450,11 @@ impl WyomingSession {
             "synthesize" if self.stream.is_some() => {}
             "synthesize" => {
                 let Some(text) = self.text_of(&kind, &data) else { return };
-                let Ok(voice) = self.voice_of(&data) else { return };
                 let text = py_strip(&text).to_owned();
+                if text.is_empty() {
+                    return self.fail(codes::BAD_REQUEST, "synthesize needs a text that is not empty");
+                }
+                let Ok(voice) = self.voice_of(&data) else { return };
                 self.enqueue(Work::Speak { text, voice });
             }
             "synthesize-start" => {
@@ -503,6 +506,8 @@ impl WyomingSession {
     }
 
     /// The engine voice the event asks for (`None`: the default), or the error and the close.
+    /// A `language` no voice speaks is refused, with or without a name (it would change the
+    /// audio's identity); alone, it picks the first voice that speaks it.
     fn voice_of(&mut self, data: &Map<String, Value>) -> Result<Option<String>, ()> {
         let voice = match data.get("voice") {
             None | Some(Value::Null) => return Ok(None),
@@ -511,6 +516,27 @@ impl WyomingSession {
                 self.fail(codes::BAD_REQUEST, "voice must be an object");
                 return Err(());
             }
+        };
+        let language = match voice.get("language") {
+            Some(Value::String(language)) if !language.trim().is_empty() => Some(language.trim()),
+            None | Some(Value::Null) | Some(Value::String(_)) => None,
+            Some(_) => {
+                self.fail(codes::BAD_REQUEST, "voice.language must be a string");
+                return Err(());
+            }
+        };
+        let speaking = match language {
+            Some(language) => match self.voice_speaking(language) {
+                Some(voice) => Some(voice),
+                None => {
+                    let spoken: Vec<String> = self.voices().into_iter().flat_map(|v| v.languages).collect();
+                    let text =
+                        format!("no voice speaks language '{language}'; this server speaks: {}", spoken.join(", "));
+                    self.fail(codes::UNKNOWN_VOICE, &text);
+                    return Err(());
+                }
+            },
+            None => None,
         };
         match voice.get("name") {
             Some(Value::String(name)) => {
@@ -523,17 +549,26 @@ impl WyomingSession {
             }
             Some(Value::Null) | None => {
                 // A language alone picks the first voice that speaks it, else the default.
-                let Some(Value::String(language)) = voice.get("language") else { return Ok(None) };
-                let same = |code: &str| code.replace('_', "-").eq_ignore_ascii_case(&language.replace('_', "-"));
-                let voice = self.voices().into_iter().find(|v| v.languages.iter().any(|code| same(code)));
                 let capabilities = self.catalog.capabilities();
-                Ok(voice.and_then(|v| capabilities.voice(&v.name)).map(|v| v.id.clone()))
+                Ok(speaking.and_then(|v| capabilities.voice(&v.name)).map(|v| v.id.clone()))
             }
             Some(_) => {
                 self.fail(codes::BAD_REQUEST, "voice.name must be a string");
                 Err(())
             }
         }
+    }
+
+    /// The first voice that speaks `language` (`en_GB`, `en-gb`: the same), else the first of
+    /// its language without the region (`en-AU` gets an `en-US` voice); `None` if none does.
+    fn voice_speaking(&self, language: &str) -> Option<WyomingVoice> {
+        let normal = |code: &str| code.replace('_', "-").to_lowercase();
+        let wanted = normal(language);
+        let primary = |code: &str| code.split('-').next().unwrap_or_default().to_owned();
+        let voices = self.voices();
+        let exact = voices.iter().find(|v| v.languages.iter().any(|code| normal(code) == wanted));
+        let near = || voices.iter().find(|v| v.languages.iter().any(|code| primary(&normal(code)) == primary(&wanted)));
+        exact.or_else(near).cloned()
     }
 
     fn enqueue(&mut self, work: Work) {

@@ -776,15 +776,10 @@ fn phases_follow_the_lifecycle() {
 #[test]
 fn voices_languages_and_task_types_are_refused_in_the_core() {
     let cases = [
-        (r#"{"type":"session.config","voice":"Nobody"}"#, "Invalid voice 'Nobody'. Supported: heart"),
         (r#"{"type":"session.config","voice":"HEART","language":"fr"}"#, "language 'fr' is not supported by hibari: it speaks English only"),
         (
             r#"{"type":"session.config","task_type":"VoiceDesign"}"#,
             "task_type 'VoiceDesign' is not supported by hibari: it speaks with preset voices only (use 'CustomVoice' or leave task_type out)",
-        ),
-        (
-            r#"{"type":"session.config","instructions":"whisper"}"#,
-            "instructions are not supported by hibari (it has no voice design or style prompts)",
         ),
         (
             r#"{"type":"session.config","ref_audio":"data:audio/wav;base64,AAAA","ref_text":"hello"}"#,
@@ -818,6 +813,64 @@ fn voices_languages_and_task_types_are_refused_in_the_core() {
     }
 }
 
+// Issue 34: an unknown voice is refused at session.config, as upstream refuses an unknown
+// model: before any audio.start, so no client saves an empty file. The first config closes the
+// connection; a later one leaves the config in force.
+#[test]
+fn unknown_voices_are_refused_at_session_config() {
+    let mut caps = capabilities(false, false);
+    caps.voices = vec!["heart".into()];
+    let caps = Arc::new(caps);
+    let mut h = Harness::new(caps.clone(), SessionOptions::default());
+    h.send(r#"{"type":"session.config","voice":"Vivian"}"#);
+    assert_eq!(
+        h.take(),
+        [json(r#"{"type":"error","message":"Invalid voice 'Vivian'. Supported: heart"}"#), Out::Close(1000)]
+    );
+    let mut h = Harness::new(caps, SessionOptions::default());
+    h.send(r#"{"type":"session.config","voice":"HEART"}"#).send(r#"{"type":"session.config","voice":"nobody"}"#);
+    assert_eq!(frames(&h.take())[0]["message"], "Invalid voice 'nobody'. Supported: heart");
+    h.send(&text("x")).send(DONE);
+    let (_, request) = Harness::request(&h.take());
+    assert_eq!(request.voice.as_deref(), Some("heart"), "the config before stays in force");
+}
+
+// Issue 34: a style prompt the engine cannot follow is accepted and dropped, named in the
+// request's `ignored` for the transports to report; a strict catalog refuses it as before.
+#[test]
+fn instructions_are_ignored_unless_strict() {
+    let mut caps = capabilities(false, false);
+    caps.instructions = false;
+    caps.voices = vec!["heart".into()];
+    let caps = Arc::new(caps);
+    let config = r#"{"type":"session.config","instructions":"Speak in a cheerful and positive tone."}"#;
+    let mut h = Harness::new(Catalog::new(caps.clone(), Naming::new()), SessionOptions::default());
+    h.send(config).send(&text("x")).send(DONE);
+    let (id, request) = Harness::request(&h.take());
+    assert_eq!((request.instructions, request.ignored), (None, vec!["instructions"]));
+    h.engine(id, EngineEventKind::Finished);
+    // Blank instructions are no instructions: nothing to report.
+    h.send(r#"{"type":"session.config","instructions":"  "}"#).send(&text("y")).send(DONE);
+    let (_, request) = Harness::request(&h.take());
+    assert!(request.ignored.is_empty(), "{request:?}");
+    // An engine that follows them gets them, and nothing is ignored.
+    let mut h = Harness::new(capabilities(false, false), SessionOptions::default());
+    h.send(config).send(&text("x")).send(DONE);
+    let (_, request) = Harness::request(&h.take());
+    assert_eq!(request.instructions.as_deref(), Some("Speak in a cheerful and positive tone."));
+    assert!(request.ignored.is_empty(), "{request:?}");
+    // Strict: the refusal, after audio.start, as every other thing the engine cannot do.
+    let mut h = Harness::new(Catalog::new(caps, Naming::new()).with_strict(true), SessionOptions::default());
+    h.send(config).send(&text("x")).send(DONE);
+    let outs = h.take();
+    assert!(!outs.iter().any(|o| matches!(o, Out::Synthesize(..))), "{outs:?}");
+    assert_eq!(
+        frames(&outs)[1]["message"],
+        "Generation failed for utterance 0, sentence 0: instructions are not supported by hibari (it has no voice \
+         design or style prompts)"
+    );
+}
+
 // Issue 13: the server's aliases (OpenAI's voice names) reach the engine as its own names.
 #[test]
 fn voice_aliases_reach_the_engine_as_its_voices() {
@@ -833,13 +886,11 @@ fn voice_aliases_reach_the_engine_as_its_voices() {
         assert_eq!(request.voice.as_deref(), expected, "{voice}");
         h.engine(id, EngineEventKind::Finished);
     }
-    h.send(r#"{"type":"session.config","voice":"echo"}"#).send(&text("x")).send(DONE);
+    // Not an alias here: refused at session.config (issue 34).
+    h.send(r#"{"type":"session.config","voice":"echo"}"#);
     let outs = h.take();
     let error = frames(&outs).into_iter().find(|f| f["type"] == "error").expect("an error frame");
-    assert_eq!(
-        error["message"],
-        "Generation failed for utterance 4, sentence 0: Invalid voice 'echo'. Supported: Bella, heart"
-    );
+    assert_eq!(error["message"], "Invalid voice 'echo'. Supported: Bella, heart");
 }
 
 #[test]
@@ -1184,10 +1235,6 @@ fn token_level_fragments_and_the_mode_rules() {
             "token_level streaming requires response_format='pcm'. Got response_format='wav'.",
         ),
         (
-            r#"{"streaming_mode":"sentence_commit","response_format":"pcm","speed":2}"#,
-            "Speed adjustment is not supported in sentence_commit mode.",
-        ),
-        (
             r#"{"streaming_mode":"token_level","word_timestamps":true}"#,
             "word_timestamps is not supported in token_level mode.",
         ),
@@ -1203,6 +1250,18 @@ fn token_level_fragments_and_the_mode_rules() {
     let mut h = Harness::default();
     h.send(r#"{"type":"session.config","streaming_mode":"sentence_commit","response_format":"pcm"}"#).send(DONE);
     assert_eq!(frames(&h.take()), [serde_json::json!({"type":"session.done","total_sentences":0})]);
+    // Speed is honoured in the modes and on streamed audio (ours, issue 34: upstream refuses it).
+    for config in [
+        r#"{"type":"session.config","streaming_mode":"sentence_commit","response_format":"pcm","speed":2}"#,
+        r#"{"type":"session.config","stream_audio":true,"response_format":"pcm","speed":0.5}"#,
+    ] {
+        let mut h = Harness::default();
+        h.send(config).send(&text("Hello there.")).send(DONE);
+        let outs = h.take();
+        let (_, request) = Harness::request(&outs);
+        assert!(request.speed == 2.0 || request.speed == 0.5, "{config}: {}", request.speed);
+        assert!(!frames(&outs).iter().any(|f| f["type"] == "error"), "{outs:?}");
+    }
 }
 
 // Upstream's open-PR text_input_mode "commitment" (docs/protocol-upstream.md §3.5, C1 C4 C5 C6).

@@ -7,7 +7,10 @@
    synthesize-start, synthesize-chunk word by word, the whole text again as synthesize (for old
    servers), synthesize-stop -> per sentence audio-start, audio-chunk*, audio-stop, then
    synthesize-stopped. The first sentence's audio must arrive while the stream is still open;
-4. a voice the server does not have -> an error event and the close.
+4. a voice the server does not have -> an error event and the close;
+5. the voice rule every protocol shares: an OpenAI voice name (`alloy`), a language alone (`en`)
+   pick a voice; a language no voice speaks (`de-DE`) and an empty text -> an error event and
+   the close (issue 34).
 
 Run by tests/wyoming.rs and tests/deploy with the venv from scripts/setup-clients.sh:
     python wyoming_client.py HOST PORT TEXT OUT_PREFIX
@@ -16,6 +19,7 @@ prints a one-line summary.
 """
 
 import asyncio
+import os
 import sys
 import wave
 
@@ -134,14 +138,22 @@ async def streamed(host, port, voice, text, path):
     return len(sentences), len(pcm) / 2 / starts[0].rate
 
 
-async def unknown_voice(host, port):
+async def refused(host, port, synthesize, code, needle):
     async with AsyncTcpClient(host, port) as client:
-        await client.write_event(Synthesize(text="Hi.", voice=SynthesizeVoice(name="no-such-voice")).event())
+        await client.write_event(synthesize.event())
         event = await read(client)
         assert Error.is_type(event.type), event
         error = Error.from_event(event)
-        assert error.code == "unknown-voice" and "no-such-voice" in error.text, error
+        assert error.code == code and needle in error.text, error
         assert await asyncio.wait_for(client.read_event(), TIMEOUT) is None, "not closed after the error"
+
+
+async def unknown_voice(host, port):
+    voice = SynthesizeVoice(name="no-such-voice")
+    await refused(host, port, Synthesize(text="Hi.", voice=voice), "unknown-voice", "no-such-voice")
+    german = SynthesizeVoice(language="de-DE")
+    await refused(host, port, Synthesize(text="Hallo.", voice=german), "unknown-voice", "'de-DE'")
+    await refused(host, port, Synthesize(text=" "), "bad-request", "not empty")
 
 
 async def main():
@@ -151,6 +163,9 @@ async def main():
     chunks, whole_s = await whole(host, port, voice, text, f"{prefix}-whole.wav")
     sentences, streamed_s = await streamed(host, port, voice, text, f"{prefix}-streamed.wav")
     await unknown_voice(host, port)
+    for other in [SynthesizeVoice(name="alloy"), SynthesizeVoice(language="en")]:
+        await whole(host, port, other, text, f"{prefix}-other.wav")
+        os.remove(f"{prefix}-other.wav")
     print(
         f"wyoming {wyoming.__version__}: {tts.name} {tts.version}, voices {[v.name for v in tts.voices]}; "
         f"synthesize {whole_s:.2f} s in {chunks} chunks; stream of {sentences} sentences {streamed_s:.2f} s"

@@ -12,7 +12,7 @@ use speechstream_core::session::{EngineCommand, RequestEnd, UnknownRequest};
 use tokio::sync::mpsc;
 use tracing::{debug, info};
 
-use crate::metrics::{ErrorKind, Transport, UtteranceMeter};
+use crate::metrics::{Abort, ErrorKind, Transport, UtteranceMeter};
 use crate::shared::Shared;
 use crate::sink::ChannelSink;
 
@@ -30,6 +30,15 @@ pub(crate) struct EngineLink {
     in_flight: HashMap<RequestId, UtteranceMeter>,
 }
 
+/// The log line of a request whose fields the engine will not honour
+/// ([`SynthesisRequest::ignored`](speechstream_core::engine::SynthesisRequest::ignored)), on
+/// every transport.
+pub(crate) fn log_ignored(id: RequestId, ignored: &[&str]) {
+    if !ignored.is_empty() {
+        info!(request = %id, ignored = %ignored.join(","), "request fields ignored: the engine cannot honour them");
+    }
+}
+
 impl EngineLink {
     /// A link for one connection, and the queue its requests' events arrive on (bounded by the
     /// server's `engine_event_queue`; it never ends, since the link holds a sender).
@@ -43,7 +52,9 @@ impl EngineLink {
         match command {
             EngineCommand::Synthesize { id, request } => {
                 info!(request = %id, chars = request.text.chars().count(), "utterance submitted");
-                self.in_flight.insert(id, UtteranceMeter::start(&self.shared.metrics, self.transport));
+                log_ignored(id, &request.ignored);
+                let meter = UtteranceMeter::start(&self.shared.metrics, self.transport, request.stream);
+                self.in_flight.insert(id, meter);
                 let sink = ChannelSink::new(self.events_tx.clone());
                 self.shared.engine.submit(id, request, Box::new(sink));
             }
@@ -65,7 +76,7 @@ impl EngineLink {
 
     /// The session says request `id` is over.
     pub(crate) fn ended(&mut self, id: RequestId, end: &RequestEnd) {
-        let Some(meter) = self.in_flight.remove(&id) else { return };
+        let Some(mut meter) = self.in_flight.remove(&id) else { return };
         let metrics = &self.shared.metrics;
         match end {
             RequestEnd::Finished => {
@@ -73,10 +84,14 @@ impl EngineLink {
                 debug!(request = %id, "utterance finished");
             }
             RequestEnd::Failed(message) => {
+                meter.aborted(metrics, Abort::Error);
                 metrics.error(ErrorKind::Engine);
                 info!(request = %id, message, "utterance failed");
             }
-            RequestEnd::Aborted => metrics.cancelled(self.transport),
+            RequestEnd::Aborted => {
+                meter.aborted(metrics, Abort::Cancelled);
+                metrics.cancelled(self.transport)
+            }
         }
     }
 

@@ -3,6 +3,12 @@
 //! Everything is a plain atomic or a short mutex-held histogram, updated by the connection tasks
 //! as things happen; the engine's own load (queue depth, batch sizes) is read from
 //! `Engine::load` at scrape time.
+//!
+//! Under `--vllm-omni-compat` ([`Metrics::with_vllm_omni`]) it also exports upstream
+//! vLLM-Omni's speech streaming families (`vllm_omni:audio_ttfp_s`, `vllm_omni:audio_rtf`,
+//! `vllm_omni:audio_underrun_s`, `vllm_omni:audio_continuity_ok_total`,
+//! `vllm_omni:speech_stream_{completed,aborted}_total`), measured as upstream defines them (its
+//! PR 6853), so dashboards built on a vLLM-Omni deployment keep working.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,6 +68,38 @@ const TTFA_BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.
 const RTF_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0];
 const BATCH_BUCKETS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128];
 
+/// Upstream's buckets: seconds (TTFP), fine seconds (underrun), real-time factor.
+const UPSTREAM_SECONDS_BUCKETS: &[f64] = &[0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0];
+const UPSTREAM_FAST_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0];
+const UPSTREAM_RTF_BUCKETS: &[f64] = &[0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0, 5.0, 10.0];
+/// Upstream's continuity threshold: a stream whose worst underrun stays within it is continuous.
+const CONTINUITY_THRESHOLD_S: f64 = 0.1;
+
+/// Why a stream ended before its end (upstream's `reason` label): the client or the session
+/// cancelled it, the client went away, the engine failed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Abort {
+    Cancelled = 0,
+    Closed = 1,
+    Error = 2,
+}
+
+const ABORTS: [&str; 3] = ["cancelled", "closed", "error"];
+
+/// Upstream vLLM-Omni's speech streaming metrics, labelled as a single-stage, single-replica
+/// deployment of the served model.
+struct VllmOmni {
+    /// The label set `model_name="...",stage="0",replica="0"`.
+    labels: String,
+    model_name: String,
+    ttfp: Histogram,
+    rtf: Histogram,
+    underrun: Histogram,
+    continuity_ok: AtomicU64,
+    completed: AtomicU64,
+    aborted: [AtomicU64; 3],
+}
+
 pub(crate) struct Metrics {
     pub(crate) connections_open: AtomicU64,
     /// Accepted TCP connections still held, served or being refused.
@@ -78,6 +116,7 @@ pub(crate) struct Metrics {
     cancellations: [AtomicU64; 3],
     ttfa: Histogram,
     rtf: Histogram,
+    vllm_omni: Option<VllmOmni>,
 }
 
 impl Default for Metrics {
@@ -96,11 +135,29 @@ impl Default for Metrics {
             cancellations: Default::default(),
             ttfa: Histogram::new(TTFA_BUCKETS),
             rtf: Histogram::new(RTF_BUCKETS),
+            vllm_omni: None,
         }
     }
 }
 
 impl Metrics {
+    /// These metrics with upstream vLLM-Omni's speech streaming families beside ours, for the
+    /// served model `model_name`.
+    pub(crate) fn with_vllm_omni(mut self, model_name: &str) -> Metrics {
+        let escaped = model_name.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+        self.vllm_omni = Some(VllmOmni {
+            labels: format!("model_name=\"{escaped}\",stage=\"0\",replica=\"0\""),
+            model_name: escaped,
+            ttfp: Histogram::new(UPSTREAM_SECONDS_BUCKETS),
+            rtf: Histogram::new(UPSTREAM_RTF_BUCKETS),
+            underrun: Histogram::new(UPSTREAM_FAST_BUCKETS),
+            continuity_ok: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            aborted: Default::default(),
+        });
+        self
+    }
+
     pub(crate) fn connection_opened(&self) {
         self.connections_open.fetch_add(1, Ordering::Relaxed);
         self.connections_total.fetch_add(1, Ordering::Relaxed);
@@ -237,7 +294,73 @@ impl Metrics {
             "Streams refused because the engine could not keep one more in real time.",
             streams.refused,
         );
+        if let Some(upstream) = &self.vllm_omni {
+            upstream.render(&mut out);
+        }
         out
+    }
+}
+
+impl VllmOmni {
+    fn render(&self, out: &mut String) {
+        let labels = &self.labels;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        self.ttfp.render_labelled(
+            out,
+            "vllm_omni:audio_ttfp_s",
+            "Request arrival to the first non-empty PCM payload of a streamed reply.",
+            labels,
+        );
+        self.rtf.render_labelled(out, "vllm_omni:audio_rtf", "Generation time over audio duration.", labels);
+        self.underrun.render_labelled(
+            out,
+            "vllm_omni:audio_underrun_s",
+            "Worst playback-buffer deficit of a completed stream, for a player starting at its first chunk.",
+            labels,
+        );
+        let name = "vllm_omni:audio_continuity_ok_total";
+        let _ = writeln!(out, "# HELP {name} Completed streams whose worst underrun stayed within the threshold.");
+        let threshold_ms = (CONTINUITY_THRESHOLD_S * 1000.0).round();
+        let _ = writeln!(
+            out,
+            "# TYPE {name} counter\n{name}{{{labels},threshold_ms=\"{threshold_ms}\"}} {}",
+            get(&self.continuity_ok)
+        );
+        let model = &self.model_name;
+        let name = "vllm_omni:speech_stream_completed_total";
+        let _ = writeln!(out, "# HELP {name} Speech streams that ended normally.");
+        let _ = writeln!(out, "# TYPE {name} counter\n{name}{{model_name=\"{model}\"}} {}", get(&self.completed));
+        let name = "vllm_omni:speech_stream_aborted_total";
+        let _ = writeln!(out, "# HELP {name} Speech streams that ended before their end, by reason.");
+        let _ = writeln!(out, "# TYPE {name} counter");
+        for (reason, n) in ABORTS.iter().zip(&self.aborted) {
+            let _ = writeln!(out, "{name}{{model_name=\"{model}\",reason=\"{reason}\"}} {}", get(n));
+        }
+    }
+}
+
+/// A stream's worst underrun, as upstream measures it: a player starts at the first chunk's
+/// arrival and plays continuously; at each later chunk's arrival it has been starved for the
+/// time played past the audio received before that chunk.
+#[derive(Debug, Default)]
+struct Continuity {
+    /// Seconds since the first chunk's arrival, and the audio received so far.
+    first: Option<Instant>,
+    received: f64,
+    worst: f64,
+}
+
+impl Continuity {
+    fn chunk(&mut self, at: Instant, seconds: f64) {
+        match self.first {
+            None => self.first = Some(at),
+            Some(first) => self.worst = self.worst.max(at.duration_since(first).as_secs_f64() - self.received),
+        }
+        self.received += seconds;
+    }
+
+    fn underrun(&self) -> f64 {
+        self.worst.max(0.0)
     }
 }
 
@@ -301,23 +424,42 @@ pub(crate) struct UtteranceMeter {
     submitted: Instant,
     first_audio: bool,
     audio_seconds: f64,
+    /// A streamed reply: upstream's TTFP, continuity and stream lifecycle count it.
+    streamed: bool,
+    continuity: Continuity,
+    ended: bool,
 }
 
 impl UtteranceMeter {
-    pub(crate) fn start(metrics: &Metrics, transport: Transport) -> UtteranceMeter {
+    /// An utterance submitted now; `streamed` when its audio goes out as it is made.
+    pub(crate) fn start(metrics: &Metrics, transport: Transport, streamed: bool) -> UtteranceMeter {
         metrics.utterances[transport as usize].fetch_add(1, Ordering::Relaxed);
-        UtteranceMeter { transport, submitted: Instant::now(), first_audio: false, audio_seconds: 0.0 }
+        UtteranceMeter {
+            transport,
+            submitted: Instant::now(),
+            first_audio: false,
+            audio_seconds: 0.0,
+            streamed,
+            continuity: Continuity::default(),
+            ended: false,
+        }
     }
 
     pub(crate) fn audio(&mut self, metrics: &Metrics, bytes: usize, sample_rate: u32) {
         if bytes == 0 {
             return;
         }
+        let now = Instant::now();
         if !self.first_audio {
             self.first_audio = true;
-            metrics.ttfa.observe(self.submitted.elapsed().as_secs_f64());
+            let elapsed = now.duration_since(self.submitted).as_secs_f64();
+            metrics.ttfa.observe(elapsed);
+            if let (Some(upstream), true) = (&metrics.vllm_omni, self.streamed) {
+                upstream.ttfp.observe(elapsed);
+            }
         }
         let seconds = bytes as f64 / 2.0 / f64::from(sample_rate.max(1));
+        self.continuity.chunk(now, seconds);
         self.audio_seconds += seconds;
         let t = self.transport as usize;
         metrics.audio_bytes[t].fetch_add(bytes as u64, Ordering::Relaxed);
@@ -325,9 +467,35 @@ impl UtteranceMeter {
     }
 
     /// The engine finished the utterance.
-    pub(crate) fn finished(&self, metrics: &Metrics) {
-        if self.audio_seconds > 0.0 {
-            metrics.rtf.observe(self.submitted.elapsed().as_secs_f64() / self.audio_seconds);
+    pub(crate) fn finished(&mut self, metrics: &Metrics) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        let rtf = (self.audio_seconds > 0.0).then(|| self.submitted.elapsed().as_secs_f64() / self.audio_seconds);
+        if let Some(rtf) = rtf {
+            metrics.rtf.observe(rtf);
+        }
+        let Some(upstream) = &metrics.vllm_omni else { return };
+        if let Some(rtf) = rtf {
+            upstream.rtf.observe(rtf);
+        }
+        if self.streamed {
+            upstream.completed.fetch_add(1, Ordering::Relaxed);
+            let underrun = self.continuity.underrun();
+            upstream.underrun.observe(underrun);
+            if underrun <= CONTINUITY_THRESHOLD_S {
+                upstream.continuity_ok.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The utterance ended before its end: counted once, for a stream, by `reason`.
+    pub(crate) fn aborted(&mut self, metrics: &Metrics, reason: Abort) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        if let (Some(upstream), true) = (&metrics.vllm_omni, self.streamed) {
+            upstream.aborted[reason as usize].fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -359,15 +527,24 @@ impl Histogram {
     }
 
     fn render(&self, out: &mut String, name: &str, help: &str) {
+        self.render_labelled(out, name, help, "");
+    }
+
+    /// The histogram with `labels` (`a="x",b="y"`, or empty) on every sample.
+    fn render_labelled(&self, out: &mut String, name: &str, help: &str, labels: &str) {
         let state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let (open, braced) = match labels {
+            "" => (String::new(), String::new()),
+            labels => (format!("{labels},"), format!("{{{labels}}}")),
+        };
         let mut cumulative = 0;
         for (bound, n) in self.bounds.iter().zip(&state.counts) {
             cumulative += n;
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+            let _ = writeln!(out, "{name}_bucket{{{open}le=\"{bound}\"}} {cumulative}");
         }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", state.count);
-        let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", state.sum, state.count);
+        let _ = writeln!(out, "{name}_bucket{{{open}le=\"+Inf\"}} {}", state.count);
+        let _ = writeln!(out, "{name}_sum{braced} {}\n{name}_count{braced} {}", state.sum, state.count);
     }
 }
 
@@ -408,7 +585,7 @@ mod tests {
     fn exposition_has_every_family() {
         let metrics = Metrics::default();
         metrics.connection_opened();
-        let mut meter = UtteranceMeter::start(&metrics, Transport::Http);
+        let mut meter = UtteranceMeter::start(&metrics, Transport::Http, false);
         meter.audio(&metrics, 48_000, 24_000);
         meter.finished(&metrics);
         metrics.error(ErrorKind::Auth);
@@ -456,6 +633,60 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
+    }
+
+    // Issue 34: upstream vLLM-Omni's speech streaming families, only when asked for; streams
+    // count in TTFP, continuity and the lifecycle counters, whole replies only in the RTF.
+    #[test]
+    fn vllm_omni_families_under_the_switch() {
+        let plain = Metrics::default();
+        assert!(!plain.render(&EngineLoad::default()).contains("vllm_omni:"));
+        let metrics = Metrics::default().with_vllm_omni("hibari");
+        let mut stream = UtteranceMeter::start(&metrics, Transport::WebSocket, true);
+        stream.audio(&metrics, 4_800, 24_000);
+        stream.audio(&metrics, 4_800, 24_000);
+        stream.finished(&metrics);
+        stream.aborted(&metrics, Abort::Closed);
+        let mut whole = UtteranceMeter::start(&metrics, Transport::Http, false);
+        whole.audio(&metrics, 48_000, 24_000);
+        whole.finished(&metrics);
+        for reason in [Abort::Cancelled, Abort::Error, Abort::Error] {
+            UtteranceMeter::start(&metrics, Transport::Http, true).aborted(&metrics, reason);
+        }
+        UtteranceMeter::start(&metrics, Transport::Http, false).aborted(&metrics, Abort::Closed);
+        let text = metrics.render(&EngineLoad::default());
+        let labels = "model_name=\"hibari\",stage=\"0\",replica=\"0\"";
+        for line in [
+            format!("vllm_omni:audio_ttfp_s_count{{{labels}}} 1"),
+            format!("vllm_omni:audio_ttfp_s_bucket{{{labels},le=\"+Inf\"}} 1"),
+            format!("vllm_omni:audio_rtf_count{{{labels}}} 2"),
+            format!("vllm_omni:audio_underrun_s_count{{{labels}}} 1"),
+            format!("vllm_omni:audio_continuity_ok_total{{{labels},threshold_ms=\"100\"}} 1"),
+            "vllm_omni:speech_stream_completed_total{model_name=\"hibari\"} 1".to_owned(),
+            "vllm_omni:speech_stream_aborted_total{model_name=\"hibari\",reason=\"cancelled\"} 1".to_owned(),
+            "vllm_omni:speech_stream_aborted_total{model_name=\"hibari\",reason=\"closed\"} 0".to_owned(),
+            "vllm_omni:speech_stream_aborted_total{model_name=\"hibari\",reason=\"error\"} 2".to_owned(),
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+    }
+
+    // Upstream's underrun: a player that starts at the first chunk starves while the next is late.
+    #[test]
+    fn underrun_is_the_worst_deficit_after_the_first_chunk() {
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + std::time::Duration::from_secs_f64(s);
+        let mut c = Continuity::default();
+        // 0.02 s of audio at 0.1 s, the next at 2.0 s: starved 1.88 s.
+        c.chunk(at(0.1), 0.02);
+        c.chunk(at(2.0), 0.02);
+        assert!((c.underrun() - 1.88).abs() < 1e-9, "{}", c.underrun());
+        // Chunks ahead of playback: no underrun.
+        let mut c = Continuity::default();
+        for (time, seconds) in [(0.0, 1.0), (0.5, 1.0), (1.9, 1.0)] {
+            c.chunk(at(time), seconds);
+        }
+        assert_eq!(c.underrun(), 0.0);
     }
 
     #[test]

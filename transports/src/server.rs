@@ -91,6 +91,13 @@ pub struct ServerConfig {
     /// model names accepted as `model` but not listed, and voice aliases `(alias, voice)`
     /// (`voice` may be `default`). Default: OpenAI's ([`Naming::openai`]).
     pub naming: Naming,
+    /// Refuse what the engine cannot honour (style `instructions`) with a 400 or an error
+    /// frame instead of ignoring it and saying so (`X-Ignored-Fields`, a log line); the
+    /// default is to ignore ([`Catalog::with_strict`]).
+    pub strict: bool,
+    /// Export upstream vLLM-Omni's speech streaming metrics (`vllm_omni:audio_ttfp_s`, ...) in
+    /// `/metrics` beside ours, labelled with the served model's name (`--vllm-omni-compat`).
+    pub vllm_omni_metrics: bool,
 }
 
 impl Default for ServerConfig {
@@ -115,6 +122,8 @@ impl ServerConfig {
             write_timeout: Duration::from_secs(30),
             extra_models: Vec::new(),
             naming: Naming::openai(),
+            strict: false,
+            vllm_omni_metrics: false,
         }
     }
 }
@@ -167,8 +176,13 @@ pub async fn serve_with_wyoming(
             capabilities.models.push(model);
         }
     }
+    let metrics = match cfg.vllm_omni_metrics {
+        // Labelled with the served model's name (`--served-model-name`'s first).
+        true => Metrics::default().with_vllm_omni(capabilities.models.first().map_or("", String::as_str)),
+        false => Metrics::default(),
+    };
     let shared = Arc::new(Shared {
-        catalog: Catalog::new(Arc::new(capabilities), cfg.naming),
+        catalog: Catalog::new(Arc::new(capabilities), cfg.naming).with_strict(cfg.strict),
         engine,
         max_message_bytes: max_message_bytes(&cfg.session),
         options: Arc::new(cfg.session),
@@ -184,9 +198,16 @@ pub async fn serve_with_wyoming(
         sockets: Sockets::new(max_sockets, max_slots, cfg.max_connections_per_ip),
         turned_away: turned_away_response(503, "Service Unavailable", "ServiceUnavailableError", TOO_MANY_SOCKETS),
         turned_away_peer: turned_away_response(429, "Too Many Requests", "RateLimitError", TOO_MANY_FROM_PEER),
-        metrics: Metrics::default(),
+        metrics,
         draining: AtomicBool::new(false),
     });
+    let shadowed = shared.catalog.shadowed_aliases();
+    if !shadowed.is_empty() {
+        warn!(
+            aliases = %shadowed.join(", "),
+            "voice aliases that are also names of voices: clients naming them get those voices, not the alias"
+        );
+    }
     shared.metrics.sockets_max.store(max_sockets as u64, Ordering::Relaxed);
     info!(
         max_sockets,

@@ -22,7 +22,9 @@ use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, RequestId}
 use speechstream_core::speech_batch::{
     batch_response_json, item_audio_seconds, parse_batch_request, ItemResult, MAX_BATCH_ITEMS,
 };
-use speechstream_core::speech_http::{check_content_type, parse_speech_request, HttpError, SpeechRequest};
+use speechstream_core::speech_http::{
+    check_content_type, ignored_header, parse_speech_request, HttpError, SpeechRequest,
+};
 use speechstream_core::speech_response::{ResponseHead, ResponseOutput, SpeechResponse};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -31,7 +33,7 @@ use tracing::{debug, info, warn};
 use crate::body::{full, json, Body, BoxError};
 use crate::context::ConnectionContext;
 use crate::encoding::encode_off_runtime;
-use crate::metrics::{ErrorKind, Transport, UtteranceMeter};
+use crate::metrics::{Abort, ErrorKind, Transport, UtteranceMeter};
 use crate::shared::Shared;
 use crate::sink::ChannelSink;
 
@@ -159,7 +161,16 @@ pub(crate) async fn create_batch(
     }
     let failed = results.iter().filter(|r| r.is_err()).count();
     info!(batch = %batch_id, failed, "speech batch done");
-    json(StatusCode::OK, batch_response_json(&batch_id, &parsed, &results))
+    let mut response = json(StatusCode::OK, batch_response_json(&batch_id, &parsed, &results));
+    // What any item's engine did not honour, as a single request's response says it.
+    let mut ignored: Vec<&str> =
+        parsed.iter().flatten().flat_map(|item| item.synthesis.ignored.iter().copied()).collect();
+    ignored.sort_unstable();
+    ignored.dedup();
+    if let Some(value) = ignored_header(&ignored).and_then(|v| HeaderValue::from_str(&v).ok()) {
+        response.headers_mut().insert(HeaderName::from_static("x-ignored-fields"), value);
+    }
+    response
 }
 
 /// One request synthesized and encoded as a whole file of at most `seconds` of audio: the file
@@ -202,7 +213,8 @@ struct EngineRequest {
 impl EngineRequest {
     fn submit(shared: &Arc<Shared>, id: RequestId, request: &SpeechRequest) -> EngineRequest {
         let (events_tx, events) = mpsc::channel(shared.engine_event_queue);
-        let meter = UtteranceMeter::start(&shared.metrics, Transport::Http);
+        let meter = UtteranceMeter::start(&shared.metrics, Transport::Http, request.synthesis.stream);
+        crate::engine_link::log_ignored(id, &request.synthesis.ignored);
         shared.engine.submit(id, request.synthesis.clone(), Box::new(ChannelSink::new(events_tx)));
         EngineRequest { id, engine: shared.engine.clone(), shared: shared.clone(), events, meter, ended: false }
     }
@@ -217,7 +229,10 @@ impl EngineRequest {
                 self.ended = true;
                 self.meter.finished(&self.shared.metrics);
             }
-            EngineEventKind::Failed(_) => self.ended = true,
+            EngineEventKind::Failed(_) => {
+                self.ended = true;
+                self.meter.aborted(&self.shared.metrics, Abort::Error);
+            }
             _ => {}
         }
     }
@@ -226,6 +241,7 @@ impl EngineRequest {
     fn abort(&mut self) {
         if !self.ended {
             self.ended = true;
+            self.meter.aborted(&self.shared.metrics, Abort::Cancelled);
             self.shared.metrics.cancelled(Transport::Http);
             self.engine.abort(self.id);
         }
@@ -236,6 +252,7 @@ impl Drop for EngineRequest {
     fn drop(&mut self) {
         if !self.ended {
             debug!(request = %self.id, "client gone: aborting the engine request");
+            self.meter.aborted(&self.shared.metrics, Abort::Closed);
             self.shared.metrics.cancelled(Transport::Http);
             self.engine.abort(self.id);
         }

@@ -7,6 +7,7 @@ use std::time::Instant;
 use base64::Engine as _;
 
 use super::heard::heard;
+use super::edges::{Edges, TextEnd};
 use super::input::UnitEnded;
 use super::{EngineCommand, Output, RequestEnd, Session, State, UnknownRequest, CLOSE_GOING_AWAY};
 use crate::codec;
@@ -46,6 +47,9 @@ pub(super) struct Generation {
     /// has them, so a cancel can say what was heard; sent only in word-timestamps mode).
     text: String,
     words: Vec<WordTiming>,
+    /// A streamed fragment or split unit: its quiet edges cut where it joins the text around
+    /// it mid-sentence.
+    edges: Option<Edges>,
 }
 
 impl Generation {
@@ -239,6 +243,7 @@ impl Session {
         let catalog = self.catalog.clone();
         let upstream = config.split_granularity.is_some();
         let mut pending_start = None;
+        let mut edges = None;
         let mode = if let Some(spec) = catalog.serving(&request).codec.as_ref().filter(|_| codec_tokens) {
             let start = CodecStart {
                 r#type: "codec.start",
@@ -277,7 +282,20 @@ impl Session {
             } else {
                 Mode::Whole(WholeAudio::new(config.response_format, self.options.max_whole_audio_seconds))
             };
-            if let Some(first) = self.input.fragment_starting() {
+            let fragment_start = self.input.fragment_starting();
+            // A streamed unit of several (fragments, split units): no dead air mid-sentence.
+            let unit = fragment_start.is_some() || upstream;
+            if unit && matches!(mode, Mode::Streamed) {
+                let first = fragment_start.unwrap_or(sentence == 0);
+                let previous = if first { None } else { self.last_unit_end };
+                let lead = previous.and_then(|end| end.gap_ms().1);
+                let tail = TextEnd::of(text).gap_ms().0;
+                edges = (lead.is_some() || tail.is_some()).then(|| Edges::new(lead, tail));
+            }
+            if unit {
+                self.last_unit_end = Some(TextEnd::of(text));
+            }
+            if let Some(first) = fragment_start {
                 // A fragment stream has one start, with its first fragment's text.
                 if first {
                     let mut shown: String = text.chars().take(80).collect();
@@ -315,6 +333,7 @@ impl Session {
             sample_rate: None,
             text: text.to_owned(),
             words: Vec::new(),
+            edges,
         });
         // The engine gets its own voice name (an alias, the server's, the voice it stands for).
         match self.catalog.resolve(&mut request) {
@@ -350,6 +369,10 @@ impl Session {
             }
             Mode::Encoding => {}
             Mode::Streamed => {
+                let pcm = match &mut generation.edges {
+                    Some(edges) => edges.push(&pcm, sample_rate),
+                    None => pcm,
+                };
                 if !pcm.is_empty() {
                     generation.total += pcm.len() as u64;
                     self.push(Output::Binary(pcm));
@@ -462,15 +485,26 @@ impl Session {
             out_rate,
             text,
             words,
+            edges,
             ..
         } = generation;
         // A finished stream's last resampled samples (the filter's tail).
-        let tail = match (&ending, resampler) {
+        let mut tail = match (&ending, resampler) {
             // PCM has nothing to fail on.
             (Ending::Finished, Some(resampler)) => resampler.finish().unwrap_or_default(),
             _ => Vec::new(),
         };
         let sample_rate = out_rate.filter(|_| sample_rate.is_some()).or(sample_rate);
+        // A finished unit's trailing quiet, cut to its gap, and the stream's tail through it.
+        if let (Ending::Finished, Some(mut edges), Some(rate)) = (&ending, edges, sample_rate) {
+            let mut kept = edges.push(&tail, rate);
+            kept.extend(edges.finish(rate));
+            tail = kept;
+        }
+        if matches!(mode, Mode::Streamed) && !tail.is_empty() {
+            total += tail.len() as u64;
+            self.push(Output::Binary(std::mem::take(&mut tail)));
+        }
         // First, so a transport that can't write the rest in time has still stopped it.
         if live && matches!(ending, Ending::Stopped(_) | Ending::Cancelled(_)) {
             self.abort(id);
@@ -533,10 +567,6 @@ impl Session {
                             total = file.len() as u64;
                             self.push(Output::Binary(file));
                         }
-                    }
-                    Mode::Streamed if !tail.is_empty() => {
-                        total += tail.len() as u64;
-                        self.push(Output::Binary(tail));
                     }
                     Mode::Words { mut chunk_id, any_words } if failure.is_none() => {
                         let rate = sample_rate.unwrap_or(NOMINAL_SAMPLE_RATE);
@@ -673,5 +703,6 @@ fn build_request(config: &SessionConfig, text: &str) -> Result<SynthesisRequest,
         speaker_embedding: config.speaker_embedding.clone(),
         x_vector_only_mode: config.x_vector_only_mode.unwrap_or(false),
         non_streaming_mode: config.non_streaming_mode,
+        ignored: Vec::new(),
     })
 }

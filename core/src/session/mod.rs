@@ -6,6 +6,7 @@
 //! utterances, one mode per session config), and generation (`generation`: an utterance as an
 //! engine request, its frames and its ending). This module holds the public face.
 
+mod edges;
 mod generation;
 mod heard;
 mod input;
@@ -226,6 +227,9 @@ pub struct Session {
     /// The last streamed utterance (or unit), when it was sent whole: an `input.cancel` while
     /// idle may say how much of it the client played (its audio may still be playing).
     spoken: Option<generation::Spoken>,
+    /// How the text of the utterance's last unit (a fragment or a split unit) ended: a
+    /// streamed unit after one that ended mid-sentence starts without its leading silence.
+    last_unit_end: Option<edges::TextEnd>,
     /// Client frames that arrived during a generation, handled after it in order, and
     /// what they cost against `max_deferred_bytes`.
     deferred: VecDeque<Deferred>,
@@ -307,6 +311,7 @@ impl Session {
             utterance_index: 0,
             last_request: None,
             spoken: None,
+            last_unit_end: None,
             deferred: VecDeque::new(),
             deferred_bytes: 0,
             outputs: Outputs::default(),

@@ -4,6 +4,7 @@ use serde_json::{json, Value};
 
 use super::frame::encode;
 use super::*;
+use crate::catalog::Naming;
 use crate::engine::EngineCapabilities;
 
 fn capabilities() -> Arc<EngineCapabilities> {
@@ -160,9 +161,18 @@ fn streamed_text_is_spoken_sentence_by_sentence_while_it_arrives() {
     s.handle_engine(now, audio(*third, 10)).unwrap();
     s.handle_engine(now, finished(*third)).unwrap();
     assert_eq!(kinds(&drain(&mut s)), ["audio-start", "audio-chunk", "audio-stop", "synthesize-stopped"]);
-    // A new request after the stream is served.
-    s.handle_bytes(now, &event("synthesize", json!({"text": ""})));
-    assert_eq!(kinds(&drain(&mut s)), ["audio-start", "audio-stop"]);
+    // A new request after the stream is served; an empty one is the client's error (issue 34).
+    s.handle_bytes(now, &event("synthesize", json!({"text": " \n"})));
+    let seen = drain(&mut s);
+    assert_eq!(kinds(&seen), ["error", "CLOSE"]);
+    assert_eq!(
+        seen[0],
+        Seen::Event(
+            "error".into(),
+            json!({"text": "synthesize needs a text that is not empty", "code": "bad-request"}),
+            0
+        )
+    );
 }
 
 #[test]
@@ -296,9 +306,32 @@ fn a_language_picks_a_voice() {
     };
     let options =
         WyomingOptions { voices: vec![voice("heart", "en-US"), voice("emma", "en-GB")], ..Default::default() };
-    let mut s = WyomingSession::new(now, 1, capabilities(), Arc::new(options));
+    let options = Arc::new(options);
+    let mut s = WyomingSession::new(now, 1, capabilities(), options.clone());
     s.handle_bytes(now, &event("synthesize", json!({"text": "Hi.", "voice": {"language": "en_GB"}})));
     assert_eq!(submitted(&drain(&mut s))[0].1.voice.as_deref(), Some("emma"));
+    // Issue 34: the language without its region gets a voice of that language; a name and a
+    // language it does not speak, or a language no voice speaks, is the client's error.
+    for (voice, expected) in [
+        (json!({"language": "EN-us"}), Some("heart")),
+        (json!({"language": "en-AU"}), Some("heart")),
+        (json!({"language": "en"}), Some("heart")),
+        (json!({"name": "alloy", "language": "en-US"}), None),
+        (json!({"name": "emma", "language": ""}), Some("emma")),
+    ] {
+        let mut s = WyomingSession::new(now, 1, Catalog::new(capabilities(), Naming::openai()), options.clone());
+        s.handle_bytes(now, &event("synthesize", json!({"text": "Hi.", "voice": voice})));
+        assert_eq!(submitted(&drain(&mut s))[0].1.voice.as_deref(), expected, "{voice}");
+    }
+    for voice in [json!({"language": "de-DE"}), json!({"name": "heart", "language": "de"})] {
+        let mut s = WyomingSession::new(now, 1, capabilities(), options.clone());
+        s.handle_bytes(now, &event("synthesize-start", json!({"voice": voice})));
+        let seen = drain(&mut s);
+        assert_eq!(kinds(&seen), ["error", "CLOSE"], "{voice}");
+        let language = voice["language"].as_str().unwrap();
+        let text = format!("no voice speaks language '{language}'; this server speaks: en-US, en-GB");
+        assert_eq!(seen[0], Seen::Event("error".into(), json!({"text": text, "code": "unknown-voice"}), 0));
+    }
 }
 
 #[test]
