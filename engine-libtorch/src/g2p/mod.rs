@@ -18,6 +18,7 @@ pub mod numbers;
 pub mod oov;
 pub mod pystr;
 pub mod split;
+pub mod spoken;
 pub mod tagger;
 pub mod tokenize;
 
@@ -31,6 +32,7 @@ use serde_json::Value;
 use lexicon::{apply_stress, is_consonant, is_vowel, stress_weight, Ctx, Dict, LexToken, Lexicon, PRIMARY};
 use normalize::Normalizer;
 use oov::Oov;
+use spoken::{Pronunciations, TextOptions};
 use tagger::Tagger;
 use tokenize::Tokenizer;
 
@@ -276,6 +278,13 @@ pub struct FrontEnd {
     subtoken: Regex,
     fallback_piece: Regex,
     link: Regex,
+    /// The spoken-form normaliser's markup options.
+    options: TextOptions,
+    /// Server-wide pronunciations (`--lexicon`).
+    pronunciations: Pronunciations,
+    /// hibari's own normalisation (`normalize.json`) instead of the spoken form ([`spoken`]): the
+    /// reference's readings, for parity checks.
+    reference: bool,
 }
 
 fn read_json(path: &Path) -> Result<Value, G2pError> {
@@ -330,7 +339,63 @@ impl FrontEnd {
             ))?,
             fallback_piece: re(r"[^\W\d_]+(?:['’][^\W\d_]+)*|\d+(?:[,.]\d+)*|[^\w\s]+")?,
             link: re(r"\[([^\]]+)\]\(([^\)]*)\)")?,
+            options: TextOptions::default(),
+            pronunciations: Pronunciations::new(),
+            reference: false,
         })
+    }
+
+    /// The markup options of the normaliser.
+    pub fn set_text_options(&mut self, options: TextOptions) {
+        self.options = options;
+    }
+
+    /// Server-wide pronunciations, under those of a request.
+    pub fn set_pronunciations(&mut self, p: Pronunciations) {
+        self.pronunciations = p;
+    }
+
+    /// Reads as hibari's Python package does (its own normalisation), for parity checks.
+    pub fn set_reference_normalization(&mut self, on: bool) {
+        self.reference = on;
+    }
+
+    /// The spoken form of `text` (the normaliser's output, before the G2P).
+    pub fn spoken(&self, text: &str) -> String {
+        self.normalized(text, &Pronunciations::new()).text
+    }
+
+    fn normalized(&self, text: &str, extra: &Pronunciations) -> normalize::Tracked {
+        if self.reference {
+            return self.normalizer.normalize(text);
+        }
+        let merged;
+        let prons = if extra.is_empty() {
+            &self.pronunciations
+        } else {
+            merged = self.pronunciations.merged(extra);
+            &merged
+        };
+        let mut t = spoken::verbalize(text, &self.options, prons);
+        t.map_chars(|c| match c {
+            '\u{a0}' => ' ',
+            '’' => '\'',
+            '‒' => '-',
+            '―' => '—',
+            c => c,
+        });
+        t
+    }
+
+    /// The phonemes (in this front end's alphabet) that are not in `vocab`: for checking a
+    /// pronunciation given as phonemes.
+    pub fn check_phonemes(phonemes: &str, vocab: &HashSet<char>) -> Result<(), String> {
+        let bad: String = phonemes.chars().filter(|c| !c.is_whitespace() && !vocab.contains(c)).collect();
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{bad:?} not in the voice's phoneme alphabet"))
+        }
     }
 
     /// The OOV net, for checks.
@@ -338,12 +403,48 @@ impl FrontEnd {
         self.oov.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Sentences of `text` as `Hibari.split_sentences` gives them.
+    /// Sentences of `text` as `Hibari.split_sentences` gives them; a fenced code block that the
+    /// normaliser skips is one piece of its own (it reads as nothing).
     pub fn split_sentences<'a>(&self, text: &'a str) -> Vec<&'a str> {
-        split::split_sentences(text, &self.titles)
+        if self.reference || self.options.code_blocks == spoken::Code::Read || !text.contains("```") {
+            return split::split_sentences(text, &self.titles);
+        }
+        self.sentence_ranges(text).into_iter().map(|r| &text[r]).collect()
     }
 
-    /// The normalised text of one line (`normalize.normalize`).
+    /// Byte ranges of the sentences of `text` (see [`FrontEnd::split_sentences`]).
+    fn sentence_ranges(&self, text: &str) -> Vec<Range<usize>> {
+        if self.reference || self.options.code_blocks == spoken::Code::Read || !text.contains("```") {
+            return split::split_sentence_ranges(text, &self.titles);
+        }
+        let mut out = Vec::new();
+        let mut prose = 0usize;
+        let mut block: Option<usize> = None;
+        let mut at = 0usize;
+        for line in text.split_inclusive('\n') {
+            let fence = line.trim_start().starts_with("```");
+            if fence {
+                match block.take() {
+                    None => {
+                        out.extend(split::split_sentence_ranges(&text[prose..at], &self.titles).into_iter().map(|r| prose + r.start..prose + r.end));
+                        block = Some(at);
+                    }
+                    Some(s) => {
+                        out.push(s..at + line.len());
+                        prose = at + line.len();
+                    }
+                }
+            }
+            at += line.len();
+        }
+        match block {
+            Some(s) => out.push(s..text.len()),
+            None => out.extend(split::split_sentence_ranges(&text[prose..], &self.titles).into_iter().map(|r| prose + r.start..prose + r.end)),
+        }
+        out
+    }
+
+    /// The normalised text of one line as hibari's `normalize.normalize` gives it.
     pub fn normalize(&self, text: &str) -> String {
         self.normalizer.normalize(text).text
     }
@@ -356,10 +457,15 @@ impl FrontEnd {
     /// Sentences, each phonemised and clause-split as `Hibari.phonemize` does, with the words of the
     /// text mapped to their phonemes. Sentences with no phonemes are left out.
     pub fn sentences(&self, text: &str) -> Vec<Sentence> {
+        self.sentences_with(text, &Pronunciations::new())
+    }
+
+    /// [`FrontEnd::sentences`] with a request's pronunciations over the server's.
+    pub fn sentences_with(&self, text: &str, prons: &Pronunciations) -> Vec<Sentence> {
         let mut out = Vec::new();
-        for r in split::split_sentence_ranges(text, &self.titles) {
+        for r in self.sentence_ranges(text) {
             let sent = &text[r.clone()];
-            let p = self.phonemize_spans(sent);
+            let p = self.phonemize_spans_with(sent, prons);
             if p.phonemes.is_empty() {
                 continue;
             }
@@ -377,7 +483,12 @@ impl FrontEnd {
 
     /// Phonemes of one line with, per output token, its phoneme char range and source char range.
     pub fn phonemize_spans(&self, text: &str) -> Phonemized {
-        let norm = self.normalizer.normalize(text);
+        self.phonemize_spans_with(text, &Pronunciations::new())
+    }
+
+    /// [`FrontEnd::phonemize_spans`] with a request's pronunciations over the server's.
+    pub fn phonemize_spans_with(&self, text: &str, prons: &Pronunciations) -> Phonemized {
+        let norm = self.normalized(text, prons);
         let toks = self.tokens(&norm.text);
         let toks = self.phonemize_tokens(toks);
         let mut ps = String::new();
