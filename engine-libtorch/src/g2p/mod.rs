@@ -278,6 +278,10 @@ pub struct FrontEnd {
     subtoken: Regex,
     fallback_piece: Regex,
     link: Regex,
+    /// Runs of single capital letters ("F B I").
+    letters: Regex,
+    /// The hyphen of "twenty-four".
+    tens_hyphen: Regex,
     /// The spoken-form normaliser's markup options.
     options: TextOptions,
     /// Server-wide pronunciations (`--lexicon`).
@@ -339,6 +343,8 @@ impl FrontEnd {
             ))?,
             fallback_piece: re(r"[^\W\d_]+(?:['’][^\W\d_]+)*|\d+(?:[,.]\d+)*|[^\w\s]+")?,
             link: re(r"\[([^\]]+)\]\(([^\)]*)\)")?,
+            letters: re(r"(?<![\w'’])[A-Z](?: [A-Z])*(?: [A-Z]s?)(?!\w)")?,
+            tens_hyphen: re(r"(?<=ty)-(?=(?:one|two|three|four|five|six|seven|eight|nine|first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)\b)")?,
             options: TextOptions::default(),
             pronunciations: Pronunciations::new(),
             reference: false,
@@ -377,6 +383,10 @@ impl FrontEnd {
             &merged
         };
         let mut t = spoken::verbalize(text, &self.options, prons);
+        // For this G2P: letters said one by one read best as one capital word ("F B I" -> "FBI",
+        // which the lexicon spells), number words best without their hyphens ("twenty four").
+        t.sub(&self.letters, |m, _| m.get(0).map_or(String::new(), |x| x.as_str().replace(' ', "")));
+        t.sub(&self.tens_hyphen, |_, _| " ".into());
         t.map_chars(|c| match c {
             '\u{a0}' => ' ',
             '’' => '\'',

@@ -485,6 +485,7 @@ const CURRENCIES: &[(&str, &str, &str, &str, &str)] = &[
     ("₩", "won", "won", "", ""),
     ("₽", "ruble", "rubles", "kopek", "kopeks"),
     ("₿", "bitcoin", "bitcoins", "", ""),
+    ("Rs", "rupee", "rupees", "paisa", "paise"),
     ("USD", "US dollar", "US dollars", "cent", "cents"),
     ("EUR", "euro", "euros", "cent", "cents"),
     ("GBP", "British pound", "British pounds", "penny", "pence"),
@@ -575,6 +576,7 @@ const ABBREVIATIONS: &[(&str, &str, bool)] = &[
     ("+", "plus", false),
     ("=", "equals", false),
     ("×", "times", false),
+    ("*", "times", false),
     ("÷", "divided by", false),
     ("±", "plus or minus", false),
     ("≈", "approximately", false),
@@ -1536,7 +1538,8 @@ fn read_money(c: &Ctx, i: usize) -> Option<Reading> {
         return r(format!("{sign}{}", amount(num, cur)?), 1);
     }
     // Code before or after.
-    if let Some(cur) = currency(w).filter(|c| c.0.len() == 3) {
+    let code = w.strip_suffix('.').unwrap_or(w);
+    if let Some(cur) = currency(code).filter(|c| c.0.len() == 3 || c.0 == "Rs") {
         let num = c.text(i + 1).filter(|_| c.joined(i + 1) && c.trail(i).is_empty())?;
         let (n, scale) = split_scale(num);
         parse_number(n)?;
@@ -1755,6 +1758,12 @@ fn read_date(c: &Ctx, i: usize) -> Option<Reading> {
         }
         return None;
     }
+    // A range of weekdays: "Mon-Fri", "Mon.-Fri.".
+    if let Some((a, b)) = w.split_once(['-', '–']) {
+        if let (Some(x), Some(y)) = (weekday_abbrev(a), weekday_abbrev(b)) {
+            return r(format!("{x} to {y}"), 1);
+        }
+    }
     // Weekday abbreviation before a date: "Mon," "Tue".
     if let Some(day_name) = weekday_abbrev(w) {
         let trail = c.trail(i);
@@ -1777,6 +1786,12 @@ fn read_date(c: &Ctx, i: usize) -> Option<Reading> {
             };
         }
         let next = c.text(i + 1).filter(|_| c.lead(i + 1).is_empty());
+        // "Aug 10-15": a range of days.
+        if let Some((a, b)) = next.and_then(|n| n.split_once(['-', '–'])) {
+            if let (Some(x), Some(y)) = (day(a), day(b)) {
+                return r(format!("{} {} to {}", MONTHS[m], ordinal(x), ordinal(y)), 2);
+            }
+        }
         if let Some(d) = next.and_then(day) {
             let ntrail = c.trail(i + 1);
             if ntrail == "," || ntrail.is_empty() {
@@ -2094,7 +2109,7 @@ fn read_version(c: &Ctx, i: usize) -> Option<Reading> {
 const YEAR_CUES: &[&str] = &[
     "in", "In", "since", "Since", "by", "By", "from", "From", "until", "till", "to", "of", "year", "during", "During",
     "before", "after", "After", "Before", "circa", "around", "early", "late", "mid", "summer", "winter", "spring", "fall",
-    "autumn", "born", "and", "or", "through", "between", "Between", "the", "©", "(c)", "Copyright",
+    "autumn", "born", "and", "or", "through", "between", "Between", "the", "©", "(c)", "Copyright", "of",
 ];
 
 /// Numbers: ordinals, percentages, degrees, units, ranges, fractions, scientific notation, years,
@@ -2248,6 +2263,18 @@ fn read_number(c: &Ctx, i: usize) -> Option<Reading> {
             return r(format!("{} plus", number_words(n)?), 1);
         }
     }
+    // "1.2k", "3bn" (no currency).
+    if let (n, Some(sc)) = split_scale(w) {
+        if w.ends_with(['k', 'K']) || w.ends_with("bn") {
+            return r(format!("{} {sc}", number_words(n)?), 1);
+        }
+    }
+    // A number joined to a word: "5-year", "10-minute".
+    if let Some((a, b)) = w.split_once('-') {
+        if all_digits(a) && !b.is_empty() && b.chars().all(|ch| ch.is_ascii_lowercase()) {
+            return r(format!("{}-{b}", int_words(a)), 1);
+        }
+    }
     // Ranges: "10-20", "1990-1995", "5–10".
     if let Some((a, b)) = w.split_once(['-', '–']).filter(|(a, _)| !a.is_empty()) {
         if all_digits(a) && all_digits(b) && a.len() <= 4 && b.len() <= 4 {
@@ -2316,9 +2343,21 @@ fn read_number(c: &Ctx, i: usize) -> Option<Reading> {
     // Years.
     if let Some(y) = year_of(w) {
         let prev = if i > 0 && c.lead(i).is_empty() { c.text(i - 1) } else { None };
-        let prev_date = prev.is_some_and(|p| month(p).is_some() || p.trim_end_matches(',').parse::<u64>().is_ok());
+        let quarter = |p: &str| {
+            let b = p.as_bytes();
+            b.len() == 2 && matches!(b[0], b'Q' | b'H') && b[1].is_ascii_digit() || p == "FY"
+        };
+        let prev_date =
+            prev.is_some_and(|p| month(p).is_some() || p.trim_end_matches(',').parse::<u64>().is_ok() || quarter(p));
         let era = c.text(i + 1).is_some_and(|n| matches!(n, "BC" | "AD" | "BCE" | "CE"));
-        if prev.is_some_and(|p| YEAR_CUES.contains(&p)) || prev_date || era || i == 0 && c.trail(i) == "," {
+        // A count of things ("2024 copies", "5000 mAh") is a number; otherwise a four-digit
+        // number from 1100 to 2099 is most often a year.
+        let counted = c.trail(i).is_empty()
+            && c.text(i + 1).is_some_and(|n| {
+                unit(n).is_some() || n.len() > 2 && n.ends_with('s') && n.chars().all(|ch| ch.is_ascii_lowercase())
+            });
+        let cue = prev.is_some_and(|p| YEAR_CUES.contains(&p)) || prev_date || era;
+        if cue || y >= 1100 && !counted && !prev.is_some_and(|p| matches!(p, "of" | "Of" | "about" | "than" | "over" | "under")) {
             return r(year(y), 1);
         }
     }
@@ -2352,6 +2391,12 @@ fn read_word(c: &Ctx, i: usize) -> Option<Reading> {
         if base.chars().all(|ch| "IVXLCDM".contains(ch)) && c.joined(i) && REGNAL.contains(&c.text(i - 1).unwrap_or("")) {
             let v = roman_value(base)?;
             return r(format!("the {}'s", capitalize(&ordinal(v))), 1);
+        }
+    }
+    // Possessive acronyms: "CEO's".
+    if let Some(base) = w.strip_suffix("'s").or_else(|| w.strip_suffix("’s")) {
+        if ACRONYM_SPELLED.contains(&base) {
+            return r(format!("{}'s", spelled(base)), 1);
         }
     }
     // Acronyms.
