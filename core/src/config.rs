@@ -140,6 +140,9 @@ pub struct SessionConfig {
     /// Our extension (upstream ignores the key on the WebSocket): the rate of the audio sent,
     /// one of [`SUPPORTED_RATES`] (resampled); `None`: the engine's.
     pub sample_rate: Option<u32>,
+    /// Our extension: how to say given words, (word, `/phonemes/` or a respelling), for every
+    /// utterance of the session; empty for none.
+    pub pronunciations: Vec<(String, String)>,
 }
 
 impl Default for SessionConfig {
@@ -167,6 +170,7 @@ impl Default for SessionConfig {
             streaming_mode: StreamingMode::Sentence,
             commitment: false,
             sample_rate: None,
+            pronunciations: Vec::new(),
         }
     }
 }
@@ -230,6 +234,7 @@ pub fn validate_session_config(msg: &Object) -> Result<SessionConfig, String> {
             )
             .is_some_and(|n| n == 1),
         sample_rate: None,
+        pronunciations: v.pronunciations(),
     };
     if let Some(x) = msg.get("sample_rate").filter(|x| **x != crate::json::Value::Null) {
         if let Some(rate) = v.int("sample_rate", None).map(|i| saturate(&i)) {

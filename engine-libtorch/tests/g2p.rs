@@ -201,8 +201,14 @@ fn spoken_form_front_end() {
     println!("spoken-form front end on the reference corpus: {same}/{} identical ({pct:.1}%)", cases.len());
     assert!(pct >= 85.0, "{pct:.1}%");
     // Read as written words, not as hibari's normalisation reads them.
-    assert_eq!(fe.spoken("Call 1-800-555-0199, e.g. now."), "Call one, eight hundred, five five five, zero one nine nine, for example now.");
-    assert_ne!(fe.phonemize("Visit https://example.com/docs"), fe.phonemize("Visit HTTPS slash slash example com slash docs"));
+    assert_eq!(
+        fe.spoken("Call 1-800-555-0199, e.g. now."),
+        "Call one, eight hundred, five five five, zero one nine nine, for example now."
+    );
+    assert_ne!(
+        fe.phonemize("Visit https://example.com/docs"),
+        fe.phonemize("Visit HTTPS slash slash example com slash docs")
+    );
     assert_eq!(fe.phonemize("Visit https://example.com/docs"), fe.phonemize("Visit example dot com slash docs"));
     // Inline markup, the server's lexicon and a request's entries.
     assert_eq!(fe.phonemize("[Kokoro](/kˈOkəɹO/) speaks."), "kˈOkəɹO spˈiks.");

@@ -607,5 +607,6 @@ fn build_request(config: &SessionConfig, text: &str) -> Result<SynthesisRequest,
         speaker_embedding: config.speaker_embedding.clone(),
         x_vector_only_mode: config.x_vector_only_mode.unwrap_or(false),
         non_streaming_mode: config.non_streaming_mode,
+        pronunciations: config.pronunciations.clone(),
     })
 }

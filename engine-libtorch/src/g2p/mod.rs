@@ -63,6 +63,8 @@ pub struct Word {
     pub text: String,
     /// Byte range of the word in the text given to [`FrontEnd::sentences`].
     pub text_range: Range<usize>,
+    /// The same range in characters (Unicode scalar values).
+    pub chars: Range<usize>,
     /// Range of the phoneme characters (Unicode chars, not bytes) in [`Sentence::phonemes`] it produced
     /// (empty for a word that is not spoken).
     pub phonemes: Range<usize>,
@@ -344,7 +346,9 @@ impl FrontEnd {
             fallback_piece: re(r"[^\W\d_]+(?:['’][^\W\d_]+)*|\d+(?:[,.]\d+)*|[^\w\s]+")?,
             link: re(r"\[([^\]]+)\]\(([^\)]*)\)")?,
             letters: re(r"(?<![\w'’])[A-Z](?: [A-Z])*(?: [A-Z]s?)(?!\w)")?,
-            tens_hyphen: re(r"(?<=ty)-(?=(?:one|two|three|four|five|six|seven|eight|nine|first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)\b)")?,
+            tens_hyphen: re(
+                r"(?<=ty)-(?=(?:one|two|three|four|five|six|seven|eight|nine|first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)\b)",
+            )?,
             options: TextOptions::default(),
             pronunciations: Pronunciations::new(),
             reference: false,
@@ -436,7 +440,11 @@ impl FrontEnd {
             if fence {
                 match block.take() {
                     None => {
-                        out.extend(split::split_sentence_ranges(&text[prose..at], &self.titles).into_iter().map(|r| prose + r.start..prose + r.end));
+                        out.extend(
+                            split::split_sentence_ranges(&text[prose..at], &self.titles)
+                                .into_iter()
+                                .map(|r| prose + r.start..prose + r.end),
+                        );
                         block = Some(at);
                     }
                     Some(s) => {
@@ -449,7 +457,11 @@ impl FrontEnd {
         }
         match block {
             Some(s) => out.push(s..text.len()),
-            None => out.extend(split::split_sentence_ranges(&text[prose..], &self.titles).into_iter().map(|r| prose + r.start..prose + r.end)),
+            None => out.extend(
+                split::split_sentence_ranges(&text[prose..], &self.titles)
+                    .into_iter()
+                    .map(|r| prose + r.start..prose + r.end),
+            ),
         }
         out
     }
@@ -473,13 +485,17 @@ impl FrontEnd {
     /// [`FrontEnd::sentences`] with a request's pronunciations over the server's.
     pub fn sentences_with(&self, text: &str, prons: &Pronunciations) -> Vec<Sentence> {
         let mut out = Vec::new();
+        // Chars before each sentence, counted on from the last one.
+        let (mut counted, mut chars) = (0usize, 0usize);
         for r in self.sentence_ranges(text) {
             let sent = &text[r.clone()];
+            chars += text[counted..r.start].chars().count();
+            counted = r.start;
             let p = self.phonemize_spans_with(sent, prons);
             if p.phonemes.is_empty() {
                 continue;
             }
-            let words = map_words(sent, r.start, &p);
+            let words = map_words(sent, r.start, chars, &p);
             for (ps, ws) in chunk_words(&p.phonemes, words) {
                 let chunk_text = match (ws.first(), ws.last()) {
                     (Some(a), Some(b)) => text[a.text_range.start..b.text_range.end].to_string(),
@@ -790,7 +806,7 @@ impl FrontEnd {
 
 /// Words (whitespace-separated runs of the sentence, grouped where one reading spans several) with
 /// their phoneme ranges. `base` is the sentence's byte offset in the whole text.
-fn map_words(sent: &str, base: usize, p: &Phonemized) -> Vec<Word> {
+fn map_words(sent: &str, base: usize, base_chars: usize, p: &Phonemized) -> Vec<Word> {
     // Whitespace-separated words: (char range, byte range).
     let mut words: Vec<(Range<usize>, Range<usize>)> = Vec::new();
     let mut start: Option<(usize, usize)> = None;
@@ -842,9 +858,15 @@ fn map_words(sent: &str, base: usize, p: &Phonemized) -> Vec<Word> {
     let mut last_end = 0;
     let push = |lo: usize, hi: usize, pr: Option<Range<usize>>, out: &mut Vec<Word>, last_end: &mut usize| {
         let b = words[lo].1.start..words[hi].1.end;
+        let c = base_chars + words[lo].0.start..base_chars + words[hi].0.end;
         let pr = pr.unwrap_or(*last_end..*last_end);
         *last_end = pr.end.max(*last_end);
-        out.push(Word { text: sent[b.clone()].to_string(), text_range: base + b.start..base + b.end, phonemes: pr });
+        out.push(Word {
+            text: sent[b.clone()].to_string(),
+            text_range: base + b.start..base + b.end,
+            chars: c,
+            phonemes: pr,
+        });
     };
     for (lo, hi, pr) in merged {
         while wi < lo {

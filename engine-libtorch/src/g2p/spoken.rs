@@ -603,19 +603,19 @@ fn abbreviation(w: &str) -> Option<(&'static str, bool)> {
 const ACRONYM_WORDS: &[&str] = &[
     "NASA", "NATO", "UNESCO", "UNICEF", "NAFTA", "OPEC", "FEMA", "LASER", "RADAR", "SCUBA", "PIN", "ZIP", "AIDS",
     "NASDAQ", "FIFA", "COVID", "CAPTCHA", "GIF", "JPEG", "RAM", "ROM", "SIM", "OLED", "LED", "WAN", "LAN", "SIM",
-    "POSIX", "YAML", "TOML", "JSON", "ASCII", "SCSI", "CRUD", "REST", "SWAT", "DARPA", "NOAA", "ISIS", "GIFs",
-    "SARS", "MERS", "NOW", "OK", "I", "A", "AM", "PM", "TV", "ID", "IDs", "OS", "IT", "US", "UK", "EU", "UN", "AI",
+    "POSIX", "YAML", "TOML", "JSON", "ASCII", "SCSI", "CRUD", "REST", "SWAT", "DARPA", "NOAA", "ISIS", "GIFs", "SARS",
+    "MERS", "NOW", "OK", "I", "A", "AM", "PM", "TV", "ID", "IDs", "OS", "IT", "US", "UK", "EU", "UN", "AI",
 ];
 
 /// Spelled regardless of vowels (said letter by letter).
 const ACRONYM_SPELLED: &[&str] = &[
     "US", "UK", "EU", "UN", "AI", "TV", "ID", "OS", "IT", "API", "CEO", "CFO", "CTO", "FBI", "CIA", "USA", "IBM",
-    "BBC", "CNN", "NBA", "NFL", "HTTP", "HTTPS", "HTML", "CSS", "URL", "URI", "SQL", "SDK", "CPU", "GPU", "TPU",
-    "SSD", "HDD", "USB", "PDF", "FAQ", "DIY", "ETA", "FYI", "ASAP", "IOU", "IPO", "HR", "PR", "QA", "UI",
-    "UX", "VPN", "DNS", "SSH", "TCP", "UDP", "IP", "IoT", "LLM", "GPT", "PhD", "MBA", "BA", "BS", "MD", "DVD",
-    "CD", "PC", "ATM", "EV", "AC", "DC", "NYC", "LA", "DJ", "VIP", "CEOs", "APIs", "URLs", "GPUs", "CPUs", "PDFs",
-    "ID", "IDs", "OK", "TTS", "STT", "ASR", "JS", "TS", "AWS", "GCP", "RSS", "XML", "JWT", "CLI", "IDE", "OCR",
-    "NLP", "ML", "KPI", "ROI", "B2B", "B2C", "AM", "PM",
+    "BBC", "CNN", "NBA", "NFL", "HTTP", "HTTPS", "HTML", "CSS", "URL", "URI", "SQL", "SDK", "CPU", "GPU", "TPU", "SSD",
+    "HDD", "USB", "PDF", "FAQ", "DIY", "ETA", "FYI", "ASAP", "IOU", "IPO", "HR", "PR", "QA", "UI", "UX", "VPN", "DNS",
+    "SSH", "TCP", "UDP", "IP", "IoT", "LLM", "GPT", "PhD", "MBA", "BA", "BS", "MD", "DVD", "CD", "PC", "ATM", "EV",
+    "AC", "DC", "NYC", "LA", "DJ", "VIP", "CEOs", "APIs", "URLs", "GPUs", "CPUs", "PDFs", "ID", "IDs", "OK", "TTS",
+    "STT", "ASR", "JS", "TS", "AWS", "GCP", "RSS", "XML", "JWT", "CLI", "IDE", "OCR", "NLP", "ML", "KPI", "ROI", "B2B",
+    "B2C", "AM", "PM",
 ];
 
 fn spelled(w: &str) -> String {
@@ -756,8 +756,9 @@ fn capitalize(s: &str) -> String {
 }
 
 const TLDS: &[&str] = &[
-    "com", "org", "net", "io", "dev", "ai", "co", "edu", "gov", "app", "uk", "de", "fr", "jp", "ca", "au", "us", "info",
-    "me", "tv", "ly", "gg", "xyz", "tech", "site", "online", "cloud", "nl", "es", "it", "ch", "se", "no", "eu", "in",
+    "com", "org", "net", "io", "dev", "ai", "co", "edu", "gov", "app", "uk", "de", "fr", "jp", "ca", "au", "us",
+    "info", "me", "tv", "ly", "gg", "xyz", "tech", "site", "online", "cloud", "nl", "es", "it", "ch", "se", "no", "eu",
+    "in",
 ];
 
 /// File extensions: how each is said (spelled unless listed).
@@ -1025,7 +1026,9 @@ fn inline_line(b: &mut Buf, input: &[char], start: usize, end: usize, opts: &Tex
             break;
         }
         let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
-        if (1..=3).contains(&digits) && matches!(rest.get(digits), Some('.' | ')')) && rest.get(digits + 1) == Some(&' ')
+        if (1..=3).contains(&digits)
+            && matches!(rest.get(digits), Some('.' | ')'))
+            && rest.get(digits + 1) == Some(&' ')
         {
             i += digits + 2;
             break;
@@ -1125,7 +1128,8 @@ fn inline_line(b: &mut Buf, input: &[char], start: usize, end: usize, opts: &Tex
             }
         }
         if c == '&' {
-            let name_len = line[i + 1..].iter().take(10).take_while(|c| c.is_ascii_alphanumeric() || **c == '#').count();
+            let name_len =
+                line[i + 1..].iter().take(10).take_while(|c| c.is_ascii_alphanumeric() || **c == '#').count();
             if name_len > 0 && at(i + 1 + name_len) == Some(';') {
                 let name: String = line[i + 1..i + 1 + name_len].iter().collect();
                 if let Some(ch) = entity(&name) {
@@ -1469,7 +1473,9 @@ fn read_multi(c: &Ctx, i: usize) -> Option<Reading> {
             return rt(day, 1, 1);
         }
         // "p." and "pp." before a page number.
-        if (w == "p" || w == "pp" || w == "No" || w == "no" || w == "Nos") && c.text(i + 1).is_some_and(|n| n.starts_with(|d: char| d.is_ascii_digit())) {
+        if (w == "p" || w == "pp" || w == "No" || w == "no" || w == "Nos")
+            && c.text(i + 1).is_some_and(|n| n.starts_with(|d: char| d.is_ascii_digit()))
+        {
             let word = match w {
                 "p" => "page",
                 "pp" => "pages",
@@ -1483,7 +1489,10 @@ fn read_multi(c: &Ctx, i: usize) -> Option<Reading> {
         if letters.len() >= 2 && letters.iter().all(|l| l.chars().count() == 1 && l.chars().all(char::is_alphabetic)) {
             let spoken = letters.iter().map(|l| l.to_uppercase()).collect::<Vec<_>>().join(" ");
             let next_upper = c.text(i + 1).is_none_or(|n| n.chars().next().is_some_and(char::is_uppercase));
-            let keep = i + 1 == c.toks.len() || next_upper && c.text(i + 1).is_none_or(|n| !n.starts_with(char::is_uppercase) || true) && i + 1 == c.toks.len();
+            let keep = i + 1 == c.toks.len()
+                || next_upper
+                    && c.text(i + 1).is_none_or(|n| !n.starts_with(char::is_uppercase) || true)
+                    && i + 1 == c.toks.len();
             return rt(spoken, 1, if keep { 0 } else { 1 });
         }
     }
@@ -1825,7 +1834,8 @@ fn read_date(c: &Ctx, i: usize) -> Option<Reading> {
                 return r(format!("{the}{} of {}, {}", ordinal(d), MONTHS[m], year(y)), k + 2 - i);
             }
         }
-        let eat = usize::from(mtrail.starts_with('.') && mw.len() <= 4 && !MONTHS.contains(&mw) && !end_of_text(c, k + 1));
+        let eat =
+            usize::from(mtrail.starts_with('.') && mw.len() <= 4 && !MONTHS.contains(&mw) && !end_of_text(c, k + 1));
         let _ = has_of;
         return rt(format!("{the}{} of {}", ordinal(d), MONTHS[m]), k + 1 - i, eat);
     }
@@ -1884,7 +1894,14 @@ fn read_phone(c: &Ctx, i: usize) -> Option<Reading> {
         let g: Vec<&str> = w.split(sep).collect();
         let ok = g.iter().all(|x| all_digits(x));
         let shape: Vec<usize> = g.iter().map(|x| x.len()).collect();
-        if ok && (shape == [3, 3, 4] || shape == [1, 3, 3, 4] || shape == [3, 4] && sep == '-' && i > 0 && c.text(i - 1).is_some_and(|p| p.eq_ignore_ascii_case("call"))) {
+        if ok
+            && (shape == [3, 3, 4]
+                || shape == [1, 3, 3, 4]
+                || shape == [3, 4]
+                    && sep == '-'
+                    && i > 0
+                    && c.text(i - 1).is_some_and(|p| p.eq_ignore_ascii_case("call")))
+        {
             let mut parts: Vec<String> = Vec::new();
             for x in &g {
                 if x.len() == 3 && (x.ends_with("00") && g.len() == 4 && x.starts_with('8')) {
@@ -1902,7 +1919,12 @@ fn read_phone(c: &Ctx, i: usize) -> Option<Reading> {
 fn email(w: &str) -> Option<String> {
     let w = w.strip_prefix("mailto:").unwrap_or(w);
     let (local, domain) = w.split_once('@')?;
-    if local.is_empty() || !domain.contains('.') || domain.contains('@') || domain.starts_with('.') || domain.ends_with('.') {
+    if local.is_empty()
+        || !domain.contains('.')
+        || domain.contains('@')
+        || domain.starts_with('.')
+        || domain.ends_with('.')
+    {
         return None;
     }
     if !local.chars().all(|c| c.is_alphanumeric() || "._-+".contains(c)) {
@@ -2007,7 +2029,11 @@ fn url(w: &str) -> Option<String> {
         // A bare domain: "example.com", "www.example.org/docs", with a known top-level domain.
         let labels: Vec<&str> = host.split('.').collect();
         let tld = labels.last()?;
-        if labels.len() < 2 || labels.iter().any(|l| l.is_empty()) || !TLDS.contains(tld) || !path.is_empty() && !path.starts_with('/') {
+        if labels.len() < 2
+            || labels.iter().any(|l| l.is_empty())
+            || !TLDS.contains(tld)
+            || !path.is_empty() && !path.starts_with('/')
+        {
             return None;
         }
         if host.chars().any(|c| c.is_uppercase()) && !host.starts_with("www.") {
@@ -2037,9 +2063,19 @@ fn path(w: &str) -> Option<String> {
     }
     // Words joined by a slash: "and/or", "input/output".
     if let Some((a, b)) = w.split_once('/') {
-        if !a.is_empty() && !b.is_empty() && !b.contains('/') && a.chars().all(char::is_alphabetic) && b.chars().all(char::is_alphabetic) {
-            return Some(format!("{a} or {b}").replace("and or", "and or"))
-                .map(|s| if a == "and" && b == "or" { "and or".into() } else { s });
+        if !a.is_empty()
+            && !b.is_empty()
+            && !b.contains('/')
+            && a.chars().all(char::is_alphabetic)
+            && b.chars().all(char::is_alphabetic)
+        {
+            return Some(format!("{a} or {b}").replace("and or", "and or")).map(|s| {
+                if a == "and" && b == "or" {
+                    "and or".into()
+                } else {
+                    s
+                }
+            });
         }
         if a.contains('.') || b.contains('.') || w.matches('/').count() >= 1 && w.chars().any(|c| c.is_alphabetic()) {
             if w.chars().all(|c| c.is_alphanumeric() || "._-/".contains(c)) && w.chars().any(char::is_alphabetic) {
@@ -2049,7 +2085,11 @@ fn path(w: &str) -> Option<String> {
     }
     // A file name with a known extension.
     let (stem, ext) = w.rsplit_once('.')?;
-    if !stem.is_empty() && EXTS.contains(&ext) && stem.chars().all(|c| c.is_alphanumeric() || "_-.".contains(c)) && stem.chars().any(char::is_alphabetic) {
+    if !stem.is_empty()
+        && EXTS.contains(&ext)
+        && stem.chars().all(|c| c.is_alphanumeric() || "_-.".contains(c))
+        && stem.chars().any(char::is_alphabetic)
+    {
         return Some(format!("{} dot {}", spoken_name(stem), ext_words(ext)));
     }
     None
@@ -2087,7 +2127,15 @@ fn path_words(p: &str) -> String {
 /// "v2.0", "1.2.3", "version 3.11".
 fn read_version(c: &Ctx, i: usize) -> Option<Reading> {
     let w = c.text(i)?;
-    let prev_version = i > 0 && c.text(i - 1).is_some_and(|p| p.eq_ignore_ascii_case("version") || p == "v" || p == "Python" || p == "iOS" || p == "Android" || p == "macOS");
+    let prev_version = i > 0
+        && c.text(i - 1).is_some_and(|p| {
+            p.eq_ignore_ascii_case("version")
+                || p == "v"
+                || p == "Python"
+                || p == "iOS"
+                || p == "Android"
+                || p == "macOS"
+        });
     let (prefix, body) = match w.strip_prefix(['v', 'V']) {
         Some(b) if b.starts_with(|c: char| c.is_ascii_digit()) => ("version ", b),
         _ => ("", w),
@@ -2096,10 +2144,21 @@ fn read_version(c: &Ctx, i: usize) -> Option<Reading> {
     if !parts.iter().all(|p| all_digits(p)) {
         return None;
     }
-    if parts.len() >= 3 && !(parts.len() == 3 && parts[2].len() == 4) || (parts.len() == 2 && (!prefix.is_empty() || prev_version)) || parts.len() == 1 && !prefix.is_empty() {
+    if parts.len() >= 3 && !(parts.len() == 3 && parts[2].len() == 4)
+        || (parts.len() == 2 && (!prefix.is_empty() || prev_version))
+        || parts.len() == 1 && !prefix.is_empty()
+    {
         let words: Vec<String> = parts
             .iter()
-            .map(|p| if *p == "0" { "oh".to_string() } else if p.len() > 1 && p.starts_with('0') { digit_words(p) } else { int_words(p) })
+            .map(|p| {
+                if *p == "0" {
+                    "oh".to_string()
+                } else if p.len() > 1 && p.starts_with('0') {
+                    digit_words(p)
+                } else {
+                    int_words(p)
+                }
+            })
             .collect();
         return r(format!("{prefix}{}", words.join(" point ")), 1);
     }
@@ -2107,9 +2166,46 @@ fn read_version(c: &Ctx, i: usize) -> Option<Reading> {
 }
 
 const YEAR_CUES: &[&str] = &[
-    "in", "In", "since", "Since", "by", "By", "from", "From", "until", "till", "to", "of", "year", "during", "During",
-    "before", "after", "After", "Before", "circa", "around", "early", "late", "mid", "summer", "winter", "spring", "fall",
-    "autumn", "born", "and", "or", "through", "between", "Between", "the", "©", "(c)", "Copyright", "of",
+    "in",
+    "In",
+    "since",
+    "Since",
+    "by",
+    "By",
+    "from",
+    "From",
+    "until",
+    "till",
+    "to",
+    "of",
+    "year",
+    "during",
+    "During",
+    "before",
+    "after",
+    "After",
+    "Before",
+    "circa",
+    "around",
+    "early",
+    "late",
+    "mid",
+    "summer",
+    "winter",
+    "spring",
+    "fall",
+    "autumn",
+    "born",
+    "and",
+    "or",
+    "through",
+    "between",
+    "Between",
+    "the",
+    "©",
+    "(c)",
+    "Copyright",
+    "of",
 ];
 
 /// Numbers: ordinals, percentages, degrees, units, ranges, fractions, scientific notation, years,
@@ -2117,7 +2213,8 @@ const YEAR_CUES: &[&str] = &[
 fn read_number(c: &Ctx, i: usize) -> Option<Reading> {
     let w = c.text(i)?;
     let first = w.chars().next()?;
-    if !(first.is_ascii_digit() || matches!(first, '-' | '−' | '.' | '#' | '~' | '+' | '\'') || vulgar(first).is_some()) {
+    if !(first.is_ascii_digit() || matches!(first, '-' | '−' | '.' | '#' | '~' | '+' | '\'') || vulgar(first).is_some())
+    {
         return None;
     }
     let next_unit = |i: usize| -> Option<(&'static str, &'static str)> {
@@ -2233,7 +2330,8 @@ fn read_number(c: &Ctx, i: usize) -> Option<Reading> {
         };
         if all_digits(base) && all_digits(e.trim_start_matches('-')) && !e.is_empty() {
             let ex: u64 = e.trim_start_matches('-').parse().ok()?;
-            let pw = format!("{} to the {}{}", int_words(base), if e.starts_with('-') { "minus " } else { "" }, ordinal(ex));
+            let pw =
+                format!("{} to the {}{}", int_words(base), if e.starts_with('-') { "minus " } else { "" }, ordinal(ex));
             return r(
                 match m {
                     Some(m) => format!("{} times {pw}", number_words(m)?),
@@ -2279,7 +2377,8 @@ fn read_number(c: &Ctx, i: usize) -> Option<Reading> {
     if let Some((a, b)) = w.split_once(['-', '–']).filter(|(a, _)| !a.is_empty()) {
         if all_digits(a) && all_digits(b) && a.len() <= 4 && b.len() <= 4 {
             let (x, y): (u64, u64) = (a.parse().ok()?, b.parse().ok()?);
-            let yearish = a.len() == 4 && year_of(a).is_some() && (b.len() == 4 || b.len() == 2) && y < 100 || a.len() == 4 && b.len() == 4 && year_of(a).is_some() && year_of(b).is_some() && x < y;
+            let yearish = a.len() == 4 && year_of(a).is_some() && (b.len() == 4 || b.len() == 2) && y < 100
+                || a.len() == 4 && b.len() == 4 && year_of(a).is_some() && year_of(b).is_some() && x < y;
             let words = if yearish {
                 let yb = if b.len() == 2 { x / 100 * 100 + y } else { y };
                 format!("{} to {}", year(x), year(yb))
@@ -2330,7 +2429,10 @@ fn read_number(c: &Ctx, i: usize) -> Option<Reading> {
     }
     // Status codes: "HTTP 404", "error 503".
     let prev_plain = if i > 0 && c.joined(i) { c.text(i - 1) } else { None };
-    if w.len() == 3 && all_digits(w) && prev_plain.is_some_and(|p| matches!(p, "HTTP" | "error" | "Error" | "status" | "code")) {
+    if w.len() == 3
+        && all_digits(w)
+        && prev_plain.is_some_and(|p| matches!(p, "HTTP" | "error" | "Error" | "status" | "code"))
+    {
         let d = &w[..1];
         let rest: u64 = w[1..].parse().ok()?;
         let words = match rest {
@@ -2357,7 +2459,11 @@ fn read_number(c: &Ctx, i: usize) -> Option<Reading> {
                 unit(n).is_some() || n.len() > 2 && n.ends_with('s') && n.chars().all(|ch| ch.is_ascii_lowercase())
             });
         let cue = prev.is_some_and(|p| YEAR_CUES.contains(&p)) || prev_date || era;
-        if cue || y >= 1100 && !counted && !prev.is_some_and(|p| matches!(p, "of" | "Of" | "about" | "than" | "over" | "under")) {
+        if cue
+            || y >= 1100
+                && !counted
+                && !prev.is_some_and(|p| matches!(p, "of" | "Of" | "about" | "than" | "over" | "under"))
+        {
             return r(year(y), 1);
         }
     }
@@ -2377,7 +2483,9 @@ fn read_word(c: &Ctx, i: usize) -> Option<Reading> {
         let prev = c.text(i - 1).unwrap_or("");
         if let Some(v) = roman_value(w) {
             if REGNAL.contains(&prev) && w != "I" || (REGNAL.contains(&prev) && w == "I" && c.trail(i) != "'") {
-                if REGNAL.contains(&prev) && (w != "I" || c.text(i + 1).is_none_or(|n| !n.chars().next().is_some_and(char::is_lowercase))) {
+                if REGNAL.contains(&prev)
+                    && (w != "I" || c.text(i + 1).is_none_or(|n| !n.chars().next().is_some_and(char::is_lowercase)))
+                {
                     return r(format!("the {}", capitalize(&ordinal(v))), 1);
                 }
             }
@@ -2388,7 +2496,8 @@ fn read_word(c: &Ctx, i: usize) -> Option<Reading> {
     }
     // Possessive of a regnal numeral: "Henry VIII's".
     if let Some(base) = w.strip_suffix("'s") {
-        if base.chars().all(|ch| "IVXLCDM".contains(ch)) && c.joined(i) && REGNAL.contains(&c.text(i - 1).unwrap_or("")) {
+        if base.chars().all(|ch| "IVXLCDM".contains(ch)) && c.joined(i) && REGNAL.contains(&c.text(i - 1).unwrap_or(""))
+        {
             let v = roman_value(base)?;
             return r(format!("the {}'s", capitalize(&ordinal(v))), 1);
         }
@@ -2417,12 +2526,20 @@ fn read_word(c: &Ctx, i: usize) -> Option<Reading> {
         }
     }
     // A letter and a number: "Q3", "A4", "F1".
-    if letters.len() >= 2 && letters.len() <= 3 && letters[0].is_ascii_uppercase() && letters[1..].iter().all(char::is_ascii_digit) {
+    if letters.len() >= 2
+        && letters.len() <= 3
+        && letters[0].is_ascii_uppercase()
+        && letters[1..].iter().all(char::is_ascii_digit)
+    {
         return r(format!("{} {}", letters[0], int_words(&w[1..])), 1);
     }
     // Words with a symbol between letters: "R&D", "AT&T" (spelled), "Q&A".
     if let Some((a, b)) = w.split_once('&') {
-        if !a.is_empty() && !b.is_empty() && a.chars().all(|c| c.is_ascii_uppercase()) && b.chars().all(|c| c.is_ascii_uppercase()) {
+        if !a.is_empty()
+            && !b.is_empty()
+            && a.chars().all(|c| c.is_ascii_uppercase())
+            && b.chars().all(|c| c.is_ascii_uppercase())
+        {
             return r(format!("{} and {}", spelled(a), spelled(b)), 1);
         }
     }
