@@ -417,6 +417,20 @@ mod tests {
     }
 
     #[test]
+    fn pronunciations_are_an_object_of_strings() {
+        let c = check(r#"{"pronunciations":{"Kokoro":"/kˈOkəɹO/","nginx":"engine x"}}"#).unwrap_or_default();
+        let want = [("Kokoro", "/kˈOkəɹO/"), ("nginx", "engine x")].map(|(a, b)| (a.to_owned(), b.to_owned()));
+        assert_eq!(c.pronunciations, want);
+        assert_eq!(check(r#"{"pronunciations":null}"#).unwrap_or_default().pronunciations, []);
+        let e = check(r#"{"pronunciations":["x"]}"#).unwrap_err();
+        assert!(e.contains("pronunciations\n  Input should be a valid dictionary [type=dict_type"), "{e}");
+        let e = check(r#"{"pronunciations":{"Kokoro":5,"x":""}}"#).unwrap_err();
+        assert!(e.starts_with("2 validation errors"), "{e}");
+        assert!(e.contains("pronunciations.Kokoro\n  Input should be a valid string [type=string_type"), "{e}");
+        assert!(e.contains("pronunciations.x\n  String should have at least 1 character"), "{e}");
+    }
+
+    #[test]
     fn fields_and_rules() {
         let c = check(
             r#"{"type":"session.config","speaker":"a","speed":"2","max_new_tokens":true,"stream_audio":"no","seed":"+1_0"}"#,
