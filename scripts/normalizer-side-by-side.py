@@ -47,6 +47,7 @@ def ours(written):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", help="write each case's readings here (JSON lines)")
+    ap.add_argument("--no-nemo", action="store_true", help="leave NeMo out (its grammars take minutes to build)")
     args = ap.parse_args()
     from hibari.g2p import G2P
     g2p = G2P()
@@ -56,6 +57,8 @@ def main():
     flat = lambda s: " ".join(s.split())
     ours_text = ours([w.replace("\n", "\\n") for w in written])
     try:
+        if args.no_nemo:
+            raise ImportError("--no-nemo")
         from nemo_text_processing.text_normalization.normalize import Normalizer
         t = time.time()
         nemo = Normalizer(input_case="cased", lang="en", cache_dir=os.environ.get("NEMO_CACHE", "/tmp/nemo-tn-cache"))
