@@ -117,7 +117,7 @@ impl Pronunciations {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let Some((word, value)) = line.split_once(|c: char| c == '\t' || c == ' ') else {
+            let Some((word, value)) = line.split_once(['\t', ' ']) else {
                 return Err(format!("line {}: {line:?} has no pronunciation after the word", n + 1));
             };
             let value = value.trim();
@@ -226,7 +226,7 @@ pub fn ordinal(n: u64) -> String {
 
 /// A year as said: "nineteen ninety-nine", "two thousand five", "twenty twenty-four".
 pub fn year(n: u64) -> String {
-    if !(1000..=2099).contains(&n) || (2000..2010).contains(&n) || n % 1000 == 0 {
+    if !(1000..=2099).contains(&n) || (2000..2010).contains(&n) || n.is_multiple_of(1000) {
         return cardinal(n);
     }
     let (hi, lo) = (n / 100, n % 100);
@@ -1054,8 +1054,8 @@ fn inline_line(b: &mut Buf, input: &[char], start: usize, end: usize, opts: &Tex
             if let Some((text_end, close)) = link_at(line, i) {
                 let target = &line[text_end + 2..close];
                 if target.len() >= 2 && target[0] == '/' && target[target.len() - 1] == '/' {
-                    for k in i..=close {
-                        b.push(line[k], o(k));
+                    for (k, &ch) in line.iter().enumerate().take(close + 1).skip(i) {
+                        b.push(ch, o(k));
                     }
                 } else {
                     // A link is read as its text.
@@ -1092,8 +1092,8 @@ fn inline_line(b: &mut Buf, input: &[char], start: usize, end: usize, opts: &Tex
             match found {
                 Some(k) => {
                     if opts.code_spans == Code::Read {
-                        for j in i + ticks..k {
-                            b.push(line[j], o(j));
+                        for (j, &ch) in line.iter().enumerate().take(k).skip(i + ticks) {
+                            b.push(ch, o(j));
                         }
                     }
                     i = k + ticks;
@@ -1109,8 +1109,8 @@ fn inline_line(b: &mut Buf, input: &[char], start: usize, end: usize, opts: &Tex
             if let Some(close) = tag_at(line, i) {
                 let inner: String = line[i + 1..close].iter().collect();
                 if inner.starts_with("http://") || inner.starts_with("https://") || inner.contains('@') {
-                    for k in i + 1..close {
-                        b.push(line[k], o(k));
+                    for (k, &ch) in line.iter().enumerate().take(close).skip(i + 1) {
+                        b.push(ch, o(k));
                     }
                 } else {
                     let name: String = inner
@@ -1373,9 +1373,8 @@ pub fn verbalize(text: &str, opts: &TextOptions, prons: &Pronunciations) -> Trac
                 let last = &toks[i + rd.n - 1];
                 let (s, e) = (buf.origin[t.core.start].start, buf.origin[last.core.end - 1].end);
                 let mut o = s..e.max(s);
-                for k in i..i + rd.n {
+                for tk in &toks[i..i + rd.n] {
                     // Punctuation between the consumed tokens is part of the reading.
-                    let tk = &toks[k];
                     if let Some(x) = buf.origin.get(tk.core.end.saturating_sub(1)) {
                         o.end = o.end.max(x.end);
                     }
@@ -1488,11 +1487,8 @@ fn read_multi(c: &Ctx, i: usize) -> Option<Reading> {
         let letters: Vec<&str> = dotted.split('.').filter(|s| !s.is_empty()).collect();
         if letters.len() >= 2 && letters.iter().all(|l| l.chars().count() == 1 && l.chars().all(char::is_alphabetic)) {
             let spoken = letters.iter().map(|l| l.to_uppercase()).collect::<Vec<_>>().join(" ");
-            let next_upper = c.text(i + 1).is_none_or(|n| n.chars().next().is_some_and(char::is_uppercase));
-            let keep = i + 1 == c.toks.len()
-                || next_upper
-                    && c.text(i + 1).is_none_or(|n| !n.starts_with(char::is_uppercase) || true)
-                    && i + 1 == c.toks.len();
+            // The full stop stays only at the end of the text.
+            let keep = i + 1 == c.toks.len();
             return rt(spoken, 1, if keep { 0 } else { 1 });
         }
     }
@@ -2069,18 +2065,11 @@ fn path(w: &str) -> Option<String> {
             && a.chars().all(char::is_alphabetic)
             && b.chars().all(char::is_alphabetic)
         {
-            return Some(format!("{a} or {b}").replace("and or", "and or")).map(|s| {
-                if a == "and" && b == "or" {
-                    "and or".into()
-                } else {
-                    s
-                }
-            });
+            // "and/or" is said "and or"; "input/output" "input or output".
+            return Some(if a == "and" && b == "or" { "and or".into() } else { format!("{a} or {b}") });
         }
-        if a.contains('.') || b.contains('.') || w.matches('/').count() >= 1 && w.chars().any(|c| c.is_alphabetic()) {
-            if w.chars().all(|c| c.is_alphanumeric() || "._-/".contains(c)) && w.chars().any(char::is_alphabetic) {
-                return Some(path_words(w));
-            }
+        if w.chars().all(|c| c.is_alphanumeric() || "._-/".contains(c)) && w.chars().any(char::is_alphabetic) {
+            return Some(path_words(w));
         }
     }
     // A file name with a known extension.
@@ -2244,8 +2233,7 @@ fn read_number(c: &Ctx, i: usize) -> Option<Reading> {
             return None;
         };
         if let Some((_, p)) = next_unit(i) {
-            let unit = if ip.is_empty() && frac.starts_with("one ") { p.to_string() } else { p.to_string() };
-            return r(format!("{words} {unit}"), 2);
+            return r(format!("{words} {p}"), 2);
         }
         return r(words, 1);
     }
@@ -2403,7 +2391,7 @@ fn read_number(c: &Ctx, i: usize) -> Option<Reading> {
                 ((1..=12).contains(&x) && (13..=31).contains(&y)).then(|| date_words(None, x as usize - 1, y))
             })?;
             if let Some((_, p)) = next_unit(i) {
-                return r(format!("{words} {}", if x == 1 { p } else { p }), 2);
+                return r(format!("{words} {p}"), 2);
             }
             return r(words, 1);
         }
@@ -2482,12 +2470,10 @@ fn read_word(c: &Ctx, i: usize) -> Option<Reading> {
     if w.len() <= 8 && w.chars().all(|ch| "IVXLCDM".contains(ch)) && c.joined(i) {
         let prev = c.text(i - 1).unwrap_or("");
         if let Some(v) = roman_value(w) {
-            if REGNAL.contains(&prev) && w != "I" || (REGNAL.contains(&prev) && w == "I" && c.trail(i) != "'") {
-                if REGNAL.contains(&prev)
-                    && (w != "I" || c.text(i + 1).is_none_or(|n| !n.chars().next().is_some_and(char::is_lowercase)))
-                {
-                    return r(format!("the {}", capitalize(&ordinal(v))), 1);
-                }
+            // "Henry I" but not "when Henry I left" read as "I": a lone "I" only before no word.
+            let lone_i_ok = w != "I" || c.text(i + 1).is_none_or(|n| !n.chars().next().is_some_and(char::is_lowercase));
+            if REGNAL.contains(&prev) && lone_i_ok {
+                return r(format!("the {}", capitalize(&ordinal(v))), 1);
             }
             if ROMAN_CARDINAL.contains(&prev) {
                 return r(cardinal(v), 1);
