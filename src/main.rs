@@ -250,6 +250,38 @@ struct VoiceArgs {
     /// audio a cancel would throw away, and compute taken from streams that need it).
     #[arg(long, value_name = "SECONDS", default_value = "10", allow_negative_numbers = true, value_parser = positive_seconds)]
     max_lead: Duration,
+    /// Pronunciations for the whole server: one entry a line, a word, a tab (or space), then
+    /// /phonemes/ in the voice's alphabet or a respelling ("nginx<TAB>engine x"); `#` starts a
+    /// comment. A session's or request's `pronunciations` win over it.
+    #[arg(long, value_name = "FILE")]
+    lexicon: Option<PathBuf>,
+    /// Fenced code blocks in the text: skip (the default) or read.
+    #[arg(long, value_name = "MODE", default_value = "skip", value_parser = parse_code)]
+    code_blocks: speechstream_engine_libtorch::g2p::spoken::Code,
+    /// Inline `code` spans in the text: read (the default) or skip.
+    #[arg(long, value_name = "MODE", default_value = "read", value_parser = parse_code)]
+    code_spans: speechstream_engine_libtorch::g2p::spoken::Code,
+    /// Emoji in the text: drop (the default) or name (read by name, "thumbs up").
+    #[arg(long, value_name = "MODE", default_value = "drop", value_parser = parse_emoji)]
+    emoji: speechstream_engine_libtorch::g2p::spoken::Emoji,
+}
+
+fn parse_code(s: &str) -> Result<speechstream_engine_libtorch::g2p::spoken::Code, String> {
+    use speechstream_engine_libtorch::g2p::spoken::Code;
+    match s {
+        "read" => Ok(Code::Read),
+        "skip" => Ok(Code::Skip),
+        _ => Err(format!("{s:?}: read or skip")),
+    }
+}
+
+fn parse_emoji(s: &str) -> Result<speechstream_engine_libtorch::g2p::spoken::Emoji, String> {
+    use speechstream_engine_libtorch::g2p::spoken::Emoji;
+    match s {
+        "drop" => Ok(Emoji::Drop),
+        "name" => Ok(Emoji::Name),
+        _ => Err(format!("{s:?}: drop or name")),
+    }
 }
 
 fn parse_admission(s: &str) -> Result<speechstream_engine_libtorch::AdmissionMode, String> {
@@ -279,6 +311,16 @@ impl VoiceArgs {
         options.max_streams = self.max_streams;
         options.pacing.first_audio = Duration::from_millis(self.first_audio_target_ms);
         options.pacing.max_lead = self.max_lead;
+        options.text = speechstream_engine_libtorch::g2p::spoken::TextOptions {
+            code_blocks: self.code_blocks,
+            code_spans: self.code_spans,
+            emoji: self.emoji,
+        };
+        if let Some(path) = &self.lexicon {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("--lexicon {}: {e}", path.display()))?;
+            options.pronunciations = speechstream_engine_libtorch::g2p::spoken::Pronunciations::parse_file(&text)
+                .map_err(|e| format!("--lexicon {}: {e}", path.display()))?;
+        }
         let precision = self.precision.0.map_or("auto".to_owned(), |p| p.to_string());
         let simd = speechstream_engine_libtorch::cpu::env_cap()?;
         let level = speechstream_engine_libtorch::cpu::level();

@@ -249,6 +249,7 @@ pub fn drive(data: &[u8]) -> Result<(), String> {
                             word: "w".into(),
                             start_ms: i64::from(arg),
                             end_ms: 300,
+                            chars: None,
                         }]),
                         _ => EngineEventKind::Audio { pcm, sample_rate: if arg == 255 { 16_000 } else { 24_000 } },
                     };

@@ -140,6 +140,9 @@ pub struct SessionConfig {
     /// Our extension (upstream ignores the key on the WebSocket): the rate of the audio sent,
     /// one of [`SUPPORTED_RATES`] (resampled); `None`: the engine's.
     pub sample_rate: Option<u32>,
+    /// Our extension: how to say given words, (word, `/phonemes/` or a respelling), for every
+    /// utterance of the session; empty for none.
+    pub pronunciations: Vec<(String, String)>,
 }
 
 impl Default for SessionConfig {
@@ -167,6 +170,7 @@ impl Default for SessionConfig {
             streaming_mode: StreamingMode::Sentence,
             commitment: false,
             sample_rate: None,
+            pronunciations: Vec::new(),
         }
     }
 }
@@ -230,6 +234,7 @@ pub fn validate_session_config(msg: &Object) -> Result<SessionConfig, String> {
             )
             .is_some_and(|n| n == 1),
         sample_rate: None,
+        pronunciations: v.pronunciations(),
     };
     if let Some(x) = msg.get("sample_rate").filter(|x| **x != crate::json::Value::Null) {
         if let Some(rate) = v.int("sample_rate", None).map(|i| saturate(&i)) {
@@ -403,6 +408,20 @@ mod tests {
             Ok(Value::Object(o)) => validate_session_config(&o),
             _ => Err("not an object".into()),
         }
+    }
+
+    #[test]
+    fn pronunciations_are_an_object_of_strings() {
+        let c = check(r#"{"pronunciations":{"Kokoro":"/kˈOkəɹO/","nginx":"engine x"}}"#).unwrap_or_default();
+        let want = [("Kokoro", "/kˈOkəɹO/"), ("nginx", "engine x")].map(|(a, b)| (a.to_owned(), b.to_owned()));
+        assert_eq!(c.pronunciations, want);
+        assert_eq!(check(r#"{"pronunciations":null}"#).unwrap_or_default().pronunciations, []);
+        let e = check(r#"{"pronunciations":["x"]}"#).unwrap_err();
+        assert!(e.contains("pronunciations\n  Input should be a valid dictionary [type=dict_type"), "{e}");
+        let e = check(r#"{"pronunciations":{"Kokoro":5,"x":""}}"#).unwrap_err();
+        assert!(e.starts_with("2 validation errors"), "{e}");
+        assert!(e.contains("pronunciations.Kokoro\n  Input should be a valid string [type=string_type"), "{e}");
+        assert!(e.contains("pronunciations.x\n  String should have at least 1 character"), "{e}");
     }
 
     #[test]

@@ -111,6 +111,10 @@ pub struct SynthesisRequest {
     /// [`Catalog`](crate::catalog::Catalog)); the protocols report them to the client and the
     /// log. Empty as a client's request is parsed.
     pub ignored: Vec<&'static str>,
+    /// Our extension: how to say given words, (word, `/phonemes/` or a respelling), from the
+    /// session's or the HTTP request's `pronunciations`; an engine with a lexicon checks them and
+    /// fails the request on a bad entry, naming the word. Empty for none.
+    pub pronunciations: Vec<(String, String)>,
 }
 
 /// What an engine produces for a request.
@@ -160,6 +164,7 @@ impl SynthesisRequest {
             x_vector_only_mode: false,
             non_streaming_mode: None,
             ignored: Vec::new(),
+            pronunciations: Vec::new(),
         }
     }
 
@@ -221,6 +226,17 @@ pub struct WordTiming {
     pub start_ms: i64,
     /// When the word ends.
     pub end_ms: i64,
+    /// Character (Unicode scalar value) offsets of the word in the request's text, when known.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "chars_pair")]
+    pub chars: Option<std::ops::Range<usize>>,
+}
+
+/// `chars` as our frames carry it: `[start, end]` (omitted when unknown).
+fn chars_pair<S: serde::Serializer>(r: &Option<std::ops::Range<usize>>, s: S) -> Result<S::Ok, S::Error> {
+    match r {
+        Some(r) => serde::Serialize::serialize(&[r.start, r.end], s),
+        None => s.serialize_none(),
+    }
 }
 
 /// Something an engine reports about a request.

@@ -177,6 +177,38 @@ impl Validator<'_> {
         }
     }
 
+    /// Our extension `pronunciations`: an object of words to `/phonemes/` or a respelling, each
+    /// a non-empty string (as pydantic's `dict[constr(min_length=1), constr(min_length=1)]`).
+    pub(crate) fn pronunciations(&mut self) -> Vec<(String, String)> {
+        let Some(x) = self.msg.get("pronunciations") else { return Vec::new() };
+        let entries = match x {
+            Value::Null => return Vec::new(),
+            Value::Object(o) => &o.0,
+            _ => {
+                self.fail_with("pronunciations", ("dict_type", "Input should be a valid dictionary"), x);
+                return Vec::new();
+            }
+        };
+        let short = ("string_too_short", "String should have at least 1 character");
+        let mut out = Vec::with_capacity(entries.len());
+        for (word, value) in entries {
+            if word.trim().is_empty() {
+                self.fail_with(&format!("pronunciations.{word}.[key]"), short, &Value::Str(word.clone()));
+                continue;
+            }
+            match value {
+                Value::Str(s) if !s.trim().is_empty() => out.push((word.clone(), s.clone())),
+                Value::Str(_) => self.fail_with(&format!("pronunciations.{word}"), short, value),
+                _ => self.fail_with(
+                    &format!("pronunciations.{word}"),
+                    ("string_type", "Input should be a valid string"),
+                    value,
+                ),
+            }
+        }
+        out
+    }
+
     pub(crate) fn embedding(&mut self) -> Option<Vec<f64>> {
         let x = self.msg.get("speaker_embedding")?;
         let items = match x {

@@ -224,6 +224,7 @@ pub fn parse_speech_request(body: &str, catalog: &Catalog, max_input_chars: usiz
         x_vector_only_mode: body.x_vector_only_mode.unwrap_or(false),
         non_streaming_mode: body.non_streaming_mode,
         ignored: Vec::new(),
+        pronunciations: body.pronunciations,
     };
     // What the engine cannot do: a 400, as the reference's adapter refuses it.
     catalog.resolve(&mut synthesis).map_err(HttpError::bad_request)?;
@@ -258,6 +259,8 @@ struct Body {
     speaker_embedding: Option<Vec<f64>>,
     x_vector_only_mode: Option<bool>,
     non_streaming_mode: Option<bool>,
+    /// Our extension: (word, `/phonemes/` or respelling).
+    pronunciations: Vec<(String, String)>,
 }
 
 /// The schema of `OpenAICreateSpeechRequest` (lax mode, unknown keys ignored) and its model
@@ -332,6 +335,7 @@ fn validate_body(msg: &Object) -> Result<Body, String> {
         speaker_embedding: None,
         x_vector_only_mode: None,
         non_streaming_mode: None,
+        pronunciations: v.pronunciations(),
     };
     let mut body = body;
     // The cloning fields: passed on to the engine (one that clones voices needs them).
@@ -531,7 +535,12 @@ pub fn word_timestamps_header(words: &[WordTiming]) -> Result<String, String> {
         }
         out.push_str("{\"word\": ");
         push_ascii_json_str(&w.word, &mut out);
-        let _ = write!(out, ", \"start_ms\": {}, \"end_ms\": {}}}", w.start_ms, w.end_ms);
+        let _ = write!(out, ", \"start_ms\": {}, \"end_ms\": {}", w.start_ms, w.end_ms);
+        // Our extension: where the word is in the text sent.
+        if let Some(c) = &w.chars {
+            let _ = write!(out, ", \"chars\": [{}, {}]", c.start, c.end);
+        }
+        out.push('}');
     }
     out.push(']');
     if out.len() <= WORD_TIMESTAMPS_HEADER_LIMIT {

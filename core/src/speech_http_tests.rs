@@ -205,15 +205,24 @@ fn usage_counts_words_and_frames() {
 #[test]
 fn word_timestamps_header_is_python_json() {
     let words = vec![
-        WordTiming { word: "héllo".into(), start_ms: 0, end_ms: 120 },
-        WordTiming { word: "\"😀\"".into(), start_ms: 160, end_ms: 300 },
+        WordTiming { word: "héllo".into(), start_ms: 0, end_ms: 120, chars: None },
+        WordTiming { word: "\"😀\"".into(), start_ms: 160, end_ms: 300, chars: None },
     ];
     assert_eq!(
         word_timestamps_header(&words).unwrap(),
         r#"[{"word": "h\u00e9llo", "start_ms": 0, "end_ms": 120}, {"word": "\"\ud83d\ude00\"", "start_ms": 160, "end_ms": 300}]"#
     );
+    // Our extension: where the word is in the text sent.
+    let written = [WordTiming { word: "$3.50".into(), start_ms: 0, end_ms: 900, chars: Some(9..14) }];
+    assert_eq!(
+        word_timestamps_header(&written).unwrap(),
+        r#"[{"word": "$3.50", "start_ms": 0, "end_ms": 900, "chars": [9, 14]}]"#
+    );
+    let frame = serde_json::to_string(&written[0]).unwrap();
+    assert_eq!(frame, r#"{"word":"$3.50","start_ms":0,"end_ms":900,"chars":[9,14]}"#);
+    assert!(!serde_json::to_string(&words[0]).unwrap().contains("chars"));
     let many: Vec<WordTiming> =
-        (0..200).map(|n| WordTiming { word: format!("w{n}"), start_ms: n, end_ms: n + 1 }).collect();
+        (0..200).map(|n| WordTiming { word: format!("w{n}"), start_ms: n, end_ms: n + 1, chars: None }).collect();
     let omitted = word_timestamps_header(&many).unwrap_err();
     assert!(omitted.starts_with("oversize; bytes=") && omitted.ends_with("; limit=4096"), "{omitted}");
 }

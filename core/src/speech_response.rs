@@ -410,7 +410,12 @@ mod tests {
     fn whole_file_is_encoded_then_sent_with_usage() {
         let mut r = response(r#"{"input":"two words","response_format":"pcm","word_timestamps":true}"#);
         r.handle_engine(audio(4));
-        r.handle_engine(EngineEventKind::Words(vec![WordTiming { word: "two".into(), start_ms: 0, end_ms: 5 }]));
+        r.handle_engine(EngineEventKind::Words(vec![WordTiming {
+            word: "two".into(),
+            start_ms: 0,
+            end_ms: 5,
+            chars: None,
+        }]));
         r.handle_engine(EngineEventKind::Finished);
         let [ResponseOutput::Encode(job)] = &drain(&mut r)[..] else { panic!("one encode") };
         r.handle_encoded(job.clone().run());

@@ -566,7 +566,12 @@ impl Plan {
         let ms = |sample: usize| (sample as f64 * 1000.0 / self.rate as f64).round() as i64;
         self.tones
             .iter()
-            .map(|tone| WordTiming { word: tone.word.clone(), start_ms: ms(tone.start), end_ms: ms(tone.end) })
+            .map(|tone| WordTiming {
+                word: tone.word.clone(),
+                start_ms: ms(tone.start),
+                end_ms: ms(tone.end),
+                chars: None,
+            })
             .collect()
     }
 
@@ -753,9 +758,9 @@ mod tests {
         assert_eq!(
             words,
             vec![
-                WordTiming { word: "Hello".into(), start_ms: 0, end_ms: 300 },
-                WordTiming { word: "big".into(), start_ms: 340, end_ms: 520 },
-                WordTiming { word: "world".into(), start_ms: 560, end_ms: 860 },
+                WordTiming { word: "Hello".into(), start_ms: 0, end_ms: 300, chars: None },
+                WordTiming { word: "big".into(), start_ms: 340, end_ms: 520, chars: None },
+                WordTiming { word: "world".into(), start_ms: 560, end_ms: 860, chars: None },
             ]
         );
     }

@@ -62,7 +62,13 @@ impl HibariEngine {
             let front_ends = scope.spawn(|| {
                 accents
                     .iter()
-                    .map(|&british| FrontEnd::load_accent(dir, device, british).map(|fe| (british, Arc::new(fe))))
+                    .map(|&british| {
+                        FrontEnd::load_accent(dir, device, british).map(|mut fe| {
+                            fe.set_pronunciations(options.pronunciations.clone());
+                            fe.set_text_options(options.text);
+                            (british, Arc::new(fe))
+                        })
+                    })
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| format!("hibari's text front end: {e}"))
             });
@@ -113,6 +119,9 @@ impl HibariEngine {
             declared.push(voice);
             let front_end = front_ends.iter().find(|(b, _)| *b == entry.british).map(|(_, fe)| fe.clone());
             let front_end = front_end.ok_or_else(|| format!("no front end for voice {}", entry.name))?;
+            for (word, p) in options.pronunciations.iter() {
+                crate::scheduler::check_pronunciation(word, p, &model).map_err(|e| format!("--lexicon: {e}"))?;
+            }
             voices.push(VoiceModel { name: entry.name, model, front_end });
         }
         let Some(default) = voices.iter().position(|v| v.name == DEFAULT_VOICE) else {

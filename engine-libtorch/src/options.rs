@@ -51,6 +51,10 @@ pub struct HibariOptions {
     /// Most sentences whose prosody, and most requests whose decoder chunks, run in one forward
     /// pass (on CPU, chunks after the first are batched by at most 4: see scheduler.rs).
     pub max_batch: usize,
+    /// The server's pronunciations (`--lexicon`), under each request's.
+    pub pronunciations: crate::g2p::spoken::Pronunciations,
+    /// What the text normaliser does with code and emoji.
+    pub text: crate::g2p::spoken::TextOptions,
 }
 
 impl HibariOptions {
@@ -69,6 +73,8 @@ impl HibariOptions {
             pacing: Pacing::default(),
             admission: AdmissionMode::Realtime,
             max_streams: None,
+            pronunciations: Default::default(),
+            text: Default::default(),
         }
     }
 }

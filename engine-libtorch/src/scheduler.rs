@@ -29,6 +29,7 @@ use speechstream_core::engine::{
 
 use crate::chunks::{self, sentence_ranges};
 use crate::dsp::SAMPLE_RATE;
+use crate::g2p::spoken::{Pronunciation, Pronunciations};
 use crate::g2p::{FrontEnd, Sentence};
 use crate::hibari::{Hibari, Prosody, SAMPLES_PER_FRAME};
 use crate::noise::NoiseSource;
@@ -93,6 +94,12 @@ struct Job {
     word_timestamps: bool,
     /// Sentences of the text not yet through the front end (done one per round, when needed).
     texts: VecDeque<String>,
+    /// Where each of `texts` starts in the request's text (chars).
+    text_starts: VecDeque<usize>,
+    /// Where the text of `sentences` starts in the request's text (chars).
+    text_base: usize,
+    /// The request's pronunciations (over the server's).
+    pronunciations: Pronunciations,
     /// Sentences (or clause chunks) phonemised, waiting for their prosody.
     sentences: VecDeque<Sentence>,
     /// Sentences started so far: the noise stream of the next one.
@@ -465,6 +472,9 @@ impl Scheduler {
             seed: request.seed.map_or_else(random_seed, |s| s as u64),
             word_timestamps: request.output.words(),
             texts: VecDeque::new(),
+            text_starts: VecDeque::new(),
+            text_base: 0,
+            pronunciations: Pronunciations::new(),
             sentences: VecDeque::new(),
             started_sentences: 0,
             offset: 0,
@@ -484,7 +494,22 @@ impl Scheduler {
                 let speed = if request.speed.is_finite() { request.speed } else { 1.0 };
                 job.speed = speed.clamp(SPEED_RANGE.0, SPEED_RANGE.1) as f32;
                 let front_end = &self.voices[voice].front_end;
-                job.texts = front_end.split_sentences(&request.text).into_iter().map(str::to_owned).collect();
+                match pronunciations(&request.pronunciations, &self.voices[voice].model) {
+                    Ok(p) => job.pronunciations = p,
+                    Err(message) => {
+                        job.finish(EngineEventKind::Failed(Failure::Engine(message)));
+                        return job;
+                    }
+                }
+                let text = request.text.as_str();
+                let (mut counted, mut chars) = (0usize, 0usize);
+                for piece in front_end.split_sentences(text) {
+                    let at = piece.as_ptr() as usize - text.as_ptr() as usize;
+                    chars += text[counted..at].chars().count();
+                    counted = at;
+                    job.texts.push_back(piece.to_owned());
+                    job.text_starts.push_back(chars);
+                }
                 job.chars_left = job.texts.iter().map(|t| t.chars().count()).sum();
             }
             Err(failure) => job.finish(EngineEventKind::Failed(failure)),
@@ -573,7 +598,8 @@ impl Scheduler {
             let job = &mut self.jobs[i];
             if job.sentences.is_empty() {
                 if let Some(text) = job.texts.pop_front() {
-                    let sentences = front_end.sentences(&text);
+                    job.text_base = job.text_starts.pop_front().unwrap_or(0);
+                    let sentences = front_end.sentences_with(&text, &job.pronunciations);
                     let phonemes: usize = sentences.iter().map(|s| s.phonemes.chars().count()).sum();
                     job.chars_left = job.chars_left.saturating_sub(text.chars().count()) + phonemes;
                     job.sentences.extend(sentences);
@@ -621,8 +647,11 @@ impl Scheduler {
                 self.stats.running.fetch_add(1, Ordering::Relaxed);
             }
             if job.word_timestamps {
-                let words: Vec<(&str, Range<usize>)> =
-                    sentence.words.iter().map(|w| (w.text.as_str(), w.phonemes.clone())).collect();
+                let words: Vec<(&str, Range<usize>, Option<usize>)> = sentence
+                    .words
+                    .iter()
+                    .map(|w| (w.text.as_str(), w.phonemes.clone(), Some(job.text_base + w.chars.start)))
+                    .collect();
                 let char_tokens = model.char_tokens(&sentence.phonemes);
                 let timings = word_timings(&words, &sentence.phonemes, &char_tokens, &prosody.durations, job.offset);
                 if !timings.is_empty() {
@@ -738,4 +767,35 @@ fn random_seed() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
     h.finish()
+}
+
+/// A request's pronunciations, each given as phonemes checked against the voice's alphabet; a
+/// bad entry is an error that names the word.
+fn pronunciations(entries: &[(String, String)], model: &Hibari) -> Result<Pronunciations, String> {
+    let mut out = Pronunciations::new();
+    for (word, value) in entries {
+        let p = Pronunciation::parse(value);
+        check_pronunciation(word, &p, model)?;
+        out.insert(word, p);
+    }
+    Ok(out)
+}
+
+/// A pronunciation given as phonemes must be in the voice's alphabet.
+pub(crate) fn check_pronunciation(word: &str, p: &Pronunciation, model: &Hibari) -> Result<(), String> {
+    if let Pronunciation::Phonemes(ps) = p {
+        let bad: String = ps
+            .chars()
+            .zip(model.char_tokens(ps))
+            .filter(|(c, t)| t.is_none() && !c.is_whitespace())
+            .map(|(c, _)| c)
+            .collect();
+        if !bad.is_empty() {
+            return Err(format!(
+                "pronunciation of {word:?}: {bad:?} not in the voice's phoneme alphabet (give /phonemes/ in its \
+                 alphabet, or a respelling without slashes)"
+            ));
+        }
+    }
+    Ok(())
 }

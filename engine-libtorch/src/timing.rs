@@ -11,10 +11,11 @@
 //! (engine-libtorch/tests/hibari_timestamps.rs, BENCHMARKS.md): mean absolute error 18 ms for
 //! starts and 16 ms for ends, at every output rate.
 //!
-//! Words are reported as the protocol's aligner fallback segments text (split on whitespace, keep
-//! letters, digits and apostrophes, drop what is left empty), so the list matches the text's words
-//! in order. A front-end word that covers several text words ("7:30 pm") shares its time among them
-//! by character count.
+//! Words are reported as the client wrote them: the text split on whitespace, each piece without
+//! the punctuation around it ("$3.50" and "https://example.com" stay whole; "world." is "world"),
+//! pieces left empty dropped, so the list matches the text's words in order, each with its
+//! character offsets in the request's text. A front-end word that covers several text words
+//! ("7:30 pm") shares its time among them by character count.
 
 use std::ops::Range;
 
@@ -24,9 +25,31 @@ use speechstream_core::engine::WordTiming;
 const SAMPLES_PER_FRAME: u64 = 300;
 const SAMPLES_PER_MS: u64 = 24;
 
-/// A word as the protocol reports it: letters, digits and apostrophes only.
-pub fn clean_word(word: &str) -> String {
-    word.chars().filter(|c| c.is_alphanumeric() || *c == '\'' || *c == '’').collect()
+const OPENING: &[char] = &['"', '\'', '“', '‘', '(', '[', '{', '«', '¿', '¡', '*', '_', '`', '<'];
+const CLOSING: &[char] =
+    &['"', '\'', '”', '’', ')', ']', '}', '»', ',', ';', ':', '!', '?', '.', '…', '*', '_', '`', '>'];
+
+/// A word as the protocol reports it: the written piece without the punctuation around it (a
+/// dotted abbreviation keeps its last full stop: "U.S."). Returns the word and the chars trimmed
+/// from its start.
+pub fn trim_word(piece: &str) -> (String, usize) {
+    let lead = piece.chars().take_while(|c| OPENING.contains(c)).count();
+    let rest: String = piece.chars().skip(lead).collect();
+    let mut word = rest.trim_end_matches(CLOSING).to_string();
+    // "U.S.", "e.g.": letters and full stops, one letter at a time.
+    let dotted = rest.len() > word.len()
+        && rest[word.len()..].starts_with('.')
+        && word.contains('.')
+        && word.split('.').all(|p| p.chars().count() == 1 && p.chars().all(char::is_alphabetic));
+    if dotted {
+        word.push('.');
+    }
+    (word, lead)
+}
+
+/// [`trim_word`]'s word.
+pub fn clean_word(piece: &str) -> String {
+    trim_word(piece).0
 }
 
 /// The most coarse frames (25 ms) a word's last sound may last before a pause. The duration
@@ -55,12 +78,12 @@ fn spoken(c: char) -> bool {
     !(c.is_whitespace() || c.is_ascii_punctuation() || matches!(c, '—' | '–' | '…' | '«' | '»' | '“' | '”' | '¡' | '¿'))
 }
 
-/// Timings of a sentence's words. `words`: each front-end word's text and its range of phoneme
-/// characters in `phonemes`; `char_tokens`: the token index (in `ids`, where 0 is the leading boundary token)
+/// Timings of a sentence's words. `words`: each front-end word's text, its range of phoneme
+/// characters in `phonemes` and, when known, the offset of its text in the request's (chars); `char_tokens`: the token index (in `ids`, where 0 is the leading boundary token)
 /// of each phoneme character, `None` where the vocabulary dropped it; `durations`: coarse frames
 /// per token; `offset_samples`: where the sentence starts in the utterance's audio.
 pub fn word_timings(
-    words: &[(&str, Range<usize>)],
+    words: &[(&str, Range<usize>, Option<usize>)],
     phonemes: &str,
     char_tokens: &[Option<usize>],
     durations: &[i64],
@@ -86,7 +109,7 @@ pub fn word_timings(
     // Nothing is spoken during the leading boundary token.
     let mut cursor = if durations.is_empty() { 0 } else { end_of(0) };
     let mut out = Vec::new();
-    for (text, range) in words {
+    for (text, range, at) in words {
         let range = range.start.min(char_tokens.len())..range.end.min(char_tokens.len());
         let tokens: Vec<usize> = phonemes
             .chars()
@@ -118,17 +141,41 @@ pub fn word_timings(
         };
         let end = last.map_or(start, end_at).max(start);
         cursor = end;
-        let pieces: Vec<String> = text.split_whitespace().map(clean_word).filter(|w| !w.is_empty()).collect();
-        let total_chars: u64 = pieces.iter().map(|p| p.chars().count() as u64).sum();
+        // Each whitespace piece: (word, its chars in the request).
+        let mut pieces: Vec<(String, Option<Range<usize>>)> = Vec::new();
+        let mut chars_before = 0;
+        let mut piece_start: Option<usize> = None;
+        let push = |from: usize, to: usize, pieces: &mut Vec<(String, Option<Range<usize>>)>| {
+            let piece: String = text.chars().skip(from).take(to - from).collect();
+            let (word, lead) = trim_word(&piece);
+            if word.chars().any(char::is_alphanumeric) {
+                let n = word.chars().count();
+                pieces.push((word, at.map(|a| a + from + lead..a + from + lead + n)));
+            }
+        };
+        for c in text.chars() {
+            if c.is_whitespace() {
+                if let Some(s) = piece_start.take() {
+                    push(s, chars_before, &mut pieces);
+                }
+            } else if piece_start.is_none() {
+                piece_start = Some(chars_before);
+            }
+            chars_before += 1;
+        }
+        if let Some(s) = piece_start {
+            push(s, chars_before, &mut pieces);
+        }
+        let total_chars: u64 = pieces.iter().map(|p| p.0.chars().count() as u64).sum();
         // The audio leads the frames the durations give (see ACOUSTIC_LEAD_SAMPLES).
-        let at = |frame: u64| (frame * SAMPLES_PER_FRAME).saturating_sub(ACOUSTIC_LEAD_SAMPLES);
-        let (s0, span) = (offset_samples + at(start), at(end) - at(start));
+        let lead = |frame: u64| (frame * SAMPLES_PER_FRAME).saturating_sub(ACOUSTIC_LEAD_SAMPLES);
+        let (s0, span) = (offset_samples + lead(start), lead(end) - lead(start));
         let mut done_chars = 0;
-        for piece in pieces {
+        for (piece, chars) in pieces {
             let a = s0 + span * done_chars / total_chars.max(1);
             done_chars += piece.chars().count() as u64;
             let b = s0 + span * done_chars / total_chars.max(1);
-            out.push(WordTiming { word: piece, start_ms: ms(a), end_ms: ms(b) });
+            out.push(WordTiming { word: piece, start_ms: ms(a), end_ms: ms(b), chars });
         }
     }
     out
@@ -147,12 +194,12 @@ mod tests {
         // phonemes "ab c." : a b ' ' c '.' -> tokens 1..=5, with '.' dropped by the vocabulary here.
         let char_tokens = [Some(1), Some(2), Some(3), Some(4), None];
         let durations = [3, 1, 2, 1, 4, 5]; // boundary, a, b, space, c, boundary
-        let words = [("Ab,", 0..2), ("c.", 3..5)];
+        let words = [("Ab,", 0..2, None), ("c.", 3..5, None)];
         let t = word_timings(&words, "ab c.", &char_tokens, &durations, 0);
         // fine frames: boundary 0..6, a 6..8, b 8..12, space 12..14, c 14..22; the words share
         // the space (12..13 and 13..14), and everything is 60 ms earlier (the acoustic lead).
-        assert_eq!(t[0], WordTiming { word: "Ab".into(), start_ms: 75 - 60, end_ms: 163 - 60 });
-        assert_eq!(t[1], WordTiming { word: "c".into(), start_ms: 163 - 60, end_ms: 275 - 60 });
+        assert_eq!(t[0], WordTiming { word: "Ab".into(), start_ms: 75 - 60, end_ms: 163 - 60, chars: None });
+        assert_eq!(t[1], WordTiming { word: "c".into(), start_ms: 163 - 60, end_ms: 275 - 60, chars: None });
         let shifted = word_timings(&words, "ab c.", &char_tokens, &durations, 24_000);
         assert_eq!((shifted[1].start_ms, shifted[1].end_ms), (1103, 1215));
     }
@@ -163,16 +210,16 @@ mod tests {
         // pauses (long durations) and belong to no word.
         let char_tokens = [Some(1), Some(2), Some(3), Some(4), Some(5), Some(6)];
         let durations = [3, 1, 2, 10, 1, 4, 20, 5]; // boundary, a, b, ',', ' ', c, '.', boundary
-        let words = [("Ab,", 0..3), ("c.", 4..6)];
+        let words = [("Ab,", 0..3, None), ("c.", 4..6, None)];
         let t = word_timings(&words, "ab, c.", &char_tokens, &durations, 0);
         // fine frames: boundary 0..6, a 6..8, b 8..12, ',' 12..32, ' ' 32..34, c 34..42
-        assert_eq!(t[0], WordTiming { word: "Ab".into(), start_ms: 75 - 60, end_ms: 150 - 60 });
-        assert_eq!(t[1], WordTiming { word: "c".into(), start_ms: 413 - 60, end_ms: 525 - 60 });
+        assert_eq!(t[0], WordTiming { word: "Ab".into(), start_ms: 75 - 60, end_ms: 150 - 60, chars: None });
+        assert_eq!(t[1], WordTiming { word: "c".into(), start_ms: 413 - 60, end_ms: 525 - 60, chars: None });
         // A long space is a pause: each word takes at most 25 ms of it; a long last sound
         // before it keeps FINAL_SOUND_CAP (125 ms).
         let durations = [3, 1, 9, 10, 1, 4, 20, 5]; // boundary, a, b, ' ' (long), c, ...
         let t = word_timings(
-            &[("ab", 0..2), ("c.", 3..5)],
+            &[("ab", 0..2, None), ("c.", 3..5, None)],
             "ab c.",
             &[Some(1), Some(2), Some(3), Some(4), None],
             &durations,
@@ -187,10 +234,16 @@ mod tests {
         let char_tokens = [Some(1), Some(2), Some(3), Some(4)];
         let durations = [1, 2, 2, 2, 2, 1];
         // "—" has no phonemes; "7:30 pm" is one front-end word over two text words.
-        let words = [("x", 0..1), ("—", 1..1), ("7:30 pm", 1..4)];
+        // The text: "x — 7:30 pm." (chars 0, 2 and 4..11).
+        let words = [("x", 0..1, Some(0)), ("—", 1..1, Some(2)), ("7:30 pm.", 1..4, Some(4))];
         let t = word_timings(&words, "xyzw", &char_tokens, &durations, 0);
         let names: Vec<&str> = t.iter().map(|w| w.word.as_str()).collect();
-        assert_eq!(names, ["x", "730", "pm"]);
+        assert_eq!(names, ["x", "7:30", "pm"]);
+        let chars: Vec<_> = t.iter().map(|w| w.chars.clone()).collect();
+        assert_eq!(chars, [Some(0..1), Some(4..8), Some(9..11)]);
+        assert_eq!(trim_word("(\"$3.50\"),"), ("$3.50".to_string(), 2));
+        assert_eq!(clean_word("U.S."), "U.S.");
+        assert_eq!(clean_word("https://example.com."), "https://example.com");
         for pair in t.windows(2) {
             assert!(pair[0].end_ms <= pair[1].start_ms && pair[1].start_ms <= pair[1].end_ms, "{t:?}");
         }

@@ -19,7 +19,13 @@ fn assets() -> PathBuf {
 
 fn front_end() -> &'static FrontEnd {
     static FE: OnceLock<FrontEnd> = OnceLock::new();
-    FE.get_or_init(|| FrontEnd::load(assets(), tch::Device::Cpu).expect("load the hibari front end"))
+    FE.get_or_init(|| {
+        let mut fe = FrontEnd::load(assets(), tch::Device::Cpu).expect("load the hibari front end");
+        // These tests compare with the reference's own readings: its normalisation, not the
+        // spoken form of g2p::spoken (checked on its own in tests/normalize.rs).
+        fe.set_reference_normalization(true);
+        fe
+    })
 }
 
 fn fixture(name: &str) -> Vec<Value> {
@@ -172,4 +178,55 @@ fn british_front_end() {
     assert_eq!(fe.phonemize("Hello there."), "həlˈQ ðˈɛː.");
     // The OOV net (oov_gb.onnx, int8 in the wheel; dequantized here).
     assert_eq!(fe.phonemize("Zyxqwort is a word."), "zˈɪkskwɔːt ɪz ɐ wˈɜːd.");
+}
+
+/// The default front end: the spoken form first. On the reference corpus (plain prose, with a few
+/// numbers and titles), it still reads nearly every sentence as the reference does.
+#[test]
+fn spoken_form_front_end() {
+    use speechstream_engine_libtorch::g2p::spoken::{Pronunciation, Pronunciations};
+    let mut fe = FrontEnd::load(assets(), tch::Device::Cpu).expect("load the hibari front end");
+    let cases = fixture("expected.jsonl");
+    let mut same = 0;
+    for c in &cases {
+        let (text, want) = (s(c, "text"), s(c, "phonemes"));
+        let got = fe.phonemize(&text);
+        if got == want {
+            same += 1;
+        } else {
+            println!("differs: {text:?}\n  spoken {:?}\n  reference {want}\n  ours      {got}", fe.spoken(&text));
+        }
+    }
+    let pct = 100.0 * same as f64 / cases.len() as f64;
+    println!("spoken-form front end on the reference corpus: {same}/{} identical ({pct:.1}%)", cases.len());
+    assert!(pct >= 85.0, "{pct:.1}%");
+    // Read as written words, not as hibari's normalisation reads them.
+    assert_eq!(
+        fe.spoken("Call 1-800-555-0199, e.g. now."),
+        "Call one, eight hundred, five five five, zero one nine nine, for example now."
+    );
+    assert_ne!(
+        fe.phonemize("Visit https://example.com/docs"),
+        fe.phonemize("Visit HTTPS slash slash example com slash docs")
+    );
+    assert_eq!(fe.phonemize("Visit https://example.com/docs"), fe.phonemize("Visit example dot com slash docs"));
+    // Inline markup, the server's lexicon and a request's entries.
+    assert_eq!(fe.phonemize("[Kokoro](/kˈOkəɹO/) speaks."), "kˈOkəɹO spˈiks.");
+    let mut lex = Pronunciations::new();
+    lex.insert("Kokoro", Pronunciation::parse("/kˈOkəɹO/"));
+    lex.insert("nginx", Pronunciation::parse("engine x"));
+    fe.set_pronunciations(lex);
+    assert_eq!(fe.phonemize("Kokoro speaks."), "kˈOkəɹO spˈiks.");
+    assert_eq!(fe.phonemize("nginx"), fe.phonemize("engine x"));
+    let mut req = Pronunciations::new();
+    req.insert("Kokoro", Pronunciation::parse("/kəkˈɔɹO/"));
+    let p = fe.phonemize_spans_with("Kokoro speaks.", &req);
+    assert_eq!(p.phonemes, "kəkˈɔɹO spˈiks.");
+    // Words keep the written token: "$3.50" is one word spanning its spoken words.
+    let sent = &fe.sentences("It costs $3.50 at https://example.com today.")[0];
+    let texts: Vec<&str> = sent.words.iter().map(|w| w.text.as_str()).collect();
+    assert_eq!(texts, ["It", "costs", "$3.50", "at", "https://example.com", "today."]);
+    let money = &sent.words[2];
+    let ps: String = sent.phonemes.chars().skip(money.phonemes.start).take(money.phonemes.len()).collect();
+    assert_eq!(ps, fe.phonemize("three dollars and fifty cents"), "{ps}");
 }

@@ -265,7 +265,12 @@ async fn word_timestamps_requires_configured_aligner() {
 fn words(pairs: &[(&str, i64, i64)]) -> Vec<WordTiming> {
     pairs
         .iter()
-        .map(|(word, start_ms, end_ms)| WordTiming { word: (*word).to_owned(), start_ms: *start_ms, end_ms: *end_ms })
+        .map(|(word, start_ms, end_ms)| WordTiming {
+            word: (*word).to_owned(),
+            start_ms: *start_ms,
+            end_ms: *end_ms,
+            chars: None,
+        })
         .collect()
 }
 

@@ -132,15 +132,34 @@
     utt.nextWord = 0;
     const box = utt.row.querySelector('.words');
     box.textContent = '';
-    utt.words.forEach((w, i) => {
-      if (i) box.append(' ');
-      const span = document.createElement('span');
-      span.className = 'word';
-      span.textContent = w.word;
-      span.title = `${w.start}–${w.end} ms`;
-      box.append(span);
-      w.el = span;
-    });
+    const span = (w, text) => {
+      const el = document.createElement('span');
+      el.className = 'word';
+      el.textContent = text;
+      el.title = `${w.start}–${w.end} ms`;
+      w.el = el;
+      return el;
+    };
+    // Where the server says where each word is in the text (our `chars` extension, offsets in code
+    // points of the stripped text), the text is shown as written, each word lit in place.
+    const text = Array.from((utt.text || '').trim());
+    const placed = utt.words.length > 0 && timestamps.every(
+      (t) => Array.isArray(t.chars) && t.chars[0] <= t.chars[1] && t.chars[1] <= text.length);
+    if (placed) {
+      let at = 0;
+      utt.words.forEach((w, i) => {
+        const [s, e] = timestamps[i].chars;
+        if (s > at) box.append(text.slice(at, s).join(''));
+        box.append(span(w, text.slice(Math.max(s, at), e).join('')));
+        at = Math.max(at, e);
+      });
+      if (at < text.length) box.append(text.slice(at).join(''));
+    } else {
+      utt.words.forEach((w, i) => {
+        if (i) box.append(' ');
+        box.append(span(w, w.word));
+      });
+    }
     if (utt.words.length === 0) box.textContent = utt.text;
   }
 

@@ -704,5 +704,6 @@ fn build_request(config: &SessionConfig, text: &str) -> Result<SynthesisRequest,
         x_vector_only_mode: config.x_vector_only_mode.unwrap_or(false),
         non_streaming_mode: config.non_streaming_mode,
         ignored: Vec::new(),
+        pronunciations: config.pronunciations.clone(),
     })
 }

@@ -49,7 +49,11 @@ fn spans(text: &str, words: &[WordTiming]) -> Vec<Option<[usize; 2]>> {
 /// of the `sent_ms` it was sent.
 pub(crate) fn heard(utterance_index: u64, text: &str, words: &[WordTiming], played_ms: i64, sent_ms: i64) -> Heard {
     let played_ms = played_ms.clamp(0, sent_ms.max(0));
-    let spans = spans(text, words);
+    // The engine's own character spans when it gives them all; else found in the text.
+    let spans = match words.iter().map(|w| w.chars.as_ref().map(|r| [r.start, r.end])).collect::<Option<Vec<_>>>() {
+        Some(given) => given.into_iter().map(Some).collect(),
+        None => spans(text, words),
+    };
     let word = |i: usize| HeardWord {
         word: words[i].word.clone(),
         start_ms: words[i].start_ms,
@@ -74,7 +78,7 @@ mod tests {
     use super::*;
 
     fn w(word: &str, start_ms: i64, end_ms: i64) -> WordTiming {
-        WordTiming { word: word.into(), start_ms, end_ms }
+        WordTiming { word: word.into(), start_ms, end_ms, chars: None }
     }
 
     #[test]

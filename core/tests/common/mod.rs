@@ -88,7 +88,8 @@ impl Harness {
     }
 
     pub fn words(&mut self, id: RequestId, words: &[(&str, i64, i64)]) -> &mut Self {
-        let words = words.iter().map(|&(w, s, e)| WordTiming { word: w.into(), start_ms: s, end_ms: e }).collect();
+        let words =
+            words.iter().map(|&(w, s, e)| WordTiming { word: w.into(), start_ms: s, end_ms: e, chars: None }).collect();
         self.engine(id, EngineEventKind::Words(words))
     }
 

@@ -18,6 +18,7 @@ pub mod numbers;
 pub mod oov;
 pub mod pystr;
 pub mod split;
+pub mod spoken;
 pub mod tagger;
 pub mod tokenize;
 
@@ -31,6 +32,7 @@ use serde_json::Value;
 use lexicon::{apply_stress, is_consonant, is_vowel, stress_weight, Ctx, Dict, LexToken, Lexicon, PRIMARY};
 use normalize::Normalizer;
 use oov::Oov;
+use spoken::{Pronunciations, TextOptions};
 use tagger::Tagger;
 use tokenize::Tokenizer;
 
@@ -61,6 +63,8 @@ pub struct Word {
     pub text: String,
     /// Byte range of the word in the text given to [`FrontEnd::sentences`].
     pub text_range: Range<usize>,
+    /// The same range in characters (Unicode scalar values).
+    pub chars: Range<usize>,
     /// Range of the phoneme characters (Unicode chars, not bytes) in [`Sentence::phonemes`] it produced
     /// (empty for a word that is not spoken).
     pub phonemes: Range<usize>,
@@ -276,6 +280,17 @@ pub struct FrontEnd {
     subtoken: Regex,
     fallback_piece: Regex,
     link: Regex,
+    /// Runs of single capital letters ("F B I").
+    letters: Regex,
+    /// The hyphen of "twenty-four".
+    tens_hyphen: Regex,
+    /// The spoken-form normaliser's markup options.
+    options: TextOptions,
+    /// Server-wide pronunciations (`--lexicon`).
+    pronunciations: Pronunciations,
+    /// hibari's own normalisation (`normalize.json`) instead of the spoken form ([`spoken`]): the
+    /// reference's readings, for parity checks.
+    reference: bool,
 }
 
 fn read_json(path: &Path) -> Result<Value, G2pError> {
@@ -330,7 +345,71 @@ impl FrontEnd {
             ))?,
             fallback_piece: re(r"[^\W\d_]+(?:['’][^\W\d_]+)*|\d+(?:[,.]\d+)*|[^\w\s]+")?,
             link: re(r"\[([^\]]+)\]\(([^\)]*)\)")?,
+            letters: re(r"(?<![\w'’])[A-Z](?: [A-Z])*(?: [A-Z]s?)(?!\w)")?,
+            tens_hyphen: re(
+                r"(?<=ty)-(?=(?:one|two|three|four|five|six|seven|eight|nine|first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)\b)",
+            )?,
+            options: TextOptions::default(),
+            pronunciations: Pronunciations::new(),
+            reference: false,
         })
+    }
+
+    /// The markup options of the normaliser.
+    pub fn set_text_options(&mut self, options: TextOptions) {
+        self.options = options;
+    }
+
+    /// Server-wide pronunciations, under those of a request.
+    pub fn set_pronunciations(&mut self, p: Pronunciations) {
+        self.pronunciations = p;
+    }
+
+    /// Reads as hibari's Python package does (its own normalisation), for parity checks.
+    pub fn set_reference_normalization(&mut self, on: bool) {
+        self.reference = on;
+    }
+
+    /// The spoken form of `text` (the normaliser's output, before the G2P).
+    pub fn spoken(&self, text: &str) -> String {
+        self.normalized(text, &Pronunciations::new()).text
+    }
+
+    fn normalized(&self, text: &str, extra: &Pronunciations) -> normalize::Tracked {
+        if self.reference {
+            return self.normalizer.normalize(text);
+        }
+        let merged;
+        let prons = if extra.is_empty() {
+            &self.pronunciations
+        } else {
+            merged = self.pronunciations.merged(extra);
+            &merged
+        };
+        let mut t = spoken::verbalize(text, &self.options, prons);
+        // For this G2P: letters said one by one read best as one capital word ("F B I" -> "FBI",
+        // which the lexicon spells), number words best without their hyphens ("twenty four").
+        t.sub(&self.letters, |m, _| m.get(0).map_or(String::new(), |x| x.as_str().replace(' ', "")));
+        t.sub(&self.tens_hyphen, |_, _| " ".into());
+        t.map_chars(|c| match c {
+            '\u{a0}' => ' ',
+            '’' => '\'',
+            '‒' => '-',
+            '―' => '—',
+            c => c,
+        });
+        t
+    }
+
+    /// The phonemes (in this front end's alphabet) that are not in `vocab`: for checking a
+    /// pronunciation given as phonemes.
+    pub fn check_phonemes(phonemes: &str, vocab: &HashSet<char>) -> Result<(), String> {
+        let bad: String = phonemes.chars().filter(|c| !c.is_whitespace() && !vocab.contains(c)).collect();
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{bad:?} not in the voice's phoneme alphabet"))
+        }
     }
 
     /// The OOV net, for checks.
@@ -338,12 +417,56 @@ impl FrontEnd {
         self.oov.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Sentences of `text` as `Hibari.split_sentences` gives them.
+    /// Sentences of `text` as `Hibari.split_sentences` gives them; a fenced code block that the
+    /// normaliser skips is one piece of its own (it reads as nothing).
     pub fn split_sentences<'a>(&self, text: &'a str) -> Vec<&'a str> {
-        split::split_sentences(text, &self.titles)
+        if self.reference || self.options.code_blocks == spoken::Code::Read || !text.contains("```") {
+            return split::split_sentences(text, &self.titles);
+        }
+        self.sentence_ranges(text).into_iter().map(|r| &text[r]).collect()
     }
 
-    /// The normalised text of one line (`normalize.normalize`).
+    /// Byte ranges of the sentences of `text` (see [`FrontEnd::split_sentences`]).
+    fn sentence_ranges(&self, text: &str) -> Vec<Range<usize>> {
+        if self.reference || self.options.code_blocks == spoken::Code::Read || !text.contains("```") {
+            return split::split_sentence_ranges(text, &self.titles);
+        }
+        let mut out = Vec::new();
+        let mut prose = 0usize;
+        let mut block: Option<usize> = None;
+        let mut at = 0usize;
+        for line in text.split_inclusive('\n') {
+            let fence = line.trim_start().starts_with("```");
+            if fence {
+                match block.take() {
+                    None => {
+                        out.extend(
+                            split::split_sentence_ranges(&text[prose..at], &self.titles)
+                                .into_iter()
+                                .map(|r| prose + r.start..prose + r.end),
+                        );
+                        block = Some(at);
+                    }
+                    Some(s) => {
+                        out.push(s..at + line.len());
+                        prose = at + line.len();
+                    }
+                }
+            }
+            at += line.len();
+        }
+        match block {
+            Some(s) => out.push(s..text.len()),
+            None => out.extend(
+                split::split_sentence_ranges(&text[prose..], &self.titles)
+                    .into_iter()
+                    .map(|r| prose + r.start..prose + r.end),
+            ),
+        }
+        out
+    }
+
+    /// The normalised text of one line as hibari's `normalize.normalize` gives it.
     pub fn normalize(&self, text: &str) -> String {
         self.normalizer.normalize(text).text
     }
@@ -356,14 +479,23 @@ impl FrontEnd {
     /// Sentences, each phonemised and clause-split as `Hibari.phonemize` does, with the words of the
     /// text mapped to their phonemes. Sentences with no phonemes are left out.
     pub fn sentences(&self, text: &str) -> Vec<Sentence> {
+        self.sentences_with(text, &Pronunciations::new())
+    }
+
+    /// [`FrontEnd::sentences`] with a request's pronunciations over the server's.
+    pub fn sentences_with(&self, text: &str, prons: &Pronunciations) -> Vec<Sentence> {
         let mut out = Vec::new();
-        for r in split::split_sentence_ranges(text, &self.titles) {
+        // Chars before each sentence, counted on from the last one.
+        let (mut counted, mut chars) = (0usize, 0usize);
+        for r in self.sentence_ranges(text) {
             let sent = &text[r.clone()];
-            let p = self.phonemize_spans(sent);
+            chars += text[counted..r.start].chars().count();
+            counted = r.start;
+            let p = self.phonemize_spans_with(sent, prons);
             if p.phonemes.is_empty() {
                 continue;
             }
-            let words = map_words(sent, r.start, &p);
+            let words = map_words(sent, r.start, chars, &p);
             for (ps, ws) in chunk_words(&p.phonemes, words) {
                 let chunk_text = match (ws.first(), ws.last()) {
                     (Some(a), Some(b)) => text[a.text_range.start..b.text_range.end].to_string(),
@@ -377,7 +509,12 @@ impl FrontEnd {
 
     /// Phonemes of one line with, per output token, its phoneme char range and source char range.
     pub fn phonemize_spans(&self, text: &str) -> Phonemized {
-        let norm = self.normalizer.normalize(text);
+        self.phonemize_spans_with(text, &Pronunciations::new())
+    }
+
+    /// [`FrontEnd::phonemize_spans`] with a request's pronunciations over the server's.
+    pub fn phonemize_spans_with(&self, text: &str, prons: &Pronunciations) -> Phonemized {
+        let norm = self.normalized(text, prons);
         let toks = self.tokens(&norm.text);
         let toks = self.phonemize_tokens(toks);
         let mut ps = String::new();
@@ -669,7 +806,7 @@ impl FrontEnd {
 
 /// Words (whitespace-separated runs of the sentence, grouped where one reading spans several) with
 /// their phoneme ranges. `base` is the sentence's byte offset in the whole text.
-fn map_words(sent: &str, base: usize, p: &Phonemized) -> Vec<Word> {
+fn map_words(sent: &str, base: usize, base_chars: usize, p: &Phonemized) -> Vec<Word> {
     // Whitespace-separated words: (char range, byte range).
     let mut words: Vec<(Range<usize>, Range<usize>)> = Vec::new();
     let mut start: Option<(usize, usize)> = None;
@@ -721,9 +858,15 @@ fn map_words(sent: &str, base: usize, p: &Phonemized) -> Vec<Word> {
     let mut last_end = 0;
     let push = |lo: usize, hi: usize, pr: Option<Range<usize>>, out: &mut Vec<Word>, last_end: &mut usize| {
         let b = words[lo].1.start..words[hi].1.end;
+        let c = base_chars + words[lo].0.start..base_chars + words[hi].0.end;
         let pr = pr.unwrap_or(*last_end..*last_end);
         *last_end = pr.end.max(*last_end);
-        out.push(Word { text: sent[b.clone()].to_string(), text_range: base + b.start..base + b.end, phonemes: pr });
+        out.push(Word {
+            text: sent[b.clone()].to_string(),
+            text_range: base + b.start..base + b.end,
+            chars: c,
+            phonemes: pr,
+        });
     };
     for (lo, hi, pr) in merged {
         while wi < lo {
