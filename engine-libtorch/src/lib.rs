@@ -18,6 +18,7 @@ mod float32;
 pub mod gemm;
 mod hibari;
 mod kernels;
+pub mod kokoro;
 mod noise;
 mod onnx;
 mod options;
