@@ -16,6 +16,10 @@ use std::sync::Arc;
 use crate::g2p::{FrontEnd, Sentence};
 use crate::kokoro::voices::VoicePack;
 
+/// The voice a request for the `kokoro` model that names none gets, when present (as
+/// Kokoro-FastAPI's default); else the first voice by name.
+pub const KOKORO_DEFAULT_VOICE: &str = "af_heart";
+
 /// What one pass of the network gives: the segment's audio (24 kHz), the frames each input
 /// token lasts (both pad tokens included), and the samples per frame.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -141,7 +145,8 @@ pub fn split_first(sentence: Sentence) -> Vec<Sentence> {
         let next = words.get(k + 1).map_or(phonemes.len(), |w| w.phonemes.start);
         phonemes.get(end..next).is_some_and(|gap| gap.iter().any(|c| matches!(c, ',' | ';' | ':' | '—' | '–')))
     };
-    let cut = (FIRST_CLAUSE_MIN_WORDS - 1..FIRST_SEGMENT_WORDS).find(|&k| breaks_after(k)).unwrap_or(FIRST_SEGMENT_WORDS - 1);
+    let cut =
+        (FIRST_CLAUSE_MIN_WORDS - 1..FIRST_SEGMENT_WORDS).find(|&k| breaks_after(k)).unwrap_or(FIRST_SEGMENT_WORDS - 1);
     // The phonemes split where the next word's begin (the break's punctuation stays first).
     let at = words[cut + 1].phonemes.start.min(phonemes.len());
     let text_at = words[cut + 1].text_range.start;
