@@ -76,7 +76,9 @@ pub(crate) struct VoiceModel {
     pub front_end: Arc<FrontEnd>,
 }
 
-/// The voice families the workers serve, on the same rounds, deadlines and admission.
+/// The voice families the workers serve, on the same rounds, deadlines and admission. (A few
+/// voices, each loaded once: the size of a hibari voice inline is no matter.)
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Model {
     /// A hibari voice: prosody per sentence, then its audio decoded chunk by chunk.
     Hibari(Hibari),

@@ -28,7 +28,7 @@ pub struct VoicePack {
 impl VoicePack {
     /// A table from its floats (a whole number of rows, at least one).
     pub fn new(data: Vec<f32>) -> Result<VoicePack, String> {
-        if data.is_empty() || data.len() % STYLE_DIM != 0 {
+        if data.is_empty() || !data.len().is_multiple_of(STYLE_DIM) {
             return Err(format!("a voice has rows of {STYLE_DIM} floats, not {} floats", data.len()));
         }
         Ok(VoicePack { data })
