@@ -36,6 +36,7 @@ pub use chunks::{chunk_ranges, sentence_ranges, stream_ranges};
 pub use cpu::Level;
 pub use engine::HibariEngine;
 pub use hibari::{Hibari, HibariError, Precision, PrecisionChoice, Prosody, Spectra};
+pub use kokoro::{KokoroModel, KokoroOutput, KokoroProbe, SAMPLES_PER_FRAME as KOKORO_SAMPLES_PER_FRAME};
 pub use noise::NoiseSource;
 pub use onnx::{read_initializers, DataType, Model, OnnxError, Tensor};
 pub use options::{HibariOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE};

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::g2p::{FrontEnd, Sentence};
 use crate::kokoro::voices::VoicePack;
+use crate::kokoro::KokoroModel;
 
 /// The voice a request for the `kokoro` model that names none gets, when present (as
 /// Kokoro-FastAPI's default); else the first voice by name.
@@ -41,16 +42,28 @@ pub trait Network: Send + Sync {
     }
 }
 
-/// Loads the network from `onnx` (a `kokoro-v1.0[.int8].onnx`).
-pub fn load_network(
-    onnx: &Path,
-    _device: tch::Device,
-    _precision: crate::Precision,
-) -> Result<Arc<dyn Network>, String> {
-    Err(format!(
-        "{}: this build has no Kokoro network yet (issue 32's model half); its voices are left out",
-        onnx.display()
-    ))
+/// Loads the network from `onnx` (a `kokoro-v1.0[.int8].onnx`): [`KokoroModel`] in
+/// `precision` (int8 only on the CPU: fp32 elsewhere).
+pub fn load_network(onnx: &Path, device: tch::Device, precision: crate::Precision) -> Result<Arc<dyn Network>, String> {
+    let precision = if device == tch::Device::Cpu { precision } else { crate::Precision::Fp32 };
+    Ok(Arc::new(KokoroModel::load(onnx, device, precision)?))
+}
+
+// SAFETY: as for hibari's voice (workers.rs): nothing in a loaded `KokoroModel` is written after
+// loading (its graph's tensors and packed int8 matrices are read-only; the one lazily built
+// tensor of `gemm::Packed` is behind a `OnceLock`), and libtorch supports reading a tensor from
+// several threads at once.
+unsafe impl Sync for KokoroModel {}
+
+impl Network for KokoroModel {
+    fn infer(&self, ids: &[i64], style: &[f32], speed: f32) -> Result<Speech, String> {
+        let out = KokoroModel::infer(self, ids, style, speed)?;
+        Ok(Speech { audio: out.audio, durations: out.durations, samples_per_frame: out.samples_per_frame })
+    }
+
+    fn device(&self) -> tch::Device {
+        KokoroModel::device(self)
+    }
 }
 
 /// Kokoro's phoneme vocabulary (`vocab.json`: `{"vocab": {"a": 43, ...}}`, or the map alone).
