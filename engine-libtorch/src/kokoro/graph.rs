@@ -88,16 +88,10 @@ impl Graph {
         // Which initializers only feed prepared weights (not kept as tensors)
         let mut ops = Vec::with_capacity(g.nodes.len());
         for node in &g.nodes {
-            let inputs = node
-                .inputs
-                .iter()
-                .map(|n| if n.is_empty() { None } else { Some(id(n, &mut consts)) })
-                .collect();
-            let outputs = node
-                .outputs
-                .iter()
-                .map(|n| if n.is_empty() { None } else { Some(id(n, &mut consts)) })
-                .collect();
+            let inputs =
+                node.inputs.iter().map(|n| if n.is_empty() { None } else { Some(id(n, &mut consts)) }).collect();
+            let outputs =
+                node.outputs.iter().map(|n| if n.is_empty() { None } else { Some(id(n, &mut consts)) }).collect();
             let prep = super::int8::prepare(node, &inits, precision, device)?;
             ops.push(Op { node: node.clone(), inputs, outputs, prep, frees: Vec::new() });
         }
@@ -158,7 +152,12 @@ impl Graph {
 
     /// [`Graph::run`] with some computed values replaced (by name) as soon as they are computed:
     /// the fixture tests feed one stage onnxruntime's output of the stage before.
-    pub fn run_with(&self, inputs: &[(&str, Tensor)], want: &[&str], replace: &[(&str, Tensor)]) -> Result<Vec<Tensor>, String> {
+    pub fn run_with(
+        &self,
+        inputs: &[(&str, Tensor)],
+        want: &[&str],
+        replace: &[(&str, Tensor)],
+    ) -> Result<Vec<Tensor>, String> {
         let mut replaced: HashMap<usize, &Tensor> = HashMap::new();
         for (name, t) in replace {
             let s = *self.slot.get(*name).ok_or_else(|| format!("the graph has no value `{name}`"))?;
@@ -170,11 +169,8 @@ impl Graph {
             vals[s] = Some(t.to_device(self.device));
         }
         for op in &self.ops {
-            let ins: Vec<Option<&Tensor>> = op
-                .inputs
-                .iter()
-                .map(|s| s.and_then(|s| vals[s].as_ref().or(self.consts[s].as_ref())))
-                .collect();
+            let ins: Vec<Option<&Tensor>> =
+                op.inputs.iter().map(|s| s.and_then(|s| vals[s].as_ref().or(self.consts[s].as_ref()))).collect();
             for (i, (name, v)) in op.node.inputs.iter().zip(&ins).enumerate() {
                 if !name.is_empty() && v.is_none() && !matches!(op.prep, Prep::None) && (i == 1 || i == 2) {
                     continue; // a prepared weight
@@ -183,7 +179,8 @@ impl Graph {
                     return Err(format!("node {}: input `{name}` has no value", op.node.name));
                 }
             }
-            let outs = super::ops::run(self, op, &ins).map_err(|e| format!("node {} ({}): {e}", op.node.name, op.node.op_type))?;
+            let outs = super::ops::run(self, op, &ins)
+                .map_err(|e| format!("node {} ({}): {e}", op.node.name, op.node.op_type))?;
             for (s, t) in op.outputs.iter().zip(outs) {
                 if let Some(s) = s {
                     vals[*s] = Some(match replaced.get(s) {
@@ -199,7 +196,11 @@ impl Graph {
         want.iter()
             .map(|name| {
                 let s = *self.slot.get(*name).ok_or_else(|| format!("the graph has no value `{name}`"))?;
-                vals[s].as_ref().or(self.consts[s].as_ref()).map(Tensor::shallow_clone).ok_or_else(|| format!("value `{name}` was not kept"))
+                vals[s]
+                    .as_ref()
+                    .or(self.consts[s].as_ref())
+                    .map(Tensor::shallow_clone)
+                    .ok_or_else(|| format!("value `{name}` was not kept"))
             })
             .collect()
     }

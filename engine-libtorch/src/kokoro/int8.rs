@@ -53,11 +53,9 @@ fn cpu_u8(t: &Tensor) -> R<Vec<u8>> {
 /// `DynamicQuantizeLinear`: (q, scale, zero point); in fp32 (x, 1, 0).
 pub(super) fn dynamic_quantize_linear(g: &Graph, x: &Tensor) -> R<Vec<Tensor>> {
     match g.precision {
-        Precision::Fp32 => Ok(vec![
-            x.shallow_clone(),
-            Tensor::from(1f32).to_device(g.device),
-            Tensor::from(0u8).to_device(g.device),
-        ]),
+        Precision::Fp32 => {
+            Ok(vec![x.shallow_clone(), Tensor::from(1f32).to_device(g.device), Tensor::from(0u8).to_device(g.device)])
+        }
         Precision::Int8 => {
             let v = cpu_f32(x)?;
             let (scale, zp) = quant_params(&v);
@@ -154,14 +152,9 @@ impl ConvInt {
         }
         let (c, kw) = (self.in_ch, self.kernel);
         match &self.weight {
-            Weight::Float(w) => Ok(x.conv1d(
-                w,
-                None::<Tensor>,
-                [self.stride as i64],
-                [self.pad as i64],
-                [self.dil as i64],
-                1,
-            )),
+            Weight::Float(w) => {
+                Ok(x.conv1d(w, None::<Tensor>, [self.stride as i64], [self.pad as i64], [self.dil as i64], 1))
+            }
             Weight::Int8 { packed, colsum, k } => {
                 let zp = x_zp.map(|t| cpu_u8(t).map(|v| v[0])).transpose()?.unwrap_or(0);
                 let l = size[2] as usize;
@@ -183,7 +176,11 @@ impl ConvInt {
                 }
                 let y = products(packed, colsum, *k, &cols, zp);
                 let _ = g;
-                Ok(Tensor::from_slice(&y).view([lout as i64, self.out_ch as i64]).transpose(0, 1).contiguous().unsqueeze(0))
+                Ok(Tensor::from_slice(&y)
+                    .view([lout as i64, self.out_ch as i64])
+                    .transpose(0, 1)
+                    .contiguous()
+                    .unsqueeze(0))
             }
         }
     }
@@ -317,7 +314,12 @@ fn ints_attr(n: &Node, name: &str, default: i64) -> i64 {
 }
 
 /// The weights a node needs in `precision`, read off the initializers.
-pub(super) fn prepare(node: &Node, inits: &HashMap<&str, &OnnxTensor>, precision: Precision, device: Device) -> R<Prep> {
+pub(super) fn prepare(
+    node: &Node,
+    inits: &HashMap<&str, &OnnxTensor>,
+    precision: Precision,
+    device: Device,
+) -> R<Prep> {
     let zp_of = |i: usize| -> R<Vec<i64>> {
         match node.inputs.get(i).filter(|s| !s.is_empty()) {
             Some(name) => i64s(init(inits, name)?),
@@ -345,7 +347,13 @@ pub(super) fn prepare(node: &Node, inits: &HashMap<&str, &OnnxTensor>, precision
                 Precision::Int8 => pack(&rows, n, k),
                 Precision::Fp32 => {
                     let f: Vec<f32> = rows.iter().map(|&v| f32::from(v)).collect();
-                    Weight::Float(Tensor::from_slice(&f).view([n as i64, k as i64]).transpose(0, 1).contiguous().to_device(device))
+                    Weight::Float(
+                        Tensor::from_slice(&f)
+                            .view([n as i64, k as i64])
+                            .transpose(0, 1)
+                            .contiguous()
+                            .to_device(device),
+                    )
                 }
             };
             Prep::MatMulInt(MatMulInt { weight, n, k })

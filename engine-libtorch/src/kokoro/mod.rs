@@ -123,7 +123,8 @@ impl KokoroModel {
         ];
         let mut want = vec!["audio", DURATIONS];
         want.extend_from_slice(extra);
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.graph.run_with(&inputs, &want, replace)));
+        let run =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.graph.run_with(&inputs, &want, replace)));
         let mut outs = match run {
             Ok(r) => r?,
             Err(p) => {

@@ -316,8 +316,11 @@ pub(super) fn run(g: &Graph, op: &Op, ins: &[Option<&Tensor>]) -> R<Vec<Tensor>>
                 Some(t) => ints(t),
                 None => attr_ints(n, "axes").unwrap_or_default(),
             };
-            let axes: Vec<i64> =
-                if axes.is_empty() { (0..a.dim() as i64).collect() } else { axes.iter().map(|&v| axis(v, a.dim())).collect() };
+            let axes: Vec<i64> = if axes.is_empty() {
+                (0..a.dim() as i64).collect()
+            } else {
+                axes.iter().map(|&v| axis(v, a.dim())).collect()
+            };
             if n.op_type == "ReduceMean" {
                 one(a.mean_dim(axes.as_slice(), keep, a.kind()))
             } else {
@@ -536,7 +539,8 @@ fn cumsum_f32(x: &Tensor, ax: i64) -> R<Tensor> {
     let outer: i64 = size[..ax as usize].iter().product();
     let len = size[ax as usize];
     let inner: i64 = size[ax as usize + 1..].iter().product();
-    let mut v = Vec::<f32>::try_from(x.contiguous().flatten(0, -1).to_device(tch::Device::Cpu)).map_err(|e| e.to_string())?;
+    let mut v =
+        Vec::<f32>::try_from(x.contiguous().flatten(0, -1).to_device(tch::Device::Cpu)).map_err(|e| e.to_string())?;
     let (len, inner) = (len as usize, inner as usize);
     for o in 0..outer as usize {
         let base = o * len * inner;

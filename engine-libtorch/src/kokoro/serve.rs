@@ -145,8 +145,9 @@ const FIRST_CLAUSE_MIN_WORDS: usize = 2;
 
 /// An utterance's first sentence cut so its audio comes early: up to its first clause break
 /// (`,` `;` `:` or a dash after at least two words) within the first [`FIRST_SEGMENT_WORDS`]
-/// words, else after those words; the rest is the next segment. A sentence that short is
-/// left whole.
+/// words, else after those words, with a comma, so the network reads on rather than ending
+/// the sentence there (measured with Whisper: without it "The train to the city leaves. But
+/// half past seven."); the rest is the next segment. A sentence that short is left whole.
 pub fn split_first(sentence: Sentence) -> Vec<Sentence> {
     let words = &sentence.words;
     if words.len() <= FIRST_SEGMENT_WORDS {
@@ -158,17 +159,21 @@ pub fn split_first(sentence: Sentence) -> Vec<Sentence> {
         let next = words.get(k + 1).map_or(phonemes.len(), |w| w.phonemes.start);
         phonemes.get(end..next).is_some_and(|gap| gap.iter().any(|c| matches!(c, ',' | ';' | ':' | '—' | '–')))
     };
-    let cut =
-        (FIRST_CLAUSE_MIN_WORDS - 1..FIRST_SEGMENT_WORDS).find(|&k| breaks_after(k)).unwrap_or(FIRST_SEGMENT_WORDS - 1);
+    let clause = (FIRST_CLAUSE_MIN_WORDS - 1..FIRST_SEGMENT_WORDS).find(|&k| breaks_after(k));
+    let cut = clause.unwrap_or(FIRST_SEGMENT_WORDS - 1);
     // The phonemes split where the next word's begin (the break's punctuation stays first).
     let at = words[cut + 1].phonemes.start.min(phonemes.len());
     let text_at = words[cut + 1].text_range.start;
     let text_start = words[0].text_range.start;
     let shift = |r: &Range<usize>, by: usize| r.start.saturating_sub(by)..r.end.saturating_sub(by);
     let head_text_end = words[cut].text_range.end;
+    let mut head_phonemes: String = phonemes[..at].iter().collect();
+    if clause.is_none() {
+        head_phonemes = format!("{},", head_phonemes.trim_end());
+    }
     let head = Sentence {
         text: sentence.text.get(..head_text_end.saturating_sub(text_start)).unwrap_or(&sentence.text).to_owned(),
-        phonemes: phonemes[..at].iter().collect(),
+        phonemes: head_phonemes,
         words: words[..=cut].to_vec(),
     };
     let tail = Sentence {
@@ -239,6 +244,7 @@ mod tests {
         let parts = split_first(sentence("The weather today is sunny with a light breeze from the west."));
         assert_eq!(parts[0].text, "The weather today is sunny with");
         assert_eq!(parts[1].text, "a light breeze from the west.");
+        assert_eq!(parts[0].phonemes, "The weather today is sunny with,");
         // One word then a comma is too short a clause: the cut waits for the next break.
         let parts = split_first(sentence("Yes, the weather today, as you see, is sunny with a light breeze."));
         assert_eq!(parts[0].text, "Yes, the weather today");
