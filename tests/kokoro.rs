@@ -190,6 +190,8 @@ fn a_dropped_in_voices_bin_is_listed_and_served_on_every_protocol() {
     for name in ["heart", "af_heart", "bm_lewis"] {
         assert!(voices.contains(&format!("\"{name}\"")), "{name} not in {voices}");
     }
+    let (_, playground) = process::get(addr, "/playground.json", "");
+    assert!(playground.contains("\"af_heart\"") && playground.contains("\"kokoro\""), "{playground}");
     let listed = wyoming_voices(server.wyoming_addr());
     let language = |name: &str| listed.iter().find(|(n, _)| n == name).map(|(_, l)| l.clone());
     assert_eq!(language("af_heart"), Some(vec!["en-US".to_owned()]), "{listed:?}");
