@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use speechstream_core::catalog::{Catalog, Naming};
 use speechstream_core::config::ResponseFormat;
 use speechstream_core::engine::{
-    Engine, EngineEvent, EngineEventKind, EventSink, OutputKind, RequestId, SynthesisRequest, Voice,
+    Engine, EngineCapabilities, EngineEvent, EngineEventKind, EventSink, OutputKind, RequestId, SynthesisRequest,
 };
 use speechstream_core::parse::Limits;
 use speechstream_core::session::SessionOptions;
@@ -209,6 +209,14 @@ struct VoiceArgs {
     /// the checkout's .cache/hibari next to the binary, else ./.cache/hibari].
     #[arg(long, visible_alias = "voice-dir", value_name = "DIR")]
     assets_dir: Option<PathBuf>,
+    /// Kokoro-82M's files, served beside hibari (model `kokoro`, voices such as `af_heart`):
+    /// kokoro-v1.0.int8.onnx and/or kokoro-v1.0.onnx, and voices-v1.0.bin (kokoro-onnx's) or
+    /// other .npz bundles or one .npy per voice, here or in its voices/ folder [default:
+    /// $SPEECHSTREAM_KOKORO, else $SPEECHSTREAM_CACHE/kokoro, else the checkout's .cache/kokoro
+    /// next to the binary, else ./.cache/kokoro; a default directory without them serves
+    /// hibari alone].
+    #[arg(long, value_name = "DIR")]
+    kokoro_dir: Option<PathBuf>,
     /// Where the model runs: auto (the first CUDA device when libtorch sees one, else the CPU),
     /// cpu, cuda or cuda:N.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
@@ -321,6 +329,8 @@ impl VoiceArgs {
             options.pronunciations = speechstream_engine_libtorch::g2p::spoken::Pronunciations::parse_file(&text)
                 .map_err(|e| format!("--lexicon {}: {e}", path.display()))?;
         }
+        options.kokoro_required = self.kokoro_dir.is_some();
+        options.kokoro_dir = self.kokoro();
         let precision = self.precision.0.map_or("auto".to_owned(), |p| p.to_string());
         let simd = speechstream_engine_libtorch::cpu::env_cap()?;
         let level = speechstream_engine_libtorch::cpu::level();
@@ -329,8 +339,29 @@ impl VoiceArgs {
             options.model_name = name;
         }
         let engine = HibariEngine::new(options)?;
-        info!(workers = engine.workers(), admission = ?self.admission, "hibari ready");
+        info!(workers = engine.workers(), admission = ?self.admission, models = ?engine.models(), "hibari ready");
         Ok(engine)
+    }
+
+    /// `--kokoro-dir`, else the first candidate directory that exists, as hibari's assets are
+    /// found.
+    fn kokoro(&self) -> Option<PathBuf> {
+        if let Some(dir) = &self.kokoro_dir {
+            return Some(dir.clone());
+        }
+        if let Some(dir) = std::env::var_os("SPEECHSTREAM_KOKORO") {
+            return Some(PathBuf::from(dir));
+        }
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        if let Some(cache) = std::env::var_os("SPEECHSTREAM_CACHE") {
+            candidates.push(PathBuf::from(cache).join("kokoro"));
+        }
+        if let Ok(exe) = std::env::current_exe() {
+            let exe = exe.canonicalize().unwrap_or(exe);
+            candidates.extend(exe.ancestors().skip(1).take(4).map(|d| d.join(".cache/kokoro")));
+        }
+        candidates.push(PathBuf::from(".cache/kokoro"));
+        candidates.into_iter().find(|d| d.is_dir())
     }
 
     /// The first candidate directory that holds hibari.onnx; nothing is downloaded at run time.
@@ -618,7 +649,7 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
         Some(port) => {
             let address = format!("{}:{port}", args.host);
             let listener = bind(&address).await.map_err(|e| format!("cannot listen for wyoming on {address}: {e}"))?;
-            Some(WyomingListener { listener, options: wyoming_options(&args, &engine.capabilities().voices) })
+            Some(WyomingListener { listener, options: wyoming_options(&args, engine.capabilities()) })
         }
         None => None,
     };
@@ -685,8 +716,9 @@ fn voice_names(engine: &dyn Engine) -> Vec<String> {
 /// What the Wyoming listener tells clients about itself, and its limits: the HTTP side's text
 /// limits and idle timeout, and the voices as the engine declares them (language, description;
 /// hibari's from its voices.json).
-fn wyoming_options(args: &ServeArgs, voices: &[Voice]) -> WyomingOptions {
-    let voices = voices
+fn wyoming_options(args: &ServeArgs, capabilities: &EngineCapabilities) -> WyomingOptions {
+    let voices = capabilities
+        .voices
         .iter()
         .map(|voice| WyomingVoice {
             name: voice.id.clone(),
@@ -695,6 +727,7 @@ fn wyoming_options(args: &ServeArgs, voices: &[Voice]) -> WyomingOptions {
         })
         .collect();
     let engine = match args.engine {
+        EngineKind::Hibari if capabilities.models.len() > 1 => "the hibari voice and Kokoro-82M",
         EngineKind::Hibari => "the hibari voice",
         EngineKind::Synthetic => "the synthetic engine (tones, no model)",
     };

@@ -197,7 +197,8 @@ pub fn validate_session_config(msg: &Object) -> Result<SessionConfig, String> {
         task_type: v
             .literal("task_type", true, TASK_TYPES, TASK_TYPE_MSG)
             .and_then(|n| TASK_TYPE_VALUES.get(n).copied()),
-        language: v.opt_str("language"),
+        // Kokoro-FastAPI's `lang_code` (`a`, `b`, `j`, ...) where `language` is not given.
+        language: v.opt_str("language").or_else(|| v.opt_str("lang_code").map(|code| crate::engine::lang_code(&code))),
         instructions: v.opt_str("instructions"),
         response_format: v
             .literal("response_format", false, FORMATS, FORMAT_MSG)

@@ -472,6 +472,9 @@ pub struct EngineCapabilities {
     pub word_timestamps: bool,
     /// `Some` when codec_tokens output is supported.
     pub codec: Option<CodecSpec>,
+    /// The engine mixes its voices: a request may name several of them, as Kokoro-FastAPI
+    /// writes it (`af_bella+af_sky`, weighted `af_bella(2)+af_sky(1)`; [`voice_mix`]).
+    pub mixing: bool,
     /// For an engine that hosts others ([`Engines`](crate::engines::Engines)): the
     /// capabilities of each, in routing order ([`EngineCapabilities::route`]); the fields above
     /// are then their union, under the first one's defaults. Empty for an engine of its own.
@@ -491,8 +494,64 @@ impl EngineCapabilities {
             instructions: true,
             word_timestamps: false,
             codec: None,
+            mixing: false,
             hosted: Vec::new(),
         }
+    }
+
+    /// The capabilities of several engines served as one (the first one's defaults; a voice or
+    /// model two of them declare is the first's): each list the union, unless one engine takes
+    /// anything (an empty list); each engine's own in [`hosted`](EngineCapabilities::hosted).
+    /// `None` for no engine.
+    pub fn hosting(hosted: Vec<EngineCapabilities>) -> Option<EngineCapabilities> {
+        let first = hosted.first()?.clone();
+        let union = |list: fn(&EngineCapabilities) -> usize| hosted.iter().all(|c| list(c) > 0);
+        let mut capabilities = EngineCapabilities { hosted: Vec::new(), ..first };
+        for other in &hosted[1..] {
+            for model in &other.models {
+                if !capabilities.models.contains(model) {
+                    capabilities.models.push(model.clone());
+                }
+            }
+            for voice in &other.voices {
+                if capabilities.voice(&voice.id).is_none() {
+                    capabilities.voices.push(voice.clone());
+                }
+            }
+            for language in &other.languages {
+                if !capabilities.languages.contains(language) {
+                    capabilities.languages.push(language.clone());
+                }
+            }
+            for task in &other.task_types {
+                if !capabilities.task_types.contains(task) {
+                    capabilities.task_types.push(*task);
+                }
+            }
+            capabilities.instructions |= other.instructions;
+            capabilities.word_timestamps |= other.word_timestamps;
+            capabilities.mixing |= other.mixing;
+            if capabilities.codec.is_none() {
+                capabilities.codec = other.codec.clone();
+            }
+        }
+        if !union(|c| c.voices.len()) {
+            capabilities.voices.clear();
+        }
+        if !union(|c| c.languages.len()) {
+            capabilities.languages.clear();
+        }
+        if !union(|c| c.task_types.len()) {
+            capabilities.task_types.clear();
+        }
+        capabilities.hosted = hosted;
+        Some(capabilities)
+    }
+
+    /// These capabilities mixing their voices (`true`) or not ([`EngineCapabilities::mixing`]).
+    pub fn with_mixing(mut self, mixing: bool) -> EngineCapabilities {
+        self.mixing = mixing;
+        self
     }
 
     /// These capabilities with `voices` declared.
@@ -543,6 +602,28 @@ impl EngineCapabilities {
         self.voices.iter().find(|v| v.id.to_lowercase() == lower)
     }
 
+    /// Whether `name` is a declared voice (in any case) or, for an engine that mixes its voices,
+    /// a mix of declared ones ([`voice_mix`]).
+    pub fn declares_voice(&self, name: &str) -> bool {
+        self.voice(name).is_some() || self.mix(name).is_some()
+    }
+
+    /// `name` as a mix of this engine's declared voices, each with its weight: `None` unless the
+    /// engine mixes voices, `name` has two parts or more and each is a declared voice (of one
+    /// hosted engine, for an engine that hosts others).
+    pub fn mix(&self, name: &str) -> Option<Vec<(&str, f32)>> {
+        let parts = voice_mix(name)?;
+        if parts.len() < 2 {
+            return None;
+        }
+        let engines: Vec<&EngineCapabilities> =
+            if self.hosted.is_empty() { vec![self] } else { self.hosted.iter().collect() };
+        engines
+            .into_iter()
+            .filter(|e| e.mixing)
+            .find_map(|e| parts.iter().map(|(part, weight)| e.voice(part).map(|v| (v.id.as_str(), *weight))).collect())
+    }
+
     /// Whether a request may name `model`: one of `models`.
     pub fn serves_model(&self, model: &str) -> bool {
         self.models.iter().any(|m| m == model)
@@ -564,7 +645,7 @@ impl EngineCapabilities {
         if self.hosted.is_empty() {
             return None;
         }
-        let by_voice = |voice: &str| self.hosted.iter().position(|e| e.voices.is_empty() || e.voice(voice).is_some());
+        let by_voice = |voice: &str| self.hosted.iter().position(|e| e.voices.is_empty() || e.declares_voice(voice));
         let by_model = |model: &str| self.hosted.iter().position(|e| e.serves_model(model));
         let index = match (voice, model) {
             (Some(voice), _) if !voice.eq_ignore_ascii_case("default") => by_voice(voice),
@@ -672,6 +753,10 @@ pub(crate) fn resolve_voice<'a>(
     if let Some(declared) = capabilities.voice(voice) {
         return Ok(Some(&declared.id));
     }
+    if capabilities.mix(voice).is_some() {
+        // A mix goes to the engine as it was written; the engine reads it with [`voice_mix`].
+        return Ok(Some(voice));
+    }
     let lower = voice.to_lowercase();
     if lower == "default" {
         return Ok(None);
@@ -683,6 +768,53 @@ pub(crate) fn resolve_voice<'a>(
     let mut names: Vec<&str> = capabilities.voices.iter().map(|v| v.id.as_str()).collect();
     names.sort_unstable();
     Err(format!("Invalid voice '{voice}'. Supported: {}", names.join(", ")))
+}
+
+/// A voice mix as Kokoro-FastAPI writes it: voices joined by `+`, each with an optional
+/// positive weight in parentheses (`af_bella(2)+af_sky(1)`; 1 when left out), spaces around
+/// the parts ignored. `None` when a part is empty or a weight is not a positive number. A
+/// single voice is a mix of one.
+pub fn voice_mix(name: &str) -> Option<Vec<(&str, f32)>> {
+    name.split('+')
+        .map(|part| {
+            let part = part.trim();
+            let (voice, weight) = match part.strip_suffix(')').and_then(|p| p.split_once('(')) {
+                Some((voice, weight)) => (voice.trim(), weight.trim().parse::<f32>().ok()?),
+                None => (part, 1.0),
+            };
+            let valid = !voice.is_empty() && !voice.contains(['(', ')']) && weight.is_finite() && weight > 0.0;
+            valid.then_some((voice, weight))
+        })
+        .collect()
+}
+
+/// The language a Kokoro voice speaks, from the first letter of its name or Kokoro's
+/// `lang_code` (as Kokoro-FastAPI takes it): `a` American English, `b` British English, `e`
+/// Spanish, `f` French, `h` Hindi, `i` Italian, `j` Japanese, `p` Brazilian Portuguese, `z`
+/// Mandarin Chinese; as a BCP 47 tag.
+pub fn kokoro_language(code: char) -> Option<&'static str> {
+    Some(match code.to_ascii_lowercase() {
+        'a' => "en-US",
+        'b' => "en-GB",
+        'e' => "es",
+        'f' => "fr",
+        'h' => "hi",
+        'i' => "it",
+        'j' => "ja",
+        'p' => "pt-BR",
+        'z' => "zh",
+        _ => return None,
+    })
+}
+
+/// Kokoro-FastAPI's `lang_code` as a language: its one-letter codes ([`kokoro_language`]) as
+/// BCP 47 tags, any other value as it is (a language name or code).
+pub fn lang_code(code: &str) -> String {
+    let mut chars = code.trim().chars();
+    match (chars.next(), chars.next()) {
+        (Some(c), None) => kokoro_language(c).map_or_else(|| code.to_owned(), str::to_owned),
+        _ => code.to_owned(),
+    }
 }
 
 /// The refusal of codec output by an engine without a codec.

@@ -23,48 +23,8 @@ impl Engines {
     /// sample rate are the defaults, and a voice or model two of them declare is the first's.
     /// `None` for no engine.
     pub fn new(engines: Vec<Arc<dyn Engine>>) -> Option<Engines> {
-        let first = engines.first()?.capabilities().clone();
         let hosted: Vec<EngineCapabilities> = engines.iter().map(|e| e.capabilities().clone()).collect();
-        // Each list is the union, unless one engine takes anything (an empty list).
-        let union = |list: fn(&EngineCapabilities) -> usize| hosted.iter().all(|c| list(c) > 0);
-        let mut capabilities = EngineCapabilities { hosted: Vec::new(), ..first };
-        for other in &hosted[1..] {
-            for model in &other.models {
-                if !capabilities.models.contains(model) {
-                    capabilities.models.push(model.clone());
-                }
-            }
-            for voice in &other.voices {
-                if capabilities.voice(&voice.id).is_none() {
-                    capabilities.voices.push(voice.clone());
-                }
-            }
-            for language in &other.languages {
-                if !capabilities.languages.contains(language) {
-                    capabilities.languages.push(language.clone());
-                }
-            }
-            for task in &other.task_types {
-                if !capabilities.task_types.contains(task) {
-                    capabilities.task_types.push(*task);
-                }
-            }
-            capabilities.instructions |= other.instructions;
-            capabilities.word_timestamps |= other.word_timestamps;
-            if capabilities.codec.is_none() {
-                capabilities.codec = other.codec.clone();
-            }
-        }
-        if !union(|c| c.voices.len()) {
-            capabilities.voices.clear();
-        }
-        if !union(|c| c.languages.len()) {
-            capabilities.languages.clear();
-        }
-        if !union(|c| c.task_types.len()) {
-            capabilities.task_types.clear();
-        }
-        capabilities.hosted = hosted;
+        let capabilities = EngineCapabilities::hosting(hosted)?;
         Some(Engines { engines, capabilities })
     }
 
@@ -217,5 +177,35 @@ mod tests {
         assert!(caps.word_timestamps);
         assert_eq!(caps.check(&words("kestrel")), Ok(()));
         assert_eq!(caps.check(&words("vivian")), Err("word timestamps are not supported by alpha".to_owned()));
+    }
+
+    #[test]
+    fn a_mix_of_one_engines_voices_goes_to_it_and_reaches_it_as_written() {
+        let a = EngineCapabilities::new("hibari", 24_000).with_voices(["heart"]);
+        let b = EngineCapabilities::new("kokoro", 24_000).with_voices(["af_bella", "af_sky"]).with_mixing(true);
+        let engines = Engines::new(vec![Arc::new(Tone(a)), Arc::new(Tone(b))]).expect("two engines");
+        let caps = engines.capabilities();
+        for name in ["af_bella+af_sky", "AF_Bella(2) + af_sky(1)", "af_sky(0.5)+af_bella"] {
+            assert_eq!(caps.resolve_voice(Some(name)), Ok(Some(name)), "{name}");
+            let request = SynthesisRequest { voice: Some(name.to_owned()), ..SynthesisRequest::new("x") };
+            assert_eq!(caps.route(&request), Some(1), "{name}");
+            assert_eq!(caps.check(&request), Ok(()), "{name}");
+        }
+        assert_eq!(caps.mix("af_bella(2)+af_sky"), Some(vec![("af_bella", 2.0), ("af_sky", 1.0)]));
+        // A part that is no voice, a voice that does not mix, two families, a bad weight.
+        for name in
+            ["af_bella+nobody", "heart+heart", "heart+af_sky", "af_bella(0)+af_sky", "af_bella()+af_sky", "+af_sky"]
+        {
+            assert!(caps.resolve_voice(Some(name)).is_err(), "{name}");
+        }
+    }
+
+    #[test]
+    fn kokoro_language_codes() {
+        assert_eq!(crate::engine::lang_code("a"), "en-US");
+        assert_eq!(crate::engine::lang_code("b"), "en-GB");
+        assert_eq!(crate::engine::lang_code("j"), "ja");
+        assert_eq!(crate::engine::lang_code("en-gb"), "en-gb");
+        assert_eq!(crate::engine::lang_code("x"), "x");
     }
 }

@@ -16,8 +16,10 @@ use tch::Device;
 use crate::dsp::SAMPLE_RATE;
 use crate::g2p::FrontEnd;
 use crate::hibari::{Hibari, Precision};
+use crate::kokoro::serve::{load_network, KokoroVoiceModel, Vocab};
+use crate::kokoro::voices::{scan, KokoroFiles};
 use crate::options::{HibariOptions, DEFAULT_VOICE};
-use crate::scheduler::VoiceModel;
+use crate::scheduler::{Model, VoiceModel};
 use crate::voices::{check_voice_file, read_voice_list};
 use crate::workers::{default_workers, Pool};
 
@@ -52,7 +54,29 @@ impl HibariEngine {
                 }
             })
             .collect();
+        // Kokoro's voices, when its directory has them (read before the front ends: they need
+        // both accents).
+        let kokoro = match options.kokoro_dir.as_deref().map(scan) {
+            Some(files) if files.voices.is_empty() || files.model(false).is_none() => {
+                let dir = options.kokoro_dir.as_deref().unwrap_or(dir).display();
+                let what = if files.voices.is_empty() { "no voices" } else { "no kokoro-v1.0[.int8].onnx" };
+                if options.kokoro_required {
+                    return Err(format!("Kokoro: {dir} has {what} (run scripts/setup-voice.sh kokoro)"));
+                }
+                if !files.voices.is_empty() || files.model(false).is_some() {
+                    tracing::warn!("Kokoro left out: {dir} has {what}");
+                }
+                None
+            }
+            files => files,
+        };
+        for skipped in kokoro.iter().flat_map(|files| &files.skipped) {
+            tracing::warn!("Kokoro voice left out: {skipped}");
+        }
         let mut accents: Vec<bool> = entries.iter().map(|e| e.british).collect();
+        if kokoro.is_some() {
+            accents.extend([false, true]);
+        }
         accents.sort_unstable();
         accents.dedup();
         let device = options.device;
@@ -120,9 +144,10 @@ impl HibariEngine {
             let front_end = front_ends.iter().find(|(b, _)| *b == entry.british).map(|(_, fe)| fe.clone());
             let front_end = front_end.ok_or_else(|| format!("no front end for voice {}", entry.name))?;
             for (word, p) in options.pronunciations.iter() {
-                crate::scheduler::check_pronunciation(word, p, &model).map_err(|e| format!("--lexicon: {e}"))?;
+                crate::scheduler::check_pronunciation(word, p, |s| model.char_tokens(s))
+                    .map_err(|e| format!("--lexicon: {e}"))?;
             }
-            voices.push(VoiceModel { name: entry.name, model, front_end });
+            voices.push(VoiceModel { name: entry.name, model: Model::Hibari(model), front_end });
         }
         let Some(default) = voices.iter().position(|v| v.name == DEFAULT_VOICE) else {
             return Err(format!("voice {DEFAULT_VOICE} is missing from {}: {}", dir.display(), missing()));
@@ -135,9 +160,28 @@ impl HibariEngine {
             .with_instructions(false)
             .with_word_timestamps(true);
         let precision = precision.unwrap_or(Precision::Fp32);
+        let front_end = |british: bool| front_ends.iter().find(|(b, _)| *b == british).map(|(_, fe)| fe.clone());
+        let mut capabilities = capabilities;
+        if let (Some(files), Some(american), Some(british)) = (kokoro, front_end(false), front_end(true)) {
+            match load_kokoro(&files, dir, &options, precision, american, british) {
+                Ok((kokoro_voices, kokoro_capabilities)) => {
+                    tracing::info!(voices = kokoro_voices.len(), "Kokoro-82M served beside hibari");
+                    voices.extend(kokoro_voices);
+                    capabilities = EngineCapabilities::hosting(vec![capabilities, kokoro_capabilities])
+                        .ok_or("no capabilities")?;
+                }
+                Err(e) if options.kokoro_required => return Err(format!("Kokoro: {e}")),
+                Err(e) => tracing::warn!("Kokoro left out: {e}"),
+            }
+        }
         let workers = options.workers.unwrap_or(if device == Device::Cpu { default_workers() } else { 1 });
         let pool = Pool::start(workers, Arc::new(voices), default, &capabilities, &options)?;
         Ok(HibariEngine { capabilities, pool, precision })
+    }
+
+    /// The model names served (hibari's first; `kokoro` when its voices are served too).
+    pub fn models(&self) -> &[String] {
+        &self.capabilities.models
     }
 
     /// The precision the voices run in (what `auto` chose, when it was asked to).
@@ -149,6 +193,56 @@ impl HibariEngine {
     pub fn workers(&self) -> usize {
         self.pool.workers()
     }
+}
+
+/// The model name Kokoro's voices are served under, as Kokoro-FastAPI names it.
+pub const KOKORO_MODEL_NAME: &str = "kokoro";
+
+/// Kokoro's voices as the workers hold them, on one network loaded from `files`, and what
+/// they can do.
+fn load_kokoro(
+    files: &KokoroFiles,
+    hibari_dir: &std::path::Path,
+    options: &HibariOptions,
+    precision: Precision,
+    american: Arc<FrontEnd>,
+    british: Arc<FrontEnd>,
+) -> Result<(Vec<VoiceModel>, EngineCapabilities), String> {
+    let prefer_fp32 = precision == Precision::Fp32 || options.device != Device::Cpu;
+    let onnx = files.model(prefer_fp32).ok_or("no model file")?;
+    // Kokoro's vocabulary: its own vocab.json when present, else hibari's (the same alphabet,
+    // checked in kokoro::serve's tests).
+    let kokoro_dir = options.kokoro_dir.as_deref().unwrap_or(hibari_dir);
+    let vocab_path = Some(kokoro_dir.join("vocab.json")).filter(|p| p.is_file());
+    let vocab = Arc::new(Vocab::read(&vocab_path.unwrap_or_else(|| hibari_dir.join("vocab.json")))?);
+    let network = load_network(onnx, options.device, precision)?;
+    let mut voices = Vec::new();
+    let mut declared = Vec::new();
+    for voice in &files.voices {
+        let mut listed = Voice::new(voice.name.clone()).with_description(voice.description());
+        if let Some(language) = voice.language {
+            listed = listed.with_language(language);
+        }
+        declared.push(listed);
+        let model = KokoroVoiceModel {
+            network: network.clone(),
+            vocab: vocab.clone(),
+            pack: Arc::new(voice.pack.clone()),
+            language: voice.language,
+            american: american.clone(),
+            british: british.clone(),
+        };
+        let front_end = model.front_end(None).clone();
+        voices.push(VoiceModel { name: voice.name.clone(), model: Model::Kokoro(model), front_end });
+    }
+    let capabilities = EngineCapabilities::new(KOKORO_MODEL_NAME, SAMPLE_RATE)
+        .with_voices(declared)
+        .with_languages([Language::new("English", "en")])
+        .with_task_types([TaskType::CustomVoice])
+        .with_instructions(false)
+        .with_word_timestamps(true)
+        .with_mixing(true);
+    Ok((voices, capabilities))
 }
 
 impl Engine for HibariEngine {

@@ -48,6 +48,12 @@ pub struct HibariOptions {
     /// Arithmetic of the network's Linear layers; `None`: the faster on this machine, measured
     /// at load ([`Hibari::set_fastest_precision`]; fp32 on CUDA).
     pub precision: Option<Precision>,
+    /// Kokoro-82M's files ([`crate::kokoro::voices::scan`]): its voices are served beside
+    /// hibari's when the directory holds a model file and voices. `None`: no Kokoro.
+    pub kokoro_dir: Option<PathBuf>,
+    /// A Kokoro directory that has no model or voices, or whose model fails to load, is an
+    /// error (the operator named it) rather than a warning (the default directory).
+    pub kokoro_required: bool,
     /// Most sentences whose prosody, and most requests whose decoder chunks, run in one forward
     /// pass (on CPU, chunks after the first are batched by at most 4: see scheduler.rs).
     pub max_batch: usize,
@@ -75,6 +81,8 @@ impl HibariOptions {
             max_streams: None,
             pronunciations: Default::default(),
             text: Default::default(),
+            kokoro_dir: None,
+            kokoro_required: false,
         }
     }
 }

@@ -32,6 +32,8 @@ use crate::dsp::SAMPLE_RATE;
 use crate::g2p::spoken::{Pronunciation, Pronunciations};
 use crate::g2p::{FrontEnd, Sentence};
 use crate::hibari::{Hibari, Prosody, SAMPLES_PER_FRAME};
+use crate::kokoro::serve::{coarse_durations, split_first, KokoroVoiceModel, KOKORO_DEFAULT_VOICE};
+use crate::kokoro::voices::VoicePack;
 use crate::noise::NoiseSource;
 use crate::options::HibariOptions;
 use crate::pacing::{self, Candidate, ChunkSizes, Costs, Outlook, Pace, Pacing, Speed, Work};
@@ -73,16 +75,74 @@ pub(crate) struct Submission {
 /// A loaded voice: its weights and the front end of its accent.
 pub(crate) struct VoiceModel {
     pub name: String,
-    pub model: Hibari,
+    pub model: Model,
     pub front_end: Arc<FrontEnd>,
+}
+
+/// The voice families the workers serve, on the same rounds, deadlines and admission. (A few
+/// voices, each loaded once: the size of a hibari voice inline is no matter.)
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Model {
+    /// A hibari voice: prosody per sentence, then its audio decoded chunk by chunk.
+    Hibari(Hibari),
+    /// A Kokoro voice: each segment's audio from one pass ([`crate::kokoro::serve`]), then
+    /// streamed in the same chunks.
+    Kokoro(KokoroVoiceModel),
+}
+
+impl Model {
+    /// `[0, ids..., 0]`: the phoneme ids with both boundary tokens.
+    fn ids(&self, phonemes: &str) -> Vec<i64> {
+        match self {
+            Model::Hibari(model) => model.ids(phonemes),
+            Model::Kokoro(voice) => {
+                let mut ids = vec![0];
+                ids.extend(voice.vocab.ids(phonemes));
+                ids.push(0);
+                ids
+            }
+        }
+    }
+
+    /// The token each phoneme character gives (`None` where the vocabulary has none).
+    fn char_tokens(&self, phonemes: &str) -> Vec<Option<usize>> {
+        match self {
+            Model::Hibari(model) => model.char_tokens(phonemes),
+            Model::Kokoro(voice) => voice.vocab.char_tokens(phonemes),
+        }
+    }
+
+    fn device(&self) -> tch::Device {
+        match self {
+            Model::Hibari(model) => model.device(),
+            Model::Kokoro(voice) => voice.network.device(),
+        }
+    }
 }
 
 /// The sentence being streamed.
 struct Current {
-    prosody: Prosody,
+    source: Source,
     ranges: Vec<Range<usize>>,
     next: usize,
-    noise: NoiseSource,
+}
+
+/// Where a sentence's chunks come from.
+enum Source {
+    /// hibari: decoded chunk by chunk from its prosody.
+    Hibari { prosody: Prosody, noise: NoiseSource },
+    /// Kokoro: the segment's audio, computed whole; its chunks are slices of it.
+    Audio(Vec<f32>),
+}
+
+impl Source {
+    /// Samples of the whole sentence.
+    fn samples(&self) -> usize {
+        match self {
+            Source::Hibari { prosody, .. } => prosody.samples(),
+            Source::Audio(audio) => audio.len(),
+        }
+    }
 }
 
 struct Job {
@@ -92,6 +152,10 @@ struct Job {
     speed: f32,
     seed: u64,
     word_timestamps: bool,
+    /// The front end of the language it reads in.
+    front_end: Arc<FrontEnd>,
+    /// A Kokoro voice's style table (its own, or the mix the request named).
+    style: Option<Arc<VoicePack>>,
     /// Sentences of the text not yet through the front end (done one per round, when needed).
     texts: VecDeque<String>,
     /// Where each of `texts` starts in the request's text (chars).
@@ -195,7 +259,7 @@ impl Job {
     }
 
     /// Skips the next sentences with no phoneme the model knows, as the reference does.
-    fn drop_unspeakable(&mut self, model: &Hibari) {
+    fn drop_unspeakable(&mut self, model: &Model) {
         while self.sentences.front().is_some_and(|s| model.ids(&s.phonemes).len() < 3) {
             if let Some(s) = self.sentences.pop_front() {
                 self.chars_left = self.chars_left.saturating_sub(s.phonemes.chars().count());
@@ -238,6 +302,8 @@ pub(crate) struct Scheduler {
 enum Round {
     Chunks(f64),
     Prosody(usize),
+    /// Kokoro segments computed, or sent, holding this many seconds of audio.
+    Kokoro(f64),
 }
 
 enum Wait {
@@ -280,13 +346,26 @@ impl Scheduler {
     /// worker's first measure of its speed (what admission starts from; the work it does
     /// refines it).
     pub fn warm_up(&mut self) {
+        let mut kokoro_warm = false;
         for voice in self.voices.iter() {
-            let ids = voice.model.ids("həlˈO.");
-            let prosody = voice.model.prosody(&ids, 1.0);
+            let model = match &voice.model {
+                Model::Hibari(model) => model,
+                // One pass warms the network every Kokoro voice shares.
+                Model::Kokoro(kokoro) if !kokoro_warm => {
+                    kokoro_warm = true;
+                    let ids = kokoro.vocab.ids("həlˈO.");
+                    let _ = guarded(|| kokoro.network.infer(&ids, kokoro.pack.style(ids.len()), 1.0));
+                    let _ = kokoro.american.sentences("Hello there.");
+                    continue;
+                }
+                Model::Kokoro(_) => continue,
+            };
+            let ids = model.ids("həlˈO.");
+            let prosody = model.prosody(&ids, 1.0);
             let end = prosody.frames.min(self.frames.first);
-            let _ = voice.model.synthesize_chunk(&prosody, 0, end, &NoiseSource::new(0, 0));
+            let _ = model.synthesize_chunk(&prosody, 0, end, &NoiseSource::new(0, 0));
             if end < prosody.frames {
-                let _ = voice.model.synthesize_chunk(&prosody, end, prosody.frames, &NoiseSource::new(0, 0));
+                let _ = model.synthesize_chunk(&prosody, end, prosody.frames, &NoiseSource::new(0, 0));
             }
             let _ = voice.front_end.sentences("Hello there.");
         }
@@ -295,6 +374,7 @@ impl Scheduler {
         }
         const TEXT: &str = "Hello there, this sentence measures how fast the voice runs on this worker.";
         let voice = &self.voices[self.default_voice];
+        let Model::Hibari(model) = &voice.model else { return };
         // Twice: the first pass of these larger shapes still allocates; the second is measured.
         // (audio s, chunk s, chars, front end and prosody s: TEXT is one sentence, so the time to
         // its prosody is the front end's and the prosody pass's, and the rest its chunks')
@@ -303,13 +383,13 @@ impl Scheduler {
             let started = Instant::now();
             let (mut samples, mut chars, mut prosody_s) = (0, 0, 0.0);
             for (index, sentence) in (0..).zip(voice.front_end.sentences(TEXT)) {
-                let prosody = voice.model.prosody(&voice.model.ids(&sentence.phonemes), 1.0);
+                let prosody = model.prosody(&model.ids(&sentence.phonemes), 1.0);
                 chars += sentence.phonemes.chars().count();
                 prosody_s = started.elapsed().as_secs_f64();
                 let noise = NoiseSource::new(0, 0);
                 let f = self.frames;
                 for r in sentence_ranges(prosody.frames, index, f.first, f.chunk, f.max) {
-                    samples += voice.model.synthesize_chunk(&prosody, r.start, r.end, &noise).numel();
+                    samples += model.synthesize_chunk(&prosody, r.start, r.end, &noise).numel();
                 }
             }
             let chunk_s = started.elapsed().as_secs_f64() - prosody_s;
@@ -382,6 +462,8 @@ impl Scheduler {
                     self.prosody_speed.record(chars as f64, busy);
                     0.0
                 }
+                // Kokoro's rounds count in the worker's speed, not in hibari's costs.
+                Round::Kokoro(audio) => audio,
             };
             self.speed.record(audio, busy);
             self.stats.record_work(busy, self.speed.factor());
@@ -471,6 +553,8 @@ impl Scheduler {
             speed: 1.0,
             seed: request.seed.map_or_else(random_seed, |s| s as u64),
             word_timestamps: request.output.words(),
+            front_end: self.voices[self.default_voice].front_end.clone(),
+            style: None,
             texts: VecDeque::new(),
             text_starts: VecDeque::new(),
             text_base: 0,
@@ -489,11 +573,17 @@ impl Scheduler {
             chars_left: 0,
         };
         match refusal.map_or_else(|| self.check(&request).map_err(Failure::Engine), |r| Err(Failure::Overloaded(r))) {
-            Ok(voice) => {
+            Ok((voice, style)) => {
                 job.voice = voice;
                 let speed = if request.speed.is_finite() { request.speed } else { 1.0 };
                 job.speed = speed.clamp(SPEED_RANGE.0, SPEED_RANGE.1) as f32;
-                let front_end = &self.voices[voice].front_end;
+                if let Model::Kokoro(kokoro) = &self.voices[voice].model {
+                    job.front_end = kokoro.front_end(request.language.as_deref()).clone();
+                    job.style = Some(style.unwrap_or_else(|| kokoro.pack.clone()));
+                } else {
+                    job.front_end = self.voices[voice].front_end.clone();
+                }
+                let front_end = job.front_end.clone();
                 match pronunciations(&request.pronunciations, &self.voices[voice].model) {
                     Ok(p) => job.pronunciations = p,
                     Err(message) => {
@@ -517,12 +607,36 @@ impl Scheduler {
         job
     }
 
-    /// What hibari can't do is refused by the core's rules (the session has already refused it;
-    /// this covers callers of the engine that skip the session); returns the voice's index.
-    fn check(&self, request: &SynthesisRequest) -> Result<usize, String> {
+    /// What the voices can't do is refused by the core's rules (the session has already refused
+    /// it; this covers callers of the engine that skip the session); returns the voice's index
+    /// (a family's default voice for a request naming only its model; a mix's first voice)
+    /// and, for a mix of Kokoro voices, its style table.
+    fn check(&self, request: &SynthesisRequest) -> Result<(usize, Option<Arc<VoicePack>>), String> {
         self.capabilities.check(request)?;
         let voice = self.capabilities.resolve_voice(request.voice.as_deref())?;
-        Ok(voice.and_then(|name| self.voices.iter().position(|v| v.name == name)).unwrap_or(self.default_voice))
+        let index = |name: &str| self.voices.iter().position(|v| v.name == name);
+        if let Some(parts) = voice.and_then(|name| self.capabilities.mix(name)) {
+            let mut packs = Vec::new();
+            for (name, weight) in &parts {
+                match index(name).map(|i| &self.voices[i].model) {
+                    Some(Model::Kokoro(kokoro)) => packs.push((kokoro.pack.as_ref(), *weight)),
+                    _ => return Err(format!("voice '{name}' cannot be mixed")),
+                }
+            }
+            let first = index(parts[0].0).unwrap_or(self.default_voice);
+            return Ok((first, Some(Arc::new(VoicePack::mix(&packs)?))));
+        }
+        let family_default = || {
+            // No voice named: the default voice of the family whose model the request names
+            // (hibari's `heart`, Kokoro's `af_heart` when present, else its first voice).
+            let family = self.capabilities.hosted.get(self.capabilities.route(request)?)?;
+            if family.voice(&self.voices[self.default_voice].name).is_some() {
+                return Some(self.default_voice);
+            }
+            let default = family.voice(KOKORO_DEFAULT_VOICE).or(family.voices.first())?;
+            index(&default.id)
+        };
+        Ok((voice.and_then(index).or_else(family_default).unwrap_or(self.default_voice), None))
     }
 
     /// Ends the jobs with no sentence left (`Finished`).
@@ -573,8 +687,8 @@ impl Scheduler {
         let (work, batch) = pacing::plan_batch(&candidates, max_batch, cpu_round);
         let done = match work {
             None => return (None, resume),
-            Some(Work::Prosody) => Round::Prosody(self.start_sentences(&batch)),
-            Some(Work::FirstChunk | Work::Chunk) => Round::Chunks(self.step(&batch)),
+            Some(Work::Prosody) => self.start_sentences(&batch),
+            Some(Work::FirstChunk | Work::Chunk) => self.step(&batch),
         };
         for &i in &batch {
             if let Some(job) = self.jobs.get_mut(i) {
@@ -587,19 +701,24 @@ impl Scheduler {
     /// Starts the next sentence of each job of `batch` (one voice): the front end on its next
     /// text if it has no sentence ready (one per job and round: a sentence is bounded, and the
     /// commands are read between rounds, so an abort drops the rest of the text unprepared),
-    /// then one batched prosody pass for those that have one; returns the characters of the
-    /// sentences passed.
-    fn start_sentences(&mut self, batch: &[usize]) -> usize {
-        let Some(&lead) = batch.first() else { return 0 };
+    /// then one batched prosody pass for those that have one (a Kokoro voice: each one's next
+    /// segment, [`Scheduler::kokoro_segments`]); returns what the round did.
+    fn start_sentences(&mut self, batch: &[usize]) -> Round {
+        let Some(&lead) = batch.first() else { return Round::Prosody(0) };
         let voice = self.jobs[lead].voice;
-        let front_end = self.voices[voice].front_end.clone();
+        let kokoro = matches!(self.voices[voice].model, Model::Kokoro(_));
         let mut ready = Vec::new();
         for &i in batch {
             let job = &mut self.jobs[i];
             if job.sentences.is_empty() {
                 if let Some(text) = job.texts.pop_front() {
                     job.text_base = job.text_starts.pop_front().unwrap_or(0);
-                    let sentences = front_end.sentences_with(&text, &job.pronunciations);
+                    let mut sentences = job.front_end.sentences_with(&text, &job.pronunciations);
+                    if kokoro && job.started_sentences == 0 && !sentences.is_empty() {
+                        // Kokoro's first audio waits for a whole segment: make the first short.
+                        let first = split_first(sentences.remove(0));
+                        sentences.splice(0..0, first);
+                    }
                     let phonemes: usize = sentences.iter().map(|s| s.phonemes.chars().count()).sum();
                     job.chars_left = job.chars_left.saturating_sub(text.chars().count()) + phonemes;
                     job.sentences.extend(sentences);
@@ -612,15 +731,72 @@ impl Scheduler {
         }
         let chars =
             ready.iter().filter_map(|&i| self.jobs[i].sentences.front()).map(|s| s.phonemes.chars().count()).sum();
+        if kokoro {
+            // Its cost is the segments' inference: counted in the worker's speed only.
+            self.kokoro_segments(voice, &ready);
+            return Round::Kokoro(0.0);
+        }
         if !ready.is_empty() {
             self.prosody(voice, &ready);
         }
-        chars
+        Round::Prosody(chars)
+    }
+
+    /// Computes the next segment of each job of `batch` (one Kokoro voice; each its own style):
+    /// its whole audio in one pass, its word timings from the predicted durations, and its
+    /// chunks, cut as hibari's are, to be sent by [`Scheduler::step`].
+    fn kokoro_segments(&mut self, voice: usize, batch: &[usize]) {
+        let voices = self.voices.clone();
+        let Model::Kokoro(kokoro) = &voices[voice].model else { return };
+        for &i in batch {
+            let job = &mut self.jobs[i];
+            let Some(sentence) = job.sentences.pop_front() else { continue };
+            let ids = kokoro.vocab.ids(&sentence.phonemes);
+            let style = job.style.clone().unwrap_or_else(|| kokoro.pack.clone());
+            let speech = guarded(|| kokoro.network.infer(&ids, style.style(ids.len()), job.speed))
+                .and_then(|r| r.map_err(|e| format!("kokoro: {e}")));
+            let speech = match speech {
+                Ok(speech) => speech,
+                Err(message) => {
+                    job.finish(EngineEventKind::Failed(message.into()));
+                    job.flush(&self.stats, &self.admission);
+                    continue;
+                }
+            };
+            job.chars_left = job.chars_left.saturating_sub(sentence.phonemes.chars().count());
+            if !job.running {
+                job.running = true;
+                self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+                self.stats.running.fetch_add(1, Ordering::Relaxed);
+            }
+            if job.word_timestamps {
+                let words: Vec<(&str, Range<usize>, Option<usize>)> = sentence
+                    .words
+                    .iter()
+                    .map(|w| (w.text.as_str(), w.phonemes.clone(), Some(job.text_base + w.chars.start)))
+                    .collect();
+                let char_tokens = kokoro.vocab.char_tokens(&sentence.phonemes);
+                let durations = coarse_durations(&speech.durations, speech.samples_per_frame);
+                let timings = word_timings(&words, &sentence.phonemes, &char_tokens, &durations, job.offset);
+                if !timings.is_empty() {
+                    job.pending.push_back(EngineEventKind::Words(timings));
+                }
+            }
+            let frames = speech.audio.len().div_ceil(SAMPLES_PER_FRAME);
+            let f = self.frames;
+            let ranges = sentence_ranges(frames, job.started_sentences, f.first, f.chunk, f.max);
+            job.started_sentences += 1;
+            if ranges.is_empty() {
+                continue;
+            }
+            job.current = Some(Current { source: Source::Audio(speech.audio), ranges, next: 0 });
+        }
+        self.stats.record_batch(batch.len());
     }
 
     fn prosody(&mut self, voice: usize, batch: &[usize]) {
         let voices = self.voices.clone();
-        let model = &voices[voice].model;
+        let Model::Hibari(model) = &voices[voice].model else { return };
         let sentences: Vec<Sentence> = batch.iter().filter_map(|&i| self.jobs[i].sentences.pop_front()).collect();
         let ids: Vec<Vec<i64>> = sentences.iter().map(|s| model.ids(&s.phonemes)).collect();
         let items: Vec<(&[i64], f32)> =
@@ -667,21 +843,50 @@ impl Scheduler {
             );
             let noise = NoiseSource::new(job.seed, job.started_sentences);
             job.started_sentences += 1;
-            job.current = Some(Current { prosody, ranges, next: 0, noise });
+            job.current = Some(Current { source: Source::Hibari { prosody, noise }, ranges, next: 0 });
         }
     }
 
     /// Computes and sends the next chunk of each job of `batch` (one voice) in one decoder pass
-    /// ([`Hibari::synthesize_chunks`]; the DSP stays per request); returns the seconds of
-    /// audio made.
-    fn step(&mut self, batch: &[usize]) -> f64 {
-        let Some(&lead) = batch.first() else { return 0.0 };
+    /// ([`Hibari::synthesize_chunks`]; the DSP stays per request), or, for a Kokoro voice, sends
+    /// the next slice of each one's segment; returns what the round did (the seconds of audio
+    /// made).
+    fn step(&mut self, batch: &[usize]) -> Round {
+        let Some(&lead) = batch.first() else { return Round::Chunks(0.0) };
         let voices = self.voices.clone();
-        let model = &voices[self.jobs[lead].voice].model;
+        let audio = match &voices[self.jobs[lead].voice].model {
+            Model::Hibari(model) => self.decode(model, batch),
+            Model::Kokoro(_) => Ok(batch
+                .iter()
+                .filter_map(|&i| self.jobs[i].current.as_ref())
+                .map(|c| match &c.source {
+                    Source::Audio(audio) => {
+                        let r = &c.ranges[c.next];
+                        let end = (r.end * SAMPLES_PER_FRAME).min(audio.len());
+                        audio[(r.start * SAMPLES_PER_FRAME).min(end)..end].to_vec()
+                    }
+                    Source::Hibari { .. } => Vec::new(),
+                })
+                .collect()),
+        };
+        let seconds = self.send(batch, audio);
+        match &voices[self.jobs[lead].voice].model {
+            Model::Hibari(_) => Round::Chunks(seconds),
+            Model::Kokoro(_) => Round::Kokoro(seconds),
+        }
+    }
+
+    /// The next chunk of each job of `batch` (one hibari voice), in one decoder pass.
+    fn decode(&self, model: &Hibari, batch: &[usize]) -> Result<Vec<Vec<f32>>, String> {
         let items: Vec<(&Prosody, usize, usize, &NoiseSource)> = batch
             .iter()
             .map(|&i| self.jobs[i].current.as_ref().expect("picked jobs have a sentence"))
-            .map(|c| (&c.prosody, c.ranges[c.next].start, c.ranges[c.next].end, &c.noise))
+            .filter_map(|c| match &c.source {
+                Source::Hibari { prosody, noise } => {
+                    Some((prosody, c.ranges[c.next].start, c.ranges[c.next].end, noise))
+                }
+                Source::Audio(_) => None,
+            })
             .collect();
         let audio = guarded(|| {
             let chunks = model.synthesize_chunks(&items);
@@ -690,8 +895,12 @@ impl Scheduler {
                 .map(|audio| Vec::<f32>::try_from(&audio.to_device(tch::Device::Cpu)))
                 .collect::<Result<Vec<_>, _>>()
         });
-        let audio: Result<Vec<Vec<f32>>, String> =
-            audio.and_then(|r| r.map_err(|e| format!("hibari: reading the audio failed: {e}")));
+        audio.and_then(|r| r.map_err(|e| format!("hibari: reading the audio failed: {e}")))
+    }
+
+    /// Sends each job of `batch` its next chunk (`audio`, in order) and moves it on, or fails
+    /// them all with the error; returns the seconds of audio sent.
+    fn send(&mut self, batch: &[usize], audio: Result<Vec<Vec<f32>>, String>) -> f64 {
         let audio = match audio {
             Ok(audio) => audio,
             Err(message) => {
@@ -709,7 +918,7 @@ impl Scheduler {
             let Some(current) = job.current.as_mut() else { continue };
             current.next += 1;
             if current.next == current.ranges.len() {
-                job.offset += current.prosody.samples() as u64;
+                job.offset += current.source.samples() as u64;
                 job.current = None;
             }
             samples_made += samples.len();
@@ -771,22 +980,26 @@ fn random_seed() -> u64 {
 
 /// A request's pronunciations, each given as phonemes checked against the voice's alphabet; a
 /// bad entry is an error that names the word.
-fn pronunciations(entries: &[(String, String)], model: &Hibari) -> Result<Pronunciations, String> {
+fn pronunciations(entries: &[(String, String)], model: &Model) -> Result<Pronunciations, String> {
     let mut out = Pronunciations::new();
     for (word, value) in entries {
         let p = Pronunciation::parse(value);
-        check_pronunciation(word, &p, model)?;
+        check_pronunciation(word, &p, |s| model.char_tokens(s))?;
         out.insert(word, p);
     }
     Ok(out)
 }
 
 /// A pronunciation given as phonemes must be in the voice's alphabet.
-pub(crate) fn check_pronunciation(word: &str, p: &Pronunciation, model: &Hibari) -> Result<(), String> {
+pub(crate) fn check_pronunciation(
+    word: &str,
+    p: &Pronunciation,
+    char_tokens: impl Fn(&str) -> Vec<Option<usize>>,
+) -> Result<(), String> {
     if let Pronunciation::Phonemes(ps) = p {
         let bad: String = ps
             .chars()
-            .zip(model.char_tokens(ps))
+            .zip(char_tokens(ps))
             .filter(|(c, t)| t.is_none() && !c.is_whitespace())
             .map(|(c, _)| c)
             .collect();

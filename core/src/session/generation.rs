@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use base64::Engine as _;
 
-use super::heard::heard;
 use super::edges::{Edges, TextEnd};
+use super::heard::heard;
 use super::input::UnitEnded;
 use super::{EngineCommand, Output, RequestEnd, Session, State, UnknownRequest, CLOSE_GOING_AWAY};
 use crate::codec;

@@ -1,0 +1,101 @@
+//! Kokoro's time to first audio in the engine, on one worker with one libtorch thread: a
+//! two-sentence utterance streamed `RUNS` times (default 5) with `VOICE` (default jf_alpha);
+//! prints each run's time to first audio and to the end, their medians, and, for comparison,
+//! the time one pass over the whole first sentence takes (what the first audio would wait for
+//! without the short first segment).
+//!
+//!     cargo run --release -p speechstream-engine-libtorch --example kokoro_ttfa
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest};
+use speechstream_engine_libtorch::g2p::FrontEnd;
+use speechstream_engine_libtorch::kokoro::voices::scan;
+use speechstream_engine_libtorch::kokoro::KokoroModel;
+use speechstream_engine_libtorch::{AdmissionMode, HibariEngine, HibariOptions, Precision};
+
+const TEXT: &str = "The weather today is sunny with a light breeze from the west. \
+                    Tomorrow it will rain in the morning, and clear up by the afternoon.";
+
+struct Sink(mpsc::Sender<EngineEvent>);
+
+impl EventSink for Sink {
+    fn send(&self, event: EngineEvent) -> bool {
+        self.0.send(event).is_ok()
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() -> Result<(), String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cache = std::env::var_os("SPEECHSTREAM_CACHE").map_or_else(|| root.join(".cache"), PathBuf::from);
+    let voice = std::env::var("VOICE").unwrap_or_else(|_| "jf_alpha".to_owned());
+    let runs: usize = std::env::var("RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
+    let mut options = HibariOptions::new(cache.join("hibari"));
+    options.kokoro_dir = Some(cache.join("kokoro"));
+    options.kokoro_required = true;
+    options.workers = Some(1);
+    options.threads = Some(1);
+    options.admission = AdmissionMode::Off;
+    tch::set_num_threads(1);
+    let engine = HibariEngine::new(options)?;
+    let (mut firsts, mut totals) = (Vec::new(), Vec::new());
+    let mut seconds = 0.0;
+    for run in 0..runs {
+        let (tx, rx) = mpsc::channel();
+        let request = SynthesisRequest::new(TEXT).with_voice(voice.clone()).with_stream(true);
+        let started = Instant::now();
+        engine.submit(RequestId { connection: 0, utterance: run as u64 }, request, Box::new(Sink(tx)));
+        let (mut first, mut bytes) = (None, 0);
+        loop {
+            match rx.recv().map_err(|_| "engine stopped")?.kind {
+                EngineEventKind::Audio { pcm, .. } => {
+                    first.get_or_insert_with(|| started.elapsed());
+                    bytes += pcm.len();
+                }
+                EngineEventKind::Finished => break,
+                EngineEventKind::Failed(f) => return Err(f.to_string()),
+                _ => {}
+            }
+        }
+        let total = started.elapsed();
+        seconds = bytes as f64 / 2.0 / 24_000.0;
+        let first = first.ok_or("no audio")?;
+        println!("run {run}: first audio {:.0} ms, all {:.0} ms ({seconds:.2} s of audio)", ms(first), ms(total));
+        firsts.push(first);
+        totals.push(total);
+    }
+    let (first, total) = (median(firsts), median(totals));
+    println!(
+        "median: first audio {:.0} ms, all {:.0} ms, real-time factor {:.2} ({seconds:.2} s of audio)",
+        ms(first),
+        ms(total),
+        total.as_secs_f64() / seconds
+    );
+    // The whole first sentence in one pass, as the first audio would be without the split.
+    let front_end = FrontEnd::load(cache.join("hibari"), tch::Device::Cpu).map_err(|e| e.to_string())?;
+    let files = scan(&cache.join("kokoro"));
+    let pack = &files.voices.iter().find(|v| v.name == voice).ok_or("no such voice")?.pack;
+    let model = KokoroModel::load(files.model(false).ok_or("no model")?, tch::Device::Cpu, Precision::Int8)?;
+    let sentence = &front_end.sentences(TEXT)[0];
+    let vocab = speechstream_engine_libtorch::kokoro::serve::Vocab::read(&cache.join("kokoro/vocab.json"))?;
+    let ids = vocab.ids(&sentence.phonemes);
+    let mut passes = Vec::new();
+    for _ in 0..runs.max(2) {
+        let started = Instant::now();
+        model.infer(&ids, pack.style(ids.len()), 1.0)?;
+        passes.push(started.elapsed());
+    }
+    println!("the whole first sentence in one pass: median {:.0} ms ({} ids)", ms(median(passes)), ids.len());
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}

@@ -1,0 +1,207 @@
+//! Kokoro's network as its ONNX file lays it out: the nodes in file (topological) order, each run
+//! on tch tensors by [`super::ops`], the values held in numbered slots and dropped after their last
+//! use. The int8 nodes (`DynamicQuantizeLinear`, `MatMulInteger`, `ConvInteger`,
+//! `DynamicQuantizeLSTM`) run on our own int8 kernels ([`crate::gemm`]) in [`Precision::Int8`], or
+//! on the dequantized weights in float in [`Precision::Fp32`] (see docs/kokoro-architecture.md).
+
+use std::collections::HashMap;
+
+use tch::{Device, Kind, Tensor};
+
+use super::int8::{ConvInt, LstmWeights, MatMulInt};
+use crate::onnx::{DataType, Model, Node, Tensor as OnnxTensor};
+use crate::Precision;
+
+/// What a node needs beyond its inputs, prepared once at load.
+pub(super) enum Prep {
+    None,
+    MatMulInt(MatMulInt),
+    ConvInt(ConvInt),
+    Lstm(LstmWeights),
+}
+
+pub(super) struct Op {
+    pub node: Node,
+    /// Slot of each input (None: an omitted optional input)
+    pub inputs: Vec<Option<usize>>,
+    /// Slot of each output (None: an output nobody asked for)
+    pub outputs: Vec<Option<usize>>,
+    pub prep: Prep,
+    /// Slots whose last reader is this node: dropped after it runs
+    pub frees: Vec<usize>,
+}
+
+pub(super) struct Graph {
+    pub ops: Vec<Op>,
+    /// The initializers, by slot (None for computed values)
+    pub consts: Vec<Option<Tensor>>,
+    pub slot: HashMap<String, usize>,
+    pub device: Device,
+    pub precision: Precision,
+}
+
+/// A tch tensor of an ONNX initializer.
+pub(super) fn to_tch(t: &OnnxTensor) -> Result<Tensor, String> {
+    let kind = match t.dtype {
+        DataType::Float => Kind::Float,
+        DataType::Int64 => Kind::Int64,
+        DataType::Int32 => Kind::Int,
+        DataType::Uint8 => Kind::Uint8,
+        DataType::Int8 => Kind::Int8,
+        DataType::Bool => Kind::Bool,
+        DataType::Double => Kind::Double,
+        DataType::Float16 => Kind::Half,
+        other => return Err(format!("initializer {}: type {other:?} not supported", t.name)),
+    };
+    let size = t.dtype.size().unwrap_or(1);
+    if t.data.len() != t.numel() * size {
+        return Err(format!("initializer {}: {} bytes for {} elements", t.name, t.data.len(), t.numel()));
+    }
+    let dims: Vec<i64> = t.dims.iter().map(|&d| d as i64).collect();
+    if cfg!(target_endian = "little") {
+        Ok(Tensor::from_data_size(&t.data, &dims, kind))
+    } else {
+        Err("big-endian hosts are not supported".into())
+    }
+}
+
+impl Graph {
+    /// The graph of `model` for `precision` on `device`, keeping alive the values named in `keep`
+    /// (besides the graph outputs) so that [`Graph::run`] can return them.
+    pub fn new(model: &Model, device: Device, precision: Precision, keep: &[&str]) -> Result<Graph, String> {
+        let g = &model.graph;
+        let inits: HashMap<&str, &OnnxTensor> = g.initializers.iter().map(|t| (t.name.as_str(), t)).collect();
+        let mut slot: HashMap<String, usize> = HashMap::new();
+        let mut consts: Vec<Option<Tensor>> = Vec::new();
+        let mut id = |name: &str, consts: &mut Vec<Option<Tensor>>| -> usize {
+            if let Some(&s) = slot.get(name) {
+                return s;
+            }
+            let s = consts.len();
+            consts.push(None);
+            slot.insert(name.to_string(), s);
+            s
+        };
+        for name in &g.inputs {
+            id(name, &mut consts);
+        }
+        // Which initializers only feed prepared weights (not kept as tensors)
+        let mut ops = Vec::with_capacity(g.nodes.len());
+        for node in &g.nodes {
+            let inputs =
+                node.inputs.iter().map(|n| if n.is_empty() { None } else { Some(id(n, &mut consts)) }).collect();
+            let outputs =
+                node.outputs.iter().map(|n| if n.is_empty() { None } else { Some(id(n, &mut consts)) }).collect();
+            let prep = super::int8::prepare(node, &inits, precision, device)?;
+            ops.push(Op { node: node.clone(), inputs, outputs, prep, frees: Vec::new() });
+        }
+        for name in &g.outputs {
+            id(name, &mut consts);
+        }
+        // Constants: every initializer some node reads as a tensor
+        for op in &ops {
+            let prepared = !matches!(op.prep, Prep::None);
+            for (i, name) in op.node.inputs.iter().enumerate() {
+                if name.is_empty() {
+                    continue;
+                }
+                // A prepared node reads its weight (input 1; LSTM: 1 and 2) from `prep`.
+                let weight = match op.node.op_type.as_str() {
+                    "MatMulInteger" | "ConvInteger" => i == 1,
+                    "DynamicQuantizeLSTM" => i == 1 || i == 2,
+                    _ => false,
+                };
+                if prepared && weight {
+                    continue;
+                }
+                if let Some(t) = inits.get(name.as_str()) {
+                    let s = slot[name.as_str()];
+                    if consts[s].is_none() {
+                        consts[s] = Some(to_tch(t)?.to_device(device));
+                    }
+                }
+            }
+        }
+        // Last uses
+        let mut last: Vec<Option<usize>> = vec![None; consts.len()];
+        for (i, op) in ops.iter().enumerate() {
+            for s in op.inputs.iter().flatten() {
+                last[*s] = Some(i);
+            }
+        }
+        let mut pinned: Vec<bool> = vec![false; consts.len()];
+        for name in g.outputs.iter().map(String::as_str).chain(keep.iter().copied()) {
+            match slot.get(name) {
+                Some(&s) => pinned[s] = true,
+                None => return Err(format!("the graph has no value `{name}`")),
+            }
+        }
+        for (s, l) in last.iter().enumerate() {
+            if let (Some(i), false, true) = (l, pinned[s], consts[s].is_none()) {
+                ops[*i].frees.push(s);
+            }
+        }
+        Ok(Graph { ops, consts, slot, device, precision })
+    }
+
+    /// Runs the graph on `inputs` (by name) and returns the values named in `want` (graph
+    /// outputs or values kept at [`Graph::new`]).
+    pub fn run(&self, inputs: &[(&str, Tensor)], want: &[&str]) -> Result<Vec<Tensor>, String> {
+        self.run_with(inputs, want, &[])
+    }
+
+    /// [`Graph::run`] with some computed values replaced (by name) as soon as they are computed:
+    /// the fixture tests feed one stage onnxruntime's output of the stage before.
+    pub fn run_with(
+        &self,
+        inputs: &[(&str, Tensor)],
+        want: &[&str],
+        replace: &[(&str, Tensor)],
+    ) -> Result<Vec<Tensor>, String> {
+        let mut replaced: HashMap<usize, &Tensor> = HashMap::new();
+        for (name, t) in replace {
+            let s = *self.slot.get(*name).ok_or_else(|| format!("the graph has no value `{name}`"))?;
+            replaced.insert(s, t);
+        }
+        let mut vals: Vec<Option<Tensor>> = (0..self.consts.len()).map(|_| None).collect();
+        for (name, t) in inputs {
+            let s = *self.slot.get(*name).ok_or_else(|| format!("the graph has no input `{name}`"))?;
+            vals[s] = Some(t.to_device(self.device));
+        }
+        for op in &self.ops {
+            let ins: Vec<Option<&Tensor>> =
+                op.inputs.iter().map(|s| s.and_then(|s| vals[s].as_ref().or(self.consts[s].as_ref()))).collect();
+            for (i, (name, v)) in op.node.inputs.iter().zip(&ins).enumerate() {
+                if !name.is_empty() && v.is_none() && !matches!(op.prep, Prep::None) && (i == 1 || i == 2) {
+                    continue; // a prepared weight
+                }
+                if !name.is_empty() && v.is_none() {
+                    return Err(format!("node {}: input `{name}` has no value", op.node.name));
+                }
+            }
+            let outs = super::ops::run(self, op, &ins)
+                .map_err(|e| format!("node {} ({}): {e}", op.node.name, op.node.op_type))?;
+            for (s, t) in op.outputs.iter().zip(outs) {
+                if let Some(s) = s {
+                    vals[*s] = Some(match replaced.get(s) {
+                        Some(r) => r.to_device(self.device),
+                        None => t,
+                    });
+                }
+            }
+            for &s in &op.frees {
+                vals[s] = None;
+            }
+        }
+        want.iter()
+            .map(|name| {
+                let s = *self.slot.get(*name).ok_or_else(|| format!("the graph has no value `{name}`"))?;
+                vals[s]
+                    .as_ref()
+                    .or(self.consts[s].as_ref())
+                    .map(Tensor::shallow_clone)
+                    .ok_or_else(|| format!("value `{name}` was not kept"))
+            })
+            .collect()
+    }
+}
