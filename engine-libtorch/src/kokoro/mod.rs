@@ -72,6 +72,16 @@ impl KokoroModel {
         Ok(KokoroModel { graph, precision, device })
     }
 
+    /// The precision `auto` means: int8 on the CPU (our kernels; as fast as fp32 or faster, see
+    /// BENCHMARKS.md), fp32 elsewhere (int8 runs on the CPU only).
+    pub fn auto_precision(device: Device) -> Precision {
+        if device == Device::Cpu {
+            Precision::Int8
+        } else {
+            Precision::Fp32
+        }
+    }
+
     pub fn precision(&self) -> Precision {
         self.precision
     }
@@ -120,7 +130,7 @@ impl KokoroModel {
         ];
         let mut want = vec!["audio", DURATIONS];
         want.extend_from_slice(extra);
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.graph.run_with(&inputs, &want, replace)));
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.graph.run(&inputs, &want, replace)));
         let mut outs = match run {
             Ok(r) => r?,
             Err(p) => {
