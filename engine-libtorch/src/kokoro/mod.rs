@@ -72,14 +72,12 @@ impl KokoroModel {
         Ok(KokoroModel { graph, precision, device })
     }
 
-    /// The precision `auto` means: int8 on the CPU (our kernels; as fast as fp32 or faster, see
-    /// BENCHMARKS.md), fp32 elsewhere (int8 runs on the CPU only).
+    /// The precision `auto` means: fp32 on every device for now. On the CPU it was the faster of
+    /// the two in BENCHMARKS.md's run (libtorch's float convolutions against our int8 im2col and
+    /// products); int8 runs on the CPU only.
     pub fn auto_precision(device: Device) -> Precision {
-        if device == Device::Cpu {
-            Precision::Int8
-        } else {
-            Precision::Fp32
-        }
+        let _ = device;
+        Precision::Fp32
     }
 
     pub fn precision(&self) -> Precision {
