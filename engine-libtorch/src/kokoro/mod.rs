@@ -40,6 +40,12 @@ pub struct KokoroModel {
     device: Device,
 }
 
+// SAFETY: nothing in a loaded model is written after loading: `infer` takes `&self`, reads the
+// constant tensors and makes new ones (no operator writes into an input; the one lazily built
+// tensor of `gemm::Packed` is behind a `OnceLock`), and libtorch supports reading a tensor from
+// several threads at once (as `Hibari`, crate::workers).
+unsafe impl Sync for KokoroModel {}
+
 /// What [`KokoroModel::infer`] returns.
 #[derive(Debug, Clone)]
 pub struct KokoroOutput {
@@ -73,6 +79,14 @@ impl KokoroModel {
         let _g = tch::no_grad_guard();
         let graph = graph::Graph::new(model, device, precision, &keep)?;
         Ok(KokoroModel { graph, precision, device })
+    }
+
+    /// The precision `auto` means: fp32 on every device for now. On the CPU it was the faster of
+    /// the two in BENCHMARKS.md's run (libtorch's float convolutions against our int8 im2col and
+    /// products); int8 runs on the CPU only.
+    pub fn auto_precision(device: Device) -> Precision {
+        let _ = device;
+        Precision::Fp32
     }
 
     pub fn precision(&self) -> Precision {
@@ -123,8 +137,7 @@ impl KokoroModel {
         ];
         let mut want = vec!["audio", DURATIONS];
         want.extend_from_slice(extra);
-        let run =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.graph.run_with(&inputs, &want, replace)));
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.graph.run(&inputs, &want, replace)));
         let mut outs = match run {
             Ok(r) => r?,
             Err(p) => {
