@@ -1009,6 +1009,13 @@ fn inline_line(b: &mut Buf, input: &[char], start: usize, end: usize, opts: &Tex
     let line = &input[start..end];
     let line_start = b.chars.len();
     let mut i = 0;
+    // A thematic break ("---", "* * *"): nothing to read.
+    if line.len() >= 3
+        && line.iter().all(|c| matches!(c, '-' | '*' | '_' | ' ' | '='))
+        && line.iter().filter(|c| **c != ' ').count() >= 3
+    {
+        return;
+    }
     // Block markers: headings, quotes, list bullets and numbers, rules.
     let mut heading = false;
     loop {
