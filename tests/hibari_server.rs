@@ -193,6 +193,13 @@ async fn hibari_through_every_mode() {
     let words = last["timestamps"].as_array().expect("timestamps");
     let names: Vec<&str> = words.iter().map(|w| w["word"].as_str().unwrap()).collect();
     assert_eq!(names, text_words(text));
+    // Our `chars` extension: where each word is in the text sent.
+    for w in words {
+        let span = w["chars"].as_array().expect("chars");
+        let (s, e) = (span[0].as_u64().unwrap() as usize, span[1].as_u64().unwrap() as usize);
+        let written: String = text.chars().skip(s).take(e - s).collect();
+        assert_eq!(written, w["word"].as_str().unwrap(), "{w}");
+    }
     let mut previous_end = 0;
     for w in words {
         let (s, e) = (w["start_ms"].as_i64().unwrap(), w["end_ms"].as_i64().unwrap());

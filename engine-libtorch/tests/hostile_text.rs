@@ -30,6 +30,10 @@ const SHAPES: &[(&str, &str)] = &[
     ("letters and digits", "a1"),
     ("stops before tabs", "Hi.\t"),
     ("mixed", "hello 123?!.,;: world-wide [a](b) $5,000 Dr. 7:30 pm A.B. "),
+    // Issue 33's normaliser: markup on every line, and brackets and backticks without their mates.
+    ("markdown lines", "# Head\n- item `x` [l](u) <i>&amp;</i> $3.50 e.g. 😀\n"),
+    ("unmatched brackets", "[(`<&)) word"),
+    ("backtick runs", "`` ``` ` word "),
 ];
 
 fn repeat(unit: &str, bytes: usize) -> String {

@@ -968,6 +968,8 @@ impl Buf {
 
 /// The longest span (in chars) looked at for a link's or a tag's end; keeps the scan linear.
 const MAX_MARKUP: usize = 300;
+/// The longest inline code span (in chars).
+const MAX_CODE_SPAN: usize = 1000;
 
 const BLOCK_TAGS: &[&str] = &["p", "br", "div", "li", "ul", "ol", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "hr"];
 
@@ -1005,7 +1007,15 @@ fn markup(input: &[char], opts: &TextOptions) -> Buf {
 /// A line of markdown outside code blocks: block markers, emphasis, links, code spans, HTML.
 fn inline_line(b: &mut Buf, input: &[char], start: usize, end: usize, opts: &TextOptions) {
     let line = &input[start..end];
+    let line_start = b.chars.len();
     let mut i = 0;
+    // A thematic break ("---", "* * *"): nothing to read.
+    if line.len() >= 3
+        && line.iter().all(|c| matches!(c, '-' | '*' | '_' | ' ' | '='))
+        && line.iter().filter(|c| **c != ' ').count() >= 3
+    {
+        return;
+    }
     // Block markers: headings, quotes, list bullets and numbers, rules.
     let mut heading = false;
     loop {
@@ -1074,10 +1084,12 @@ fn inline_line(b: &mut Buf, input: &[char], start: usize, end: usize, opts: &Tex
         }
         if c == '`' {
             let ticks = line[i..].iter().take_while(|c| **c == '`').count();
-            // The closing run of as many backticks.
+            // The closing run of as many backticks, within MAX_CODE_SPAN chars (keeps the scan
+            // linear in a line of many unmatched runs).
             let mut k = i + ticks;
             let mut found = None;
-            while k < line.len() {
+            let lim = (i + ticks + MAX_CODE_SPAN).min(line.len());
+            while k < lim {
                 if line[k] == '`' {
                     let t = line[k..].iter().take_while(|c| **c == '`').count();
                     if t == ticks {
@@ -1099,7 +1111,7 @@ fn inline_line(b: &mut Buf, input: &[char], start: usize, end: usize, opts: &Tex
                     i = k + ticks;
                 }
                 None => {
-                    // No closing run on the line: none after this one either, so read the rest.
+                    // No closing run: the backticks are left out, the text after them read.
                     i += ticks;
                 }
             }
@@ -1194,13 +1206,18 @@ fn inline_line(b: &mut Buf, input: &[char], start: usize, end: usize, opts: &Tex
         i += 1;
     }
     if heading {
-        let last = b.chars.iter().rposition(|c| !c.is_whitespace());
-        if let Some(l) = last {
-            if !matches!(b.chars[l], '.' | '!' | '?' | ':') {
-                let o = b.origin[l].end - 1..b.origin[l].end;
-                b.chars.insert(l + 1, '.');
-                b.origin.insert(l + 1, o);
-            }
+        // A heading ends as a sentence: a full stop after its last char (before any trailing
+        // spaces of the line; only those are moved).
+        let mut trailing = Vec::new();
+        while b.chars.len() > line_start && b.chars.last().is_some_and(|c| c.is_whitespace()) {
+            trailing.push((b.chars.pop().unwrap_or(' '), b.origin.pop().unwrap_or(0..0)));
+        }
+        if b.chars.len() > line_start && !matches!(b.chars.last(), Some('.' | '!' | '?' | ':')) {
+            let end = b.origin.last().map_or(0, |o| o.end);
+            b.push('.', end.saturating_sub(1)..end);
+        }
+        for (c, o) in trailing.into_iter().rev() {
+            b.push(c, o);
         }
     }
 }
@@ -1277,18 +1294,21 @@ fn tokens(chars: &[char]) -> Vec<Token> {
         }
         let e = i;
         let mut cs = s;
+        // Where the token's last ']' and first '(' are (one pass each, not one per bracket).
+        let last_close = chars[s..e].iter().rposition(|&c| c == ']').map(|p| s + p);
+        let first_open = chars[s..e].iter().position(|&c| c == '(').map(|p| s + p);
         // Leading punctuation, but not a quote that starts "'90s" or a bracket that opens markup.
         while cs < e
             && LEAD_PUNCT.contains(&chars[cs])
             && !(chars[cs] == '\'' && chars.get(cs + 1).is_some_and(char::is_ascii_digit))
-            && !(chars[cs] == '[' && chars[cs..e].contains(&']'))
+            && !(chars[cs] == '[' && last_close.is_some_and(|k| k > cs))
         {
             cs += 1;
         }
         let mut ce = e;
         while ce > cs && TRAIL_PUNCT.contains(&chars[ce - 1]) {
             // "(555)" keeps its brackets together.
-            if chars[ce - 1] == ')' && chars[cs..ce - 1].contains(&'(') {
+            if chars[ce - 1] == ')' && first_open.is_some_and(|k| k >= cs && k < ce - 1) {
                 break;
             }
             ce -= 1;
