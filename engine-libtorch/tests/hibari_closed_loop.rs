@@ -1,12 +1,13 @@
 //! Admission against clients that read audio as fast as it comes (batch jobs, benchmarks, agents
 //! that buffer): 32 connections in a closed loop, each sending its next two-sentence utterance as
-//! soon as the last one is done, six each, streamed, with admission on (the default). Such a
-//! client owes nothing to a playback clock it does not have: each later utterance is sent while
-//! the audio before it would still be playing, so its listener could only hear it after, and
-//! admission must not refuse it for deadlines that do not exist. Before the listener clock
-//! (issue 35), this refused 31 to 90 of these 192 on 2 CPUs. Needs `.cache`
-//! (scripts/setup-voice.sh). Generous: only refusals are counted, no timing is asserted; the
-//! time to first audio is printed (`-- --nocapture`).
+//! soon as the last one is done, six each, streamed. Such a client owes nothing to a playback
+//! clock it does not have: each later utterance is sent while the audio before it would still be
+//! playing, so its listener could only hear it after, and admission must not refuse it for
+//! deadlines that do not exist. The rule (issue 35): with admission on, no utterance is refused
+//! where the same load without admission gets its first audio within the target. Before the
+//! listener clock, 31 to 90 of these 192 were refused on 2 quiet CPUs. Needs `.cache`
+//! (scripts/setup-voice.sh). Generous: only refusals are asserted, and only where the machine
+//! serves the load in time without admission; timings are printed (`-- --nocapture`).
 
 mod common;
 
@@ -19,7 +20,10 @@ use speechstream_core::engine::{
 };
 use speechstream_engine_libtorch::{AdmissionMode, HibariEngine, HibariOptions};
 
-const CONNECTIONS: u64 = 32;
+/// Connections (`SPEECHSTREAM_CLOSED_LOOP_CONNECTIONS` overrides: the issue's 16, 32, 64).
+fn connections() -> u64 {
+    std::env::var("SPEECHSTREAM_CLOSED_LOOP_CONNECTIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(32)
+}
 const UTTERANCES: u64 = 6;
 const TEXT: &str = "The library closes early on Sundays, so we went on Saturday instead. \
                     My brother bought a red bicycle there, and rode it home in the rain.";
@@ -33,19 +37,19 @@ impl EventSink for Sink {
     }
 }
 
-#[test]
-fn a_closed_loop_is_not_refused() {
+/// Runs the closed loop on a fresh engine: (refused, first-audio p99).
+fn closed_loop(admission: AdmissionMode) -> (u64, Duration) {
     let mut options = HibariOptions::new(hibari_assets());
-    options.admission = AdmissionMode::Realtime;
+    options.admission = admission;
     options.threads = Some(1);
     let engine = HibariEngine::new(options).expect("engine");
     let engine = &engine;
     let results: Vec<(u64, Vec<Duration>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..CONNECTIONS)
+        let handles: Vec<_> = (0..connections())
             .map(|connection| {
                 scope.spawn(move || {
                     // Starts spread over a second, as a load generator's ramp.
-                    std::thread::sleep(Duration::from_millis(connection * 1000 / CONNECTIONS));
+                    std::thread::sleep(Duration::from_millis(connection * 1000 / connections()));
                     let (mut refused, mut first_audio) = (0, Vec::new());
                     for utterance in 0..UTTERANCES {
                         let (tx, rx) = mpsc::channel();
@@ -77,11 +81,31 @@ fn a_closed_loop_is_not_refused() {
     let refused: u64 = results.iter().map(|r| r.0).sum();
     let mut ttfa: Vec<Duration> = results.into_iter().flat_map(|r| r.1).collect();
     ttfa.sort();
-    let p = |q: f64| ttfa.get(((ttfa.len() as f64 * q).ceil() as usize).saturating_sub(1)).map(|d| d.as_millis());
+    let at = |q: f64| {
+        ttfa.get(((ttfa.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or(Duration::MAX)
+    };
     eprintln!(
-        "{CONNECTIONS} connections x {UTTERANCES}: {refused} refused; first audio p50 {:?} ms, p99 {:?} ms",
-        p(0.5),
-        p(0.99)
+        "admission {admission:?}: {} connections x {UTTERANCES}: {refused} refused; first audio p50 {} ms, p99 {} ms",
+        connections(),
+        at(0.5).as_millis(),
+        at(0.99).as_millis()
     );
-    assert_eq!(refused, 0, "closed-loop utterances refused");
+    (refused, at(0.99))
+}
+
+/// The issue's rule: no utterance is refused where the same server without admission keeps
+/// first audio within its target (p99 at most 250 ms). Judged only where it does so clearly
+/// (p99 within 60% of the target: a quiet 2-CPU host gave 124 ms at 32 connections), since the
+/// two runs see the machine at different moments; on a machine too busy for that (other work on
+/// its CPUs), refusals are right and the figures are only printed.
+#[test]
+fn a_closed_loop_is_not_refused_where_it_is_served_in_time() {
+    let target = HibariOptions::new(hibari_assets()).pacing.first_audio;
+    let (_, p99_off) = closed_loop(AdmissionMode::Off);
+    let (refused, _) = closed_loop(AdmissionMode::Realtime);
+    if p99_off.as_secs_f64() <= 0.6 * target.as_secs_f64() {
+        assert_eq!(refused, 0, "refused closed-loop utterances that --admission off served in time");
+    } else {
+        eprintln!("this machine is too busy to judge: without admission, first audio p99 {p99_off:?}");
+    }
 }

@@ -232,8 +232,10 @@ impl Session {
             Ok(request) => request,
             Err(details) => return self.refuse_utterance(&format!("Invalid request for utterance {u}: {details}")),
         };
-        // Word timings, when the engine has them, for a cancel that says what was heard.
-        if request.output == OutputKind::Audio && self.catalog.serving(&request).word_timestamps {
+        // Word timings of streamed PCM, when the engine has them, for a cancel that says what
+        // was heard.
+        let streamed_pcm = config.stream_audio && config.response_format == ResponseFormat::Pcm;
+        if streamed_pcm && request.output == OutputKind::Audio && self.catalog.serving(&request).word_timestamps {
             request.output = OutputKind::AudioAndWords;
         }
         // The utterance's index, unless an earlier unit of it took that id.
