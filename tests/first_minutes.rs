@@ -239,9 +239,10 @@ fn dated_model_names_work_and_unknown_voices_are_reported() {
     let config = json!({"type": "session.config", "speaker": "Vivian", "stream_audio": true, "response_format": "pcm"});
     let (frames, audio) = websocket_utterance(server.addr, config, "Hi.");
     let error = frames.iter().find(|f| f["type"] == "error").expect("an error frame");
-    assert_eq!(
-        error["message"],
-        "Generation failed for utterance 0, sentence 0: Invalid voice 'Vivian'. Supported: heart",
+    // The list goes on with Kokoro's voices where set-up put them in .cache/kokoro.
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("Generation failed for utterance 0, sentence 0: Invalid voice 'Vivian'. Supported: heart"),
         "{frames:?}"
     );
     assert_eq!(audio, 0);
