@@ -1,0 +1,48 @@
+//! In-process real-time factor of Kokoro (src/kokoro) on one thread: load once, then the best of
+//! `REPS` runs of one utterance (a fixture case's phoneme ids and style), per precision.
+//!
+//!   cargo run -p speechstream-engine-libtorch --example kokoro_rtf -- MODEL CASE.json [REPS] [int8,fp32]
+//!
+//! scripts/bench-kokoro.sh runs it beside onnxruntime (kokoro-onnx's runtime) on the same model.
+
+use std::path::Path;
+use std::time::Instant;
+
+use speechstream_engine_libtorch::{KokoroModel, Precision};
+use tch::Device;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 3 {
+        eprintln!("usage: kokoro_rtf MODEL CASE.json [REPS] [int8,fp32]");
+        std::process::exit(2);
+    }
+    let case: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&args[2]).unwrap()).unwrap();
+    let ids: Vec<i64> = case["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+    let style: Vec<f32> = case["style"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+    let speed = case["speed"].as_f64().unwrap() as f32;
+    let reps: usize = args.get(3).map(|s| s.parse().unwrap()).unwrap_or(3);
+    let precisions = args.get(4).map(String::as_str).unwrap_or("int8,fp32");
+    tch::set_num_threads(1);
+    speechstream_engine_libtorch::keep_freed_memory();
+    for p in precisions.split(',') {
+        let precision: Precision = p.parse().unwrap();
+        let t = Instant::now();
+        let m = KokoroModel::load(Path::new(&args[1]), Device::Cpu, precision).unwrap();
+        let load = t.elapsed().as_secs_f64();
+        let mut best = f64::MAX;
+        let mut seconds = 0.0;
+        for _ in 0..reps {
+            let t = Instant::now();
+            let out = m.infer(&ids, &style, speed).unwrap();
+            best = best.min(t.elapsed().as_secs_f64());
+            seconds = out.audio.len() as f64 / 24_000.0;
+        }
+        println!(
+            "native {precision} (level {}): {seconds:.2} s of audio in {best:.3} s (best of {reps}), RTF {:.3}, {:.2}x real time; load {load:.1} s",
+            speechstream_engine_libtorch::cpu::level(),
+            best / seconds,
+            seconds / best
+        );
+    }
+}

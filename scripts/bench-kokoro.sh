@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Kokoro's in-process real-time factor on one thread, side by side: onnxruntime (what kokoro-onnx
+# runs: one InferenceSession.run on the same model file) and the native engine (int8 and fp32), at
+# the CPU's default level and capped to AVX2. Figures go to BENCHMARKS.md.
+#
+#   scripts/bench-kokoro.sh [CASE.json] [REPS]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+CASE="${1:-engine-libtorch/fixtures/kokoro/weather.json}"
+REPS="${2:-3}"
+MODEL=.cache/kokoro/kokoro-v1.0.int8.onnx
+scripts/venv.sh .venv-kokoro onnx==1.23.2 onnxruntime==1.32.0 numpy==2.4.6
+# The dev profile builds this crate at opt-level 2 (Cargo.toml), libtorch is the same binary
+cargo build -q -p speechstream-engine-libtorch --example kokoro_rtf
+.venv-kokoro/bin/python - "$MODEL" "$CASE" "$REPS" <<'PY'
+import json, sys, time
+import numpy as np
+import onnxruntime as ort
+model, case, reps = sys.argv[1], json.load(open(sys.argv[2])), int(sys.argv[3])
+so = ort.SessionOptions()
+so.intra_op_num_threads = 1
+so.inter_op_num_threads = 1
+sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+feed = {"tokens": np.array([[0, *case["ids"], 0]], dtype=np.int64),
+        "style": np.array(case["style"], dtype=np.float32).reshape(1, 256),
+        "speed": np.array([case["speed"]], dtype=np.float32)}
+best = float("inf")
+for _ in range(reps):
+    t = time.perf_counter()
+    audio = sess.run(None, feed)[0]
+    best = min(best, time.perf_counter() - t)
+sec = audio.size / 24000
+print(f"onnxruntime {ort.__version__} int8, 1 thread: {sec:.2f} s of audio in {best:.3f} s (best of {reps}), RTF {best / sec:.3f}, {sec / best:.2f}x real time")
+PY
+target/debug/examples/kokoro_rtf "$MODEL" "$CASE" "$REPS"
+SPEECHSTREAM_SIMD=avx2 target/debug/examples/kokoro_rtf "$MODEL" "$CASE" "$REPS" int8
