@@ -36,7 +36,10 @@ pub use chunks::{chunk_ranges, sentence_ranges, stream_ranges};
 pub use cpu::Level;
 pub use engine::HibariEngine;
 pub use hibari::{Hibari, HibariError, Precision, PrecisionChoice, Prosody, Spectra};
-pub use kokoro::{KokoroModel, KokoroOutput, KokoroProbe, SAMPLES_PER_FRAME as KOKORO_SAMPLES_PER_FRAME};
+pub use kokoro::{
+    KokoroModel, KokoroOutput, KokoroProbe, MAX_IDS as KOKORO_MAX_IDS, SAMPLES_PER_FRAME as KOKORO_SAMPLES_PER_FRAME,
+    SAMPLE_RATE as KOKORO_SAMPLE_RATE,
+};
 pub use noise::NoiseSource;
 pub use onnx::{read_initializers, DataType, Model, OnnxError, Tensor};
 pub use options::{HibariOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE};

@@ -6,19 +6,12 @@
 
 use std::collections::HashMap;
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
-use super::int8::{ConvInt, LstmWeights, MatMulInt};
-use crate::onnx::{DataType, Model, Node, Tensor as OnnxTensor};
+use super::int8::Prep;
+use super::ops::to_tch;
+use crate::onnx::{Model, Node, Tensor as OnnxTensor};
 use crate::Precision;
-
-/// What a node needs beyond its inputs, prepared once at load.
-pub(super) enum Prep {
-    None,
-    MatMulInt(MatMulInt),
-    ConvInt(ConvInt),
-    Lstm(LstmWeights),
-}
 
 pub(super) struct Op {
     pub node: Node,
@@ -38,31 +31,6 @@ pub(super) struct Graph {
     pub slot: HashMap<String, usize>,
     pub device: Device,
     pub precision: Precision,
-}
-
-/// A tch tensor of an ONNX initializer.
-pub(super) fn to_tch(t: &OnnxTensor) -> Result<Tensor, String> {
-    let kind = match t.dtype {
-        DataType::Float => Kind::Float,
-        DataType::Int64 => Kind::Int64,
-        DataType::Int32 => Kind::Int,
-        DataType::Uint8 => Kind::Uint8,
-        DataType::Int8 => Kind::Int8,
-        DataType::Bool => Kind::Bool,
-        DataType::Double => Kind::Double,
-        DataType::Float16 => Kind::Half,
-        other => return Err(format!("initializer {}: type {other:?} not supported", t.name)),
-    };
-    let size = t.dtype.size().unwrap_or(1);
-    if t.data.len() != t.numel() * size {
-        return Err(format!("initializer {}: {} bytes for {} elements", t.name, t.data.len(), t.numel()));
-    }
-    let dims: Vec<i64> = t.dims.iter().map(|&d| d as i64).collect();
-    if cfg!(target_endian = "little") {
-        Ok(Tensor::from_data_size(&t.data, &dims, kind))
-    } else {
-        Err("big-endian hosts are not supported".into())
-    }
 }
 
 impl Graph {
@@ -144,15 +112,10 @@ impl Graph {
         Ok(Graph { ops, consts, slot, device, precision })
     }
 
-    /// Runs the graph on `inputs` (by name) and returns the values named in `want` (graph
-    /// outputs or values kept at [`Graph::new`]).
-    pub fn run(&self, inputs: &[(&str, Tensor)], want: &[&str]) -> Result<Vec<Tensor>, String> {
-        self.run_with(inputs, want, &[])
-    }
-
-    /// [`Graph::run`] with some computed values replaced (by name) as soon as they are computed:
-    /// the fixture tests feed one stage onnxruntime's output of the stage before.
-    pub fn run_with(
+    /// Runs the graph on `inputs` (by name) and returns the values named in `want` (graph outputs
+    /// or values kept at [`Graph::new`]); the values named in `replace` are replaced as soon as they
+    /// are computed (the fixture tests feed a stage onnxruntime's output of the stage before).
+    pub fn run(
         &self,
         inputs: &[(&str, Tensor)],
         want: &[&str],
@@ -163,6 +126,8 @@ impl Graph {
             let s = *self.slot.get(*name).ok_or_else(|| format!("the graph has no value `{name}`"))?;
             replaced.insert(s, t);
         }
+        // KOKORO_PROFILE=1: seconds per operator type on stderr (the benchmarks' breakdown)
+        let mut profile: Option<HashMap<&str, f64>> = std::env::var_os("KOKORO_PROFILE").map(|_| HashMap::new());
         let mut vals: Vec<Option<Tensor>> = (0..self.consts.len()).map(|_| None).collect();
         for (name, t) in inputs {
             let s = *self.slot.get(*name).ok_or_else(|| format!("the graph has no input `{name}`"))?;
@@ -179,8 +144,12 @@ impl Graph {
                     return Err(format!("node {}: input `{name}` has no value", op.node.name));
                 }
             }
-            let outs = super::ops::run(self, op, &ins)
+            let t0 = profile.as_ref().map(|_| std::time::Instant::now());
+            let outs = super::ops::run(&op.node, &op.prep, self.device, self.precision, &ins)
                 .map_err(|e| format!("node {} ({}): {e}", op.node.name, op.node.op_type))?;
+            if let (Some(p), Some(t0)) = (profile.as_mut(), t0) {
+                *p.entry(op.node.op_type.as_str()).or_insert(0.0) += t0.elapsed().as_secs_f64();
+            }
             for (s, t) in op.outputs.iter().zip(outs) {
                 if let Some(s) = s {
                     vals[*s] = Some(match replaced.get(s) {
@@ -192,6 +161,12 @@ impl Graph {
             for &s in &op.frees {
                 vals[s] = None;
             }
+        }
+        if let Some(p) = profile {
+            let mut v: Vec<_> = p.into_iter().collect();
+            v.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let line: Vec<String> = v.iter().take(12).map(|(k, s)| format!("{k} {s:.3}")).collect();
+            eprintln!("kokoro profile (s): {}", line.join(", "));
         }
         want.iter()
             .map(|name| {

@@ -11,13 +11,20 @@ use std::collections::HashMap;
 
 use tch::{Device, Kind, Tensor};
 
-use super::graph::{Graph, Prep};
 use crate::cpu;
 use crate::gemm::Packed;
 use crate::onnx::{AttrValue, Node, Tensor as OnnxTensor};
 use crate::Precision;
 
 type R<T> = Result<T, String>;
+
+/// What a node needs beyond its inputs, prepared once at load.
+pub(super) enum Prep {
+    None,
+    MatMulInt(MatMulInt),
+    ConvInt(ConvInt),
+    Lstm(LstmWeights),
+}
 
 /// onnxruntime's `GetQuantizationParameter` for uint8: the range [min(x, 0), max(x, 0)] on 0..255,
 /// zero point rounded half to even; scale 1 for an all-zero tensor.
@@ -35,8 +42,11 @@ pub(super) fn quant_params(x: &[f32]) -> (f32, u8) {
 /// onnxruntime's `MlasQuantizeLinear` to uint8: round(x / scale) + zp, half to even, saturated.
 pub(super) fn quantize_into(x: &[f32], scale: f32, zp: u8, q: &mut [u8]) {
     let (lo, hi) = (-f32::from(zp), 255.0 - f32::from(zp));
+    // Rounding half to even by adding and removing 1.5·2²³ (exact for |r| ≤ 2²²; here |r| ≤ 255):
+    // the same value as `round_ties_even`, which the baseline target has no instruction for.
+    const MAGIC: f32 = 12_582_912.0;
     for (q, &v) in q.iter_mut().zip(x) {
-        let r = (v / scale).clamp(lo, hi).round_ties_even();
+        let r = ((v / scale).clamp(lo, hi) + MAGIC) - MAGIC;
         *q = (r + f32::from(zp)) as u8;
     }
 }
@@ -51,10 +61,10 @@ fn cpu_u8(t: &Tensor) -> R<Vec<u8>> {
 }
 
 /// `DynamicQuantizeLinear`: (q, scale, zero point); in fp32 (x, 1, 0).
-pub(super) fn dynamic_quantize_linear(g: &Graph, x: &Tensor) -> R<Vec<Tensor>> {
-    match g.precision {
+pub(super) fn dynamic_quantize_linear(precision: Precision, device: Device, x: &Tensor) -> R<Vec<Tensor>> {
+    match precision {
         Precision::Fp32 => {
-            Ok(vec![x.shallow_clone(), Tensor::from(1f32).to_device(g.device), Tensor::from(0u8).to_device(g.device)])
+            Ok(vec![x.shallow_clone(), Tensor::from(1f32).to_device(device), Tensor::from(0u8).to_device(device)])
         }
         Precision::Int8 => {
             let v = cpu_f32(x)?;
@@ -115,7 +125,7 @@ pub(super) struct MatMulInt {
 
 impl MatMulInt {
     /// `MatMulInteger(A [.., K], B [K, N])`: int32 [.., N]; float in fp32.
-    pub fn run(&self, g: &Graph, a: &Tensor, a_zp: Option<&Tensor>) -> R<Tensor> {
+    pub fn run(&self, a: &Tensor, a_zp: Option<&Tensor>) -> R<Tensor> {
         let mut shape = a.size();
         if shape.last().copied() != Some(self.k as i64) {
             return Err(format!("A's last dimension is not K = {}", self.k));
@@ -126,7 +136,6 @@ impl MatMulInt {
                 let zp = a_zp.map(|t| cpu_u8(t).map(|v| v[0])).transpose()?.unwrap_or(0);
                 let c = products(packed, colsum, *k, &cpu_u8(a)?, zp);
                 *shape.last_mut().expect("rank ≥ 1") = self.n as i64;
-                let _ = g;
                 Ok(Tensor::from_slice(&c).reshape(&shape))
             }
         }
@@ -145,7 +154,7 @@ pub(super) struct ConvInt {
 
 impl ConvInt {
     /// `ConvInteger(X [1, C, L], W [O, C, k])`: int32 [1, O, L']; float in fp32.
-    pub fn run(&self, g: &Graph, x: &Tensor, x_zp: Option<&Tensor>) -> R<Tensor> {
+    pub fn run(&self, x: &Tensor, x_zp: Option<&Tensor>) -> R<Tensor> {
         let size = x.size();
         if size.len() != 3 || size[0] != 1 || size[1] != self.in_ch as i64 {
             return Err(format!("X is {size:?}, not [1, {}, L]", self.in_ch));
@@ -161,21 +170,23 @@ impl ConvInt {
                 let span = self.dil * (kw - 1) + 1;
                 let lout = (l + 2 * self.pad).saturating_sub(span) / self.stride + 1;
                 let xv = cpu_u8(x)?;
-                // im2col: row t = [x[c, t·s + j·d − pad] for c, j], padding = the zero point
-                let mut cols = vec![zp; lout * c * kw];
+                // x time-major with the padding (the zero point: a product of 0) on both sides,
+                // then im2col rows t = [x[:, t·s + j·d] for j]: the weight's K is ordered (j, c)
+                let lp = l + 2 * self.pad;
+                let mut xt = vec![zp; lp * c];
+                for ci in 0..c {
+                    for (p, &v) in xv[ci * l..(ci + 1) * l].iter().enumerate() {
+                        xt[(p + self.pad) * c + ci] = v;
+                    }
+                }
+                let mut cols = vec![0u8; lout * c * kw];
                 for (t, row) in cols.chunks_exact_mut(c * kw).enumerate() {
-                    for ci in 0..c {
-                        let xr = &xv[ci * l..(ci + 1) * l];
-                        for j in 0..kw {
-                            let p = (t * self.stride + j * self.dil) as isize - self.pad as isize;
-                            if p >= 0 && (p as usize) < l {
-                                row[ci * kw + j] = xr[p as usize];
-                            }
-                        }
+                    for (j, dst) in row.chunks_exact_mut(c).enumerate() {
+                        let p = t * self.stride + j * self.dil;
+                        dst.copy_from_slice(&xt[p * c..(p + 1) * c]);
                     }
                 }
                 let y = products(packed, colsum, *k, &cols, zp);
-                let _ = g;
                 Ok(Tensor::from_slice(&y)
                     .view([lout as i64, self.out_ch as i64])
                     .transpose(0, 1)
@@ -212,7 +223,7 @@ impl LstmWeights {
     /// `DynamicQuantizeLSTM` (bidirectional, zero initial state, no sequence lengths): Y
     /// [seq, dirs, 1, H], Y_h, Y_c. As onnxruntime: the inputs of all steps are quantized together
     /// for their product with W, the hidden state step by step for its product with R.
-    pub fn run(&self, g: &Graph, x: &Tensor, h0: Option<&Tensor>, c0: Option<&Tensor>) -> R<Vec<Tensor>> {
+    pub fn run(&self, device: Device, x: &Tensor, h0: Option<&Tensor>, c0: Option<&Tensor>) -> R<Vec<Tensor>> {
         for t in [h0, c0].into_iter().flatten() {
             if t.abs().max().double_value(&[]) != 0.0 {
                 return Err("a non-zero initial state is not supported".into());
@@ -284,7 +295,7 @@ impl LstmWeights {
             hn[d * h..(d + 1) * h].copy_from_slice(&hs);
             cn[d * h..(d + 1) * h].copy_from_slice(&cs);
         }
-        let dev = g.device;
+        let dev = device;
         Ok(vec![
             Tensor::from_slice(&y).view([seq as i64, nd as i64, 1, h as i64]).to_device(dev),
             Tensor::from_slice(&hn).view([nd as i64, 1, h as i64]).to_device(dev),
@@ -376,7 +387,18 @@ pub(super) fn prepare(
             let (o, c, k) = (w.dims[0], w.dims[1], w.dims[2]);
             let rows = centered(&i64s(w)?, &zp_of(3)?, o)?;
             let weight = match precision {
-                Precision::Int8 => pack(&rows, o, c * k),
+                Precision::Int8 => {
+                    // K ordered (tap, channel), as ConvInt::run lays out its im2col rows
+                    let mut r = vec![0i8; rows.len()];
+                    for oi in 0..o {
+                        for ci in 0..c {
+                            for j in 0..k {
+                                r[oi * c * k + j * c + ci] = rows[oi * c * k + ci * k + j];
+                            }
+                        }
+                    }
+                    pack(&r, o, c * k)
+                }
                 Precision::Fp32 => {
                     let f: Vec<f32> = rows.iter().map(|&v| f32::from(v)).collect();
                     Weight::Float(Tensor::from_slice(&f).view([o as i64, c as i64, k as i64]).to_device(device))
@@ -439,4 +461,28 @@ pub(super) fn prepare(
         }
         _ => Prep::None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantization_rounds_half_to_even_and_saturates() {
+        let x = [-1.0f32, 0.0, 0.5, 1.5, 2.5, 3.0, -0.5, 254.5];
+        let (scale, zp) = quant_params(&x);
+        assert_eq!(zp, ((1.0f32 / scale).round_ties_even()) as u8);
+        let mut q = [0u8; 8];
+        quantize_into(&x, scale, zp, &mut q);
+        for (&v, &got) in x.iter().zip(&q) {
+            let want = ((v / scale).round_ties_even() + f32::from(zp)).clamp(0.0, 255.0) as u8;
+            assert_eq!(got, want, "{v}");
+        }
+        // exact halves go to the even code
+        let mut q = [0u8; 4];
+        quantize_into(&[0.5, 1.5, 2.5, -2.5], 1.0, 10, &mut q);
+        assert_eq!(q, [10, 12, 12, 8]);
+        // all zeros: scale 1, zero point 0
+        assert_eq!(quant_params(&[0.0; 4]), (1.0, 0));
+    }
 }

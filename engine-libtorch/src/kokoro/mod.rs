@@ -75,6 +75,14 @@ impl KokoroModel {
         Ok(KokoroModel { graph, precision, device })
     }
 
+    /// The precision `auto` means: fp32 on every device for now. On the CPU it was the faster of
+    /// the two in BENCHMARKS.md's run (libtorch's float convolutions against our int8 im2col and
+    /// products); int8 runs on the CPU only.
+    pub fn auto_precision(device: Device) -> Precision {
+        let _ = device;
+        Precision::Fp32
+    }
+
     pub fn precision(&self) -> Precision {
         self.precision
     }
@@ -123,8 +131,7 @@ impl KokoroModel {
         ];
         let mut want = vec!["audio", DURATIONS];
         want.extend_from_slice(extra);
-        let run =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.graph.run_with(&inputs, &want, replace)));
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.graph.run(&inputs, &want, replace)));
         let mut outs = match run {
             Ok(r) => r?,
             Err(p) => {

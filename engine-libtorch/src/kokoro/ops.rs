@@ -2,11 +2,11 @@
 //! on tch tensors with the semantics of the ONNX specification and of onnxruntime's CPU kernels
 //! where these choose (rounding, quantization parameters, resize coordinates).
 
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
-use super::graph::{Graph, Op, Prep};
-use super::int8;
-use crate::onnx::{AttrValue, DataType, Node};
+use super::int8::{self, Prep};
+use crate::onnx::{AttrValue, DataType, Node, Tensor as OnnxTensor};
+use crate::Precision;
 
 type R<T> = Result<T, String>;
 
@@ -81,9 +81,39 @@ pub(super) fn kind_of(code: i64) -> R<Kind> {
     })
 }
 
+/// A tch tensor of an ONNX initializer.
+pub(super) fn to_tch(t: &OnnxTensor) -> Result<Tensor, String> {
+    let kind = match t.dtype {
+        DataType::Float => Kind::Float,
+        DataType::Int64 => Kind::Int64,
+        DataType::Int32 => Kind::Int,
+        DataType::Uint8 => Kind::Uint8,
+        DataType::Int8 => Kind::Int8,
+        DataType::Bool => Kind::Bool,
+        DataType::Double => Kind::Double,
+        DataType::Float16 => Kind::Half,
+        other => return Err(format!("initializer {}: type {other:?} not supported", t.name)),
+    };
+    let size = t.dtype.size().unwrap_or(1);
+    if t.data.len() != t.numel() * size {
+        return Err(format!("initializer {}: {} bytes for {} elements", t.name, t.data.len(), t.numel()));
+    }
+    let dims: Vec<i64> = t.dims.iter().map(|&d| d as i64).collect();
+    if cfg!(target_endian = "little") {
+        Ok(Tensor::from_data_size(&t.data, &dims, kind))
+    } else {
+        Err("big-endian hosts are not supported".into())
+    }
+}
+
 /// Runs one node.
-pub(super) fn run(g: &Graph, op: &Op, ins: &[Option<&Tensor>]) -> R<Vec<Tensor>> {
-    let n = &op.node;
+pub(super) fn run(
+    n: &Node,
+    prep: &Prep,
+    device: Device,
+    precision: Precision,
+    ins: &[Option<&Tensor>],
+) -> R<Vec<Tensor>> {
     let x = || req(ins, 0);
     let one = |t: Tensor| Ok(vec![t]);
     match n.op_type.as_str() {
@@ -148,7 +178,7 @@ pub(super) fn run(g: &Graph, op: &Op, ins: &[Option<&Tensor>]) -> R<Vec<Tensor>>
             let clampi = |v: i64| axis(v, s.len()).clamp(0, r) as usize;
             let start = clampi(attr_i(n, "start", 0));
             let end = clampi(attr_i(n, "end", r));
-            one(Tensor::from_slice(&s[start..end.max(start)]).to_device(g.device))
+            one(Tensor::from_slice(&s[start..end.max(start)]).to_device(device))
         }
         "Reshape" => {
             let a = x()?;
@@ -242,7 +272,7 @@ pub(super) fn run(g: &Graph, op: &Op, ins: &[Option<&Tensor>]) -> R<Vec<Tensor>>
                     let s = fix(starts[i].clamp(-dim - 1, dim)).clamp(0, dim - 1);
                     let e = fix(ends[i].clamp(-dim - 1, dim)).clamp(-1, dim - 1);
                     let idx: Vec<i64> = (e + 1..=s).rev().step_by((-step) as usize).collect();
-                    t = t.index_select(ax, &Tensor::from_slice(&idx).to_device(g.device));
+                    t = t.index_select(ax, &Tensor::from_slice(&idx).to_device(device));
                 }
             }
             one(t)
@@ -278,22 +308,22 @@ pub(super) fn run(g: &Graph, op: &Op, ins: &[Option<&Tensor>]) -> R<Vec<Tensor>>
             let shape = ints(x()?);
             let (kind, v) = match n.attr("value") {
                 Some(AttrValue::Tensor(t)) => {
-                    let tt = super::graph::to_tch(t)?;
+                    let tt = to_tch(t)?;
                     (tt.kind(), tt)
                 }
                 _ => (Kind::Float, Tensor::from_slice(&[0f32])),
             };
-            one(v.reshape([1]).to_kind(kind).to_device(g.device).expand(&shape, false).contiguous())
+            one(v.reshape([1]).to_kind(kind).to_device(device).expand(&shape, false).contiguous())
         }
         "Range" => {
             let (s, e, d) = (x()?, req(ins, 1)?, req(ins, 2)?);
             if is_int(s.kind()) {
                 let (s, e, d) = (ints(s)[0], ints(e)[0], ints(d)[0]);
-                one(Tensor::arange_start_step(s, e, d, (Kind::Int64, g.device)))
+                one(Tensor::arange_start_step(s, e, d, (Kind::Int64, device)))
             } else {
                 let (s, e, d) = (floats(s)[0], floats(e)[0], floats(d)[0]);
                 let count = ((e - s) / d).ceil().max(0.0) as i64;
-                one(Tensor::arange(count, (Kind::Float, g.device)) * f64::from(d) + f64::from(s))
+                one(Tensor::arange(count, (Kind::Float, device)) * f64::from(d) + f64::from(s))
             }
         }
         "CumSum" => {
@@ -370,7 +400,7 @@ pub(super) fn run(g: &Graph, op: &Op, ins: &[Option<&Tensor>]) -> R<Vec<Tensor>>
         "FastGelu" => {
             let mut a = x()?.shallow_clone();
             if let Some(b) = opt(ins, 1) {
-                a = a + b;
+                a += b;
             }
             one(a.gelu("tanh"))
         }
@@ -378,11 +408,11 @@ pub(super) fn run(g: &Graph, op: &Op, ins: &[Option<&Tensor>]) -> R<Vec<Tensor>>
             let (q, scale) = (x()?, req(ins, 1)?);
             let mut v = q.to_kind(Kind::Int);
             if let Some(z) = opt(ins, 2) {
-                v = v - z.to_kind(Kind::Int);
+                v -= z.to_kind(Kind::Int);
             }
             one(v.to_kind(Kind::Float) * scale)
         }
-        "Resize" => resize(g, n, x()?, opt(ins, 2), opt(ins, 3)),
+        "Resize" => resize(device, n, x()?, opt(ins, 2), opt(ins, 3)),
         "Conv" => {
             let (a, w) = (x()?, req(ins, 1)?);
             let pads = attr_ints(n, "pads").unwrap_or_else(|| vec![0, 0]);
@@ -459,34 +489,34 @@ pub(super) fn run(g: &Graph, op: &Op, ins: &[Option<&Tensor>]) -> R<Vec<Tensor>>
             for j in (0..k.saturating_sub(1)).rev() {
                 stride[j] = stride[j + 1] * shape[j + 1];
             }
-            let st = Tensor::from_slice(&stride).to_device(g.device);
+            let st = Tensor::from_slice(&stride).to_device(device);
             let lin = (idx.to_kind(Kind::Int64).reshape([-1, k as i64]) * st).sum_dim_intlist(1, false, Kind::Int64);
             let flat = data.reshape([outer, inner]).copy();
             let upd = upd.reshape([-1, inner]);
             one(flat.index_put(&[Some(lin)], &upd, false).reshape(&shape))
         }
-        "DynamicQuantizeLinear" => int8::dynamic_quantize_linear(g, x()?),
-        "MatMulInteger" => match &op.prep {
-            Prep::MatMulInt(m) => one(m.run(g, x()?, opt(ins, 2))?),
+        "DynamicQuantizeLinear" => int8::dynamic_quantize_linear(precision, device, x()?),
+        "MatMulInteger" => match prep {
+            Prep::MatMulInt(m) => one(m.run(x()?, opt(ins, 2))?),
             _ => Err("weights not prepared".into()),
         },
-        "ConvInteger" => match &op.prep {
-            Prep::ConvInt(c) => one(c.run(g, x()?, opt(ins, 2))?),
+        "ConvInteger" => match prep {
+            Prep::ConvInt(c) => one(c.run(x()?, opt(ins, 2))?),
             _ => Err("weights not prepared".into()),
         },
-        "DynamicQuantizeLSTM" => match &op.prep {
-            Prep::Lstm(l) => l.run(g, x()?, opt(ins, 5), opt(ins, 6)),
+        "DynamicQuantizeLSTM" => match prep {
+            Prep::Lstm(l) => l.run(device, x()?, opt(ins, 5), opt(ins, 6)),
             _ => Err("weights not prepared".into()),
         },
         other => Err(format!("operator {other} not supported")),
     }
 }
 
-/// A real one-sided STFT [B, frames, len/2 + 1, 2] of `sig` [B, L] as onnxruntime computes it for
-/// a frame length that is not a power of two: the plain DFT sum, frame sample by frame sample in
-/// f32, with twiddles cos/sin(k·n · (−2π/len)) from π = 3.14159265 in f32. The network's phase
-/// (an arctangent of imaginary over real parts) flips by 2π on the sign of a near-zero imaginary
-/// part (the Nyquist bin's), so these bits matter.
+/// A real one-sided STFT [B, frames, len/2 + 1, 2] of `sig` [B, L] as the ONNX definition sums it:
+/// the plain DFT, frame sample by frame sample in f32, twiddles cos/sin(k·n · (−2π/len)). The
+/// network's phase is an arctangent of imaginary over real parts, so the DC and Nyquist bins,
+/// whose imaginary parts are rounding noise, get a phase of 0 or ±π that no two FFTs agree on
+/// (docs/kokoro-architecture.md §5).
 fn stft(sig: &Tensor, step: i64, win: &Tensor, len: i64) -> R<Tensor> {
     let dev = sig.device();
     let size = sig.size();
@@ -503,7 +533,7 @@ fn stft(sig: &Tensor, step: i64, win: &Tensor, len: i64) -> R<Tensor> {
     if w.len() != n {
         return Err(format!("a window of {} for frames of {n}", w.len()));
     }
-    let velocity = -(2.0 * 3.141_592_65_f32) / n as f32;
+    let velocity = -(2.0 * std::f32::consts::PI) / n as f32;
     let mut tw = vec![(0f32, 0f32); bins * n];
     for k in 0..bins {
         for j in 0..n {
@@ -555,7 +585,7 @@ fn cumsum_f32(x: &Tensor, ax: i64) -> R<Tensor> {
 
 /// `Resize` along the last axis only (the others' scales must be 1), `nearest` (asymmetric,
 /// floor) or `linear` (half_pixel), with onnxruntime's float32 coordinates.
-fn resize(g: &Graph, n: &Node, x: &Tensor, scales: Option<&Tensor>, sizes: Option<&Tensor>) -> R<Vec<Tensor>> {
+fn resize(device: Device, n: &Node, x: &Tensor, scales: Option<&Tensor>, sizes: Option<&Tensor>) -> R<Vec<Tensor>> {
     let size = x.size();
     let r = size.len();
     let len = size[r - 1];
@@ -588,7 +618,7 @@ fn resize(g: &Graph, n: &Node, x: &Tensor, scales: Option<&Tensor>, sizes: Optio
                 return Err("nearest Resize only with nearest_mode floor".into());
             }
             let idx: Vec<i64> = (0..out).map(|i| (coord(i).floor() as i64).clamp(0, len - 1)).collect();
-            Ok(vec![x.index_select(-1, &Tensor::from_slice(&idx).to_device(g.device))])
+            Ok(vec![x.index_select(-1, &Tensor::from_slice(&idx).to_device(device))])
         }
         "linear" => {
             let mut i1 = Vec::with_capacity(out as usize);
@@ -605,7 +635,7 @@ fn resize(g: &Graph, n: &Node, x: &Tensor, scales: Option<&Tensor>, sizes: Optio
                 w1.push(d2);
                 w2.push(d1);
             }
-            let dev = g.device;
+            let dev = device;
             let a = x.index_select(-1, &Tensor::from_slice(&i1).to_device(dev));
             let b = x.index_select(-1, &Tensor::from_slice(&i2).to_device(dev));
             let wa = Tensor::from_slice(&w1).to_device(dev).to_kind(x.kind());
