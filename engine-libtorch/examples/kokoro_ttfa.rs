@@ -2,7 +2,7 @@
 //! two-sentence utterance streamed `RUNS` times (default 5) with `VOICE` (default jf_alpha);
 //! prints each run's time to first audio and to the end, their medians, and, for comparison,
 //! the time one pass over the whole first sentence takes (what the first audio would wait for
-//! without the short first segment).
+//! without the short first segment), both in the precision `--precision auto` gives Kokoro.
 //!
 //!     cargo run --release -p speechstream-engine-libtorch --example kokoro_ttfa
 
@@ -82,7 +82,9 @@ fn main() -> Result<(), String> {
     let front_end = FrontEnd::load(cache.join("hibari"), tch::Device::Cpu).map_err(|e| e.to_string())?;
     let files = scan(&cache.join("kokoro"));
     let pack = &files.voices.iter().find(|v| v.name == voice).ok_or("no such voice")?.pack;
-    let model = KokoroModel::load(files.model(false).ok_or("no model")?, tch::Device::Cpu, Precision::Int8)?;
+    let precision = KokoroModel::auto_precision(tch::Device::Cpu);
+    let model =
+        KokoroModel::load(files.model(precision == Precision::Fp32).ok_or("no model")?, tch::Device::Cpu, precision)?;
     let sentence = &front_end.sentences(TEXT)[0];
     let vocab = speechstream_engine_libtorch::kokoro::serve::Vocab::read(&cache.join("kokoro/vocab.json"))?;
     let ids = vocab.ids(&sentence.phonemes);
