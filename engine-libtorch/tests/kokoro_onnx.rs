@@ -154,3 +154,24 @@ fn infer_returns_audio_of_its_durations() {
     assert!(m.infer(&ids, &[0.0; 10], 1.0).is_err());
     assert!(m.infer(&ids, &floats(&case["style"]), 0.0).is_err());
 }
+
+/// One loaded model shared by threads (as the engine's workers share it) gives each the same
+/// audio, bit for bit, as a run alone.
+#[test]
+fn shared_between_threads_gives_the_same_bits() {
+    fn shareable<T: Send + Sync>(_: &T) {}
+    let m = KokoroModel::load(&model(), Device::Cpu, Precision::Int8).unwrap();
+    shareable(&m);
+    let (case, _) = fixture("hello");
+    let ids: Vec<i64> = case["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+    let style = floats(&case["style"]);
+    let alone = m.infer(&ids, &style, 1.0).unwrap();
+    let outs: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2).map(|_| s.spawn(|| m.infer(&ids, &style, 1.0).unwrap())).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for o in outs {
+        assert_eq!(o.durations, alone.durations);
+        assert!(o.audio == alone.audio, "a thread's audio differs from the run alone");
+    }
+}

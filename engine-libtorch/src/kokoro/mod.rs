@@ -40,6 +40,12 @@ pub struct KokoroModel {
     device: Device,
 }
 
+// SAFETY: nothing in a loaded model is written after loading: `infer` takes `&self`, reads the
+// constant tensors and makes new ones (no operator writes into an input; the one lazily built
+// tensor of `gemm::Packed` is behind a `OnceLock`), and libtorch supports reading a tensor from
+// several threads at once (as `Hibari`, crate::workers).
+unsafe impl Sync for KokoroModel {}
+
 /// What [`KokoroModel::infer`] returns.
 #[derive(Debug, Clone)]
 pub struct KokoroOutput {

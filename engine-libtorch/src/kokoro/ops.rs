@@ -398,18 +398,20 @@ pub(super) fn run(
             Ok(out)
         }
         "FastGelu" => {
-            let mut a = x()?.shallow_clone();
-            if let Some(b) = opt(ins, 1) {
-                a += b;
-            }
+            // not in place: the input may be read by another node too
+            let a = match opt(ins, 1) {
+                Some(b) => x()? + b,
+                None => x()?.shallow_clone(),
+            };
             one(a.gelu("tanh"))
         }
         "DequantizeLinear" => {
             let (q, scale) = (x()?, req(ins, 1)?);
-            let mut v = q.to_kind(Kind::Int);
-            if let Some(z) = opt(ins, 2) {
-                v -= z.to_kind(Kind::Int);
-            }
+            // not in place: `to_kind` of an int32 input would be the input itself
+            let v = match opt(ins, 2) {
+                Some(z) => q.to_kind(Kind::Int) - z.to_kind(Kind::Int),
+                None => q.to_kind(Kind::Int),
+            };
             one(v.to_kind(Kind::Float) * scale)
         }
         "Resize" => resize(device, n, x()?, opt(ins, 2), opt(ins, 3)),
