@@ -49,11 +49,7 @@ pub fn load_network(onnx: &Path, device: tch::Device, precision: crate::Precisio
     Ok(Arc::new(KokoroModel::load(onnx, device, precision)?))
 }
 
-// SAFETY: as for hibari's voice (workers.rs): nothing in a loaded `KokoroModel` is written after
-// loading (its graph's tensors and packed int8 matrices are read-only; the one lazily built
-// tensor of `gemm::Packed` is behind a `OnceLock`), and libtorch supports reading a tensor from
-// several threads at once.
-unsafe impl Sync for KokoroModel {}
+// `KokoroModel` is `Sync` (kokoro/mod.rs): one copy serves every worker.
 
 impl Network for KokoroModel {
     fn infer(&self, ids: &[i64], style: &[f32], speed: f32) -> Result<Speech, String> {
