@@ -198,7 +198,7 @@ pub fn validate_session_config(msg: &Object) -> Result<SessionConfig, String> {
             .literal("task_type", true, TASK_TYPES, TASK_TYPE_MSG)
             .and_then(|n| TASK_TYPE_VALUES.get(n).copied()),
         // Kokoro-FastAPI's `lang_code` (`a`, `b`, `j`, ...) where `language` is not given.
-        language: v.opt_str("language").or_else(|| v.opt_str("lang_code").map(|code| crate::engine::lang_code(&code))),
+        language: v.opt_str("language").or_else(|| v.opt_str("lang_code").map(|code| lang_code(&code))),
         instructions: v.opt_str("instructions"),
         response_format: v
             .literal("response_format", false, FORMATS, FORMAT_MSG)
@@ -398,6 +398,35 @@ pub(crate) const FORMAT_VALUES: &[ResponseFormat] = &[
 pub(crate) const FORMAT_MSG: &str = "Input should be 'wav', 'pcm', 'flac', 'mp3' or 'opus'";
 const MODES: &[&str] = &["pcm", "codec_tokens"];
 const MODE_MSG: &str = "Input should be 'pcm' or 'codec_tokens'";
+
+/// The language a Kokoro voice speaks, from the first letter of its name or Kokoro's
+/// `lang_code` (as Kokoro-FastAPI takes it): `a` American English, `b` British English, `e`
+/// Spanish, `f` French, `h` Hindi, `i` Italian, `j` Japanese, `p` Brazilian Portuguese, `z`
+/// Mandarin Chinese; as a BCP 47 tag.
+pub fn kokoro_language(code: char) -> Option<&'static str> {
+    Some(match code.to_ascii_lowercase() {
+        'a' => "en-US",
+        'b' => "en-GB",
+        'e' => "es",
+        'f' => "fr",
+        'h' => "hi",
+        'i' => "it",
+        'j' => "ja",
+        'p' => "pt-BR",
+        'z' => "zh",
+        _ => return None,
+    })
+}
+
+/// Kokoro-FastAPI's `lang_code` as a language: its one-letter codes ([`kokoro_language`]) as
+/// BCP 47 tags, any other value as it is (a language name or code).
+pub fn lang_code(code: &str) -> String {
+    let mut chars = code.trim().chars();
+    match (chars.next(), chars.next()) {
+        (Some(c), None) => kokoro_language(c).map_or_else(|| code.to_owned(), str::to_owned),
+        _ => code.to_owned(),
+    }
+}
 
 #[cfg(test)]
 mod tests {

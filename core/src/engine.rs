@@ -788,35 +788,6 @@ pub fn voice_mix(name: &str) -> Option<Vec<(&str, f32)>> {
         .collect()
 }
 
-/// The language a Kokoro voice speaks, from the first letter of its name or Kokoro's
-/// `lang_code` (as Kokoro-FastAPI takes it): `a` American English, `b` British English, `e`
-/// Spanish, `f` French, `h` Hindi, `i` Italian, `j` Japanese, `p` Brazilian Portuguese, `z`
-/// Mandarin Chinese; as a BCP 47 tag.
-pub fn kokoro_language(code: char) -> Option<&'static str> {
-    Some(match code.to_ascii_lowercase() {
-        'a' => "en-US",
-        'b' => "en-GB",
-        'e' => "es",
-        'f' => "fr",
-        'h' => "hi",
-        'i' => "it",
-        'j' => "ja",
-        'p' => "pt-BR",
-        'z' => "zh",
-        _ => return None,
-    })
-}
-
-/// Kokoro-FastAPI's `lang_code` as a language: its one-letter codes ([`kokoro_language`]) as
-/// BCP 47 tags, any other value as it is (a language name or code).
-pub fn lang_code(code: &str) -> String {
-    let mut chars = code.trim().chars();
-    match (chars.next(), chars.next()) {
-        (Some(c), None) => kokoro_language(c).map_or_else(|| code.to_owned(), str::to_owned),
-        _ => code.to_owned(),
-    }
-}
-
 /// The refusal of codec output by an engine without a codec.
 pub const CODEC_UNSUPPORTED: &str = "output_mode='codec_tokens' is not supported by the loaded TTS model.";
 

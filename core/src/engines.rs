@@ -202,10 +202,10 @@ mod tests {
 
     #[test]
     fn kokoro_language_codes() {
-        assert_eq!(crate::engine::lang_code("a"), "en-US");
-        assert_eq!(crate::engine::lang_code("b"), "en-GB");
-        assert_eq!(crate::engine::lang_code("j"), "ja");
-        assert_eq!(crate::engine::lang_code("en-gb"), "en-gb");
-        assert_eq!(crate::engine::lang_code("x"), "x");
+        assert_eq!(crate::config::lang_code("a"), "en-US");
+        assert_eq!(crate::config::lang_code("b"), "en-GB");
+        assert_eq!(crate::config::lang_code("j"), "ja");
+        assert_eq!(crate::config::lang_code("en-gb"), "en-gb");
+        assert_eq!(crate::config::lang_code("x"), "x");
     }
 }

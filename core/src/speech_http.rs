@@ -326,7 +326,7 @@ fn validate_body(msg: &Object) -> Result<Body, String> {
             .literal("task_type", true, TASK_TYPES, TASK_TYPE_MSG)
             .and_then(|n| TASK_TYPE_VALUES.get(n).copied()),
         // Kokoro-FastAPI's `lang_code` (`a`, `b`, `j`, ...) where `language` is not given.
-        language: v.opt_str("language").or_else(|| v.opt_str("lang_code").map(|code| crate::engine::lang_code(&code))),
+        language: v.opt_str("language").or_else(|| v.opt_str("lang_code").map(|code| crate::config::lang_code(&code))),
         max_new_tokens: v.int("max_new_tokens", Some(1)).map(|i| saturate(&i)),
         initial_codec_chunk_frames: v.int("initial_codec_chunk_frames", Some(0)).map(|i| saturate(&i)),
         seed,

@@ -163,7 +163,7 @@ impl HibariEngine {
         let front_end = |british: bool| front_ends.iter().find(|(b, _)| *b == british).map(|(_, fe)| fe.clone());
         let mut capabilities = capabilities;
         if let (Some(files), Some(american), Some(british)) = (kokoro, front_end(false), front_end(true)) {
-            match load_kokoro(&files, dir, &options, precision, american, british) {
+            match load_kokoro(&files, dir, &options, american, british) {
                 Ok((kokoro_voices, kokoro_capabilities)) => {
                     tracing::info!(voices = kokoro_voices.len(), "Kokoro-82M served beside hibari");
                     voices.extend(kokoro_voices);
@@ -204,10 +204,11 @@ fn load_kokoro(
     files: &KokoroFiles,
     hibari_dir: &std::path::Path,
     options: &HibariOptions,
-    precision: Precision,
     american: Arc<FrontEnd>,
     british: Arc<FrontEnd>,
 ) -> Result<(Vec<VoiceModel>, EngineCapabilities), String> {
+    // `--precision auto` is Kokoro's own auto (not what hibari's probe chose for hibari).
+    let precision = options.precision.unwrap_or_else(|| crate::KokoroModel::auto_precision(options.device));
     let prefer_fp32 = precision == Precision::Fp32 || options.device != Device::Cpu;
     let onnx = files.model(prefer_fp32).ok_or("no model file")?;
     // Kokoro's vocabulary: its own vocab.json when present, else hibari's (the same alphabet,

@@ -49,7 +49,7 @@ pub fn load_network(onnx: &Path, device: tch::Device, precision: crate::Precisio
     Ok(Arc::new(KokoroModel::load(onnx, device, precision)?))
 }
 
-// `KokoroModel` is Sync (its module says why), so the workers share one.
+// `KokoroModel` is `Sync` (kokoro/mod.rs): one copy serves every worker.
 
 impl Network for KokoroModel {
     fn infer(&self, ids: &[i64], style: &[f32], speed: f32) -> Result<Speech, String> {

@@ -163,7 +163,7 @@ pub fn scan(dir: &Path) -> KokoroFiles {
     {
         Ok(pack) => {
             let name = name.to_lowercase();
-            let language = name.chars().next().and_then(speechstream_core::engine::kokoro_language);
+            let language = name.chars().next().and_then(speechstream_core::config::kokoro_language);
             voices.insert(name.clone(), KokoroVoice { name, language, pack, file: file.to_owned() });
         }
         Err(e) => skipped.push(format!("{} ({name}): {e}", file.display())),
