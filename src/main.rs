@@ -217,6 +217,9 @@ struct VoiceArgs {
     /// hibari alone].
     #[arg(long, value_name = "DIR")]
     kokoro_dir: Option<PathBuf>,
+    /// Leave Kokoro's default directory alone (`say` with a voice that is not Kokoro's).
+    #[arg(skip)]
+    skip_default_kokoro: bool,
     /// Where the model runs: auto (the first CUDA device when libtorch sees one, else the CPU),
     /// cpu, cuda or cuda:N.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
@@ -330,7 +333,7 @@ impl VoiceArgs {
                 .map_err(|e| format!("--lexicon {}: {e}", path.display()))?;
         }
         options.kokoro_required = self.kokoro_dir.is_some();
-        options.kokoro_dir = self.kokoro();
+        options.kokoro_dir = if self.skip_default_kokoro && self.kokoro_dir.is_none() { None } else { self.kokoro() };
         let precision = self.precision.0.map_or("auto".to_owned(), |p| p.to_string());
         let simd = speechstream_engine_libtorch::cpu::env_cap()?;
         let level = speechstream_engine_libtorch::cpu::level();
@@ -404,8 +407,10 @@ struct SayArgs {
     /// from the file's extension; another extension, or none, is refused].
     #[arg(short = 'f', long, value_name = "FORMAT", value_parser = response_format)]
     format: Option<ResponseFormat>,
-    /// Voice: one of voices.json with its model file present (any case), `default`, or one of
-    /// OpenAI's voice names (an alias of the default voice), as the server takes them.
+    /// Voice: one of hibari's (voices.json with its model file present; any case), one of
+    /// Kokoro's (`af_heart`, or a mix such as `af_bella(2)+af_sky`: Kokoro is loaded only for
+    /// these), `default`, or one of OpenAI's voice names (an alias of the default voice), as the
+    /// server takes them.
     #[arg(long, default_value = speechstream_engine_libtorch::DEFAULT_VOICE)]
     voice: String,
     /// Speaking rate, 0.25 to 4.0 (the model's own duration scale, not a time stretch).
@@ -519,6 +524,14 @@ impl EventSink for SaySink {
     }
 }
 
+/// Whether `say --voice` names a Kokoro voice (its names: a language letter, `f` or `m`, `_`:
+/// `af_heart`) or a mix of voices (`af_bella(2)+af_sky`), which only Kokoro does.
+fn kokoro_voice_name(voice: &str) -> bool {
+    let b = voice.as_bytes();
+    voice.contains('+')
+        || (b.len() > 3 && b[0].is_ascii_alphabetic() && matches!(b[1], b'f' | b'm' | b'F' | b'M') && b[2] == b'_')
+}
+
 fn run_say(args: SayArgs) -> Result<(), String> {
     let started = std::time::Instant::now();
     let text = if args.text == "-" {
@@ -540,6 +553,9 @@ fn run_say(args: SayArgs) -> Result<(), String> {
     let mut voice_args = args.voice_args;
     voice_args.workers.get_or_insert(1);
     voice_args.admission = speechstream_engine_libtorch::AdmissionMode::Off;
+    // Kokoro's network takes seconds to load: only for one of its voices (`af_heart`: a
+    // language letter, f or m, `_`) or a mix, unless --kokoro-dir names it.
+    voice_args.skip_default_kokoro = !kokoro_voice_name(&args.voice);
     let engine = voice_args.engine(None)?;
     let loaded = started.elapsed();
     let mut request =
@@ -838,6 +854,16 @@ mod tests {
         let cli = Cli::try_parse_from(["speechstream", "serve", "--idle-timeout", "0.05"]).unwrap();
         let Command::Serve(args) = cli.command else { panic!("not serve") };
         assert_eq!(args.idle_timeout, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn say_loads_kokoro_only_for_its_voices() {
+        for voice in ["af_heart", "jf_alpha", "BM_LEWIS", "af_bella(2)+af_sky(1)", "heart+fable"] {
+            assert!(kokoro_voice_name(voice), "{voice}");
+        }
+        for voice in ["heart", "default", "alloy", "fable", "a_b", "af_"] {
+            assert!(!kokoro_voice_name(voice), "{voice}");
+        }
     }
 
     #[test]
