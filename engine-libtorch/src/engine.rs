@@ -216,7 +216,14 @@ fn load_kokoro(
     let kokoro_dir = options.kokoro_dir.as_deref().unwrap_or(hibari_dir);
     let vocab_path = Some(kokoro_dir.join("vocab.json")).filter(|p| p.is_file());
     let vocab = Arc::new(Vocab::read(&vocab_path.unwrap_or_else(|| hibari_dir.join("vocab.json")))?);
-    let network = load_network(onnx, options.device, precision)?;
+    let network = match load_network(onnx, options.device, precision) {
+        // `auto` chose int8, but the file is the fp32 export: its own arithmetic then.
+        Err(e) if options.precision.is_none() && precision == Precision::Int8 => {
+            tracing::info!(file = %onnx.display(), reason = %e, "Kokoro in fp32");
+            load_network(onnx, options.device, Precision::Fp32)?
+        }
+        result => result?,
+    };
     let mut voices = Vec::new();
     let mut declared = Vec::new();
     for voice in &files.voices {

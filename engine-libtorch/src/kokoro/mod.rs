@@ -81,12 +81,16 @@ impl KokoroModel {
         Ok(KokoroModel { graph, precision, device })
     }
 
-    /// The precision `auto` means: fp32 on every device for now. On the CPU it was the faster of
-    /// the two in BENCHMARKS.md's run (libtorch's float convolutions against our int8 im2col and
-    /// products); int8 runs on the CPU only.
+    /// The precision `auto` means: int8 on a CPU whose int8 kernels have VNNI dot products
+    /// (AVX-512 VNNI or AVX-VNNI), fp32 elsewhere. On a quiet Zen 4 (BENCHMARKS.md, one thread)
+    /// int8 took 0.64 of real time against fp32's 0.72 at AVX-512 VNNI, and 1.07 capped to AVX2,
+    /// where libtorch's float convolutions are the faster; int8 runs on the CPU only.
     pub fn auto_precision(device: Device) -> Precision {
-        let _ = device;
-        Precision::Fp32
+        use crate::cpu::Level;
+        match (device, crate::cpu::level()) {
+            (Device::Cpu, Level::Avx512Vnni | Level::AvxVnni) => Precision::Int8,
+            _ => Precision::Fp32,
+        }
     }
 
     pub fn precision(&self) -> Precision {
