@@ -268,6 +268,20 @@ impl Job {
     }
 
     /// Brings its share of the worker's pending audio up to date.
+    /// Queues the word timings of `sentence`, starting at the job's offset: `char_tokens` maps
+    /// its phoneme characters to tokens, `durations` are coarse frames per token.
+    fn time_words(&mut self, sentence: &Sentence, char_tokens: &[Option<usize>], durations: &[i64]) {
+        let words: Vec<(&str, Range<usize>, Option<usize>)> = sentence
+            .words
+            .iter()
+            .map(|w| (w.text.as_str(), w.phonemes.clone(), Some(self.text_base + w.chars.start)))
+            .collect();
+        let timings = word_timings(&words, &sentence.phonemes, char_tokens, durations, self.offset);
+        if !timings.is_empty() {
+            self.pending.push_back(EngineEventKind::Words(timings));
+        }
+    }
+
     fn update_owed(&mut self, stats: &WorkerStats) {
         let owed = (self.owed_seconds() * 1e6) as i64;
         stats.pending_us.fetch_add(owed - self.owed_us, Ordering::Relaxed);
@@ -770,17 +784,8 @@ impl Scheduler {
                 self.stats.running.fetch_add(1, Ordering::Relaxed);
             }
             if job.word_timestamps {
-                let words: Vec<(&str, Range<usize>, Option<usize>)> = sentence
-                    .words
-                    .iter()
-                    .map(|w| (w.text.as_str(), w.phonemes.clone(), Some(job.text_base + w.chars.start)))
-                    .collect();
-                let char_tokens = kokoro.vocab.char_tokens(&sentence.phonemes);
                 let durations = coarse_durations(&speech.durations, speech.samples_per_frame);
-                let timings = word_timings(&words, &sentence.phonemes, &char_tokens, &durations, job.offset);
-                if !timings.is_empty() {
-                    job.pending.push_back(EngineEventKind::Words(timings));
-                }
+                job.time_words(&sentence, &kokoro.vocab.char_tokens(&sentence.phonemes), &durations);
             }
             let frames = speech.audio.len().div_ceil(SAMPLES_PER_FRAME);
             let f = self.frames;
@@ -823,16 +828,7 @@ impl Scheduler {
                 self.stats.running.fetch_add(1, Ordering::Relaxed);
             }
             if job.word_timestamps {
-                let words: Vec<(&str, Range<usize>, Option<usize>)> = sentence
-                    .words
-                    .iter()
-                    .map(|w| (w.text.as_str(), w.phonemes.clone(), Some(job.text_base + w.chars.start)))
-                    .collect();
-                let char_tokens = model.char_tokens(&sentence.phonemes);
-                let timings = word_timings(&words, &sentence.phonemes, &char_tokens, &prosody.durations, job.offset);
-                if !timings.is_empty() {
-                    job.pending.push_back(EngineEventKind::Words(timings));
-                }
+                job.time_words(&sentence, &model.char_tokens(&sentence.phonemes), &prosody.durations);
             }
             let ranges = sentence_ranges(
                 prosody.frames,

@@ -1,7 +1,7 @@
 //! English number words (the subset of num2words that misaki's number reading uses): cardinal,
 //! ordinal, year and decimal, in British "and" style ("one hundred and one").
 
-const ONES: [&str; 20] = [
+pub(super) const ONES: [&str; 20] = [
     "zero",
     "one",
     "two",
@@ -23,8 +23,9 @@ const ONES: [&str; 20] = [
     "eighteen",
     "nineteen",
 ];
-const TENS: [&str; 10] = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"];
-const SCALES: [&str; 12] = [
+pub(super) const TENS: [&str; 10] =
+    ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"];
+pub(super) const SCALES: [&str; 12] = [
     "",
     "thousand",
     "million",
@@ -112,10 +113,15 @@ fn ord_word(w: &str) -> String {
 
 /// num2words(n, to='ordinal'): "twenty-third", "one hundred and first".
 pub fn ordinal(n: i128) -> String {
-    let c = cardinal(n);
+    ordinal_of(&cardinal(n))
+}
+
+/// The ordinal of a number said as the cardinal `c`: its last word made ordinal
+/// ("one hundred and one" -> "one hundred and first", "twenty-one" -> "twenty-first").
+pub(super) fn ordinal_of(c: &str) -> String {
     let (head, last) = match c.rfind(' ') {
         Some(i) => (&c[..=i], &c[i + 1..]),
-        None => ("", c.as_str()),
+        None => ("", c),
     };
     let last = match last.rfind('-') {
         Some(i) => format!("{}-{}", &last[..i], ord_word(&last[i + 1..])),

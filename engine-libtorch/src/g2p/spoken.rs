@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use super::normalize::Tracked;
+use super::numbers::{ordinal_of, ONES, SCALES, TENS};
 
 /// How fenced code blocks or inline code spans are treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,31 +134,6 @@ impl Pronunciations {
 // ---------------------------------------------------------------------------------------------
 // Number words (American: no "and" inside numbers).
 
-const ONES: [&str; 20] = [
-    "zero",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-    "thirteen",
-    "fourteen",
-    "fifteen",
-    "sixteen",
-    "seventeen",
-    "eighteen",
-    "nineteen",
-];
-const TENS: [&str; 10] = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"];
-const SCALES: [&str; 7] = ["", "thousand", "million", "billion", "trillion", "quadrillion", "quintillion"];
-
 fn below_1000(n: u64, out: &mut Vec<String>) {
     let (h, r) = (n / 100, n % 100);
     if h > 0 {
@@ -196,32 +172,9 @@ pub fn cardinal(n: u64) -> String {
     out.join(" ")
 }
 
-fn ordinal_word(w: &str) -> String {
-    match w {
-        "one" => "first".into(),
-        "two" => "second".into(),
-        "three" => "third".into(),
-        "five" => "fifth".into(),
-        "eight" => "eighth".into(),
-        "nine" => "ninth".into(),
-        "twelve" => "twelfth".into(),
-        _ if w.ends_with('y') => format!("{}ieth", &w[..w.len() - 1]),
-        _ => format!("{w}th"),
-    }
-}
-
 /// "twenty-first".
 pub fn ordinal(n: u64) -> String {
-    let c = cardinal(n);
-    let (head, last) = match c.rfind(' ') {
-        Some(i) => (&c[..=i], &c[i + 1..]),
-        None => ("", c.as_str()),
-    };
-    let last = match last.rfind('-') {
-        Some(i) => format!("{}-{}", &last[..i], ordinal_word(&last[i + 1..])),
-        None => ordinal_word(last),
-    };
-    format!("{head}{last}")
+    ordinal_of(&cardinal(n))
 }
 
 /// A year as said: "nineteen ninety-nine", "two thousand five", "twenty twenty-four".

@@ -68,7 +68,13 @@ fn is_int(k: Kind) -> bool {
 }
 
 pub(super) fn kind_of(code: i64) -> R<Kind> {
-    Ok(match DataType::from_code(code as i32) {
+    let dtype = DataType::from_code(code as i32);
+    tch_kind(dtype).ok_or_else(|| format!("cast to {dtype:?} not supported"))
+}
+
+/// The tch kind of an ONNX element type, where tch has one.
+fn tch_kind(dtype: DataType) -> Option<Kind> {
+    Some(match dtype {
         DataType::Float => Kind::Float,
         DataType::Int64 => Kind::Int64,
         DataType::Int32 => Kind::Int,
@@ -77,23 +83,13 @@ pub(super) fn kind_of(code: i64) -> R<Kind> {
         DataType::Bool => Kind::Bool,
         DataType::Double => Kind::Double,
         DataType::Float16 => Kind::Half,
-        other => return Err(format!("cast to {other:?} not supported")),
+        _ => return None,
     })
 }
 
 /// A tch tensor of an ONNX initializer.
 pub(super) fn to_tch(t: &OnnxTensor) -> Result<Tensor, String> {
-    let kind = match t.dtype {
-        DataType::Float => Kind::Float,
-        DataType::Int64 => Kind::Int64,
-        DataType::Int32 => Kind::Int,
-        DataType::Uint8 => Kind::Uint8,
-        DataType::Int8 => Kind::Int8,
-        DataType::Bool => Kind::Bool,
-        DataType::Double => Kind::Double,
-        DataType::Float16 => Kind::Half,
-        other => return Err(format!("initializer {}: type {other:?} not supported", t.name)),
-    };
+    let kind = tch_kind(t.dtype).ok_or_else(|| format!("initializer {}: type {:?} not supported", t.name, t.dtype))?;
     let size = t.dtype.size().unwrap_or(1);
     if t.data.len() != t.numel() * size {
         return Err(format!("initializer {}: {} bytes for {} elements", t.name, t.data.len(), t.numel()));
