@@ -443,6 +443,7 @@ pub fn media_type(format: ResponseFormat) -> &'static str {
         ResponseFormat::Opus => "audio/ogg",
         ResponseFormat::Ulaw => "audio/PCMU",
         ResponseFormat::Alaw => "audio/PCMA",
+        ResponseFormat::Aac => "audio/aac",
     }
 }
 
