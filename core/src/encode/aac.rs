@@ -394,6 +394,9 @@ pub(super) struct AacStream {
 // SAFETY: the libavcodec objects are owned by this value alone and used from one thread at
 // a time (libavcodec contexts are not tied to the thread that made them).
 unsafe impl Send for AacStream {}
+// SAFETY: every method that touches them takes `&mut self` (or `self`): a shared reference
+// gives no access to the libavcodec objects.
+unsafe impl Sync for AacStream {}
 
 impl AacStream {
     pub(super) fn new(sample_rate: u32) -> Result<AacStream, EncodeError> {
