@@ -468,7 +468,9 @@ fn aac_keeps_length_alignment_and_tones_at_every_rate() {
         let len = rate as usize * 3 / 2 + 77;
         let tone = |i: usize, f: f64| (i as f64 * f / f64::from(rate) * std::f64::consts::TAU).sin();
         // Two tones, and a sweep from 200 Hz up so that the audio never repeats (for the alignment).
-        let sweep = |i: usize| (std::f64::consts::TAU * (200.0 + 300.0 * i as f64 / f64::from(rate)) * i as f64 / f64::from(rate)).sin();
+        let sweep = |i: usize| {
+            (std::f64::consts::TAU * (200.0 + 300.0 * i as f64 / f64::from(rate)) * i as f64 / f64::from(rate)).sin()
+        };
         let samples: Vec<i16> = (0..len)
             .map(|i| ((0.25 * tone(i, 440.0) + 0.15 * tone(i, 1000.0) + 0.1 * sweep(i)) * 32767.0).round() as i16)
             .collect();

@@ -516,7 +516,8 @@ pub(super) fn encode(samples: &[i16], sample_rate: u32) -> Result<Vec<u8>, Encod
 
 /// MPEG-4's sampling frequency index.
 fn rate_index(sample_rate: u32) -> Option<u8> {
-    const RATES: [u32; 12] = [96_000, 88_200, 64_000, 48_000, 44_100, 32_000, 24_000, 22_050, 16_000, 12_000, 11_025, 8_000];
+    const RATES: [u32; 12] =
+        [96_000, 88_200, 64_000, 48_000, 44_100, 32_000, 24_000, 22_050, 16_000, 12_000, 11_025, 8_000];
     RATES.iter().position(|&r| r == sample_rate).map(|i| i as u8)
 }
 
