@@ -105,28 +105,35 @@ fn dlopen(name: &str) -> Option<Ptr> {
     (!handle.is_null()).then_some(handle)
 }
 
+/// The function `name` of a loaded library, as the function pointer type `F`.
+///
+/// # Safety
+///
+/// `F` must be the symbol's C signature.
+unsafe fn sym<F: Copy>(handle: Ptr, name: &str, codec: u32) -> Result<F, String> {
+    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>(), "a function pointer");
+    let cname = CString::new(name).map_err(|e| e.to_string())?;
+    // SAFETY: a live handle and a NUL-terminated symbol name.
+    let p = unsafe { libc::dlsym(handle, cname.as_ptr()) };
+    if p.is_null() {
+        return Err(format!("aac: {name} missing from libavcodec {codec}; {INSTALL}"));
+    }
+    // SAFETY: a non-null code address of the size of `F`, which the caller vouches for.
+    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
 fn load() -> Result<Lib, String> {
     let mut tried = Vec::new();
     for &(codec, util) in VERSIONS {
         let (codec_so, util_so) = (format!("libavcodec.so.{codec}"), format!("libavutil.so.{util}"));
         tried.push(codec_so.clone());
         let (Some(c), Some(u)) = (dlopen(&codec_so), dlopen(&util_so)) else { continue };
-        let sym = |handle: Ptr, name: &str| -> Result<*mut c_void, String> {
-            let cname = CString::new(name).map_err(|e| e.to_string())?;
-            // SAFETY: a live handle and a NUL-terminated symbol name.
-            let p = unsafe { libc::dlsym(handle, cname.as_ptr()) };
-            if p.is_null() {
-                Err(format!("aac: {name} missing from libavcodec {codec}; {INSTALL}"))
-            } else {
-                Ok(p)
-            }
-        };
         // SAFETY: each symbol has the C signature declared in FFmpeg's public headers for
         // these major versions, which the field's type repeats.
         let lib = unsafe {
             macro_rules! f {
                 ($h:expr, $name:literal) => {
-                    std::mem::transmute::<*mut c_void, _>(sym($h, $name)?)
+                    sym($h, $name, codec)?
                 };
             }
             let version: unsafe extern "C" fn() -> u32 = f!(c, "avcodec_version");
