@@ -4,10 +4,11 @@
 //!
 //! libavcodec's structs change layout between its major versions (59, 60 and 61 are on users'
 //! machines), so nothing here reads or writes a field past the prefixes that every one of them
-//! shares (AVFrame's `data`, `extended_data`, `nb_samples`, `format`; AVPacket's `data`,
-//! `size`): the contexts are set through the AVOptions API, and the one frame we fill is
-//! made by libavcodec itself (a `pcm_f32le` decoder decodes a block of silence into a frame
-//! that carries the right rate and channel layout; we overwrite its samples).
+//! shares (AVFrame's `data`, `nb_samples`, `format`; AVPacket's `data`, `size`): the contexts
+//! are set through the AVOptions API, the sample format (which has no AVOption) is copied from
+//! the parameters of libavcodec's own AAC decoder, and the one frame we fill is made by
+//! libavcodec too (a `pcm_f32le` decoder decodes a block of silence into a frame that carries
+//! the right rate and channel layout; we overwrite its samples).
 //!
 //! The encoder takes 1024-sample blocks (the input is padded with silence to a whole block at
 //! the end) and holds one block back for look-ahead; its first packet is its priming, 1024
@@ -228,7 +229,7 @@ impl Lib {
             return Err(EncodeError(format!("aac: this libavcodec has no {codec} codec; {INSTALL}")));
         }
         // SAFETY: a codec libavcodec returned.
-        let ctx = Context { lib: self, ptr: unsafe { (self.alloc_context3)(found) } };
+        let ctx = Context { lib: self, ptr: unsafe { (self.alloc_context3)(found) }, codec: found };
         if ctx.ptr.is_null() {
             return Err(EncodeError("aac: out of memory".into()));
         }
@@ -240,26 +241,21 @@ impl Lib {
         self.set_int(ctx.ptr, "threads", 1)?;
         Ok(ctx)
     }
-
-    fn open(&self, ctx: &Context, codec: &str, encoder: bool) -> Result<(), EncodeError> {
-        let name = CString::new(codec).expect("name");
-        // SAFETY: as in `context`; the codec was found there.
-        let found = unsafe {
-            if encoder {
-                (self.find_encoder_by_name)(name.as_ptr())
-            } else {
-                (self.find_decoder_by_name)(name.as_ptr())
-            }
-        };
-        // SAFETY: a live, unopened context and its codec; no options dictionary.
-        self.check(&format!("opening {codec}"), unsafe { (self.open2)(ctx.ptr, found, std::ptr::null_mut()) })
-    }
 }
 
-/// An owned AVCodecContext.
+/// An owned AVCodecContext, and the codec it was made for.
 struct Context {
     lib: &'static Lib,
     ptr: Ptr,
+    codec: *const c_void,
+}
+
+impl Context {
+    fn open(&self, what: &str) -> Result<(), EncodeError> {
+        // SAFETY: a live, unopened context and its codec; no options dictionary.
+        self.lib
+            .check(&format!("opening {what}"), unsafe { (self.lib.open2)(self.ptr, self.codec, std::ptr::null_mut()) })
+    }
 }
 
 impl Drop for Context {
@@ -332,7 +328,7 @@ impl Frame {
 /// own AAC decoder, whose output is planar float: its parameters are copied over.
 fn planar_float(lib: &'static Lib, encoder: &Context, sample_rate: u32) -> Result<(), EncodeError> {
     let decoder = lib.context("aac", false, sample_rate)?;
-    lib.open(&decoder, "aac", false)?;
+    decoder.open("the aac decoder")?;
     struct Params(&'static Lib, Ptr);
     impl Drop for Params {
         fn drop(&mut self) {
@@ -358,7 +354,7 @@ fn planar_float(lib: &'static Lib, encoder: &Context, sample_rate: u32) -> Resul
 /// `pcm_f32le` decoder decodes a block of silence.
 fn block_frame(lib: &'static Lib, sample_rate: u32) -> Result<Frame, EncodeError> {
     let decoder = lib.context("pcm_f32le", false, sample_rate)?;
-    lib.open(&decoder, "pcm_f32le", false)?;
+    decoder.open("pcm_f32le")?;
     let packet = Packet::new(lib)?;
     // SAFETY: a live packet; av_new_packet zero-fills the payload (silence).
     lib.check("allocating a packet", unsafe { (lib.new_packet)(packet.ptr, (BLOCK * 4) as c_int) })?;
@@ -419,7 +415,7 @@ impl AacStream {
         lib.set_int(encoder.ptr, "ar", i64::from(sample_rate))?;
         lib.set(encoder.ptr, "ch_layout", "mono").or_else(|_| lib.set_int(encoder.ptr, "ac", 1))?;
         lib.set_int(encoder.ptr, "b", bitrate(sample_rate))?;
-        lib.open(&encoder, "aac", true)?;
+        encoder.open("the aac encoder")?;
         let mut frame_size = 0i64;
         let name = CString::new("frame_size").expect("name");
         // SAFETY: a live, opened context; the out-parameter is ours.
