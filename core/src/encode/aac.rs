@@ -570,6 +570,13 @@ mod tests {
         }
         streamed.extend(stream.finish().expect("finish"));
         assert_eq!(streamed, whole, "the same bytes however the audio is chunked");
+
+        // The first frame leaves once three blocks are in (look-ahead, overlap, the dropped
+        // priming packet), then one per block.
+        let mut stream = AacStream::new(24_000).expect("stream");
+        assert!(stream.push(&samples[..3 * 1024 - 1]).expect("push").is_empty());
+        assert_eq!(frames(&stream.push(&samples[3 * 1024 - 1..3 * 1024]).expect("push")).len(), 1);
+        assert_eq!(frames(&stream.push(&samples[3 * 1024..4 * 1024]).expect("push")).len(), 1);
         assert_eq!(frames(&encode(&[], 24_000).expect("empty")).len(), 1, "no audio: one frame of silence");
     }
 
