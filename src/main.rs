@@ -403,8 +403,9 @@ struct SayArgs {
     /// Output file.
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
-    /// Audio format: wav, pcm (s16le), flac, mp3, opus, ulaw or alaw (G.711, 8 kHz) [default:
-    /// from the file's extension; another extension, or none, is refused].
+    /// Audio format: wav, pcm (s16le), flac, mp3, opus, ulaw or alaw (G.711, 8 kHz), or aac
+    /// (ADTS; needs FFmpeg's libavcodec) [default: from the file's extension; another
+    /// extension, or none, is refused].
     #[arg(short = 'f', long, value_name = "FORMAT", value_parser = response_format)]
     format: Option<ResponseFormat>,
     /// Voice: one of hibari's (voices.json with its model file present; any case), one of
@@ -432,7 +433,8 @@ fn response_format(value: &str) -> Result<ResponseFormat, String> {
         "opus" | "ogg" => Ok(ResponseFormat::Opus),
         "ulaw" | "mulaw" => Ok(ResponseFormat::Ulaw),
         "alaw" => Ok(ResponseFormat::Alaw),
-        _ => Err(format!("unknown format `{value}`; use wav, pcm, flac, mp3, opus, ulaw or alaw")),
+        "aac" => Ok(ResponseFormat::Aac),
+        _ => Err(format!("unknown format `{value}`; use wav, pcm, flac, mp3, opus, ulaw, alaw or aac")),
     }
 }
 
@@ -549,6 +551,10 @@ fn run_say(args: SayArgs) -> Result<(), String> {
         Some(format) => format,
         None => format_of(&args.output)?,
     };
+    if format == ResponseFormat::Aac {
+        // Before the voice is loaded and the text spoken: the library may be missing.
+        speechstream_core::encode::aac_available().map_err(|e| e.to_string())?;
+    }
     // One request: one worker, nothing to admit.
     let mut voice_args = args.voice_args;
     voice_args.workers.get_or_insert(1);
@@ -610,8 +616,8 @@ fn run_say(args: SayArgs) -> Result<(), String> {
 fn format_of(path: &Path) -> Result<ResponseFormat, String> {
     path.extension().and_then(|e| e.to_str()).and_then(|e| response_format(e).ok()).ok_or_else(|| {
         format!(
-            "cannot tell the audio format of {} from its extension: name it .wav, .pcm, .flac, .mp3, .opus, .ulaw or \
-             .alaw, or give -f FORMAT",
+            "cannot tell the audio format of {} from its extension: name it .wav, .pcm, .flac, .mp3, .opus, .ulaw, \
+             .alaw or .aac, or give -f FORMAT",
             path.display()
         )
     })
@@ -893,8 +899,9 @@ mod tests {
         // Issue 34: an extension that names no format is refused with the list, not a WAV.
         for name in ["x.xyz", "x", "x.wav.bak"] {
             let refusal = format_of(Path::new(name)).unwrap_err();
-            assert!(refusal.contains(".wav, .pcm, .flac, .mp3, .opus, .ulaw or .alaw"), "{name}: {refusal}");
+            assert!(refusal.contains(".wav, .pcm, .flac, .mp3, .opus, .ulaw, .alaw or .aac"), "{name}: {refusal}");
         }
+        assert_eq!(format_of(Path::new("x.AAC")), Ok(ResponseFormat::Aac));
         assert_eq!(format_of(Path::new("X.OGG")), Ok(ResponseFormat::Opus));
         assert_eq!(args.voice, "heart");
         for bad in [&["--speed", "5"][..], &["--speed", "0.1"], &["-f", "aiff"], &["--threads", "0"]] {

@@ -259,7 +259,7 @@ async fn same_frames_as_the_reference() {
                 "[1, 2]",
                 "NaN",
                 r#"{"type":"session.config","speed":5}"#,
-                r#"{"type":"session.config","response_format":"aac"}"#,
+                r#"{"type":"session.config","response_format":"aiff"}"#,
                 r#"{"type":"session.config","task_type":"Foo","max_new_tokens":0}"#,
                 r#"{"type":"session.config","voice":123}"#,
                 r#"{"type":"session.config","output_mode":"codec_tokens"}"#,

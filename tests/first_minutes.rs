@@ -275,10 +275,20 @@ fn say_takes_the_servers_voice_names_and_refuses_unknown_extensions() {
     assert!(ok, "{log}");
     let seconds = decoded_seconds(&mp3);
     assert!((0.5..6.0).contains(&seconds), "{seconds} s");
+    // `.aac` is ADTS (AAC-LC), which ffmpeg decodes to as much audio as the WAV of the same text.
+    let (aac, wav) = (dir.join("hi.aac"), dir.join("hi.wav"));
+    for path in [&aac, &wav] {
+        let (ok, log) = say(&["Hello from say.", "-o", path.to_str().unwrap(), "--seed", "7"]);
+        assert!(ok, "{log}");
+    }
+    let adts = std::fs::read(&aac).expect("aac written");
+    assert!(adts[0] == 0xFF && adts[1] & 0xF6 == 0xF0 && adts[2] >> 6 == 1, "not ADTS AAC-LC: {:02x?}", &adts[..4]);
+    let (aac_seconds, wav_seconds) = (decoded_seconds(&aac), decoded_seconds(&wav));
+    assert!((0.0..1024.0 / 24_000.0).contains(&(aac_seconds - wav_seconds)), "{aac_seconds} s against {wav_seconds} s");
     for name in ["x.xyz", "noextension"] {
         let path = dir.join(name);
         let (ok, log) = say(&["Hi.", "-o", path.to_str().unwrap()]);
-        assert!(!ok && log.contains(".wav, .pcm, .flac, .mp3, .opus, .ulaw or .alaw"), "{name}: {log}");
+        assert!(!ok && log.contains(".wav, .pcm, .flac, .mp3, .opus, .ulaw, .alaw or .aac"), "{name}: {log}");
         assert!(!path.exists(), "{name} was written");
     }
     let (ok, log) = say(&["Hi.", "-o", dir.join("x.wav").to_str().unwrap(), "--voice", "nobody"]);

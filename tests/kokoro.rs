@@ -368,3 +368,27 @@ fn each_packaged_voice_and_the_openai_sdk_are_understood_by_whisper() {
         assert!(heard * 10 >= of * 7, "{name}: {heard} of {of} words heard: {transcript:?}");
     }
 }
+
+// Issue 34: `speed` is Kokoro's own duration scale, honoured on streamed replies as on whole
+// ones; the audio's length follows it within the model's limits (docs/protocol.md §e.2). One
+// short sentence at three speeds, kept cheap (about 1 s of CPU per second of audio).
+#[test]
+fn kokoro_duration_follows_speed() {
+    let server = start(&cache().join("kokoro"), &[]);
+    let text = "The quick brown fox jumps over the lazy dog.";
+    let seconds = |speed: f64| {
+        let body = json!({"input": text, "model": "kokoro", "voice": "jf_alpha", "response_format": "pcm",
+                          "speed": speed, "stream": true, "stream_format": "audio"});
+        speech(server.addr, body).len() as f64 / 48_000.0
+    };
+    let lengths: Vec<(f64, f64)> = [0.5, 1.0, 2.0].into_iter().map(|s| (s, seconds(s))).collect();
+    println!(
+        "kokoro jf_alpha, streamed: {}",
+        lengths.iter().map(|(s, d)| format!("speed {s}: {d:.2} s")).collect::<Vec<_>>().join(", ")
+    );
+    let at = |speed: f64| lengths.iter().find(|(s, _)| *s == speed).unwrap().1;
+    assert!(lengths.windows(2).all(|w| w[1].1 < w[0].1), "not shorter as speed rises: {lengths:?}");
+    let (slow, fast) = (at(0.5) / at(1.0), at(1.0) / at(2.0));
+    assert!((1.6..2.3).contains(&slow), "0.5 is {slow:.2}x longer: {lengths:?}");
+    assert!((1.5..2.2).contains(&fast), "2.0 is {fast:.2}x shorter: {lengths:?}");
+}

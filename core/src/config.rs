@@ -26,6 +26,9 @@ pub enum ResponseFormat {
     Ulaw,
     /// G.711 A-law, 8 kHz, one byte a sample, no header (telephony; not in the reference).
     Alaw,
+    /// AAC-LC in ADTS, through FFmpeg's libavcodec when the machine has it (an OpenAI format;
+    /// not in the reference).
+    Aac,
 }
 
 impl ResponseFormat {
@@ -39,6 +42,7 @@ impl ResponseFormat {
             ResponseFormat::Opus => "opus",
             ResponseFormat::Ulaw => "ulaw",
             ResponseFormat::Alaw => "alaw",
+            ResponseFormat::Aac => "aac",
         }
     }
 
@@ -326,6 +330,10 @@ fn cross_field(c: &mut SessionConfig) -> Result<(), String> {
             ));
         }
     }
+    if c.response_format == ResponseFormat::Aac {
+        // Ours: refused up front on a machine without FFmpeg's libavcodec, saying what to install.
+        crate::encode::aac_available().map_err(|e| e.0)?;
+    }
     if c.output_mode == OutputMode::CodecTokens && c.sample_rate.is_some() {
         return Err(
             "output_mode='codec_tokens' does not support sample_rate (codec frames have no rate to change).".into()
@@ -384,8 +392,8 @@ const GRANULARITIES: &[&str] = &["none", "sentence", "clause"];
 const GRANULARITY_VALUES: &[Granularity] = &[Granularity::None, Granularity::Sentence, Granularity::Clause];
 const GRANULARITY_MSG: &str = "Input should be 'none', 'sentence' or 'clause'";
 
-// ulaw and alaw are our extensions: accepted, but the refusal keeps the reference's message.
-pub(crate) const FORMATS: &[&str] = &["wav", "pcm", "flac", "mp3", "opus", "ulaw", "alaw"];
+// ulaw, alaw and aac are our extensions: accepted, but the refusal keeps the reference's message.
+pub(crate) const FORMATS: &[&str] = &["wav", "pcm", "flac", "mp3", "opus", "ulaw", "alaw", "aac"];
 pub(crate) const FORMAT_VALUES: &[ResponseFormat] = &[
     ResponseFormat::Wav,
     ResponseFormat::Pcm,
@@ -394,6 +402,7 @@ pub(crate) const FORMAT_VALUES: &[ResponseFormat] = &[
     ResponseFormat::Opus,
     ResponseFormat::Ulaw,
     ResponseFormat::Alaw,
+    ResponseFormat::Aac,
 ];
 pub(crate) const FORMAT_MSG: &str = "Input should be 'wav', 'pcm', 'flac', 'mp3' or 'opus'";
 const MODES: &[&str] = &["pcm", "codec_tokens"];

@@ -1,12 +1,15 @@
-//! Encoding audio for replies: wav, pcm, flac, mp3, opus (Ogg), whole ([`encode`]) or as it
+//! Encoding audio for replies: wav, pcm, flac, mp3, opus (Ogg), aac (ADTS), whole ([`encode`]) or as it
 //! is made ([`StreamEncoder`]; [`AudioStream`] resamples too); G.711 mu-law and A-law bytes
 //! ([`ulaw`], [`alaw`]).
 //!
 //! Every format takes mono 16-bit samples and returns one complete file (docs/protocol.md §e.1).
 //! Empty input still yields a valid, decodable file of zero length. wav, pcm and flac are
 //! written here without dependencies; mp3 uses LAME (built from source by `mp3lame-sys`),
-//! opus uses the system libopus, wrapped in an Ogg stream written here.
+//! opus uses the system libopus, wrapped in an Ogg stream written here; aac uses FFmpeg's
+//! libavcodec, loaded at run time ([`aac_available`] says whether this machine has it), in
+//! ADTS headers written here.
 
+mod aac;
 mod flac;
 mod g711;
 mod md5;
@@ -40,6 +43,7 @@ pub fn encode(format: ResponseFormat, samples: &[i16], sample_rate: u32) -> Resu
         ResponseFormat::Flac => flac::encode(samples, sample_rate),
         ResponseFormat::Mp3 => mp3::encode(samples, sample_rate),
         ResponseFormat::Opus => opus::encode(samples, sample_rate),
+        ResponseFormat::Aac => aac::encode(samples, sample_rate),
         // G.711 is 8 kHz only: other rates are resampled first.
         ResponseFormat::Ulaw | ResponseFormat::Alaw => {
             let resampled;
@@ -52,6 +56,12 @@ pub fn encode(format: ResponseFormat, samples: &[i16], sample_rate: u32) -> Resu
             Ok(if format == ResponseFormat::Ulaw { ulaw(samples) } else { alaw(samples) })
         }
     }
+}
+
+/// Whether this machine can encode `aac` (FFmpeg's libavcodec 59, 60 or 61 is installed); if
+/// not, the error says what to install. Loads the library on the first call.
+pub fn aac_available() -> Result<(), EncodeError> {
+    aac::available()
 }
 
 /// How a streamed body is paged, where the format has a choice (Ogg Opus pages).
@@ -72,7 +82,8 @@ pub enum Paging {
 ///   (0xFFFFFFFF), then the samples;
 /// - flac: STREAMINFO with the length and MD5 unknown, a frame per 4096-sample block;
 /// - mp3: LAME frames without the Info tag (its delay and padding stay in the decoded audio);
-/// - opus: Ogg pages; with [`Paging::AsFile`] the very bytes of [`encode`].
+/// - opus: Ogg pages; with [`Paging::AsFile`] the very bytes of [`encode`];
+/// - aac: ADTS frames, a frame per 1024 samples, the very bytes of [`encode`].
 pub struct StreamEncoder {
     kind: StreamKind,
 }
@@ -83,6 +94,7 @@ enum StreamKind {
     Flac(flac::FlacStream),
     Mp3(mp3::Mp3Stream),
     Opus(opus::OpusStream),
+    Aac(aac::AacStream),
     G711 { alaw: bool },
 }
 
@@ -104,6 +116,7 @@ impl StreamEncoder {
             ResponseFormat::Flac => StreamKind::Flac(flac::FlacStream::new(sample_rate)?),
             ResponseFormat::Mp3 => StreamKind::Mp3(mp3::Mp3Stream::new(sample_rate)?),
             ResponseFormat::Opus => StreamKind::Opus(opus::OpusStream::new(sample_rate, paging == Paging::Eager)?),
+            ResponseFormat::Aac => StreamKind::Aac(aac::AacStream::new(sample_rate)?),
             ResponseFormat::Ulaw | ResponseFormat::Alaw if sample_rate != G711_RATE => {
                 return Err(EncodeError(format!("{} is {G711_RATE} Hz only, not {sample_rate} Hz", format.as_str())))
             }
@@ -125,6 +138,7 @@ impl StreamEncoder {
             StreamKind::Flac(s) => s.push(samples),
             StreamKind::Mp3(s) => s.push(samples),
             StreamKind::Opus(s) => s.push(samples),
+            StreamKind::Aac(s) => s.push(samples),
             StreamKind::G711 { alaw } => Ok(if *alaw { self::alaw(samples) } else { ulaw(samples) }),
         }
     }
@@ -137,6 +151,7 @@ impl StreamEncoder {
             StreamKind::Flac(s) => s.finish(),
             StreamKind::Mp3(s) => s.finish(),
             StreamKind::Opus(s) => s.finish(),
+            StreamKind::Aac(s) => s.finish(),
             StreamKind::G711 { .. } => Ok(Vec::new()),
         }
     }

@@ -177,6 +177,10 @@ pub fn parse_speech_request(body: &str, catalog: &Catalog, max_input_chars: usiz
     if body.max_new_tokens.is_some_and(|n| n > MAX_NEW_TOKENS) {
         return Err(HttpError::bad_request(format!("max_new_tokens cannot exceed {MAX_NEW_TOKENS}")));
     }
+    if body.response_format == ResponseFormat::Aac {
+        // Refused before the reply begins on a machine without FFmpeg's libavcodec.
+        crate::encode::aac_available().map_err(|e| HttpError::bad_request(e.0))?;
+    }
     // The rate of the engine that will speak: its voice's, else its model's.
     let native = catalog.capabilities().serving_names(voice.as_deref(), body.model.as_deref()).sample_rate;
     let sample_rate = match (body.sample_rate, body.response_format.fixed_rate()) {
@@ -443,6 +447,7 @@ pub fn media_type(format: ResponseFormat) -> &'static str {
         ResponseFormat::Opus => "audio/ogg",
         ResponseFormat::Ulaw => "audio/PCMU",
         ResponseFormat::Alaw => "audio/PCMA",
+        ResponseFormat::Aac => "audio/aac",
     }
 }
 

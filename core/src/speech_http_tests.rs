@@ -66,7 +66,7 @@ fn schema_errors_are_pydantic_text() {
         "1 validation error for OpenAICreateSpeechRequest\ninput\n  Field required [type=missing, input_value={'voice': \
          'vivian'}, input_type=dict]\n    For further information visit https://errors.pydantic.dev/2.13/v/missing"
     );
-    let e = err(r#"{"input":"x","response_format":"aac","speed":5}"#);
+    let e = err(r#"{"input":"x","response_format":"aiff","speed":5}"#);
     assert!(e.message.starts_with("2 validation errors for OpenAICreateSpeechRequest\nresponse_format\n"), "{e:?}");
     assert!(e.message.contains("Input should be 'wav', 'pcm', 'flac', 'mp3' or 'opus'"));
     assert!(e.message.contains("Input should be less than or equal to 4"));

@@ -362,14 +362,14 @@ fn usage_headers(usage: Usage, keep: impl Fn(&str) -> bool) -> Vec<(&'static str
 }
 
 /// Whether a whole file is sent as it is made: where its bytes do not depend on what follows
-/// (raw `pcm`, G.711, and Ogg `opus` paged as its file is), so the client gets them early and
+/// (raw `pcm`, G.711, ADTS `aac`, and Ogg `opus` paged as its file is), so the client gets them early and
 /// the same file (as OpenAI's endpoint sends its body); not with word timings, which ride a
 /// header. (Opus is then encoded chunk by chunk as the body is polled, as a streamed one is.)
 fn progressive(request: &SpeechRequest) -> bool {
     use crate::config::ResponseFormat as F;
     request.delivery == Delivery::Whole
         && !request.synthesis.output.words()
-        && matches!(request.response_format, F::Pcm | F::Opus | F::Ulaw | F::Alaw)
+        && matches!(request.response_format, F::Pcm | F::Opus | F::Ulaw | F::Alaw | F::Aac)
 }
 
 /// The error of a generation that failed before the response began: 500, or 503 when the

@@ -383,9 +383,14 @@ fn streamed(format: ResponseFormat, samples: &[i16], piece: usize, paging: Pagin
 #[test]
 fn every_format_streams_and_decodes() {
     let samples = two_tones(24_000 * 3 + 517);
-    for format in
-        [ResponseFormat::Pcm, ResponseFormat::Wav, ResponseFormat::Flac, ResponseFormat::Mp3, ResponseFormat::Opus]
-    {
+    for format in [
+        ResponseFormat::Pcm,
+        ResponseFormat::Wav,
+        ResponseFormat::Flac,
+        ResponseFormat::Mp3,
+        ResponseFormat::Opus,
+        ResponseFormat::Aac,
+    ] {
         let name = format!("stream-{}", format.as_str());
         let parts = streamed(format, &samples, 24_000, Paging::Eager);
         // The first three pushes are a second of audio each (the fourth, 517 samples, may be
@@ -413,6 +418,14 @@ fn every_format_streams_and_decodes() {
                 assert!(lag >= 0 && corr > 0.95, "{name}: lag {lag}, correlation {corr:.3}");
                 assert_tones(&decoded[lag as usize..lag as usize + samples.len()], &samples, &name);
             }
+            ResponseFormat::Aac => {
+                // The priming frame is not sent: the length rounded up to a 1024-sample frame.
+                let extra = decoded.len() as i64 - samples.len() as i64;
+                assert!((0..1024).contains(&extra), "{name}: {} samples", decoded.len());
+                let (lag, corr) = best_alignment(&decoded, &samples, 1200);
+                assert!(lag == 0 && corr > 0.95, "{name}: lag {lag}, correlation {corr:.3}");
+                assert_tones(&decoded[1024..samples.len()], &samples[1024..], &name);
+            }
             ResponseFormat::Ulaw | ResponseFormat::Alaw => unreachable!("G.711 has tests of its own"),
             other => unreachable!("{other:?} is not in FORMATS"),
         }
@@ -439,5 +452,64 @@ fn opus_streamed_as_file_has_the_file_bytes() {
             streamed(ResponseFormat::Pcm, &samples, 777, Paging::AsFile).concat()
                 == encoded(ResponseFormat::Pcm, &samples)
         );
+    }
+}
+
+/// AAC (ADTS) at every rate we serve, whole and streamed in uneven pieces (the same bytes),
+/// decoded by ffmpeg at its own rate: the length within a frame (the encoder's priming frame is
+/// not sent, so the decoded audio lines up with the input), the tones at their level.
+#[test]
+fn aac_keeps_length_alignment_and_tones_at_every_rate() {
+    require("ffmpeg");
+    if let Err(e) = speechstream_core::encode::aac_available() {
+        panic!("{e}");
+    }
+    for rate in [8_000u32, 16_000, 22_050, 24_000, 44_100, 48_000] {
+        let len = rate as usize * 3 / 2 + 77;
+        let tone = |i: usize, f: f64| (i as f64 * f / f64::from(rate) * std::f64::consts::TAU).sin();
+        // Two tones, and a sweep from 200 Hz up so that the audio never repeats (for the alignment).
+        let sweep = |i: usize| {
+            (std::f64::consts::TAU * (200.0 + 300.0 * i as f64 / f64::from(rate)) * i as f64 / f64::from(rate)).sin()
+        };
+        let samples: Vec<i16> = (0..len)
+            .map(|i| ((0.25 * tone(i, 440.0) + 0.15 * tone(i, 1000.0) + 0.1 * sweep(i)) * 32767.0).round() as i16)
+            .collect();
+        let whole = match encode(ResponseFormat::Aac, &samples, rate) {
+            Ok(b) => b,
+            Err(e) => panic!("aac at {rate}: {e}"),
+        };
+        let mut encoder = StreamEncoder::new(ResponseFormat::Aac, rate, Paging::Eager).expect("aac stream");
+        let mut streamed = Vec::new();
+        for piece in samples.chunks(rate as usize / 3 + 11) {
+            streamed.extend(encoder.push(piece).expect("push"));
+        }
+        streamed.extend(encoder.finish().expect("finish"));
+        assert!(streamed == whole, "{rate} Hz: streamed bytes differ from the file");
+
+        let file = TempFile::new(&format!("rate{rate}.aac"), &whole);
+        let probe = run(Command::new("ffprobe")
+            .args(["-v", "error", "-show_entries", "stream=codec_name,profile,sample_rate,channels", "-of", "csv=p=0"])
+            .arg(&file.0));
+        assert_eq!(String::from_utf8_lossy(&probe).trim(), format!("aac,LC,{rate},1"), "{rate} Hz");
+        let decoded = s16le(&run(Command::new("ffmpeg")
+            .args(["-nostdin", "-v", "error", "-f", "aac", "-i"])
+            .arg(&file.0)
+            .args(["-f", "s16le", "-acodec", "pcm_s16le", "-ac", "1", "-ar", &rate.to_string(), "-"])));
+        let extra = decoded.len() as i64 - len as i64;
+        assert!((0..1024).contains(&extra), "{rate} Hz: decoded {} samples for {len}", decoded.len());
+        let (lag, corr) = best_alignment(&decoded, &samples, 1100);
+        assert!(lag == 0 && corr > 0.95, "{rate} Hz: lag {lag}, correlation {corr:.3}");
+        // Past the first frame (which fades in), each tone within 1.5 dB of the input's.
+        let power = |x: &[i16], f: f64| {
+            let (c, s) = x.iter().enumerate().fold((0.0, 0.0), |(c, s), (i, &v)| {
+                let phase = i as f64 * f / f64::from(rate) * std::f64::consts::TAU;
+                (c + f64::from(v) * phase.cos(), s + f64::from(v) * phase.sin())
+            });
+            c * c + s * s
+        };
+        for f in [440.0, 1000.0] {
+            let db = 10.0 * (power(&decoded[1024..len], f) / power(&samples[1024..], f)).log10();
+            assert!(db.abs() < 1.5, "{rate} Hz: {f} Hz is {db:.2} dB off the input");
+        }
     }
 }

@@ -669,3 +669,79 @@ async fn two_engines_of_different_rates_behind_one_server() {
         "Generation failed for utterance 3, sentence 0: Invalid voice 'nobody'. Supported: kestrel, serena, vivian"
     );
 }
+
+/// ADTS `aac` decoded by ffmpeg against the audio it was made from: as long within a frame
+/// (the encoder's priming frame is not sent), lined up, and past the first frame (which fades
+/// in) the same waveform.
+fn assert_aac_is(file: &[u8], want: &[i16], what: &str) {
+    let decoded = samples(&ffmpeg_decode(file, "aac"));
+    let extra = decoded.len() as i64 - want.len() as i64;
+    assert!((0..1024).contains(&extra), "{what}: decoded {} samples for {}", decoded.len(), want.len());
+    let (mut dot, mut dd, mut ww) = (0.0, 0.0, 0.0);
+    for (&d, &w) in decoded[1024..want.len()].iter().zip(&want[1024..]) {
+        let (d, w) = (f64::from(d), f64::from(w));
+        (dot, dd, ww) = (dot + d * w, dd + d * d, ww + w * w);
+    }
+    let correlation = dot / (dd * ww).sqrt().max(1.0);
+    assert!(correlation > 0.9, "{what}: correlation {correlation:.3}");
+}
+
+// Issue 34: `aac` (ADTS, audio/aac) on HTTP whole and streamed, at other rates, in a batch and
+// over the WebSocket; ffmpeg decodes each to the audio we made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aac_over_http_batch_and_websocket() {
+    let engine = synthetic();
+    let server = TestServer::start(engine.clone(), SessionOptions::default()).await;
+    let text = "Hello over HTTP, in AAC this time.";
+    let pcm = expected_pcm(&engine, text);
+    let want = samples(&pcm);
+    let post = |body: Value| {
+        let addr = server.addr;
+        async move { request(addr, "POST", "/v1/audio/speech", &[JSON], &body.to_string()).await }
+    };
+    let whole = post(json!({"input": text, "response_format": "aac"})).await;
+    assert_eq!((whole.status, whole.header("content-type")), (200, Some("audio/aac")));
+    assert_aac_is(&whole.body, &want, "whole");
+    // Sent as it is made: the bytes of the file the encoder makes in one piece.
+    assert_eq!(whole.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(whole.body, speechstream_core::encode::encode_s16le(ResponseFormat::Aac, pcm.clone(), 24_000).unwrap());
+    for delivery in ["audio", "sse"] {
+        let reply = post(json!({"input": text, "response_format": "aac", "stream_format": delivery})).await;
+        assert_eq!(reply.status, 200, "{delivery}");
+        let file = if delivery == "sse" { sse_audio(&reply.body) } else { reply.body };
+        assert_eq!(file, whole.body, "{delivery}: the same ADTS stream");
+    }
+    for rate in [8_000u32, 16_000, 48_000] {
+        let reply = post(json!({"input": text, "response_format": "aac", "sample_rate": rate, "stream": true})).await;
+        assert_eq!(reply.status, 200, "{rate}");
+        let resampled = speechstream_core::resample::resample(24_000, rate, &want).unwrap();
+        assert_aac_is(&sse_audio(&reply.body), &resampled, &format!("{rate} Hz"));
+    }
+
+    let body = json!({"response_format": "aac", "items": [{"input": text}, {"input": "x", "sample_rate": 7}]});
+    let reply = request(server.addr, "POST", "/v1/audio/speech/batch", &[JSON], &body.to_string()).await;
+    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    let results = reply.json()["results"].clone();
+    assert_eq!((&results[0]["status"], &results[0]["media_type"]), (&json!("success"), &json!("audio/aac")));
+    let item = base64::engine::general_purpose::STANDARD.decode(results[0]["audio_data"].as_str().unwrap()).unwrap();
+    assert_aac_is(&item, &want, "batch");
+
+    // The WebSocket: the file in binary frames after audio.start (format aac).
+    let mut client = server.connect().await;
+    client.send(json!({"type": "session.config", "response_format": "aac", "sample_rate": 22050})).await;
+    client.send(json!({"type": "input.text", "text": text})).await;
+    client.send(json!({"type": "input.done"})).await;
+    let seen = client.until_session_done().await;
+    let Some(Received::Json(start)) = seen.first() else { panic!("no audio.start: {seen:?}") };
+    assert_eq!(start["format"], "aac", "{start}");
+    let file: Vec<u8> = seen
+        .iter()
+        .flat_map(|m| match m {
+            Received::Binary(b) => b.clone(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let resampled = speechstream_core::resample::resample(24_000, 22_050, &want).unwrap();
+    assert_aac_is(&file, &resampled, "websocket");
+    server.shutdown().await;
+}
