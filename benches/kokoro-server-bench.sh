@@ -9,7 +9,7 @@
 # admission refuses what would run late (refusals) or admits it (late chunks); each N of
 # MAX_STREAMS adds a run with `--admission realtime --max-streams N` at the largest of STREAMS.
 # Run it alone on the machine (its figures are timings):
-#   benches/kokoro-server-bench.sh                 # ~2.5 min with the defaults
+#   benches/kokoro-server-bench.sh                 # ~5 min with the defaults
 #   STREAMS="1 2" DURATION=10 benches/kokoro-server-bench.sh
 #
 # Knobs: VOICE [jf_alpha], STREAMS ["1 2 3 4"], ADMISSIONS ["off realtime"], MAX_STREAMS [""],
