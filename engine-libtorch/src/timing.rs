@@ -86,9 +86,9 @@ pub struct Acoustics {
 }
 
 impl Acoustics {
-    /// hibari's ([`ACOUSTIC_LEAD_SAMPLES`], [`FINAL_SOUND_CAP`]).
+    /// hibari's (`ACOUSTIC_LEAD_SAMPLES`, `FINAL_SOUND_CAP`).
     pub const HIBARI: Acoustics = Acoustics { lead_samples: ACOUSTIC_LEAD_SAMPLES, final_sound_cap: FINAL_SOUND_CAP };
-    /// Kokoro's ([`KOKORO_LEAD_SAMPLES`], [`KOKORO_FINAL_SOUND_CAP`]).
+    /// Kokoro's (`KOKORO_LEAD_SAMPLES`, `KOKORO_FINAL_SOUND_CAP`).
     pub const KOKORO: Acoustics =
         Acoustics { lead_samples: KOKORO_LEAD_SAMPLES, final_sound_cap: KOKORO_FINAL_SOUND_CAP };
 }
