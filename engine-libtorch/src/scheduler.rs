@@ -38,7 +38,7 @@ use crate::noise::NoiseSource;
 use crate::options::HibariOptions;
 use crate::pacing::{self, Candidate, ChunkSizes, Costs, Outlook, Pace, Pacing, Speed, Work};
 use crate::stats::{Admission, AdmissionMode, WorkerStats, CHARS_PER_SECOND};
-use crate::timing::word_timings;
+use crate::timing::{word_timings, Acoustics};
 
 /// How long to wait before retrying when every request is paused on a slow consumer.
 const PAUSE_POLL: Duration = Duration::from_millis(3);
@@ -270,13 +270,19 @@ impl Job {
     /// Brings its share of the worker's pending audio up to date.
     /// Queues the word timings of `sentence`, starting at the job's offset: `char_tokens` maps
     /// its phoneme characters to tokens, `durations` are coarse frames per token.
-    fn time_words(&mut self, sentence: &Sentence, char_tokens: &[Option<usize>], durations: &[i64]) {
+    fn time_words(
+        &mut self,
+        acoustics: Acoustics,
+        sentence: &Sentence,
+        char_tokens: &[Option<usize>],
+        durations: &[i64],
+    ) {
         let words: Vec<(&str, Range<usize>, Option<usize>)> = sentence
             .words
             .iter()
             .map(|w| (w.text.as_str(), w.phonemes.clone(), Some(self.text_base + w.chars.start)))
             .collect();
-        let timings = word_timings(&words, &sentence.phonemes, char_tokens, durations, self.offset);
+        let timings = word_timings(acoustics, &words, &sentence.phonemes, char_tokens, durations, self.offset);
         if !timings.is_empty() {
             self.pending.push_back(EngineEventKind::Words(timings));
         }
@@ -785,7 +791,7 @@ impl Scheduler {
             }
             if job.word_timestamps {
                 let durations = coarse_durations(&speech.durations, speech.samples_per_frame);
-                job.time_words(&sentence, &kokoro.vocab.char_tokens(&sentence.phonemes), &durations);
+                job.time_words(Acoustics::KOKORO, &sentence, &kokoro.vocab.char_tokens(&sentence.phonemes), &durations);
             }
             let frames = speech.audio.len().div_ceil(SAMPLES_PER_FRAME);
             let f = self.frames;
@@ -828,7 +834,12 @@ impl Scheduler {
                 self.stats.running.fetch_add(1, Ordering::Relaxed);
             }
             if job.word_timestamps {
-                job.time_words(&sentence, &model.char_tokens(&sentence.phonemes), &prosody.durations);
+                job.time_words(
+                    Acoustics::HIBARI,
+                    &sentence,
+                    &model.char_tokens(&sentence.phonemes),
+                    &prosody.durations,
+                );
             }
             let ranges = sentence_ranges(
                 prosody.frames,

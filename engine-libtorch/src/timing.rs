@@ -6,10 +6,12 @@
 //! A word spans its spoken tokens: the pause tokens that punctuation produces (a sentence-final
 //! "." lasts about 400 ms of silence) are left between words, so the last word ends where its
 //! speech does; the space token between two words is their transition, shared between them.
-//! The audio leads these frames by a constant 60 ms (`ACOUSTIC_LEAD_SAMPLES`), which every time
-//! is moved by. Measured against PocketSphinx's forced aligner on held-out sentences
-//! (engine-libtorch/tests/hibari_timestamps.rs, BENCHMARKS.md): mean absolute error 18 ms for
-//! starts and 16 ms for ends, at every output rate.
+//! The audio leads these frames by a constant that each voice family has its own of
+//! ([`Acoustics`]; 60 ms for both hibari and Kokoro), which every time is moved by. Measured
+//! against PocketSphinx's forced aligner on held-out sentences (engine-libtorch/tests/
+//! word_timestamps.rs, benches/results/11-word-timestamps.md): hibari's mean absolute error is
+//! 18 ms for starts and 16 ms for ends at every output rate; Kokoro's packaged voices (Japanese
+//! speakers reading English) 19-22 ms for starts and 21-24 ms for ends from 16 kHz up.
 //!
 //! Words are reported as the client wrote them: the text split on whitespace, each piece without
 //! the punctuation around it ("$3.50" and "https://example.com" stay whole; "world." is "world"),
@@ -70,8 +72,40 @@ const SPACE_SHARE_MAX: u64 = 2;
 /// aligner, which finds every word boundary 50-80 ms before the token boundaries). Measured on
 /// the sentences of hibari_engine.rs's energy test against PocketSphinx's aligner (tuning: 1320,
 /// 1440 and 1560 samples gave mean start errors of +7.6, +2.6 and -2.4 ms), checked on other
-/// sentences in tests/hibari_timestamps.rs.
+/// sentences in tests/word_timestamps.rs.
 const ACOUSTIC_LEAD_SAMPLES: u64 = 1440;
+
+/// How a voice family's audio relates to the frames its durations give: each family's model
+/// learned its own timing, so each is measured against the forced aligner on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Acoustics {
+    /// How far the audio leads the frames, in samples at 24 kHz.
+    pub lead_samples: u64,
+    /// The most coarse frames a word's last sound may last before a pause.
+    pub final_sound_cap: u64,
+}
+
+impl Acoustics {
+    /// hibari's (`ACOUSTIC_LEAD_SAMPLES`, `FINAL_SOUND_CAP`).
+    pub const HIBARI: Acoustics = Acoustics { lead_samples: ACOUSTIC_LEAD_SAMPLES, final_sound_cap: FINAL_SOUND_CAP };
+    /// Kokoro's (`KOKORO_LEAD_SAMPLES`, `KOKORO_FINAL_SOUND_CAP`).
+    pub const KOKORO: Acoustics =
+        Acoustics { lead_samples: KOKORO_LEAD_SAMPLES, final_sound_cap: KOKORO_FINAL_SOUND_CAP };
+}
+
+/// Kokoro's lead: its durations are frames of 600 samples (the coarse frames here), and its
+/// audio leads them by 60 ms as hibari's does, within the 5 ms this measurement resolves. Tuned
+/// with jf_alpha and jm_kumo on the sentences hibari's lead was tuned on (hibari_engine.rs's
+/// energy test, its Stella sentence reworded without the name, which the aligner lacks) against
+/// PocketSphinx's aligner, 104 words: moving every time by -10, -5, 0, +5 and +10 ms gave mean
+/// absolute errors (starts and ends together) of 23.1, 22.0, 21.7, 22.4 and 23.5 ms; checked on
+/// other sentences in tests/word_timestamps.rs.
+const KOKORO_LEAD_SAMPLES: u64 = 1440;
+
+/// Kokoro's cap on a last sound before a pause, as hibari's: on the same 104 words, caps of 3,
+/// 4, 5 and 7 coarse frames gave mean absolute errors of ends of 23.5 and 23.8, 23.3 and 20.6,
+/// 25.1 and 19.5, 32.2 and 24.1 ms (jf_alpha and jm_kumo): 4 and 5 tie.
+const KOKORO_FINAL_SOUND_CAP: u64 = 5;
 
 /// Whether a phoneme character is spoken; punctuation and spaces are pauses.
 fn spoken(c: char) -> bool {
@@ -83,6 +117,7 @@ fn spoken(c: char) -> bool {
 /// of each phoneme character, `None` where the vocabulary dropped it; `durations`: coarse frames
 /// per token; `offset_samples`: where the sentence starts in the utterance's audio.
 pub fn word_timings(
+    acoustics: Acoustics,
     words: &[(&str, Range<usize>, Option<usize>)],
     phonemes: &str,
     char_tokens: &[Option<usize>],
@@ -136,7 +171,7 @@ pub fn word_timings(
             if spoken_token.get(t + 1).copied().unwrap_or(false) {
                 end_of(t)
             } else {
-                end_of(t).min(starts[t] + 2 * FINAL_SOUND_CAP) + half_space(t + 1)
+                end_of(t).min(starts[t] + 2 * acoustics.final_sound_cap) + half_space(t + 1)
             }
         };
         let end = last.map_or(start, end_at).max(start);
@@ -168,7 +203,7 @@ pub fn word_timings(
         }
         let total_chars: u64 = pieces.iter().map(|p| p.0.chars().count() as u64).sum();
         // The audio leads the frames the durations give (see ACOUSTIC_LEAD_SAMPLES).
-        let lead = |frame: u64| (frame * SAMPLES_PER_FRAME).saturating_sub(ACOUSTIC_LEAD_SAMPLES);
+        let lead = |frame: u64| (frame * SAMPLES_PER_FRAME).saturating_sub(acoustics.lead_samples);
         let (s0, span) = (offset_samples + lead(start), lead(end) - lead(start));
         let mut done_chars = 0;
         for (piece, chars) in pieces {
@@ -195,12 +230,12 @@ mod tests {
         let char_tokens = [Some(1), Some(2), Some(3), Some(4), None];
         let durations = [3, 1, 2, 1, 4, 5]; // boundary, a, b, space, c, boundary
         let words = [("Ab,", 0..2, None), ("c.", 3..5, None)];
-        let t = word_timings(&words, "ab c.", &char_tokens, &durations, 0);
+        let t = word_timings(Acoustics::HIBARI, &words, "ab c.", &char_tokens, &durations, 0);
         // fine frames: boundary 0..6, a 6..8, b 8..12, space 12..14, c 14..22; the words share
         // the space (12..13 and 13..14), and everything is 60 ms earlier (the acoustic lead).
         assert_eq!(t[0], WordTiming { word: "Ab".into(), start_ms: 75 - 60, end_ms: 163 - 60, chars: None });
         assert_eq!(t[1], WordTiming { word: "c".into(), start_ms: 163 - 60, end_ms: 275 - 60, chars: None });
-        let shifted = word_timings(&words, "ab c.", &char_tokens, &durations, 24_000);
+        let shifted = word_timings(Acoustics::HIBARI, &words, "ab c.", &char_tokens, &durations, 24_000);
         assert_eq!((shifted[1].start_ms, shifted[1].end_ms), (1103, 1215));
     }
 
@@ -211,7 +246,7 @@ mod tests {
         let char_tokens = [Some(1), Some(2), Some(3), Some(4), Some(5), Some(6)];
         let durations = [3, 1, 2, 10, 1, 4, 20, 5]; // boundary, a, b, ',', ' ', c, '.', boundary
         let words = [("Ab,", 0..3, None), ("c.", 4..6, None)];
-        let t = word_timings(&words, "ab, c.", &char_tokens, &durations, 0);
+        let t = word_timings(Acoustics::HIBARI, &words, "ab, c.", &char_tokens, &durations, 0);
         // fine frames: boundary 0..6, a 6..8, b 8..12, ',' 12..32, ' ' 32..34, c 34..42
         assert_eq!(t[0], WordTiming { word: "Ab".into(), start_ms: 75 - 60, end_ms: 150 - 60, chars: None });
         assert_eq!(t[1], WordTiming { word: "c".into(), start_ms: 413 - 60, end_ms: 525 - 60, chars: None });
@@ -219,6 +254,7 @@ mod tests {
         // before it keeps FINAL_SOUND_CAP (125 ms).
         let durations = [3, 1, 9, 10, 1, 4, 20, 5]; // boundary, a, b, ' ' (long), c, ...
         let t = word_timings(
+            Acoustics::HIBARI,
             &[("ab", 0..2, None), ("c.", 3..5, None)],
             "ab c.",
             &[Some(1), Some(2), Some(3), Some(4), None],
@@ -236,7 +272,7 @@ mod tests {
         // "—" has no phonemes; "7:30 pm" is one front-end word over two text words.
         // The text: "x — 7:30 pm." (chars 0, 2 and 4..11).
         let words = [("x", 0..1, Some(0)), ("—", 1..1, Some(2)), ("7:30 pm.", 1..4, Some(4))];
-        let t = word_timings(&words, "xyzw", &char_tokens, &durations, 0);
+        let t = word_timings(Acoustics::HIBARI, &words, "xyzw", &char_tokens, &durations, 0);
         let names: Vec<&str> = t.iter().map(|w| w.word.as_str()).collect();
         assert_eq!(names, ["x", "7:30", "pm"]);
         let chars: Vec<_> = t.iter().map(|w| w.chars.clone()).collect();

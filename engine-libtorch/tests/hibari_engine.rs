@@ -395,7 +395,7 @@ fn capabilities_and_load() {
 /// Word timestamps against the audio itself (measured 2026-12-03, with the 60 ms acoustic lead
 /// of timing.rs: starts -20..+40 ms from the onset, ends -40..+35 ms from the last loud frame;
 /// before, starts were 30-100 ms late, and before pauses were excluded, the last word ended
-/// about 400 ms late; tests/hibari_timestamps.rs holds them to a forced aligner). A 10 ms energy envelope says where speech starts
+/// about 400 ms late; tests/word_timestamps.rs holds them to a forced aligner). A 10 ms energy envelope says where speech starts
 /// and ends (frames within 40 dB of the loudest), and the first word's start and the last
 /// word's end must sit there, not at the sentence's leading or trailing pause; the pause at a
 /// comma lies between the words around it, not inside them.

@@ -71,16 +71,21 @@ impl Mode {
         }
     }
 
-    fn session_config(self) -> String {
-        match self {
+    /// The `session.config` of each connection; `voice`: the voice it asks for (the server's
+    /// default when `None`), e.g. a Kokoro voice (`jf_alpha`).
+    fn session_config(self, voice: Option<&str>) -> String {
+        let mut config = match self {
             Mode::Wav => json!({"type": "session.config", "response_format": "wav"}),
             Mode::Pcm => json!({
                 "type": "session.config",
                 "response_format": "pcm",
                 "stream_audio": true
             }),
+        };
+        if let Some(voice) = voice {
+            config["voice"] = json!(voice);
         }
-        .to_string()
+        config.to_string()
     }
 }
 
@@ -122,6 +127,10 @@ struct RunArgs {
     /// Text of each utterance (the reference's null engine ignores it).
     #[arg(long, default_value = "Hello from the speechstream load generator.")]
     text: String,
+    /// The voice each connection's `session.config` asks for (e.g. `jf_alpha`, a Kokoro voice);
+    /// default: none, the server's default voice.
+    #[arg(long)]
+    voice: Option<String>,
     /// Abandon an utterance (and its connection) after this many seconds.
     #[arg(long, default_value_t = 30.0)]
     utterance_timeout: f64,
@@ -534,7 +543,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
         return Err("--connections must be at least 1".into());
     }
     let connect_timeout = Duration::from_secs_f64(args.target.connect_timeout);
-    let config_msg = args.mode.session_config();
+    let config_msg = args.mode.session_config(args.voice.as_deref());
 
     // Open every connection before the clock starts, so that connection set-up does not
     // count against throughput.
@@ -616,7 +625,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
     let bytes_per_utt = total.audio_bytes.checked_div(utterances_all).unwrap_or(0);
     let cpu_ms_per_utt = server_cpu.filter(|_| total.ok > 0).map(|c| c * 1000.0 / total.ok as f64);
 
-    let line = json!({
+    let mut line = json!({
         "kind": "run",
         "label": args.target.label,
         "url": args.target.url,
@@ -663,6 +672,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
         "error_samples": total.error_texts.iter().chain(open_errors.iter())
             .map(|(k, v)| json!({"error": k, "count": v})).collect::<Vec<_>>(),
     });
+    line["voice"] = json!(args.voice);
     println!("{line}");
 
     eprintln!(
@@ -727,7 +737,7 @@ async fn idle_mem(args: IdleArgs) -> Result<(), String> {
         return Err("--connections must be at least 1".into());
     }
     let connect_timeout = Duration::from_secs_f64(args.target.connect_timeout);
-    let config_msg = args.mode.session_config();
+    let config_msg = args.mode.session_config(None);
     let pid = args.pid;
 
     // Let the server reach a steady state before the baseline; one short-lived

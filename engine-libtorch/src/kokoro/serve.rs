@@ -150,10 +150,16 @@ pub fn split_first(sentence: Sentence) -> Vec<Sentence> {
         return vec![sentence];
     }
     let phonemes: Vec<char> = sentence.phonemes.chars().collect();
+    // The front end's words hold the punctuation after them ("Sundays," is "sˈʌndˌAz,"): a
+    // break is in a word's trailing punctuation or in the gap after it.
     let breaks_after = |k: usize| {
-        let end = words[k].phonemes.end;
+        let range = &words[k].phonemes;
+        let spoken_end = phonemes
+            .get(range.start..range.end.min(phonemes.len()))
+            .and_then(|p| p.iter().rposition(|c| c.is_alphabetic()))
+            .map_or(range.start, |i| range.start + i + 1);
         let next = words.get(k + 1).map_or(phonemes.len(), |w| w.phonemes.start);
-        phonemes.get(end..next).is_some_and(|gap| gap.iter().any(|c| matches!(c, ',' | ';' | ':' | '—' | '–')))
+        phonemes.get(spoken_end..next).is_some_and(|gap| gap.iter().any(|c| matches!(c, ',' | ';' | ':' | '—' | '–')))
     };
     let clause = (FIRST_CLAUSE_MIN_WORDS - 1..FIRST_SEGMENT_WORDS).find(|&k| breaks_after(k));
     let cut = clause.unwrap_or(FIRST_SEGMENT_WORDS - 1);
@@ -247,6 +253,32 @@ mod tests {
         assert_eq!(parts[0].text, "Yes, the weather today");
         // Short sentences stay whole.
         assert_eq!(split_first(sentence("It is sunny today.")).len(), 1);
+    }
+
+    /// As the front end gives them: each word's phonemes hold the punctuation after it.
+    fn with_punctuation_in_words(mut s: Sentence) -> Sentence {
+        let phonemes: Vec<char> = s.phonemes.chars().collect();
+        for w in &mut s.words {
+            while phonemes.get(w.phonemes.end).is_some_and(|c| !c.is_whitespace()) {
+                w.phonemes.end += 1;
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn a_break_inside_a_words_phonemes_is_found() {
+        let parts = split_first(with_punctuation_in_words(sentence(
+            "Well then, the weather today is sunny with a light breeze.",
+        )));
+        assert_eq!(parts[0].text, "Well then");
+        assert_eq!(parts[0].phonemes, "Well then, ");
+        // A sixth word ending in a comma is cut there without a second comma.
+        let parts = split_first(with_punctuation_in_words(sentence(
+            "The library closes early on Sundays, so we went on Saturday instead.",
+        )));
+        assert_eq!(parts[0].phonemes, "The library closes early on Sundays, ");
+        assert_eq!(parts[1].text, "so we went on Saturday instead.");
     }
 
     #[test]

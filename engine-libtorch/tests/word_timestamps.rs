@@ -3,8 +3,9 @@
 //! engine made, and the engine's own timings (from its duration predictor) must sit within 30 ms
 //! of it on average, starts and ends apart. The same timings must come out whether the audio is
 //! streamed or asked for whole, whether requests are batched together, and whatever
-//! `sample_rate` the client asks for (the resampler keeps the time axis). Needs `.cache`
-//! (scripts/setup-voice.sh), ffmpeg and .venv-asr.
+//! `sample_rate` the client asks for (the resampler keeps the time axis). Both voice families:
+//! hibari's, and Kokoro's (a packaged voice reading the same sentences; its timings carry its own
+//! lead, timing.rs). Needs `.cache` (scripts/setup.sh: hibari and Kokoro), ffmpeg and .venv-asr.
 
 mod common;
 
@@ -37,11 +38,33 @@ const HELD_OUT: [&str; 8] = [
     "Her answer surprised everyone in the room.",
 ];
 
-/// The bound of the issue: mean absolute error of starts, and of ends, against the aligner.
-const MEAN_MS: f64 = 30.0;
-/// The aligner works in 10 ms frames and places some boundaries (a stop's closure, a fricative's
-/// tail) differently from any duration model: a few words may sit further off.
-const P90_MS: i64 = 50;
+/// What the timings are held to against the aligner: the mean absolute error of starts, and of
+/// ends, the p90 of each, and how many words the aligner may lose (place ≥ [`LOST_MS`] from
+/// ours at both edges), which are reported and left out of the figures.
+#[derive(Clone, Copy)]
+struct Bounds {
+    mean_ms: f64,
+    p90_ms: i64,
+    lost: usize,
+}
+
+/// hibari: the bound of the issue, 30 ms on average. The aligner works in 10 ms frames and places
+/// some boundaries (a stop's closure, a fricative's tail) differently from any duration model: a
+/// few words may sit further off.
+const HIBARI_BOUNDS: Bounds = Bounds { mean_ms: 30.0, p90_ms: 50, lost: 0 };
+
+/// Kokoro's packaged voices are Japanese speakers reading English, and the aligner's American
+/// acoustic model fits them less well (benches/results/11-word-timestamps.md): the same 30 ms on
+/// average, but a p90 of 60 ms, and one word in thirty it may lose (jm_kumo's weak "Her" after a
+/// pause, which it squeezes into the pause, 760 ms before the word). At 8 kHz the aligner moves
+/// its own placements of the same words by 17-18 ms on average (up to 180 ms) from where it
+/// puts them in the 24 kHz audio, while our timings do not change: there the bound is 40 ms
+/// (p90 80 ms), what the judge can resolve.
+const KOKORO_BOUNDS: Bounds = Bounds { mean_ms: 30.0, p90_ms: 60, lost: 2 };
+const KOKORO_BOUNDS_8K: Bounds = Bounds { mean_ms: 40.0, p90_ms: 80, lost: 2 };
+
+/// A word the aligner places this far from ours at both edges is one it lost, not a timing error.
+const LOST_MS: i64 = 250;
 
 fn engine() -> &'static HibariEngine {
     static ENGINE: OnceLock<HibariEngine> = OnceLock::new();
@@ -49,6 +72,10 @@ fn engine() -> &'static HibariEngine {
         let mut options = speechstream_engine_libtorch::HibariOptions::new(hibari_assets());
         options.admission = speechstream_engine_libtorch::AdmissionMode::Off;
         options.threads = Some(1);
+        let kokoro = common::cache().join("kokoro");
+        assert!(kokoro.join("voices_ja.npz").is_file(), "{} missing: run scripts/setup.sh", kokoro.display());
+        options.kokoro_dir = Some(kokoro);
+        options.kokoro_required = true;
         HibariEngine::new(options).expect("engine")
     })
 }
@@ -61,8 +88,18 @@ impl EventSink for Sink {
     }
 }
 
-fn request(text: &str, stream: bool) -> SynthesisRequest {
-    SynthesisRequest::new(text).with_seed(Some(11)).with_stream(stream).with_output(OutputKind::AudioAndWords)
+/// The voices measured: hibari's default, and Kokoro's packaged voices, a female and a male one
+/// (Japanese voices reading English with the American front end: the only ones packaged).
+const HIBARI: Option<&str> = None;
+const KOKORO_VOICES: [&str; 2] = ["jf_alpha", "jm_kumo"];
+
+fn request(text: &str, stream: bool, voice: Option<&str>) -> SynthesisRequest {
+    let request =
+        SynthesisRequest::new(text).with_seed(Some(11)).with_stream(stream).with_output(OutputKind::AudioAndWords);
+    match voice {
+        Some(voice) => request.with_voice(voice),
+        None => request,
+    }
 }
 
 fn submit(request: SynthesisRequest) -> mpsc::Receiver<EngineEvent> {
@@ -125,19 +162,18 @@ fn stats(errors: &[i64]) -> (f64, i64) {
 }
 
 /// Our timings against the aligner's placement of the same words, over all requests: the
-/// signed errors of the starts and of the ends, in ms.
-fn errors(
-    label: &str,
-    texts: &[&str],
-    ours: &[Vec<WordTiming>],
-    judge: &[Vec<(String, i64, i64)>],
-) -> (Vec<i64>, Vec<i64>) {
-    let (mut starts, mut ends) = (Vec::new(), Vec::new());
+/// signed errors of the starts and of the ends, in ms, held to `bounds`.
+fn errors(label: &str, texts: &[&str], ours: &[Vec<WordTiming>], judge: &[Vec<(String, i64, i64)>], bounds: Bounds) {
+    let (mut starts, mut ends, mut lost) = (Vec::new(), Vec::new(), Vec::new());
     for ((text, words), judged) in texts.iter().zip(ours).zip(judge) {
         let ours: Vec<String> = words.iter().map(|w| w.word.to_lowercase()).collect();
         let theirs: Vec<String> = judged.iter().map(|w| w.0.clone()).collect();
         assert_eq!(ours, theirs, "{text}: the aligner placed other words");
         for (w, (_, s, e)) in words.iter().zip(judged) {
+            if (w.start_ms - s).abs() >= LOST_MS && (w.end_ms - e).abs() >= LOST_MS {
+                lost.push(format!("{:?} ours {}..{} ms, aligner's {s}..{e} ms", w.word, w.start_ms, w.end_ms));
+                continue;
+            }
             starts.push(w.start_ms - s);
             ends.push(w.end_ms - e);
         }
@@ -146,17 +182,22 @@ fn errors(
     let ((start_mean, start_p90), (end_mean, end_p90)) = (stats(&starts), stats(&ends));
     eprintln!(
         "{label}: {} words: starts mean |Δ| {start_mean:.1} ms (signed {:+.1}), p90 {start_p90} ms; \
-         ends mean |Δ| {end_mean:.1} ms (signed {:+.1}), p90 {end_p90} ms",
+         ends mean |Δ| {end_mean:.1} ms (signed {:+.1}), p90 {end_p90} ms; lost by the aligner: {lost:?}",
         starts.len(),
         signed(&starts),
         signed(&ends)
     );
+    assert!(lost.len() <= bounds.lost, "{label}: the aligner lost {} words: {lost:?}", lost.len());
     assert!(
-        start_mean <= MEAN_MS && end_mean <= MEAN_MS,
-        "{label}: mean |Δ| starts {start_mean:.1} ms, ends {end_mean:.1} ms (bound {MEAN_MS})"
+        start_mean <= bounds.mean_ms && end_mean <= bounds.mean_ms,
+        "{label}: mean |Δ| starts {start_mean:.1} ms, ends {end_mean:.1} ms (bound {})",
+        bounds.mean_ms
     );
-    assert!(start_p90 <= P90_MS && end_p90 <= P90_MS, "{label}: p90 |Δ| starts {start_p90} ms, ends {end_p90} ms");
-    (starts, ends)
+    assert!(
+        start_p90 <= bounds.p90_ms && end_p90 <= bounds.p90_ms,
+        "{label}: p90 |Δ| starts {start_p90} ms, ends {end_p90} ms (bound {})",
+        bounds.p90_ms
+    );
 }
 
 /// The requests: six sentences alone and two in one request (the second sentence's timings
@@ -167,15 +208,17 @@ fn texts() -> Vec<String> {
     texts
 }
 
-#[test]
-fn word_timestamps_match_a_forced_aligner_at_every_rate() {
+/// Streams each of [`texts`] in `voice`, one request at a time, and holds its word timings to
+/// the aligner's placement of the words in the audio at every output rate (the streamed audio
+/// resampled chunk by chunk, as the session does).
+fn timings_match_the_aligner_at_every_rate(family: &str, voice: Option<&str>, bounds: impl Fn(u32) -> Bounds) {
     let texts = texts();
     let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
     // Streamed, one request at a time: the chunks as the engine sends them.
-    let runs: Vec<(Vec<Vec<i16>>, Vec<WordTiming>)> = texts.iter().map(|t| collect(submit(request(t, true)))).collect();
+    let runs: Vec<(Vec<Vec<i16>>, Vec<WordTiming>)> =
+        texts.iter().map(|t| collect(submit(request(t, true, voice)))).collect();
     let words: Vec<Vec<WordTiming>> = runs.iter().map(|r| r.1.clone()).collect();
     for rate in SUPPORTED_RATES {
-        // As the session resamples a stream: chunk by chunk through one converter.
         let items: Vec<(Vec<i16>, u32, &str)> = runs
             .iter()
             .zip(&texts)
@@ -189,18 +232,38 @@ fn word_timestamps_match_a_forced_aligner_at_every_rate() {
                 (pcm, rate, *text)
             })
             .collect();
-        errors(&format!("{rate} Hz"), &texts, &words, &align(&items));
+        errors(&format!("{family} {rate} Hz"), &texts, &words, &align(&items), bounds(rate));
+    }
+}
+
+#[test]
+fn hibari_word_timestamps_match_a_forced_aligner_at_every_rate() {
+    timings_match_the_aligner_at_every_rate("hibari", HIBARI, |_| HIBARI_BOUNDS);
+}
+
+#[test]
+fn kokoro_word_timestamps_match_a_forced_aligner_at_every_rate() {
+    for voice in KOKORO_VOICES {
+        timings_match_the_aligner_at_every_rate(voice, Some(voice), |rate| {
+            if rate < 16_000 {
+                KOKORO_BOUNDS_8K
+            } else {
+                KOKORO_BOUNDS
+            }
+        });
     }
 }
 
 #[test]
 fn whole_streamed_and_batched_requests_give_the_same_timings() {
     let texts = texts();
-    let alone: Vec<Vec<WordTiming>> = texts.iter().map(|t| collect(submit(request(t, true))).1).collect();
-    let whole: Vec<Vec<WordTiming>> = texts.iter().map(|t| collect(submit(request(t, false))).1).collect();
-    assert_eq!(alone, whole, "whole audio vs streamed");
-    // All at once: their sentences share prosody and decoder batches.
-    let together: Vec<_> = texts.iter().map(|t| submit(request(t, true))).collect();
-    let batched: Vec<Vec<WordTiming>> = together.into_iter().map(|rx| collect(rx).1).collect();
-    assert_eq!(alone, batched, "batched vs alone");
+    for voice in [HIBARI, Some(KOKORO_VOICES[0])] {
+        let alone: Vec<Vec<WordTiming>> = texts.iter().map(|t| collect(submit(request(t, true, voice))).1).collect();
+        let whole: Vec<Vec<WordTiming>> = texts.iter().map(|t| collect(submit(request(t, false, voice))).1).collect();
+        assert_eq!(alone, whole, "{voice:?}: whole audio vs streamed");
+        // All at once: their sentences share prosody and decoder batches.
+        let together: Vec<_> = texts.iter().map(|t| submit(request(t, true, voice))).collect();
+        let batched: Vec<Vec<WordTiming>> = together.into_iter().map(|rx| collect(rx).1).collect();
+        assert_eq!(alone, batched, "{voice:?}: batched vs alone");
+    }
 }
