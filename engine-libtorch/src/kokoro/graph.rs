@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use tch::{Device, Tensor};
 
-use super::int8::Prep;
+use super::exec_int8::Prep;
 use super::ops::to_tch;
 use crate::onnx::{Model, Node, Tensor as OnnxTensor};
 use crate::Precision;
@@ -60,7 +60,7 @@ impl Graph {
                 node.inputs.iter().map(|n| if n.is_empty() { None } else { Some(id(n, &mut consts)) }).collect();
             let outputs =
                 node.outputs.iter().map(|n| if n.is_empty() { None } else { Some(id(n, &mut consts)) }).collect();
-            let prep = super::int8::prepare(node, &inits, precision, device)?;
+            let prep = super::exec_int8::prepare(node, &inits, precision, device)?;
             ops.push(Op { node: node.clone(), inputs, outputs, prep, frees: Vec::new() });
         }
         for name in &g.outputs {

@@ -4,7 +4,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::int8::{self, Prep};
+use super::exec_int8::{self, Prep};
 use crate::onnx::{AttrValue, DataType, Node, Tensor as OnnxTensor};
 use crate::Precision;
 
@@ -493,7 +493,7 @@ pub(super) fn run(
             let upd = upd.reshape([-1, inner]);
             one(flat.index_put(&[Some(lin)], &upd, false).reshape(&shape))
         }
-        "DynamicQuantizeLinear" => int8::dynamic_quantize_linear(precision, device, x()?),
+        "DynamicQuantizeLinear" => exec_int8::dynamic_quantize_linear(precision, device, x()?),
         "MatMulInteger" => match prep {
             Prep::MatMulInt(m) => one(m.run(x()?, opt(ins, 2))?),
             _ => Err("weights not prepared".into()),
