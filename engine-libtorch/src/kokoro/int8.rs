@@ -11,6 +11,7 @@ use tch::{Device, Kind, Tensor};
 use crate::cpu;
 use crate::gemm::Packed;
 use crate::onnx::{AttrValue, Node, Tensor as OnnxTensor};
+use crate::tensor_slices::{f32s as slice_f32, f32s_mut};
 use crate::Precision;
 
 type R<T> = Result<T, String>;
@@ -58,10 +59,11 @@ pub(super) fn quantize(precision: Precision, x: &Tensor) -> Act {
     match precision {
         Precision::Fp32 => Act::Float(x.shallow_clone()),
         Precision::Int8 => {
-            let v = to_f32s(x).expect("a float tensor");
-            let (scale, zp) = quant_params(&v);
+            let x = x.to_kind(Kind::Float).contiguous();
+            let v = slice_f32(&x);
+            let (scale, zp) = quant_params(v);
             let mut q = vec![0u8; v.len()];
-            quantize_into(&v, scale, zp, &mut q);
+            quantize_into(v, scale, zp, &mut q);
             Act::Int8 { q, scale, zp, shape: x.size() }
         }
     }
@@ -83,10 +85,24 @@ impl Int8Rows {
     /// C[m, j] = Σ_k (a[m, k] − a_zp)·W[j, k] in int32, for u8 activations `a` [M, K]. The
     /// kernel takes a − 128; the difference to a − a_zp is (128 − a_zp) times the row sum.
     fn products(&self, a: &[u8], a_zp: u8) -> Vec<i32> {
-        let n = self.rowsum.len();
         let m = a.len() / self.k;
-        let mut c = vec![0i32; m * n];
+        let mut c = vec![0i32; m * self.rowsum.len()];
         self.packed.matmul_u8(a, &mut c);
+        self.correct(&mut c, a_zp);
+        c
+    }
+
+    /// [`Int8Rows::products`] of `m` rows `lda` bytes apart in `a` (overlapping: a convolution's
+    /// im2col rows read in place from its time-major input).
+    fn products_strided(&self, a: &[u8], m: usize, lda: usize, a_zp: u8) -> Vec<i32> {
+        let mut c = vec![0i32; m * self.rowsum.len()];
+        self.packed.matmul_u8_rows(a, m, lda, &mut c);
+        self.correct(&mut c, a_zp);
+        c
+    }
+
+    fn correct(&self, c: &mut [i32], a_zp: u8) {
+        let n = self.rowsum.len();
         let corr = 128 - i32::from(a_zp);
         if corr != 0 {
             for row in c.chunks_exact_mut(n) {
@@ -95,7 +111,6 @@ impl Int8Rows {
                 }
             }
         }
-        c
     }
 }
 
@@ -298,64 +313,103 @@ impl Conv {
         })
     }
 
+    /// [1, C, L] → [1, O, L']. In int8 the activation is quantized straight into the layout the
+    /// products read (time-major, padded with the zero point).
     pub fn forward(&self, precision: Precision, x: &Tensor) -> Tensor {
-        self.forward_act(&quantize(precision, x))
+        match (precision, &self.int8) {
+            (Precision::Int8, Some(rows)) => {
+                let x = x.to_kind(Kind::Float).contiguous();
+                let size = x.size();
+                assert!(size.len() == 3 && size[0] == 1 && size[1] as usize == self.in_ch, "Conv: X {size:?}");
+                let (c, l, pad) = (self.in_ch, size[2] as usize, self.pad);
+                let v = slice_f32(&x);
+                let (scale, zp) = quant_params(v);
+                let mut xt = vec![zp; (l + 2 * pad) * c];
+                let mut q = vec![0u8; l];
+                for ci in 0..c {
+                    quantize_into(&v[ci * l..(ci + 1) * l], scale, zp, &mut q);
+                    for (p, &b) in q.iter().enumerate() {
+                        xt[(p + pad) * c + ci] = b;
+                    }
+                }
+                self.products(rows, &xt, l, scale, zp)
+            }
+            _ => self.forward_act(&quantize(precision, x)),
+        }
     }
 
+    /// The convolution of an activation already quantized ([1, C, L]), shared with other layers.
     pub fn forward_act(&self, a: &Act) -> Tensor {
-        let (c, kw) = (self.in_ch, self.kernel);
         match (a, &self.int8, &self.float) {
-            (Act::Float(x), _, Some(w)) => x.conv1d(
-                w,
-                self.bias.as_ref(),
-                [self.stride as i64],
-                [self.pad as i64],
-                [self.dil as i64],
-                1,
-            ),
+            (Act::Float(x), _, Some(w)) => {
+                x.conv1d(w, self.bias.as_ref(), [self.stride as i64], [self.pad as i64], [self.dil as i64], 1)
+            }
             (Act::Int8 { q, scale, zp, shape }, Some(rows), _) => {
+                let c = self.in_ch;
                 assert!(shape.len() == 3 && shape[0] == 1 && shape[1] as usize == c, "Conv: X {shape:?}");
-                let l = shape[2] as usize;
-                let span = self.dil * (kw - 1) + 1;
-                let lout = (l + 2 * self.pad).saturating_sub(span) / self.stride + 1;
-                // x time-major with the padding (the zero point: a product of 0) on both sides,
-                // then im2col rows t = [x[:, t·s + j·d] for j]
-                let lp = l + 2 * self.pad;
-                let mut xt = vec![*zp; lp * c];
+                let (l, pad) = (shape[2] as usize, self.pad);
+                // time-major, the padding (the zero point: a product of 0) on both sides
+                let mut xt = vec![*zp; (l + 2 * pad) * c];
                 for ci in 0..c {
                     for (p, &v) in q[ci * l..(ci + 1) * l].iter().enumerate() {
-                        xt[(p + self.pad) * c + ci] = v;
+                        xt[(p + pad) * c + ci] = v;
                     }
                 }
-                let y = if kw == 1 && self.stride == 1 {
-                    rows.products(&xt, *zp)
-                } else {
-                    let mut cols = vec![0u8; lout * c * kw];
-                    for (t, row) in cols.chunks_exact_mut(c * kw).enumerate() {
-                        for (j, dst) in row.chunks_exact_mut(c).enumerate() {
-                            let p = t * self.stride + j * self.dil;
-                            dst.copy_from_slice(&xt[p * c..(p + 1) * c]);
-                        }
-                    }
-                    rows.products(&cols, *zp)
-                };
-                // (sums + the bias in the sums' units) · a_scale·w_scale, as the export's graph
-                let s = scale * self.w_scale;
-                let o = self.out_ch;
-                let mut out = vec![0f32; o * lout];
-                let bq: Vec<i32> = match &self.bias_f32 {
-                    Some(b) => b.iter().map(|&v| (v / s).floor() as i32).collect(),
-                    None => vec![0; o],
-                };
-                for (t, row) in y.chunks_exact(o).enumerate() {
-                    for (oi, &v) in row.iter().enumerate() {
-                        out[oi * lout + t] = (v + bq[oi]) as f32 * s;
-                    }
-                }
-                Tensor::from_slice(&out).view([1, o as i64, lout as i64])
+                self.products(rows, &xt, l, *scale, *zp)
             }
             _ => panic!("an activation of the other precision"),
         }
+    }
+
+    /// The int8 convolution of `xt` (time-major [L + 2·pad, C], padded): im2col rows
+    /// t = [x[:, t·s + j·d] for j] (none for a 1×1), exact sums, then (sums + the bias in the sums'
+    /// units)·a_scale·w_scale as the export's graph computes it, channel-major.
+    fn products(&self, rows: &Int8Rows, xt: &[u8], l: usize, scale: f32, zp: u8) -> Tensor {
+        let (c, kw) = (self.in_ch, self.kernel);
+        let span = self.dil * (kw - 1) + 1;
+        let lout = (l + 2 * self.pad).saturating_sub(span) / self.stride + 1;
+        let y = if self.dil == 1 && (c * kw).is_multiple_of(4) {
+            // the k taps' columns of step t lie side by side in xt: rows read in place
+            rows.products_strided(xt, lout, self.stride * c, zp)
+        } else if kw == 1 && self.stride == 1 {
+            rows.products(xt, zp)
+        } else {
+            let mut cols = vec![0u8; lout * c * kw];
+            for (t, row) in cols.chunks_exact_mut(c * kw).enumerate() {
+                let p0 = t * self.stride;
+                if self.dil == 1 {
+                    // the k taps' columns lie side by side in xt
+                    row.copy_from_slice(&xt[p0 * c..(p0 + kw) * c]);
+                } else {
+                    for (j, dst) in row.chunks_exact_mut(c).enumerate() {
+                        let p = p0 + j * self.dil;
+                        dst.copy_from_slice(&xt[p * c..(p + 1) * c]);
+                    }
+                }
+            }
+            rows.products(&cols, zp)
+        };
+        let s = scale * self.w_scale;
+        let o = self.out_ch;
+        let bq: Vec<i32> = match &self.bias_f32 {
+            Some(b) => b.iter().map(|&v| (v / s).floor() as i32).collect(),
+            None => vec![0; o],
+        };
+        let mut out = Tensor::empty([1, o as i64, lout as i64], (Kind::Float, Device::Cpu));
+        // SAFETY: a tensor made here and held alone while the slice lives.
+        let dst = unsafe { f32s_mut(&mut out) };
+        // transposed in blocks of steps, so that both sides stay in cache
+        const BLOCK: usize = 64;
+        for t0 in (0..lout).step_by(BLOCK) {
+            let t1 = (t0 + BLOCK).min(lout);
+            for (oi, &b) in bq.iter().enumerate() {
+                let d = &mut dst[oi * lout + t0..oi * lout + t1];
+                for (t, v) in d.iter_mut().enumerate() {
+                    *v = (y[(t0 + t) * o + oi] + b) as f32 * s;
+                }
+            }
+        }
+        out
     }
 }
 

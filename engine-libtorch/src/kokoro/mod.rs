@@ -1,19 +1,16 @@
-//! Kokoro-82M natively in tch, read off kokoro-onnx's ONNX export (`kokoro-v1.0.int8.onnx`, or
-//! the fp32 `kokoro-v1.0.onnx`) without onnxruntime: the export's graph is run node by node on
-//! tch tensors ([`graph`], [`ops`]), its int8 products on our own int8 kernels ([`int8`],
-//! [`crate::gemm`]). The blocks, shapes and where the int8 lives: docs/kokoro-architecture.md.
+//! Kokoro-82M natively in tch, without onnxruntime: the network written out block by block
+//! ([`net`]), its weights read by name out of kokoro-onnx's ONNX export (`kokoro-v1.0.int8.onnx`,
+//! [`load`]), its int8 products on our own int8 kernels ([`int8`], [`crate::gemm`]). The blocks,
+//! shapes, weight names and where the int8 lives: docs/kokoro-architecture.md.
 //!
 //! [`KokoroModel::infer`] takes the phoneme ids of one utterance (without the two pad tokens,
 //! which it adds), the voice's 256 style floats for that length and the speed, and returns 24 kHz
 //! audio with the predicted durations (frames of [`SAMPLES_PER_FRAME`] samples per input token,
 //! both pads included).
 
-mod exec_int8;
-mod graph;
 mod int8;
 mod load;
 mod net;
-mod ops;
 // How the engine's workers serve Kokoro's voices, and the voice files users have.
 pub mod serve;
 mod signal;
@@ -33,9 +30,6 @@ pub const SAMPLE_RATE: u32 = 24_000;
 /// Inputs longer than this many ids (pads excluded) are refused: ALBERT's positions end at 512,
 /// the voices' style rows at 510.
 pub const MAX_IDS: usize = 510;
-
-/// The per-token durations in the export's graph: round(duration / speed) clipped to ≥ 1.
-const DURATIONS: &str = "/encoder/Clip_output_0";
 
 /// The network of one Kokoro model file in one precision on one device.
 pub struct KokoroModel {
@@ -59,8 +53,8 @@ pub struct KokoroOutput {
 }
 
 impl KokoroModel {
-    /// Loads a Kokoro ONNX export. [`Precision::Int8`] needs the CPU and an int8 file (its int8
-    /// nodes run on our kernels); [`Precision::Fp32`] runs anywhere, with the int8 file's weights
+    /// Loads the network's weights from kokoro-onnx's int8 export. [`Precision::Int8`] needs the
+    /// CPU (its products run on our kernels); [`Precision::Fp32`] runs anywhere, with the weights
     /// dequantized.
     pub fn load(onnx: &Path, device: Device, precision: Precision) -> Result<KokoroModel, String> {
         let model = Model::load(onnx).map_err(|e| format!("{}: {e}", onnx.display()))?;
@@ -75,6 +69,13 @@ impl KokoroModel {
             if !model.graph.inputs.iter().any(|i| i == input) {
                 return Err(format!("not a Kokoro export: no input `{input}`"));
             }
+        }
+        if !model.graph.nodes.iter().any(|n| n.op_type == "MatMulInteger") {
+            return Err(format!(
+                "not the int8 export: the network reads the weights of kokoro-onnx's int8 file \
+                 ({}), which fp32 runs dequantized; the fp32 export is not supported",
+                voices::INT8_MODEL
+            ));
         }
         let _g = tch::no_grad_guard();
         let weights = load::Weights::new(model, precision, device);
@@ -127,7 +128,11 @@ impl KokoroModel {
         }
         if let Some(f) = forced {
             if f.len() != ids.len() + 2 || f.iter().any(|&d| !(1..=10_000).contains(&d)) {
-                return Err(format!("{} forced durations for {} tokens (1 to 10000 frames each)", f.len(), ids.len() + 2));
+                return Err(format!(
+                    "{} forced durations for {} tokens (1 to 10000 frames each)",
+                    f.len(),
+                    ids.len() + 2
+                ));
             }
         }
         let _g = tch::no_grad_guard();
@@ -135,7 +140,8 @@ impl KokoroModel {
         tokens.push(0);
         tokens.extend_from_slice(ids);
         tokens.push(0);
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.net.forward(&tokens, style, speed, forced)));
+        let run =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.net.forward(&tokens, style, speed, forced)));
         let pass = match run {
             Ok(r) => r?,
             Err(p) => {
@@ -148,10 +154,16 @@ impl KokoroModel {
             }
         };
         let floats = |t: &Tensor| -> Result<Vec<f32>, String> {
-            Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1).to_device(Device::Cpu)).map_err(|e| e.to_string())
+            Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1).to_device(Device::Cpu))
+                .map_err(|e| e.to_string())
         };
-        let out = KokoroOutput { audio: floats(&pass.audio)?, durations: pass.durations, samples_per_frame: SAMPLES_PER_FRAME };
-        let trace = KokoroTrace { durations_raw: floats(&pass.durations_raw)?, f0: floats(&pass.f0)?, n: floats(&pass.n)? };
+        let out = KokoroOutput {
+            audio: floats(&pass.audio)?,
+            durations: pass.durations,
+            samples_per_frame: SAMPLES_PER_FRAME,
+        };
+        let trace =
+            KokoroTrace { durations_raw: floats(&pass.durations_raw)?, f0: floats(&pass.f0)?, n: floats(&pass.n)? };
         Ok((out, trace))
     }
 }
@@ -165,40 +177,4 @@ pub struct KokoroTrace {
     pub f0: Vec<f32>,
     /// The predicted energy curve, two values per frame
     pub n: Vec<f32>,
-}
-
-/// TEMPORARY: the graph executor, for comparing the hand-written network with it.
-pub struct KokoroProbe {
-    graph: graph::Graph,
-}
-
-impl KokoroProbe {
-    pub fn load(onnx: &Path, device: Device, precision: Precision, keep: &[&str]) -> Result<KokoroProbe, String> {
-        let model = Model::load(onnx).map_err(|e| format!("{}: {e}", onnx.display()))?;
-        let mut keep = keep.to_vec();
-        keep.push(DURATIONS);
-        let _g = tch::no_grad_guard();
-        Ok(KokoroProbe { graph: graph::Graph::new(&model, device, precision, &keep)? })
-    }
-
-    pub fn infer(
-        &self,
-        ids: &[i64],
-        style: &[f32],
-        speed: f32,
-        want: &[&str],
-        replace: &[(&str, Tensor)],
-    ) -> Result<Vec<Tensor>, String> {
-        let _g = tch::no_grad_guard();
-        let mut tokens = vec![0];
-        tokens.extend_from_slice(ids);
-        tokens.push(0);
-        let n = tokens.len() as i64;
-        let inputs = [
-            ("tokens", Tensor::from_slice(&tokens).view([1, n])),
-            ("style", Tensor::from_slice(style).view([1, 256])),
-            ("speed", Tensor::from_slice(&[speed])),
-        ];
-        self.graph.run(&inputs, want, replace)
-    }
 }

@@ -74,7 +74,8 @@ impl ResBlk {
     }
 
     fn forward(&self, p: Precision, x: &Tensor, s: &Act) -> Tensor {
-        let mut short = if self.pool.is_some() { x.repeat_interleave_self_int(2, Some(2), None) } else { x.shallow_clone() };
+        let mut short =
+            if self.pool.is_some() { x.repeat_interleave_self_int(2, Some(2), None) } else { x.shallow_clone() };
         if let Some(c) = &self.conv1x1 {
             short = c.forward(p, &short);
         }
@@ -296,9 +297,7 @@ impl Decoder {
             n_conv: w.conv(&format!("{DEC}/N_conv/Conv_quant"))?,
             encode: ResBlk::load(w, &format!("{DEC}/encode"), false, true)?,
             asr_res: w.conv(&format!("{DEC}/asr_res/asr_res.0/Conv_quant"))?,
-            decode: (0..4)
-                .map(|i| ResBlk::load(w, &format!("{DEC}/decode.{i}"), i == 3, true))
-                .collect::<R<_>>()?,
+            decode: (0..4).map(|i| ResBlk::load(w, &format!("{DEC}/decode.{i}"), i == 3, true)).collect::<R<_>>()?,
         })
     }
 
@@ -389,7 +388,10 @@ impl Generator {
             source_w: w.float("onnx::MatMul_6993")?,
             source_b: w.float(&format!("{GEN_W}.m_source.l_linear.bias"))?,
             window: w.float(&format!("{GEN}/Constant_17_output_0"))?,
-            ups: vec![w.float_conv(&format!("{GEN}/ups.0/ConvTranspose"))?, w.float_conv(&format!("{GEN}/ups.1/ConvTranspose"))?],
+            ups: vec![
+                w.float_conv(&format!("{GEN}/ups.0/ConvTranspose"))?,
+                w.float_conv(&format!("{GEN}/ups.1/ConvTranspose"))?,
+            ],
             noise_convs: vec![
                 w.conv(&format!("{GEN}/noise_convs.0/Conv_quant"))?,
                 w.conv(&format!("{GEN}/noise_convs.1/Conv_quant"))?,
