@@ -238,7 +238,7 @@ impl<'a> Weights<'a> {
     }
 }
 
-/// `t` as f32 on `device` (a helper for constants).
+/// A float tensor of `v` on `device` (constants).
 pub(super) fn consts(v: &[f32], device: Device) -> Tensor {
     Tensor::from_slice(v).to_kind(Kind::Float).to_device(device)
 }

@@ -61,7 +61,8 @@ struct ResBlk {
 }
 
 impl ResBlk {
-    /// `convs`: the node names of conv1, conv2 and the shortcut's 1×1 (if learned).
+    /// The block whose nodes start with `prefix`; `upsample`: ×2 (nearest shortcut, `pool`);
+    /// `learned`: a 1×1 conv on the shortcut.
     fn load(w: &Weights, prefix: &str, upsample: bool, learned: bool) -> R<ResBlk> {
         Ok(ResBlk {
             norm1: AdaIn::load(w, &format!("{prefix}/norm1"))?,
@@ -454,10 +455,10 @@ impl Generator {
             if i == 1 {
                 x = x.reflection_pad1d([1, 0]);
             }
-            x = x + src;
+            x += src;
             let mut sum = self.resblocks[3 * i].forward(p, &x, sq);
             for j in 1..3 {
-                sum = sum + self.resblocks[3 * i + j].forward(p, &x, sq);
+                sum += self.resblocks[3 * i + j].forward(p, &x, sq);
             }
             x = sum / 3.0;
             profile.mark(if i == 0 { "generator: stage 1" } else { "generator: stage 2" });
