@@ -210,7 +210,8 @@ struct VoiceArgs {
     #[arg(long, visible_alias = "voice-dir", value_name = "DIR")]
     assets_dir: Option<PathBuf>,
     /// Kokoro-82M's files, served beside hibari (model `kokoro`, voices such as `af_heart`):
-    /// kokoro-v1.0.int8.onnx and/or kokoro-v1.0.onnx, and voices-v1.0.bin (kokoro-onnx's) or
+    /// kokoro-v1.0.int8.onnx (kokoro-onnx's int8 export; fp32 runs its weights dequantized), and
+    /// voices-v1.0.bin (kokoro-onnx's) or
     /// other .npz bundles or one .npy per voice, here or in its voices/ folder [default:
     /// $SPEECHSTREAM_KOKORO, else $SPEECHSTREAM_CACHE/kokoro, else the checkout's .cache/kokoro
     /// next to the binary, else ./.cache/kokoro; a default directory without them serves

@@ -209,8 +209,9 @@ fn load_kokoro(
 ) -> Result<(Vec<VoiceModel>, EngineCapabilities), String> {
     // `--precision auto` is Kokoro's own auto (not what hibari's probe chose for hibari).
     let precision = options.precision.unwrap_or_else(|| crate::KokoroModel::auto_precision(options.device));
-    let prefer_fp32 = precision == Precision::Fp32 || options.device != Device::Cpu;
-    let onnx = files.model(prefer_fp32).ok_or("no model file")?;
+    // The hand-written network reads the int8 export's weights (fp32 runs them dequantized); an
+    // fp32 export alone is refused with a clear error at load.
+    let onnx = files.model(false).ok_or("no model file")?;
     // Kokoro's vocabulary: its own vocab.json when present, else hibari's (the same alphabet,
     // checked in kokoro::serve's tests).
     let kokoro_dir = options.kokoro_dir.as_deref().unwrap_or(hibari_dir);

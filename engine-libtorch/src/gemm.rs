@@ -247,10 +247,10 @@ impl Packed {
                 // `a`, `self.data`, `self.offset` and `c` have the sizes the kernels read and write.
                 unsafe {
                     match self.level {
-                        Level::Avx2 => x86::avx2::run(a, m, self, c),
-                        Level::AvxVnni => x86::avxvnni::run(a, m, self, c),
-                        Level::Avx512 => x86::avx512::run(a, m, self, c),
-                        Level::Avx512Vnni => x86::avx512vnni::run(a, m, self, c),
+                        Level::Avx2 => x86::avx2::run(a, m, self.groups * 4, self, c),
+                        Level::AvxVnni => x86::avxvnni::run(a, m, self.groups * 4, self, c),
+                        Level::Avx512 => x86::avx512::run(a, m, self.groups * 4, self, c),
+                        Level::Avx512Vnni => x86::avx512vnni::run(a, m, self.groups * 4, self, c),
                         Level::Baseline => unreachable!("handled below"),
                     }
                 }
@@ -262,6 +262,39 @@ impl Packed {
                 *cv = ar.iter().zip(wr).map(|(&x, &w)| (i32::from(x) - 128) * i32::from(w as i8)).sum();
             }
         }
+    }
+
+    /// [`Packed::matmul_u8`] of `m` rows of A that lie `lda` bytes apart in `a` and may overlap
+    /// (row r is `a[r·lda..r·lda + K]`): a 1-d convolution's im2col rows read straight from its
+    /// time-major input, without the copy. The same integers as [`Packed::matmul_u8`] of those
+    /// rows laid out one after the other.
+    pub fn matmul_u8_rows(&self, a: &[u8], m: usize, lda: usize, c: &mut [i32]) {
+        let (k, n) = (self.k, self.n);
+        assert_eq!(c.len(), m * n, "C is [M, N]");
+        if m == 0 || n == 0 {
+            return;
+        }
+        assert!(a.len() >= (m - 1) * lda + k, "A holds its m rows");
+        #[cfg(target_arch = "x86_64")]
+        if self.level != Level::Baseline && k.is_multiple_of(4) && m < TORCH_FROM_ROWS.load(Ordering::Relaxed) {
+            // SAFETY: as in `matmul_u8`; with K a multiple of 4 the kernels read `groups * 4` = K
+            // bytes per row, and the rows r·lda..r·lda + K lie in `a` (asserted above).
+            unsafe {
+                match self.level {
+                    Level::Avx2 => x86::avx2::run(a, m, lda, self, c),
+                    Level::AvxVnni => x86::avxvnni::run(a, m, lda, self, c),
+                    Level::Avx512 => x86::avx512::run(a, m, lda, self, c),
+                    Level::Avx512Vnni => x86::avx512vnni::run(a, m, lda, self, c),
+                    Level::Baseline => unreachable!("excluded above"),
+                }
+            }
+            return;
+        }
+        let mut rows = Vec::with_capacity(m * k);
+        for r in 0..m {
+            rows.extend_from_slice(&a[r * lda..r * lda + k]);
+        }
+        self.matmul_u8(&rows, c);
     }
 
     /// A's rows (A + 128 as u8) padded to `groups` 4-byte steps each, for a K that is not a
@@ -533,11 +566,17 @@ mod x86 {
                 /// # Safety
                 ///
                 /// The CPU has `$feature`; `w` is packed for this level and holds panels
-                /// `panel..panel + NP`; `a` holds `m` rows of `w.groups * 4` bytes and `c` `m`
-                /// rows of `w.n` values.
+                /// `panel..panel + NP`; `a` holds `m` rows of `w.groups * 4` bytes, `lda` apart,
+                /// and `c` `m` rows of `w.n` values.
                 #[target_feature(enable = $feature)]
-                unsafe fn rows<const NP: usize>(a: &[u8], m: usize, w: &Packed, panel: usize, c: &mut [i32]) {
-                    let lda = w.groups * 4;
+                unsafe fn rows<const NP: usize>(
+                    a: &[u8],
+                    m: usize,
+                    lda: usize,
+                    w: &Packed,
+                    panel: usize,
+                    c: &mut [i32],
+                ) {
                     let col0 = panel * LANES;
                     let cols = (w.n - col0).min(NP * LANES);
                     // the rows split evenly over the fewest tiles of at most MR rows (19 rows as
@@ -582,11 +621,14 @@ mod x86 {
                 ///
                 /// The CPU has `$feature`; `w` was packed for this level (`w.lanes` is its
                 /// `LANES`: its panels, offsets and split pairs as [`Packed`] lays them out);
-                /// `a` holds at least `m * w.groups * 4` bytes and `c` at least `m * w.n` values.
+                /// `a` holds `m` rows of `w.groups * 4` bytes, `lda` apart (rows may overlap),
+                /// `(m - 1) * lda + w.groups * 4` bytes at least, and `c` at least `m * w.n`
+                /// values.
                 #[target_feature(enable = $feature)]
-                pub unsafe fn run(a: &[u8], m: usize, w: &Packed, c: &mut [i32]) {
+                pub unsafe fn run(a: &[u8], m: usize, lda: usize, w: &Packed, c: &mut [i32]) {
                     debug_assert_eq!(w.lanes, LANES);
-                    debug_assert!(a.len() >= m * w.groups * 4 && c.len() >= m * w.n);
+                    debug_assert!(m > 0);
+                    debug_assert!(a.len() >= (m - 1) * lda + w.groups * 4 && c.len() >= m * w.n);
                     let panels = w.n.div_ceil(LANES);
                     let mut p = 0;
                     while p < panels {
@@ -595,10 +637,10 @@ mod x86 {
                         // caller's promise, passed on.
                         unsafe {
                             match np {
-                                1 => rows::<1>(a, m, w, p, c),
-                                2 => rows::<2>(a, m, w, p, c),
-                                3 => rows::<3>(a, m, w, p, c),
-                                _ => rows::<$np>(a, m, w, p, c),
+                                1 => rows::<1>(a, m, lda, w, p, c),
+                                2 => rows::<2>(a, m, lda, w, p, c),
+                                3 => rows::<3>(a, m, lda, w, p, c),
+                                _ => rows::<$np>(a, m, lda, w, p, c),
                             }
                         }
                         p += np;
@@ -735,6 +777,26 @@ mod tests {
                     Packed::new(&ew, n, k, level).matmul(&ea, &mut c);
                     assert!(c == naive(&ea, &ew, m, n, k), "{level} on {m}x{n}x{k}, {x} x {y}");
                 }
+            }
+        }
+    }
+
+    /// Rows read `lda` apart and overlapping (a convolution's im2col rows straight from its
+    /// input) give, at every level, the sums of those rows copied out one after the other.
+    #[test]
+    fn overlapping_rows_give_the_copied_rows_sums() {
+        for (case, &(m, n, k, lda)) in
+            [(9, 40, 12, 4), (20, 17, 64, 16), (7, 33, 132, 132), (3, 5, 9, 3)].iter().enumerate()
+        {
+            let w = bytes(n * k, case as u64 + 7, -127, 127);
+            let a: Vec<u8> = bytes((m - 1) * lda + k, case as u64 + 70, -128, 127).iter().map(|&v| v as u8).collect();
+            let rows: Vec<u8> = (0..m).flat_map(|r| a[r * lda..r * lda + k].to_vec()).collect();
+            for level in Level::available() {
+                let p = Packed::new(&w, n, k, level);
+                let (mut want, mut got) = (vec![0i32; m * n], vec![i32::MIN; m * n]);
+                p.matmul_u8(&rows, &mut want);
+                p.matmul_u8_rows(&a, m, lda, &mut got);
+                assert!(got == want, "{level} on {m}x{n}x{k}, rows {lda} apart");
             }
         }
     }

@@ -37,7 +37,7 @@ pub use cpu::Level;
 pub use engine::HibariEngine;
 pub use hibari::{Hibari, HibariError, Precision, PrecisionChoice, Prosody, Spectra};
 pub use kokoro::{
-    KokoroModel, KokoroOutput, KokoroProbe, MAX_IDS as KOKORO_MAX_IDS, SAMPLES_PER_FRAME as KOKORO_SAMPLES_PER_FRAME,
+    KokoroModel, KokoroOutput, KokoroTrace, MAX_IDS as KOKORO_MAX_IDS, SAMPLES_PER_FRAME as KOKORO_SAMPLES_PER_FRAME,
     SAMPLE_RATE as KOKORO_SAMPLE_RATE,
 };
 pub use noise::NoiseSource;

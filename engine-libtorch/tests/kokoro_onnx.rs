@@ -1,4 +1,4 @@
-//! Kokoro-82M natively (src/kokoro) against onnxruntime on the same int8 export
+//! Kokoro-82M's hand-written network (src/kokoro) against onnxruntime on the same int8 export
 //! (`.cache/kokoro/kokoro-v1.0.int8.onnx`, scripts/setup-voice.sh kokoro), on the reference outputs
 //! of fixtures/kokoro/make_fixtures.py.
 //!
@@ -14,13 +14,9 @@
 
 mod common;
 
-use speechstream_engine_libtorch::{KokoroModel, KokoroProbe, Precision};
+use speechstream_engine_libtorch::cpu::{self, Level};
+use speechstream_engine_libtorch::{KokoroModel, Precision};
 use tch::{Device, Kind, Tensor};
-
-const DURATIONS: &str = "/encoder/Clip_output_0";
-const DURATIONS_RAW: &str = "/encoder/Div_output_0";
-const F0: &str = "/encoder/F0_proj/Conv_output_0";
-const N: &str = "/encoder/N_proj/Conv_output_0";
 
 fn model() -> std::path::PathBuf {
     common::cached("kokoro/kokoro-v1.0.int8.onnx", "scripts/setup-voice.sh kokoro")
@@ -35,10 +31,6 @@ fn fixture(name: &str) -> (serde_json::Value, Vec<f32>) {
 
 fn floats(v: &serde_json::Value) -> Vec<f32> {
     v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
-}
-
-fn to_vec(t: &Tensor) -> Vec<f32> {
-    Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1)).unwrap()
 }
 
 /// Root mean square of `a − b` over the RMS of `b`.
@@ -79,22 +71,21 @@ struct Got {
 }
 
 /// Runs a fixture's inputs with `style`, onnxruntime's durations fed in place of ours.
-fn run(probe: &KokoroProbe, case: &serde_json::Value, style: &[f32]) -> Got {
+fn run(model: &KokoroModel, case: &serde_json::Value, style: &[f32]) -> Got {
     let ids: Vec<i64> = case["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
-    let want: Vec<f32> = case["durations"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as f32).collect();
-    let fed = Tensor::from_slice(&want).view([1, -1]);
+    let fed: Vec<i64> = case["durations"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
     let speed = case["speed"].as_f64().unwrap() as f32;
-    let (out, vals) = probe.infer(&ids, style, speed, &[(DURATIONS, fed)]).unwrap();
-    Got { raw: to_vec(&vals[0]), durations: out.durations, f0: to_vec(&vals[1]), n: to_vec(&vals[2]), audio: out.audio }
+    let (out, trace) = model.infer_traced(&ids, style, speed, Some(&fed)).unwrap();
+    Got { raw: trace.durations_raw, durations: out.durations, f0: trace.f0, n: trace.n, audio: out.audio }
 }
 
 fn check(precision: Precision, bounds: (f32, f32, f32)) {
     let (curve_bound, spectral_bound, raw_bound) = bounds;
-    let probe = KokoroProbe::load(&model(), Device::Cpu, precision, &[DURATIONS_RAW, F0, N]).unwrap();
+    let net = KokoroModel::load(&model(), Device::Cpu, precision).unwrap();
     for name in ["hello", "weather"] {
         let (case, audio) = fixture(name);
         let style = floats(&case["style"]);
-        let got = run(&probe, &case, &style);
+        let got = run(&net, &case, &style);
         let raw = floats(&case["durations_raw"]);
         let raw_err = got.raw.iter().zip(&raw).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         let f0 = rel_rms(&got.f0, &floats(&case["f0"]));
@@ -104,7 +95,7 @@ fn check(precision: Precision, bounds: (f32, f32, f32)) {
         // Another voice's style row on the same phonemes and durations
         let other = if case["voice"] == "jm_kumo" { "hello" } else { "weather" };
         let other_style = floats(&fixture(other).0["style"]);
-        let wrong = spectral_distance(&run(&probe, &case, &other_style).audio, &audio);
+        let wrong = spectral_distance(&run(&net, &case, &other_style).audio, &audio);
         eprintln!(
             "{precision} {name}: durations ±{raw_err:.3} frames, F0 {f0:.4}, N {n:.4} (relative RMS), \
              spectra {d:.2} dB (another voice: {wrong:.2} dB)"
@@ -174,4 +165,29 @@ fn shared_between_threads_gives_the_same_bits() {
         assert_eq!(o.durations, alone.durations);
         assert!(o.audio == alone.audio, "a thread's audio differs from the run alone");
     }
+}
+
+/// Every CPU level of our int8 kernels (src/gemm.rs) gives the int8 network's audio and durations
+/// bit for bit as the portable baseline does, on the model's own weights and shapes.
+#[test]
+fn every_cpu_level_gives_the_baseline_bits() {
+    let (case, _) = fixture("hello");
+    let ids: Vec<i64> = case["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+    let style = floats(&case["style"]);
+    let run = |level: Level| {
+        let got = cpu::set_cap(level);
+        let m = KokoroModel::load(&model(), Device::Cpu, Precision::Int8).unwrap();
+        let out = m.infer(&ids, &style, 1.0).unwrap();
+        (got, out.durations, out.audio.iter().map(|v| v.to_bits()).collect::<Vec<u32>>())
+    };
+    let (_, durations, audio) = run(Level::Baseline);
+    let levels = Level::available();
+    eprintln!("levels on this CPU: {levels:?}");
+    for level in levels.into_iter().filter(|&l| l != Level::Baseline) {
+        let (got, d, a) = run(level);
+        assert_eq!(got, level);
+        assert_eq!(d, durations, "{level}: durations differ from the baseline's");
+        assert!(a == audio, "{level}: audio differs from the baseline's");
+    }
+    cpu::reset_cap();
 }

@@ -1,30 +1,20 @@
-//! Kokoro's int8 nodes. onnxruntime's dynamic quantization: each activation tensor gets one
-//! uint8 scale and zero point from its own min and max (`DynamicQuantizeLinear`), products sum
-//! (a − a_zp)·(w − w_zp) exactly in int32 (`MatMulInteger`, `ConvInteger`), the graph turns the
-//! sums back to float and scales them. In [`Precision::Int8`] the sums come from our own kernels
-//! ([`Packed`]: exact, the same integers on every CPU level); in [`Precision::Fp32`] the
-//! quantization of activations is skipped (scale 1, zero point 0) and the products are float
-//! products with the dequantized weights (w − w_zp), which the graph's own scale multiply turns
-//! into W = (w − w_zp)·w_scale.
-
-use std::collections::HashMap;
+//! Kokoro's weighted layers in the two precisions: [`Linear`], [`Conv`] and [`Lstm`], each read off
+//! the ONNX node that used it (its initializers by name). The int8 export quantizes activations
+//! dynamically as onnxruntime does: each activation tensor gets one uint8 scale and zero point from
+//! its own min and max ([`quantize`]), products sum (a − a_zp)·(w − w_zp) exactly in int32 on our
+//! kernels ([`Packed`]: the same integers on every CPU level), and the sums become floats times
+//! a_scale·w_scale. [`Precision::Fp32`] runs the dequantized weights (w − w_zp)·w_scale through
+//! plain tch ops on any device.
 
 use tch::{Device, Kind, Tensor};
 
 use crate::cpu;
 use crate::gemm::Packed;
 use crate::onnx::{AttrValue, Node, Tensor as OnnxTensor};
+use crate::tensor_slices::{f32s as slice_f32, f32s_mut};
 use crate::Precision;
 
 type R<T> = Result<T, String>;
-
-/// What a node needs beyond its inputs, prepared once at load.
-pub(super) enum Prep {
-    None,
-    MatMulInt(MatMulInt),
-    ConvInt(ConvInt),
-    Lstm(LstmWeights),
-}
 
 /// onnxruntime's `GetQuantizationParameter` for uint8: the range [min(x, 0), max(x, 0)] on 0..255,
 /// zero point rounded half to even; scale 1 for an all-zero tensor.
@@ -51,34 +41,82 @@ pub(super) fn quantize_into(x: &[f32], scale: f32, zp: u8, q: &mut [u8]) {
     }
 }
 
-fn cpu_f32(t: &Tensor) -> R<Vec<f32>> {
+pub(super) fn to_f32s(t: &Tensor) -> R<Vec<f32>> {
     Vec::<f32>::try_from(t.to_kind(Kind::Float).contiguous().flatten(0, -1).to_device(Device::Cpu))
         .map_err(|e| e.to_string())
 }
 
-fn cpu_u8(t: &Tensor) -> R<Vec<u8>> {
-    Vec::<u8>::try_from(t.contiguous().flatten(0, -1).to_device(Device::Cpu)).map_err(|e| e.to_string())
+/// An activation ready for the weighted layers: in int8 its uint8 codes with the tensor's scale
+/// and zero point (`DynamicQuantizeLinear`), in fp32 the float tensor itself. Several layers that
+/// read the same tensor share one.
+pub(super) enum Act {
+    Int8 { q: Vec<u8>, scale: f32, zp: u8, shape: Vec<i64> },
+    Float(Tensor),
 }
 
-/// `DynamicQuantizeLinear`: (q, scale, zero point); in fp32 (x, 1, 0).
-pub(super) fn dynamic_quantize_linear(precision: Precision, device: Device, x: &Tensor) -> R<Vec<Tensor>> {
+/// `DynamicQuantizeLinear` of `x` in int8; `x` itself in fp32.
+pub(super) fn quantize(precision: Precision, x: &Tensor) -> Act {
     match precision {
-        Precision::Fp32 => {
-            Ok(vec![x.shallow_clone(), Tensor::from(1f32).to_device(device), Tensor::from(0u8).to_device(device)])
-        }
+        Precision::Fp32 => Act::Float(x.shallow_clone()),
         Precision::Int8 => {
-            let v = cpu_f32(x)?;
-            let (scale, zp) = quant_params(&v);
+            let x = x.to_kind(Kind::Float).contiguous();
+            let v = slice_f32(&x);
+            let (scale, zp) = quant_params(v);
             let mut q = vec![0u8; v.len()];
-            quantize_into(&v, scale, zp, &mut q);
-            Ok(vec![Tensor::from_slice(&q).reshape(x.size()), Tensor::from(scale), Tensor::from(zp)])
+            quantize_into(v, scale, zp, &mut q);
+            Act::Int8 { q, scale, zp, shape: x.size() }
         }
     }
 }
 
-/// A weight as int8 rows for [`Packed`]: w − w_zp, which must fit in −128..=127.
-fn centered(w: &[i64], zp: &[i64], rows: usize) -> R<Vec<i8>> {
-    let per = w.len() / rows;
+/// An int8 weight as rows [N, K] (w − w_zp) packed for our kernel, with each row's sum.
+struct Int8Rows {
+    packed: Packed,
+    rowsum: Vec<i32>,
+    k: usize,
+}
+
+impl Int8Rows {
+    fn new(rows: &[i8], n: usize, k: usize) -> Int8Rows {
+        let rowsum = rows.chunks_exact(k).map(|r| r.iter().map(|&v| i32::from(v)).sum()).collect();
+        Int8Rows { packed: Packed::new(rows, n, k, cpu::level()), rowsum, k }
+    }
+
+    /// C[m, j] = Σ_k (a[m, k] − a_zp)·W[j, k] in int32, for u8 activations `a` [M, K]. The
+    /// kernel takes a − 128; the difference to a − a_zp is (128 − a_zp) times the row sum.
+    fn products(&self, a: &[u8], a_zp: u8) -> Vec<i32> {
+        let m = a.len() / self.k;
+        let mut c = vec![0i32; m * self.rowsum.len()];
+        self.packed.matmul_u8(a, &mut c);
+        self.correct(&mut c, a_zp);
+        c
+    }
+
+    /// [`Int8Rows::products`] of `m` rows `lda` bytes apart in `a` (overlapping: a convolution's
+    /// im2col rows read in place from its time-major input).
+    fn products_strided(&self, a: &[u8], m: usize, lda: usize, a_zp: u8) -> Vec<i32> {
+        let mut c = vec![0i32; m * self.rowsum.len()];
+        self.packed.matmul_u8_rows(a, m, lda, &mut c);
+        self.correct(&mut c, a_zp);
+        c
+    }
+
+    fn correct(&self, c: &mut [i32], a_zp: u8) {
+        let n = self.rowsum.len();
+        let corr = 128 - i32::from(a_zp);
+        if corr != 0 {
+            for row in c.chunks_exact_mut(n) {
+                for (v, s) in row.iter_mut().zip(&self.rowsum) {
+                    *v += corr * s;
+                }
+            }
+        }
+    }
+}
+
+/// w − w_zp as int8 (`per`: elements per zero point; one zero point for the whole tensor if
+/// `zp` has one element).
+fn centered(w: &[i64], zp: &[i64], per: usize) -> R<Vec<i8>> {
     w.iter()
         .enumerate()
         .map(|(i, &v)| {
@@ -88,62 +126,114 @@ fn centered(w: &[i64], zp: &[i64], rows: usize) -> R<Vec<i8>> {
         .collect()
 }
 
-/// An int8 weight ready for one precision: packed rows [N, K] and their sums (int8), or the
-/// float (w − w_zp) in the layout the float op wants (fp32).
-pub(super) enum Weight {
-    Int8 { packed: Packed, colsum: Vec<i32>, k: usize },
-    Float(Tensor),
+fn i64s(t: &OnnxTensor) -> R<Vec<i64>> {
+    t.to_i64().map_err(|e| format!("{}: {e}", t.name))
 }
 
-fn pack(rows: &[i8], n: usize, k: usize) -> Weight {
-    let colsum = rows.chunks_exact(k).map(|r| r.iter().map(|&v| i32::from(v)).sum()).collect();
-    Weight::Int8 { packed: Packed::new(rows, n, k, cpu::level()), colsum, k }
+fn f32s(t: &OnnxTensor) -> R<Vec<f32>> {
+    t.to_f32().map_err(|e| format!("{}: {e}", t.name))
 }
 
-/// C[m, j] = Σ_k (a[m, k] − a_zp)·W[j, k] in int32, for u8 activations `a` [M, K].
-fn products(packed: &Packed, colsum: &[i32], k: usize, a: &[u8], a_zp: u8) -> Vec<i32> {
-    let n = colsum.len();
-    let m = a.len() / k;
-    let mut c = vec![0i32; m * n];
-    packed.matmul_u8(a, &mut c);
-    let corr = 128 - i32::from(a_zp);
-    if corr != 0 {
-        for row in c.chunks_exact_mut(n) {
-            for (v, s) in row.iter_mut().zip(colsum) {
-                *v += corr * s;
-            }
-        }
-    }
-    c
-}
-
-pub(super) struct MatMulInt {
-    weight: Weight,
+/// A Linear layer (`MatMulInteger` + scale + bias): y = x·W + b over the last axis.
+pub(super) struct Linear {
+    int8: Option<Int8Rows>,
+    /// int8: a_scale·w_scale[j] is formed per call from these
+    w_scale: Vec<f32>,
+    /// fp32: W [K, N] dequantized
+    float: Option<Tensor>,
+    bias: Option<Tensor>,
     n: usize,
     k: usize,
 }
 
-impl MatMulInt {
-    /// `MatMulInteger(A [.., K], B [K, N])`: int32 [.., N]; float in fp32.
-    pub fn run(&self, a: &Tensor, a_zp: Option<&Tensor>) -> R<Tensor> {
-        let mut shape = a.size();
-        if shape.last().copied() != Some(self.k as i64) {
-            return Err(format!("A's last dimension is not K = {}", self.k));
+impl Linear {
+    /// `w` [K, N] (int8, zero point per column or per tensor), `scale` per column or per tensor.
+    pub fn new(
+        w: &OnnxTensor,
+        zp: &OnnxTensor,
+        scale: &OnnxTensor,
+        bias: Option<&OnnxTensor>,
+        precision: Precision,
+        device: Device,
+    ) -> R<Linear> {
+        if w.dims.len() != 2 {
+            return Err(format!("{}: not a 2-d weight", w.name));
         }
-        match &self.weight {
-            Weight::Float(w) => Ok(a.matmul(w)),
-            Weight::Int8 { packed, colsum, k } => {
-                let zp = a_zp.map(|t| cpu_u8(t).map(|v| v[0])).transpose()?.unwrap_or(0);
-                let c = products(packed, colsum, *k, &cpu_u8(a)?, zp);
-                *shape.last_mut().expect("rank ≥ 1") = self.n as i64;
-                Ok(Tensor::from_slice(&c).reshape(&shape))
+        let (k, n) = (w.dims[0], w.dims[1]);
+        let wv = i64s(w)?;
+        // rows [N, K]
+        let mut t = vec![0i64; n * k];
+        for kk in 0..k {
+            for j in 0..n {
+                t[j * k + kk] = wv[kk * n + j];
             }
+        }
+        let rows = centered(&t, &i64s(zp)?, k)?;
+        let mut w_scale = f32s(scale)?;
+        if w_scale.len() == 1 {
+            w_scale = vec![w_scale[0]; n];
+        }
+        if w_scale.len() != n {
+            return Err(format!("{}: {} scales for {n} columns", scale.name, w_scale.len()));
+        }
+        let bias = match bias {
+            Some(b) => Some(Tensor::from_slice(&f32s(b)?).to_device(device)),
+            None => None,
+        };
+        let (int8, float) = match precision {
+            Precision::Int8 => (Some(Int8Rows::new(&rows, n, k)), None),
+            Precision::Fp32 => {
+                let f: Vec<f32> = rows.iter().enumerate().map(|(i, &v)| f32::from(v) * w_scale[i / k]).collect();
+                let t = Tensor::from_slice(&f).view([n as i64, k as i64]).transpose(0, 1).contiguous();
+                (None, Some(t.to_device(device)))
+            }
+        };
+        Ok(Linear { int8, w_scale, float, bias, n, k })
+    }
+
+    pub fn forward(&self, precision: Precision, x: &Tensor) -> Tensor {
+        self.forward_act(&quantize(precision, x))
+    }
+
+    /// y [.., N] of an activation [.., K].
+    pub fn forward_act(&self, a: &Act) -> Tensor {
+        let y = match (a, &self.int8, &self.float) {
+            (Act::Float(x), _, Some(w)) => x.matmul(w),
+            (Act::Int8 { q, scale, zp, shape }, Some(rows), _) => {
+                assert_eq!(*shape.last().expect("rank ≥ 1") as usize, self.k, "Linear: K");
+                let c = rows.products(q, *zp);
+                let m: Vec<f32> = self.w_scale.iter().map(|&w| scale * w).collect();
+                let y: Vec<f32> =
+                    c.chunks_exact(self.n).flat_map(|row| row.iter().zip(&m).map(|(&v, &s)| v as f32 * s)).collect();
+                let mut out = shape.clone();
+                *out.last_mut().expect("rank ≥ 1") = self.n as i64;
+                Tensor::from_slice(&y).view(out.as_slice())
+            }
+            _ => panic!("an activation of the other precision"),
+        };
+        match &self.bias {
+            Some(b) => y + b,
+            None => y,
         }
     }
 }
 
-pub(super) struct ConvInt {
-    weight: Weight,
+fn ints_attr(n: &Node, name: &str, default: i64) -> i64 {
+    match n.attr(name) {
+        Some(AttrValue::Ints(v)) if !v.is_empty() => v[0],
+        Some(AttrValue::Int(v)) => *v,
+        _ => default,
+    }
+}
+
+/// A 1-d convolution (`ConvInteger` + bias + scale): [1, C, L] → [1, O, L'].
+pub(super) struct Conv {
+    int8: Option<Int8Rows>,
+    float: Option<Tensor>,
+    w_scale: f32,
+    /// int8: the float bias, quantized per call as the export does (floor(b / (a_scale·w_scale)))
+    bias_f32: Option<Vec<f32>>,
+    bias: Option<Tensor>,
     out_ch: usize,
     in_ch: usize,
     kernel: usize,
@@ -152,64 +242,195 @@ pub(super) struct ConvInt {
     dil: usize,
 }
 
-impl ConvInt {
-    /// `ConvInteger(X [1, C, L], W [O, C, k])`: int32 [1, O, L']; float in fp32.
-    pub fn run(&self, x: &Tensor, x_zp: Option<&Tensor>) -> R<Tensor> {
-        let size = x.size();
-        if size.len() != 3 || size[0] != 1 || size[1] != self.in_ch as i64 {
-            return Err(format!("X is {size:?}, not [1, {}, L]", self.in_ch));
+impl Conv {
+    /// `w` [O, C, k] uint8 with one zero point, a per-tensor scale; the node's attributes.
+    pub fn new(
+        node: &Node,
+        w: &OnnxTensor,
+        zp: &OnnxTensor,
+        scale: &OnnxTensor,
+        bias: Option<&OnnxTensor>,
+        precision: Precision,
+        device: Device,
+    ) -> R<Conv> {
+        if w.dims.len() != 3 || ints_attr(node, "group", 1) != 1 {
+            return Err(format!("{}: only ungrouped 1-d convolutions", node.name));
         }
-        let (c, kw) = (self.in_ch, self.kernel);
-        match &self.weight {
-            Weight::Float(w) => {
-                Ok(x.conv1d(w, None::<Tensor>, [self.stride as i64], [self.pad as i64], [self.dil as i64], 1))
-            }
-            Weight::Int8 { packed, colsum, k } => {
-                let zp = x_zp.map(|t| cpu_u8(t).map(|v| v[0])).transpose()?.unwrap_or(0);
-                let l = size[2] as usize;
-                let span = self.dil * (kw - 1) + 1;
-                let lout = (l + 2 * self.pad).saturating_sub(span) / self.stride + 1;
-                let xv = cpu_u8(x)?;
-                // x time-major with the padding (the zero point: a product of 0) on both sides,
-                // then im2col rows t = [x[:, t·s + j·d] for j]: the weight's K is ordered (j, c)
-                let lp = l + 2 * self.pad;
-                let mut xt = vec![zp; lp * c];
-                for ci in 0..c {
-                    for (p, &v) in xv[ci * l..(ci + 1) * l].iter().enumerate() {
-                        xt[(p + self.pad) * c + ci] = v;
+        let pads = match node.attr("pads") {
+            Some(AttrValue::Ints(v)) => v.clone(),
+            _ => vec![0, 0],
+        };
+        if pads.len() != 2 || pads[0] != pads[1] {
+            return Err(format!("{}: asymmetric padding", node.name));
+        }
+        let (o, c, k) = (w.dims[0], w.dims[1], w.dims[2]);
+        let rows = centered(&i64s(w)?, &i64s(zp)?, c * k)?;
+        let s = f32s(scale)?;
+        if s.len() != 1 {
+            return Err(format!("{}: per-channel scales not supported", node.name));
+        }
+        let w_scale = s[0];
+        let bias_f32 = bias.map(f32s).transpose()?;
+        let (int8, float, bias) = match precision {
+            Precision::Int8 => {
+                // K ordered (tap, channel): the im2col rows of `forward_act`
+                let mut r = vec![0i8; rows.len()];
+                for oi in 0..o {
+                    for ci in 0..c {
+                        for j in 0..k {
+                            r[oi * c * k + j * c + ci] = rows[oi * c * k + ci * k + j];
+                        }
                     }
                 }
-                let mut cols = vec![0u8; lout * c * kw];
-                for (t, row) in cols.chunks_exact_mut(c * kw).enumerate() {
+                (Some(Int8Rows::new(&r, o, c * k)), None, None)
+            }
+            Precision::Fp32 => {
+                let f: Vec<f32> = rows.iter().map(|&v| f32::from(v) * w_scale).collect();
+                let t = Tensor::from_slice(&f).view([o as i64, c as i64, k as i64]).to_device(device);
+                let b = bias_f32.as_ref().map(|b| {
+                    let b: Vec<f32> = if std::env::var_os("KOKORO_FLOOR_BIAS").is_some() {
+                        b.iter().map(|&v| (v / w_scale).floor() * w_scale).collect()
+                    } else {
+                        b.clone()
+                    };
+                    Tensor::from_slice(&b).to_device(device)
+                });
+                (None, Some(t), b)
+            }
+        };
+        Ok(Conv {
+            int8,
+            float,
+            w_scale,
+            bias_f32,
+            bias,
+            out_ch: o,
+            in_ch: c,
+            kernel: k,
+            pad: pads[0] as usize,
+            stride: ints_attr(node, "strides", 1) as usize,
+            dil: ints_attr(node, "dilations", 1) as usize,
+        })
+    }
+
+    /// [1, C, L] → [1, O, L']. In int8 the activation is quantized straight into the layout the
+    /// products read (time-major, padded with the zero point).
+    pub fn forward(&self, precision: Precision, x: &Tensor) -> Tensor {
+        match (precision, &self.int8) {
+            (Precision::Int8, Some(rows)) => {
+                let x = x.to_kind(Kind::Float).contiguous();
+                let size = x.size();
+                assert!(size.len() == 3 && size[0] == 1 && size[1] as usize == self.in_ch, "Conv: X {size:?}");
+                let (c, l, pad) = (self.in_ch, size[2] as usize, self.pad);
+                let v = slice_f32(&x);
+                let (scale, zp) = quant_params(v);
+                let mut xt = vec![zp; (l + 2 * pad) * c];
+                let mut q = vec![0u8; l];
+                for ci in 0..c {
+                    quantize_into(&v[ci * l..(ci + 1) * l], scale, zp, &mut q);
+                    for (p, &b) in q.iter().enumerate() {
+                        xt[(p + pad) * c + ci] = b;
+                    }
+                }
+                self.products(rows, &xt, l, scale, zp)
+            }
+            _ => self.forward_act(&quantize(precision, x)),
+        }
+    }
+
+    /// The convolution of an activation already quantized ([1, C, L]), shared with other layers.
+    pub fn forward_act(&self, a: &Act) -> Tensor {
+        match (a, &self.int8, &self.float) {
+            (Act::Float(x), _, Some(w)) => {
+                x.conv1d(w, self.bias.as_ref(), [self.stride as i64], [self.pad as i64], [self.dil as i64], 1)
+            }
+            (Act::Int8 { q, scale, zp, shape }, Some(rows), _) => {
+                let c = self.in_ch;
+                assert!(shape.len() == 3 && shape[0] == 1 && shape[1] as usize == c, "Conv: X {shape:?}");
+                let (l, pad) = (shape[2] as usize, self.pad);
+                // time-major, the padding (the zero point: a product of 0) on both sides
+                let mut xt = vec![*zp; (l + 2 * pad) * c];
+                for ci in 0..c {
+                    for (p, &v) in q[ci * l..(ci + 1) * l].iter().enumerate() {
+                        xt[(p + pad) * c + ci] = v;
+                    }
+                }
+                self.products(rows, &xt, l, *scale, *zp)
+            }
+            _ => panic!("an activation of the other precision"),
+        }
+    }
+
+    /// The int8 convolution of `xt` (time-major [L + 2·pad, C], padded): im2col rows
+    /// t = [x[:, t·s + j·d] for j] (none for a 1×1), exact sums, then (sums + the bias in the sums'
+    /// units)·a_scale·w_scale as the export's graph computes it, channel-major.
+    fn products(&self, rows: &Int8Rows, xt: &[u8], l: usize, scale: f32, zp: u8) -> Tensor {
+        let (c, kw) = (self.in_ch, self.kernel);
+        let span = self.dil * (kw - 1) + 1;
+        let lout = (l + 2 * self.pad).saturating_sub(span) / self.stride + 1;
+        let y = if self.dil == 1 && (c * kw).is_multiple_of(4) {
+            // the k taps' columns of step t lie side by side in xt: rows read in place
+            rows.products_strided(xt, lout, self.stride * c, zp)
+        } else if kw == 1 && self.stride == 1 {
+            rows.products(xt, zp)
+        } else {
+            let mut cols = vec![0u8; lout * c * kw];
+            for (t, row) in cols.chunks_exact_mut(c * kw).enumerate() {
+                let p0 = t * self.stride;
+                if self.dil == 1 {
+                    // the k taps' columns lie side by side in xt
+                    row.copy_from_slice(&xt[p0 * c..(p0 + kw) * c]);
+                } else {
                     for (j, dst) in row.chunks_exact_mut(c).enumerate() {
-                        let p = t * self.stride + j * self.dil;
+                        let p = p0 + j * self.dil;
                         dst.copy_from_slice(&xt[p * c..(p + 1) * c]);
                     }
                 }
-                let y = products(packed, colsum, *k, &cols, zp);
-                Ok(Tensor::from_slice(&y)
-                    .view([lout as i64, self.out_ch as i64])
-                    .transpose(0, 1)
-                    .contiguous()
-                    .unsqueeze(0))
+            }
+            rows.products(&cols, zp)
+        };
+        let s = scale * self.w_scale;
+        let o = self.out_ch;
+        let bq: Vec<i32> = match &self.bias_f32 {
+            Some(b) => b.iter().map(|&v| (v / s).floor() as i32).collect(),
+            None => vec![0; o],
+        };
+        let mut out = Tensor::empty([1, o as i64, lout as i64], (Kind::Float, Device::Cpu));
+        // SAFETY: a tensor made here and held alone while the slice lives.
+        let dst = unsafe { f32s_mut(&mut out) };
+        // transposed in blocks of steps, so that both sides stay in cache
+        const BLOCK: usize = 64;
+        for t0 in (0..lout).step_by(BLOCK) {
+            let t1 = (t0 + BLOCK).min(lout);
+            for (oi, &b) in bq.iter().enumerate() {
+                let d = &mut dst[oi * lout + t0..oi * lout + t1];
+                for (t, v) in d.iter_mut().enumerate() {
+                    *v = (y[(t0 + t) * o + oi] + b) as f32 * s;
+                }
             }
         }
+        out
     }
 }
 
 /// One direction of a quantized LSTM: W [4H, in] and R [4H, H] (gates i, o, f, c) with their
 /// scales, and the bias Wb + Rb.
 struct Direction {
-    w: Weight,
-    r: Weight,
+    w: Option<Int8Rows>,
+    r: Option<Int8Rows>,
     w_scale: f32,
     r_scale: f32,
-    /// fp32: R·r_scale as [H, 4H] (empty in int8)
+    /// fp32: W·w_scale as [in, 4H]
+    w_f32: Option<Tensor>,
+    /// fp32: R·r_scale as [H, 4H]
     r_f32: Vec<f32>,
     bias: Vec<f32>,
 }
 
-pub(super) struct LstmWeights {
+/// A bidirectional LSTM (`DynamicQuantizeLSTM`, hidden 256, zero initial state). As onnxruntime:
+/// the inputs of all steps are quantized together for their product with W, the hidden state step
+/// by step for its product with R. The recurrence runs on the CPU in either precision.
+pub(super) struct Lstm {
     dirs: Vec<Direction>,
     input: usize,
     hidden: usize,
@@ -219,42 +440,80 @@ fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-impl LstmWeights {
-    /// `DynamicQuantizeLSTM` (bidirectional, zero initial state, no sequence lengths): Y
-    /// [seq, dirs, 1, H], Y_h, Y_c. As onnxruntime: the inputs of all steps are quantized together
-    /// for their product with W, the hidden state step by step for its product with R.
-    pub fn run(&self, device: Device, x: &Tensor, h0: Option<&Tensor>, c0: Option<&Tensor>) -> R<Vec<Tensor>> {
-        for t in [h0, c0].into_iter().flatten() {
-            if t.abs().max().double_value(&[]) != 0.0 {
-                return Err("a non-zero initial state is not supported".into());
-            }
+impl Lstm {
+    /// The node's W, R, B and the scales and zero points of W (inputs 8, 9) and R (10, 11).
+    pub fn new(node: &Node, ins: &[&OnnxTensor], precision: Precision) -> R<Lstm> {
+        let [w, r, b, ws, wz, rs, rz] = ins else {
+            return Err(format!("{}: 7 initializers expected", node.name));
+        };
+        let (nd, input, h4) = (w.dims[0], w.dims[1], w.dims[2]);
+        let h = h4 / 4;
+        let (wv, rv, bv) = (i64s(w)?, i64s(r)?, f32s(b)?);
+        let (ws, wz, rs, rz) = (f32s(ws)?, i64s(wz)?, f32s(rs)?, i64s(rz)?);
+        if ws.len() != nd || rs.len() != nd {
+            return Err(format!("{}: per-channel LSTM scales not supported", node.name));
         }
+        let mut dirs = Vec::new();
+        for d in 0..nd {
+            // W_d [in, 4H] -> rows [4H, in]; R_d [H, 4H] -> rows [4H, H]
+            let tr = |v: &[i64], rows_in: usize, z: i64| -> R<Vec<i8>> {
+                let mut t = vec![0i64; rows_in * h4];
+                for i in 0..rows_in {
+                    for j in 0..h4 {
+                        t[j * rows_in + i] = v[i * h4 + j];
+                    }
+                }
+                centered(&t, &[z], h4)
+            };
+            let wd = tr(&wv[d * input * h4..(d + 1) * input * h4], input, wz[d])?;
+            let rd = tr(&rv[d * h * h4..(d + 1) * h * h4], h, rz[d])?;
+            // fp32: [K, 4H], dequantized
+            let f = |rows: &[i8], k: usize, s: f32| {
+                let v: Vec<f32> = rows.iter().map(|&x| f32::from(x) * s).collect();
+                Tensor::from_slice(&v).view([h4 as i64, k as i64]).transpose(0, 1).contiguous()
+            };
+            let (wq, rq, w_f32, r_f32) = match precision {
+                Precision::Int8 => (Some(Int8Rows::new(&wd, h4, input)), Some(Int8Rows::new(&rd, h4, h)), None, vec![]),
+                Precision::Fp32 => {
+                    let rt = f(&rd, h, rs[d]);
+                    let r_f32 = Vec::<f32>::try_from(rt.view([-1])).map_err(|e| e.to_string())?;
+                    (None, None, Some(f(&wd, input, ws[d])), r_f32)
+                }
+            };
+            let bd = &bv[d * 2 * h4..(d + 1) * 2 * h4];
+            let bias = (0..h4).map(|j| bd[j] + bd[h4 + j]).collect();
+            dirs.push(Direction { w: wq, r: rq, w_scale: ws[d], r_scale: rs[d], w_f32, r_f32, bias });
+        }
+        Ok(Lstm { dirs, input, hidden: h })
+    }
+
+    /// `x` [seq, in] → [seq, dirs·H] (each step's forward state, then its backward state), on
+    /// `x`'s device.
+    pub fn forward(&self, x: &Tensor) -> Tensor {
         let size = x.size();
-        if size.len() != 3 || size[1] != 1 || size[2] != self.input as i64 {
-            return Err(format!("X is {size:?}, not [seq, 1, {}]", self.input));
-        }
+        assert!(size.len() == 2 && size[1] as usize == self.input, "Lstm: X {size:?}");
+        let dev = x.device();
         let seq = size[0] as usize;
         let h = self.hidden;
-        let xv = cpu_f32(x)?;
+        let xv = to_f32s(x).expect("a float tensor");
         let nd = self.dirs.len();
         let mut y = vec![0f32; seq * nd * h];
-        let mut hn = vec![0f32; nd * h];
-        let mut cn = vec![0f32; nd * h];
         for (d, dir) in self.dirs.iter().enumerate() {
             // Input products for every step: gx [seq, 4H]
-            let gx: Vec<f32> = match &dir.w {
-                Weight::Float(w) => {
+            let gx: Vec<f32> = match (&dir.w, &dir.w_f32) {
+                (_, Some(w)) => {
                     let xt = Tensor::from_slice(&xv).view([seq as i64, self.input as i64]);
-                    cpu_f32(&xt.matmul(w))?
+                    to_f32s(&xt.matmul(w)).expect("float")
                 }
-                Weight::Int8 { packed, colsum, k } => {
+                (Some(rows), None) => {
                     let (s, zp) = quant_params(&xv);
                     let mut q = vec![0u8; xv.len()];
                     quantize_into(&xv, s, zp, &mut q);
-                    let c = products(packed, colsum, *k, &q, zp);
+                    let c = rows.products(&q, zp);
                     let m = s * dir.w_scale;
                     c.iter().map(|&v| v as f32 * m).collect()
                 }
+                (None, None) => unreachable!("a direction has W in one precision"),
             };
             let mut hs = vec![0f32; h];
             let mut cs = vec![0f32; h];
@@ -263,7 +522,7 @@ impl LstmWeights {
             for step in 0..seq {
                 let t = if d == 0 { step } else { seq - 1 - step };
                 match &dir.r {
-                    Weight::Float(_) => {
+                    None => {
                         gates.copy_from_slice(&gx[t * 4 * h..(t + 1) * 4 * h]);
                         for (j, &hv) in hs.iter().enumerate() {
                             let row = &dir.r_f32[j * 4 * h..(j + 1) * 4 * h];
@@ -272,10 +531,10 @@ impl LstmWeights {
                             }
                         }
                     }
-                    Weight::Int8 { packed, colsum, k } => {
+                    Some(rows) => {
                         let (s, zp) = quant_params(&hs);
                         quantize_into(&hs, s, zp, &mut q);
-                        let c = products(packed, colsum, *k, &q, zp);
+                        let c = rows.products(&q, zp);
                         let m = s * dir.r_scale;
                         for ((g, &a), &v) in gates.iter_mut().zip(&gx[t * 4 * h..(t + 1) * 4 * h]).zip(&c) {
                             *g = a + v as f32 * m;
@@ -292,175 +551,9 @@ impl LstmWeights {
                 }
                 y[(t * nd + d) * h..(t * nd + d + 1) * h].copy_from_slice(&hs);
             }
-            hn[d * h..(d + 1) * h].copy_from_slice(&hs);
-            cn[d * h..(d + 1) * h].copy_from_slice(&cs);
         }
-        let dev = device;
-        Ok(vec![
-            Tensor::from_slice(&y).view([seq as i64, nd as i64, 1, h as i64]).to_device(dev),
-            Tensor::from_slice(&hn).view([nd as i64, 1, h as i64]).to_device(dev),
-            Tensor::from_slice(&cn).view([nd as i64, 1, h as i64]).to_device(dev),
-        ])
+        Tensor::from_slice(&y).view([seq as i64, (nd * h) as i64]).to_device(dev)
     }
-}
-
-fn init<'a>(inits: &HashMap<&str, &'a OnnxTensor>, name: &str) -> R<&'a OnnxTensor> {
-    inits.get(name).copied().ok_or_else(|| format!("`{name}` is not an initializer"))
-}
-
-fn i64s(t: &OnnxTensor) -> R<Vec<i64>> {
-    t.to_i64().map_err(|e| e.to_string())
-}
-
-fn f32s(t: &OnnxTensor) -> R<Vec<f32>> {
-    t.to_f32().map_err(|e| e.to_string())
-}
-
-fn ints_attr(n: &Node, name: &str, default: i64) -> i64 {
-    match n.attr(name) {
-        Some(AttrValue::Ints(v)) if v.len() == 1 => v[0],
-        Some(AttrValue::Int(v)) => *v,
-        _ => default,
-    }
-}
-
-/// The weights a node needs in `precision`, read off the initializers.
-pub(super) fn prepare(
-    node: &Node,
-    inits: &HashMap<&str, &OnnxTensor>,
-    precision: Precision,
-    device: Device,
-) -> R<Prep> {
-    let zp_of = |i: usize| -> R<Vec<i64>> {
-        match node.inputs.get(i).filter(|s| !s.is_empty()) {
-            Some(name) => i64s(init(inits, name)?),
-            None => Ok(vec![0]),
-        }
-    };
-    Ok(match node.op_type.as_str() {
-        "MatMulInteger" => {
-            let b = init(inits, &node.inputs[1])?;
-            if b.dims.len() != 2 {
-                return Err(format!("{}: B is not 2-d", node.name));
-            }
-            let (k, n) = (b.dims[0], b.dims[1]);
-            let zp = zp_of(3)?;
-            let w = i64s(b)?;
-            // rows [N, K]: transpose, the zero point per column of B (per row after)
-            let mut t = vec![0i64; n * k];
-            for kk in 0..k {
-                for j in 0..n {
-                    t[j * k + kk] = w[kk * n + j];
-                }
-            }
-            let rows = centered(&t, &zp, n)?;
-            let weight = match precision {
-                Precision::Int8 => pack(&rows, n, k),
-                Precision::Fp32 => {
-                    let f: Vec<f32> = rows.iter().map(|&v| f32::from(v)).collect();
-                    Weight::Float(
-                        Tensor::from_slice(&f)
-                            .view([n as i64, k as i64])
-                            .transpose(0, 1)
-                            .contiguous()
-                            .to_device(device),
-                    )
-                }
-            };
-            Prep::MatMulInt(MatMulInt { weight, n, k })
-        }
-        "ConvInteger" => {
-            let w = init(inits, &node.inputs[1])?;
-            if w.dims.len() != 3 {
-                return Err(format!("{}: only 1-d ConvInteger", node.name));
-            }
-            if ints_attr(node, "group", 1) != 1 {
-                return Err(format!("{}: grouped ConvInteger not supported", node.name));
-            }
-            let pads = match node.attr("pads") {
-                Some(AttrValue::Ints(v)) => v.clone(),
-                _ => vec![0, 0],
-            };
-            if pads.len() != 2 || pads[0] != pads[1] {
-                return Err(format!("{}: asymmetric padding", node.name));
-            }
-            let (o, c, k) = (w.dims[0], w.dims[1], w.dims[2]);
-            let rows = centered(&i64s(w)?, &zp_of(3)?, o)?;
-            let weight = match precision {
-                Precision::Int8 => {
-                    // K ordered (tap, channel), as ConvInt::run lays out its im2col rows
-                    let mut r = vec![0i8; rows.len()];
-                    for oi in 0..o {
-                        for ci in 0..c {
-                            for j in 0..k {
-                                r[oi * c * k + j * c + ci] = rows[oi * c * k + ci * k + j];
-                            }
-                        }
-                    }
-                    pack(&r, o, c * k)
-                }
-                Precision::Fp32 => {
-                    let f: Vec<f32> = rows.iter().map(|&v| f32::from(v)).collect();
-                    Weight::Float(Tensor::from_slice(&f).view([o as i64, c as i64, k as i64]).to_device(device))
-                }
-            };
-            Prep::ConvInt(ConvInt {
-                weight,
-                out_ch: o,
-                in_ch: c,
-                kernel: k,
-                pad: pads[0] as usize,
-                stride: ints_attr(node, "strides", 1) as usize,
-                dil: ints_attr(node, "dilations", 1) as usize,
-            })
-        }
-        "DynamicQuantizeLSTM" => {
-            let w = init(inits, &node.inputs[1])?;
-            let r = init(inits, &node.inputs[2])?;
-            let b = init(inits, &node.inputs[3])?;
-            let (nd, input, h4) = (w.dims[0], w.dims[1], w.dims[2]);
-            let h = h4 / 4;
-            let (wv, rv, bv) = (i64s(w)?, i64s(r)?, f32s(b)?);
-            let (ws, wz) = (f32s(init(inits, &node.inputs[8])?)?, i64s(init(inits, &node.inputs[9])?)?);
-            let (rs, rz) = (f32s(init(inits, &node.inputs[10])?)?, i64s(init(inits, &node.inputs[11])?)?);
-            if ws.len() != nd || rs.len() != nd {
-                return Err(format!("{}: per-channel LSTM scales not supported", node.name));
-            }
-            let mut dirs = Vec::new();
-            for d in 0..nd {
-                // W_d [in, 4H] -> rows [4H, in]; R_d [H, 4H] -> rows [4H, H]
-                let tr = |v: &[i64], rows_in: usize, z: i64| -> R<Vec<i8>> {
-                    let mut t = vec![0i64; rows_in * h4];
-                    for i in 0..rows_in {
-                        for j in 0..h4 {
-                            t[j * rows_in + i] = v[i * h4 + j];
-                        }
-                    }
-                    centered(&t, &[z], h4)
-                };
-                let wd = tr(&wv[d * input * h4..(d + 1) * input * h4], input, wz[d])?;
-                let rd = tr(&rv[d * h * h4..(d + 1) * h * h4], h, rz[d])?;
-                // fp32: [K, 4H], dequantized
-                let f = |rows: &[i8], k: usize, s: f32| {
-                    let v: Vec<f32> = rows.iter().map(|&x| f32::from(x) * s).collect();
-                    Tensor::from_slice(&v).view([h4 as i64, k as i64]).transpose(0, 1).contiguous()
-                };
-                let (wq, rq, r_f32) = match precision {
-                    Precision::Int8 => (pack(&wd, h4, input), pack(&rd, h4, h), Vec::new()),
-                    Precision::Fp32 => {
-                        let rt = f(&rd, h, rs[d]);
-                        let r_f32 = Vec::<f32>::try_from(rt.view([-1])).map_err(|e| e.to_string())?;
-                        (Weight::Float(f(&wd, input, ws[d])), Weight::Float(rt), r_f32)
-                    }
-                };
-                let bd = &bv[d * 2 * h4..(d + 1) * 2 * h4];
-                let bias = (0..h4).map(|j| bd[j] + bd[h4 + j]).collect();
-                dirs.push(Direction { w: wq, r: rq, w_scale: ws[d], r_scale: rs[d], r_f32, bias });
-            }
-            Prep::Lstm(LstmWeights { dirs, input, hidden: h })
-        }
-        _ => Prep::None,
-    })
 }
 
 #[cfg(test)]

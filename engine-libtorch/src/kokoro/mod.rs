@@ -1,18 +1,19 @@
-//! Kokoro-82M natively in tch, read off kokoro-onnx's ONNX export (`kokoro-v1.0.int8.onnx`, or
-//! the fp32 `kokoro-v1.0.onnx`) without onnxruntime: the export's graph is run node by node on
-//! tch tensors ([`graph`], [`ops`]), its int8 products on our own int8 kernels ([`int8`],
-//! [`crate::gemm`]). The blocks, shapes and where the int8 lives: docs/kokoro-architecture.md.
+//! Kokoro-82M natively in tch, without onnxruntime: the network written out block by block
+//! ([`net`]), its weights read by name out of kokoro-onnx's ONNX export (`kokoro-v1.0.int8.onnx`,
+//! [`load`]), its int8 products on our own int8 kernels ([`int8`], [`crate::gemm`]). The blocks,
+//! shapes, weight names and where the int8 lives: docs/kokoro-architecture.md.
 //!
 //! [`KokoroModel::infer`] takes the phoneme ids of one utterance (without the two pad tokens,
 //! which it adds), the voice's 256 style floats for that length and the speed, and returns 24 kHz
 //! audio with the predicted durations (frames of [`SAMPLES_PER_FRAME`] samples per input token,
 //! both pads included).
 
-mod graph;
 mod int8;
-mod ops;
+mod load;
+mod net;
 // How the engine's workers serve Kokoro's voices, and the voice files users have.
 pub mod serve;
+mod signal;
 pub mod voices;
 
 use std::path::Path;
@@ -30,14 +31,9 @@ pub const SAMPLE_RATE: u32 = 24_000;
 /// the voices' style rows at 510.
 pub const MAX_IDS: usize = 510;
 
-/// The per-token durations in the export's graph: round(duration / speed) clipped to ≥ 1.
-const DURATIONS: &str = "/encoder/Clip_output_0";
-
 /// The network of one Kokoro model file in one precision on one device.
 pub struct KokoroModel {
-    graph: graph::Graph,
-    precision: Precision,
-    device: Device,
+    net: net::Kokoro,
 }
 
 // SAFETY: nothing in a loaded model is written after loading: `infer` takes `&self`, reads the
@@ -57,15 +53,15 @@ pub struct KokoroOutput {
 }
 
 impl KokoroModel {
-    /// Loads a Kokoro ONNX export. [`Precision::Int8`] needs the CPU and an int8 file (its int8
-    /// nodes run on our kernels); [`Precision::Fp32`] runs anywhere, with the int8 file's weights
+    /// Loads the network's weights from kokoro-onnx's int8 export. [`Precision::Int8`] needs the
+    /// CPU (its products run on our kernels); [`Precision::Fp32`] runs anywhere, with the weights
     /// dequantized.
     pub fn load(onnx: &Path, device: Device, precision: Precision) -> Result<KokoroModel, String> {
         let model = Model::load(onnx).map_err(|e| format!("{}: {e}", onnx.display()))?;
-        Self::from_model(&model, device, precision, &[]).map_err(|e| format!("{}: {e}", onnx.display()))
+        Self::from_model(&model, device, precision).map_err(|e| format!("{}: {e}", onnx.display()))
     }
 
-    fn from_model(model: &Model, device: Device, precision: Precision, keep: &[&str]) -> Result<KokoroModel, String> {
+    fn from_model(model: &Model, device: Device, precision: Precision) -> Result<KokoroModel, String> {
         if precision == Precision::Int8 && device != Device::Cpu {
             return Err("int8 runs on the CPU only; use fp32 on CUDA".into());
         }
@@ -74,11 +70,16 @@ impl KokoroModel {
                 return Err(format!("not a Kokoro export: no input `{input}`"));
             }
         }
-        let mut keep = keep.to_vec();
-        keep.push(DURATIONS);
+        if !model.graph.nodes.iter().any(|n| n.op_type == "MatMulInteger") {
+            return Err(format!(
+                "not the int8 export: the network reads the weights of kokoro-onnx's int8 file \
+                 ({}), which fp32 runs dequantized; the fp32 export is not supported",
+                voices::INT8_MODEL
+            ));
+        }
         let _g = tch::no_grad_guard();
-        let graph = graph::Graph::new(model, device, precision, &keep)?;
-        Ok(KokoroModel { graph, precision, device })
+        let weights = load::Weights::new(model, precision, device);
+        Ok(KokoroModel { net: net::Kokoro::load(&weights)? })
     }
 
     /// The precision `auto` means: int8 on a CPU whose int8 kernels have VNNI dot products
@@ -94,31 +95,28 @@ impl KokoroModel {
     }
 
     pub fn precision(&self) -> Precision {
-        self.precision
+        self.net.precision
     }
 
     pub fn device(&self) -> Device {
-        self.device
+        self.net.device
     }
 
     /// Speaks `ids` (phoneme ids WITHOUT the two pad tokens) in the voice whose style row for
     /// this length is `style` (256 floats), at `speed` (1.0 = natural).
     pub fn infer(&self, ids: &[i64], style: &[f32], speed: f32) -> Result<KokoroOutput, String> {
-        let (audio, durations) = self.run(ids, style, speed, &[], &[])?.0;
-        Ok(KokoroOutput { audio, durations, samples_per_frame: SAMPLES_PER_FRAME })
+        Ok(self.infer_traced(ids, style, speed, None)?.0)
     }
 
-    /// [`KokoroModel::infer`] returning also the named intermediate values (the fixture tests
-    /// compare them with onnxruntime's). Only values of a model loaded with them kept can be read.
-    #[allow(clippy::type_complexity)]
-    fn run(
+    /// [`KokoroModel::infer`] with the durations `forced` (one per token and pad) instead of the
+    /// predicted ones, returning also the values the fixture tests compare with onnxruntime's.
+    pub fn infer_traced(
         &self,
         ids: &[i64],
         style: &[f32],
         speed: f32,
-        extra: &[&str],
-        replace: &[(&str, Tensor)],
-    ) -> Result<((Vec<f32>, Vec<i64>), Vec<Tensor>), String> {
+        forced: Option<&[i64]>,
+    ) -> Result<(KokoroOutput, KokoroTrace), String> {
         if ids.is_empty() || ids.len() > MAX_IDS {
             return Err(format!("{} phoneme ids: Kokoro takes 1 to {MAX_IDS}", ids.len()));
         }
@@ -128,21 +126,23 @@ impl KokoroModel {
         if !(speed.is_finite() && speed > 0.0) {
             return Err(format!("speed {speed}: must be a positive number"));
         }
+        if let Some(f) = forced {
+            if f.len() != ids.len() + 2 || f.iter().any(|&d| !(1..=10_000).contains(&d)) {
+                return Err(format!(
+                    "{} forced durations for {} tokens (1 to 10000 frames each)",
+                    f.len(),
+                    ids.len() + 2
+                ));
+            }
+        }
         let _g = tch::no_grad_guard();
         let mut tokens = Vec::with_capacity(ids.len() + 2);
         tokens.push(0);
         tokens.extend_from_slice(ids);
         tokens.push(0);
-        let n = tokens.len() as i64;
-        let inputs = [
-            ("tokens", Tensor::from_slice(&tokens).view([1, n])),
-            ("style", Tensor::from_slice(style).view([1, 256])),
-            ("speed", Tensor::from_slice(&[speed])),
-        ];
-        let mut want = vec!["audio", DURATIONS];
-        want.extend_from_slice(extra);
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.graph.run(&inputs, &want, replace)));
-        let mut outs = match run {
+        let run =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.net.forward(&tokens, style, speed, forced)));
+        let pass = match run {
             Ok(r) => r?,
             Err(p) => {
                 let msg = p
@@ -153,40 +153,28 @@ impl KokoroModel {
                 return Err(format!("Kokoro's network failed: {msg}"));
             }
         };
-        let rest = outs.split_off(2);
-        let audio = Vec::<f32>::try_from(outs[0].to_kind(Kind::Float).flatten(0, -1).to_device(Device::Cpu))
-            .map_err(|e| e.to_string())?;
-        let durations = Vec::<i64>::try_from(outs[1].to_kind(Kind::Int64).flatten(0, -1).to_device(Device::Cpu))
-            .map_err(|e| e.to_string())?;
-        Ok(((audio, durations), rest))
+        let floats = |t: &Tensor| -> Result<Vec<f32>, String> {
+            Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1).to_device(Device::Cpu))
+                .map_err(|e| e.to_string())
+        };
+        let out = KokoroOutput {
+            audio: floats(&pass.audio)?,
+            durations: pass.durations,
+            samples_per_frame: SAMPLES_PER_FRAME,
+        };
+        let trace =
+            KokoroTrace { durations_raw: floats(&pass.durations_raw)?, f0: floats(&pass.f0)?, n: floats(&pass.n)? };
+        Ok((out, trace))
     }
 }
 
-/// For the fixture tests and the dump example: a model that keeps `keep` (value names of the
-/// graph) and returns them from [`KokoroProbe::infer`].
-pub struct KokoroProbe {
-    model: KokoroModel,
-    keep: Vec<String>,
-}
-
-impl KokoroProbe {
-    pub fn load(onnx: &Path, device: Device, precision: Precision, keep: &[&str]) -> Result<KokoroProbe, String> {
-        let model = Model::load(onnx).map_err(|e| format!("{}: {e}", onnx.display()))?;
-        let model = KokoroModel::from_model(&model, device, precision, keep)?;
-        Ok(KokoroProbe { model, keep: keep.iter().map(|s| s.to_string()).collect() })
-    }
-
-    /// The output and the kept values, in `keep`'s order; `replace`: values of the graph set
-    /// from outside (by name) instead of computed.
-    pub fn infer(
-        &self,
-        ids: &[i64],
-        style: &[f32],
-        speed: f32,
-        replace: &[(&str, Tensor)],
-    ) -> Result<(KokoroOutput, Vec<Tensor>), String> {
-        let keep: Vec<&str> = self.keep.iter().map(String::as_str).collect();
-        let ((audio, durations), rest) = self.model.run(ids, style, speed, &keep, replace)?;
-        Ok((KokoroOutput { audio, durations, samples_per_frame: SAMPLES_PER_FRAME }, rest))
-    }
+/// Intermediate values of one pass ([`KokoroModel::infer_traced`]).
+#[derive(Debug, Clone)]
+pub struct KokoroTrace {
+    /// The durations before rounding, in frames, per token and pad
+    pub durations_raw: Vec<f32>,
+    /// The predicted pitch curve, Hz, two values per frame
+    pub f0: Vec<f32>,
+    /// The predicted energy curve, two values per frame
+    pub n: Vec<f32>,
 }

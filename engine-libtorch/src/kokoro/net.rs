@@ -1,0 +1,593 @@
+//! Kokoro-82M written out block by block (docs/kokoro-architecture.md §3): PL-BERT ([`Albert`]),
+//! the prosody predictor ([`Prosody`]: its text encoder, durations, F0 and N), the text encoder
+//! ([`TextEncoder`]), the decoder ([`Decoder`]) and the iSTFTNet generator ([`Generator`]: harmonic
+//! source, STFT, up-sampling with Snake resblocks, iSTFT). Every weighted layer is read off the
+//! export ([`super::load`]) and runs in the model's precision ([`super::int8`]); everything between
+//! them is float tch on the model's device, computed as the export's graph computes it (the same
+//! operations in the same order, so that the int8 path requantizes the same tensors).
+
+use tch::{Device, Kind, Tensor};
+
+use super::int8::{quantize, Act, Conv, Linear, Lstm};
+use super::load::{consts, FloatConv, Weights};
+use super::signal;
+use crate::Precision;
+
+type R<T> = Result<T, String>;
+
+/// √2 in f32, the residual blocks' divisor.
+const SQRT2: f64 = 1.414_213_538_169_860_8;
+
+fn leaky(x: &Tensor, alpha: f64) -> Tensor {
+    x.where_self(&x.ge(0.0), &(x * alpha))
+}
+
+/// Instance norm over the last axis (the export's ReduceMean / Sub / Mul / ReduceMean / Add / Sqrt
+/// / Div): [1, C, T].
+fn instance_norm(x: &Tensor) -> Tensor {
+    let mean = x.mean_dim(2, true, Kind::Float);
+    let d = x - mean;
+    let var = (&d * &d).mean_dim(2, true, Kind::Float);
+    d / (var + 1e-5).sqrt()
+}
+
+/// AdaIN 1-d: instance norm, then (1 + γ)·x̂ + β with γ, β a Linear of the style.
+struct AdaIn {
+    fc: Linear,
+}
+
+impl AdaIn {
+    fn load(w: &Weights, prefix: &str) -> R<AdaIn> {
+        Ok(AdaIn { fc: w.linear(&format!("{prefix}/fc/Gemm_MatMul_quant"))? })
+    }
+
+    fn forward(&self, x: &Tensor, s: &Act) -> Tensor {
+        let h = self.fc.forward_act(s).unsqueeze(2);
+        let c = h.size()[1] / 2;
+        let (gamma, beta) = (h.narrow(1, 0, c), h.narrow(1, c, c));
+        (gamma + 1.0) * instance_norm(x) + beta
+    }
+}
+
+/// AdainResBlk1d (predictor F0/N, decoder): norm, LeakyReLU 0.2, [depthwise up-sampling], conv,
+/// norm, LeakyReLU, conv, plus the shortcut ([nearest ×2], [1×1 conv]), over √2.
+struct ResBlk {
+    norm1: AdaIn,
+    norm2: AdaIn,
+    conv1: Conv,
+    conv2: Conv,
+    conv1x1: Option<Conv>,
+    pool: Option<FloatConv>,
+}
+
+impl ResBlk {
+    /// The block whose nodes start with `prefix`; `upsample`: ×2 (nearest shortcut, `pool`);
+    /// `learned`: a 1×1 conv on the shortcut.
+    fn load(w: &Weights, prefix: &str, upsample: bool, learned: bool) -> R<ResBlk> {
+        Ok(ResBlk {
+            norm1: AdaIn::load(w, &format!("{prefix}/norm1"))?,
+            norm2: AdaIn::load(w, &format!("{prefix}/norm2"))?,
+            conv1: w.conv(&format!("{prefix}/conv1/Conv_quant"))?,
+            conv2: w.conv(&format!("{prefix}/conv2/Conv_quant"))?,
+            conv1x1: if learned { Some(w.conv(&format!("{prefix}/conv1x1/Conv_quant"))?) } else { None },
+            pool: if upsample { Some(w.float_conv(&format!("{prefix}/pool/ConvTranspose"))?) } else { None },
+        })
+    }
+
+    fn forward(&self, p: Precision, x: &Tensor, s: &Act) -> Tensor {
+        let mut short =
+            if self.pool.is_some() { x.repeat_interleave_self_int(2, Some(2), None) } else { x.shallow_clone() };
+        if let Some(c) = &self.conv1x1 {
+            short = c.forward(p, &short);
+        }
+        let mut r = leaky(&self.norm1.forward(x, s), 0.2);
+        if let Some(pool) = &self.pool {
+            r = pool.forward(&r);
+        }
+        let r = self.conv1.forward(p, &r);
+        let r = leaky(&self.norm2.forward(&r, s), 0.2);
+        let r = self.conv2.forward(p, &r);
+        (r + short) / SQRT2
+    }
+}
+
+/// PL-BERT: ALBERT with one shared layer applied 12 times (12 heads of 64).
+pub(super) struct Albert {
+    word: Tensor,
+    position: Tensor,
+    token_type: Tensor,
+    ln_w: Tensor,
+    ln_b: Tensor,
+    mapping: Linear,
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    dense: Linear,
+    attn_ln_w: Tensor,
+    attn_ln_b: Tensor,
+    ffn: Linear,
+    ffn_out: Linear,
+    full_ln_w: Tensor,
+    full_ln_b: Tensor,
+    /// `bert_encoder`: 768 → 512
+    project: Linear,
+}
+
+const BERT: &str = "/encoder/bert";
+const LAYER: &str = "/encoder/bert/encoder/albert_layer_groups.0/albert_layers.0";
+const ALBERT_W: &str = "encoder.bert.encoder.albert_layer_groups.0.albert_layers.0";
+
+impl Albert {
+    fn load(w: &Weights) -> R<Albert> {
+        Ok(Albert {
+            word: w.embedding(&format!("{BERT}/embeddings/word_embeddings/Gather_quant"))?,
+            position: w.embedding(&format!("{BERT}/embeddings/position_embeddings/Gather_quant"))?,
+            token_type: w.embedding(&format!("{BERT}/embeddings/token_type_embeddings/Gather_quant"))?,
+            ln_w: w.float("encoder.bert.embeddings.LayerNorm.weight")?,
+            ln_b: w.float("encoder.bert.embeddings.LayerNorm.bias")?,
+            mapping: w.linear(&format!("{BERT}/encoder/embedding_hidden_mapping_in/MatMul_quant"))?,
+            query: w.linear(&format!("{LAYER}/attention/query/MatMul_quant"))?,
+            key: w.linear(&format!("{LAYER}/attention/key/MatMul_quant"))?,
+            value: w.linear(&format!("{LAYER}/attention/value/MatMul_quant"))?,
+            dense: w.linear(&format!("{LAYER}/attention/dense/MatMul_quant"))?,
+            attn_ln_w: w.float(&format!("{ALBERT_W}.attention.LayerNorm.weight"))?,
+            attn_ln_b: w.float(&format!("{ALBERT_W}.attention.LayerNorm.bias"))?,
+            ffn: w.linear(&format!("{LAYER}/ffn/MatMul_quant"))?,
+            ffn_out: w.linear(&format!("{LAYER}/ffn_output/MatMul_quant"))?,
+            full_ln_w: w.float(&format!("{ALBERT_W}.full_layer_layer_norm.weight"))?,
+            full_ln_b: w.float(&format!("{ALBERT_W}.full_layer_layer_norm.bias"))?,
+            project: w.linear("/encoder/bert_encoder/MatMul_quant")?,
+        })
+    }
+
+    /// tokens [L] → d_en [1, L, 512].
+    fn forward(&self, p: Precision, tokens: &Tensor) -> Tensor {
+        let l = tokens.size()[0];
+        let emb = (self.word.index_select(0, tokens) + self.token_type.narrow(0, 0, 1)) + self.position.narrow(0, 0, l);
+        let x = emb.unsqueeze(0).layer_norm([128], Some(&self.ln_w), Some(&self.ln_b), 1e-12, false);
+        let mut h = self.mapping.forward(p, &x);
+        // q·kᵀ/√64 as the export has it: q and k each times 64^(-1/4)
+        let quarter = f64::from((1.0f32 / 8.0).sqrt());
+        for _ in 0..12 {
+            let a = quantize(p, &h);
+            let heads = |t: Tensor| t.view([1, l, 12, 64]);
+            let q = heads(self.query.forward_act(&a)).permute([0, 2, 1, 3]) * quarter;
+            let k = heads(self.key.forward_act(&a)).permute([0, 2, 3, 1]) * quarter;
+            let v = heads(self.value.forward_act(&a)).permute([0, 2, 1, 3]);
+            let probs = q.matmul(&k).softmax(-1, Kind::Float);
+            let ctx = probs.matmul(&v).permute([0, 2, 1, 3]).reshape([1, l, 768]);
+            let attn = self.dense.forward(p, &ctx);
+            let h1 = (&h + attn).layer_norm([768], Some(&self.attn_ln_w), Some(&self.attn_ln_b), 1e-12, false);
+            let f = self.ffn.forward(p, &h1).gelu("tanh");
+            let o = self.ffn_out.forward(p, &f);
+            h = (o + &h1).layer_norm([768], Some(&self.full_ln_w), Some(&self.full_ln_b), 1e-12, false);
+        }
+        self.project.forward(p, &h)
+    }
+}
+
+/// The prosody predictor: its text encoder (3 × bi-LSTM + AdaLayerNorm), the duration LSTM and
+/// projection, the shared LSTM over frames and the F0 and N branches.
+pub(super) struct Prosody {
+    lstms: Vec<(Lstm, Linear)>,
+    dur_lstm: Lstm,
+    dur_proj: Linear,
+    shared: Lstm,
+    f0: Vec<ResBlk>,
+    n: Vec<ResBlk>,
+    f0_proj: Conv,
+    n_proj: Conv,
+}
+
+const PRED: &str = "/encoder/predictor";
+
+impl Prosody {
+    fn load(w: &Weights) -> R<Prosody> {
+        let mut lstms = Vec::new();
+        for i in 0..3 {
+            lstms.push((
+                w.lstm(&format!("{PRED}/text_encoder/lstms.{}/LSTM_quant", 2 * i))?,
+                w.linear(&format!("{PRED}/text_encoder/lstms.{}/fc/Gemm_MatMul_quant", 2 * i + 1))?,
+            ));
+        }
+        let branch = |name: &str| -> R<Vec<ResBlk>> {
+            Ok(vec![
+                ResBlk::load(w, &format!("/encoder/{name}.0"), false, false)?,
+                ResBlk::load(w, &format!("/encoder/{name}.1"), true, true)?,
+                ResBlk::load(w, &format!("/encoder/{name}.2"), false, false)?,
+            ])
+        };
+        Ok(Prosody {
+            lstms,
+            dur_lstm: w.lstm(&format!("{PRED}/lstm/LSTM_quant"))?,
+            dur_proj: w.linear(&format!("{PRED}/duration_proj/linear_layer/MatMul_quant"))?,
+            shared: w.lstm("/encoder/shared/LSTM_quant")?,
+            f0: branch("F0")?,
+            n: branch("N")?,
+            f0_proj: w.conv("/encoder/F0_proj/Conv_quant")?,
+            n_proj: w.conv("/encoder/N_proj/Conv_quant")?,
+        })
+    }
+
+    /// d_en [1, L, 512], the style's second half → d [1, L, 640].
+    fn encode(&self, d_en: &Tensor, s: &Tensor, sq: &Act) -> Tensor {
+        let l = d_en.size()[1];
+        let s = s.view([1, 1, 128]).expand([1, l, 128], false);
+        let mut x = Tensor::cat(&[d_en, &s], 2);
+        for (lstm, fc) in &self.lstms {
+            let y = lstm.forward(&x.squeeze_dim(0)).unsqueeze(0);
+            let y = y.layer_norm([512], None::<&Tensor>, None::<&Tensor>, 1e-5, false);
+            let h = fc.forward_act(sq).view([1, 1, 1024]);
+            let (gamma, beta) = (h.narrow(2, 0, 512), h.narrow(2, 512, 512));
+            let y = (gamma + 1.0) * y + beta;
+            x = Tensor::cat(&[&y, &s], 2);
+        }
+        x
+    }
+
+    /// d [1, L, 640] → the durations before rounding [L].
+    fn durations(&self, p: Precision, d: &Tensor, speed: f32) -> Tensor {
+        let y = self.dur_lstm.forward(&d.squeeze_dim(0));
+        let logits = self.dur_proj.forward(p, &y).sigmoid();
+        logits.sum_dim_intlist(-1, false, Kind::Float) / f64::from(speed)
+    }
+
+    /// en [1, 640, T] → (F0, N), each [1, 2T].
+    fn f0_n(&self, p: Precision, en: &Tensor, sq: &Act) -> (Tensor, Tensor) {
+        let x = self.shared.forward(&en.squeeze_dim(0).transpose(0, 1)).transpose(0, 1).unsqueeze(0);
+        let run = |blocks: &[ResBlk], proj: &Conv| {
+            let mut y = x.shallow_clone();
+            for b in blocks {
+                y = b.forward(p, &y, sq);
+            }
+            proj.forward(p, &y).squeeze_dim(1)
+        };
+        (run(&self.f0, &self.f0_proj), run(&self.n, &self.n_proj))
+    }
+}
+
+/// The text encoder: embedding, 3 × (conv k 5, LayerNorm, LeakyReLU 0.2), bi-LSTM → [1, 512, L].
+pub(super) struct TextEncoder {
+    embedding: Tensor,
+    cnn: Vec<(Conv, Tensor, Tensor)>,
+    lstm: Lstm,
+}
+
+impl TextEncoder {
+    fn load(w: &Weights) -> R<TextEncoder> {
+        let mut cnn = Vec::new();
+        for i in 0..3 {
+            cnn.push((
+                w.conv(&format!("/encoder/text_encoder/cnn.{i}/cnn.{i}.0/Conv_quant"))?,
+                w.float(&format!("encoder.text_encoder.cnn.{i}.1.gamma"))?,
+                w.float(&format!("encoder.text_encoder.cnn.{i}.1.beta"))?,
+            ));
+        }
+        Ok(TextEncoder {
+            embedding: w.embedding("/encoder/text_encoder/embedding/Gather_quant")?,
+            cnn,
+            lstm: w.lstm("/encoder/text_encoder/lstm/LSTM_quant")?,
+        })
+    }
+
+    fn forward(&self, p: Precision, tokens: &Tensor) -> Tensor {
+        let mut x = self.embedding.index_select(0, tokens).transpose(0, 1).unsqueeze(0);
+        for (conv, g, b) in &self.cnn {
+            let y = conv.forward(p, &x).transpose(1, 2).layer_norm([512], Some(g), Some(b), 1e-5, false);
+            x = leaky(&y, 0.2).transpose(1, 2);
+        }
+        self.lstm.forward(&x.squeeze_dim(0).transpose(0, 1)).transpose(0, 1).unsqueeze(0)
+    }
+}
+
+/// The decoder: F0 and N convs (stride 2), `encode`, `asr_res`, four `decode` blocks.
+pub(super) struct Decoder {
+    f0_conv: Conv,
+    n_conv: Conv,
+    encode: ResBlk,
+    asr_res: Conv,
+    decode: Vec<ResBlk>,
+}
+
+const DEC: &str = "/decoder/decoder";
+
+impl Decoder {
+    fn load(w: &Weights) -> R<Decoder> {
+        Ok(Decoder {
+            f0_conv: w.conv(&format!("{DEC}/F0_conv/Conv_quant"))?,
+            n_conv: w.conv(&format!("{DEC}/N_conv/Conv_quant"))?,
+            encode: ResBlk::load(w, &format!("{DEC}/encode"), false, true)?,
+            asr_res: w.conv(&format!("{DEC}/asr_res/asr_res.0/Conv_quant"))?,
+            decode: (0..4).map(|i| ResBlk::load(w, &format!("{DEC}/decode.{i}"), i == 3, true)).collect::<R<_>>()?,
+        })
+    }
+
+    /// asr [1, 512, T], F0 and N [1, 2T] → [1, 512, 2T].
+    fn forward(&self, p: Precision, asr: &Tensor, f0: &Tensor, n: &Tensor, sq: &Act) -> Tensor {
+        let f0c = self.f0_conv.forward(p, &f0.unsqueeze(1));
+        let nc = self.n_conv.forward(p, &n.unsqueeze(1));
+        let asr_q = quantize(p, asr);
+        let mut x = self.encode.forward(p, &Tensor::cat(&[asr, &f0c, &nc], 1), sq);
+        let asr_res = self.asr_res.forward_act(&asr_q);
+        for block in &self.decode {
+            x = block.forward(p, &Tensor::cat(&[&x, &asr_res, &f0c, &nc], 1), sq);
+        }
+        x
+    }
+}
+
+/// AdaINResBlock1 of the generator: three times (AdaIN, Snake, dilated conv, AdaIN, Snake, conv)
+/// added to the input.
+struct SnakeBlock {
+    adain1: Vec<AdaIn>,
+    adain2: Vec<AdaIn>,
+    /// (α, 1/α) per Snake
+    alpha1: Vec<(Tensor, Tensor)>,
+    alpha2: Vec<(Tensor, Tensor)>,
+    convs1: Vec<Conv>,
+    convs2: Vec<Conv>,
+}
+
+fn snake(x: &Tensor, (alpha, inv): &(Tensor, Tensor)) -> Tensor {
+    let s = (alpha * x).sin();
+    x + inv * (&s * &s)
+}
+
+impl SnakeBlock {
+    fn load(w: &Weights, prefix: &str, weights: &str) -> R<SnakeBlock> {
+        let alpha = |name: String| -> R<(Tensor, Tensor)> {
+            let a = w.float(&name)?;
+            let inv = a.reciprocal();
+            Ok((a, inv))
+        };
+        Ok(SnakeBlock {
+            adain1: (0..3).map(|j| AdaIn::load(w, &format!("{prefix}/adain1.{j}"))).collect::<R<_>>()?,
+            adain2: (0..3).map(|j| AdaIn::load(w, &format!("{prefix}/adain2.{j}"))).collect::<R<_>>()?,
+            alpha1: (0..3).map(|j| alpha(format!("{weights}.alpha1.{j}"))).collect::<R<_>>()?,
+            alpha2: (0..3).map(|j| alpha(format!("{weights}.alpha2.{j}"))).collect::<R<_>>()?,
+            convs1: (0..3).map(|j| w.conv(&format!("{prefix}/convs1.{j}/Conv_quant"))).collect::<R<_>>()?,
+            convs2: (0..3).map(|j| w.conv(&format!("{prefix}/convs2.{j}/Conv_quant"))).collect::<R<_>>()?,
+        })
+    }
+
+    fn forward(&self, p: Precision, x: &Tensor, sq: &Act) -> Tensor {
+        let mut x = x.shallow_clone();
+        for j in 0..3 {
+            let t = snake(&self.adain1[j].forward(&x, sq), &self.alpha1[j]);
+            let t = self.convs1[j].forward(p, &t);
+            let t = snake(&self.adain2[j].forward(&t, sq), &self.alpha2[j]);
+            let t = self.convs2[j].forward(p, &t);
+            x = t + x;
+        }
+        x
+    }
+}
+
+/// The iSTFTNet generator with its harmonic source.
+pub(super) struct Generator {
+    /// Linear 9 → 1 of the harmonics
+    source_w: Tensor,
+    source_b: Tensor,
+    window: Tensor,
+    ups: Vec<FloatConv>,
+    noise_convs: Vec<Conv>,
+    noise_res: Vec<SnakeBlock>,
+    resblocks: Vec<SnakeBlock>,
+    conv_post: FloatConv,
+    inverse_basis: Tensor,
+    window_sum: Tensor,
+    device: Device,
+}
+
+const GEN: &str = "/decoder/decoder/generator";
+const GEN_W: &str = "decoder.decoder.generator";
+
+impl Generator {
+    fn load(w: &Weights) -> R<Generator> {
+        // the source's Linear 9 → 1: a float MatMul and Add of the export
+        Ok(Generator {
+            source_w: w.float("onnx::MatMul_6993")?,
+            source_b: w.float(&format!("{GEN_W}.m_source.l_linear.bias"))?,
+            window: w.float(&format!("{GEN}/Constant_17_output_0"))?,
+            ups: vec![
+                w.float_conv(&format!("{GEN}/ups.0/ConvTranspose"))?,
+                w.float_conv(&format!("{GEN}/ups.1/ConvTranspose"))?,
+            ],
+            noise_convs: vec![
+                w.conv(&format!("{GEN}/noise_convs.0/Conv_quant"))?,
+                w.conv(&format!("{GEN}/noise_convs.1/Conv_quant"))?,
+            ],
+            noise_res: (0..2)
+                .map(|i| SnakeBlock::load(w, &format!("{GEN}/noise_res.{i}"), &format!("{GEN_W}.noise_res.{i}")))
+                .collect::<R<_>>()?,
+            resblocks: (0..6)
+                .map(|i| SnakeBlock::load(w, &format!("{GEN}/resblocks.{i}"), &format!("{GEN_W}.resblocks.{i}")))
+                .collect::<R<_>>()?,
+            conv_post: w.float_conv(&format!("{GEN}/conv_post/Conv"))?,
+            inverse_basis: w.float(&format!("{GEN_W}.stft.istft.stft.inverse_basis"))?,
+            window_sum: w.float(&format!("{GEN_W}.stft.istft.stft.window_sum"))?,
+            device: w.device,
+        })
+    }
+
+    /// The harmonic source of F0 [1, 2T] → [1, 600T] (SineGen without its random phase and noise,
+    /// as the export computes it; the Linear 9 → 1 and tanh).
+    fn source(&self, f0: &Tensor) -> Tensor {
+        let dev = self.device;
+        let f0 = f0.unsqueeze(1); // [1, 1, 2T]
+        let up = signal::resize_nearest(&f0, 300.0); // [1, 1, 600T]
+        let harmonics = consts(&[1., 2., 3., 4., 5., 6., 7., 8., 9.], dev).view([1, 9, 1]);
+        let rad = (&up * harmonics) / 24000.0;
+        let frac = &rad - rad.floor();
+        let down = signal::resize_linear(&frac, 1.0 / 300.0); // [1, 9, 2T]
+        let phase = signal::cumsum_f32(&down.transpose(1, 2), 1).transpose(1, 2);
+        let phase = ((phase * 2.0) * f64::from(std::f32::consts::PI)) * 300.0;
+        let phase = signal::resize_linear(&phase, 300.0); // [1, 9, 600T]
+        let voiced = up.gt(10.0).to_kind(Kind::Float);
+        let sines = (phase.sin() * f64::from(0.1f32)) * voiced;
+        let m = sines.transpose(1, 2).matmul(&self.source_w) + &self.source_b; // [1, 600T, 1]
+        m.tanh().transpose(1, 2).squeeze_dim(1)
+    }
+
+    /// The source's STFT (n_fft 20, hop 5, reflect padding): magnitudes and phases [1, 22, frames].
+    fn source_spectrum(&self, m: &Tensor) -> Tensor {
+        let padded = m.unsqueeze(1).reflection_pad1d([10, 10]).squeeze_dim(1);
+        let spec = signal::stft(&padded, 5, &self.window, 20); // [1, frames, 11, 2]
+        let spec = spec.transpose(1, 2);
+        let (re, im) = (spec.select(3, 0), spec.select(3, 1));
+        let mag = (&re * &re + &im * &im).sqrt();
+        let atan = (&im / &re).atan();
+        let pi = f64::from(std::f32::consts::PI);
+        let wrapped = (&atan + pi).where_self(&im.gt(0.0), &(&atan - pi));
+        let phase = wrapped.where_self(&re.lt(0.0), &atan);
+        Tensor::cat(&[mag, phase], 1)
+    }
+
+    /// x [1, 512, 2T] from the decoder, F0 [1, 2T] → audio [600T].
+    fn forward(&self, p: Precision, x: &Tensor, f0: &Tensor, sq: &Act, profile: &mut Profile) -> Tensor {
+        let har = self.source_spectrum(&self.source(f0));
+        profile.mark("generator: source");
+        let har_q = quantize(p, &har);
+        let mut x = x.shallow_clone();
+        for i in 0..2 {
+            x = self.ups[i].forward(&leaky(&x, 0.1));
+            let src = self.noise_res[i].forward(p, &self.noise_convs[i].forward_act(&har_q), sq);
+            if i == 1 {
+                x = x.reflection_pad1d([1, 0]);
+            }
+            x += src;
+            let mut sum = self.resblocks[3 * i].forward(p, &x, sq);
+            for j in 1..3 {
+                sum += self.resblocks[3 * i + j].forward(p, &x, sq);
+            }
+            x = sum / 3.0;
+            profile.mark(if i == 0 { "generator: stage 1" } else { "generator: stage 2" });
+        }
+        let y = self.conv_post.forward(&leaky(&x, f64::from(0.01f32)));
+        let (mag, phase) = (y.narrow(1, 0, 11).exp(), y.narrow(1, 11, 11).sin());
+        let spec = Tensor::cat(&[&mag * phase.cos(), &mag * phase.sin()], 1);
+        let wav = spec.conv_transpose1d(&self.inverse_basis, None::<&Tensor>, [5], [0], [0], 1, [1]).squeeze_dim(1);
+        // the export divides by its window sum where that is stored (its first 20 samples)
+        let len = wav.size()[1];
+        let k = len.min(self.window_sum.size()[0]);
+        let ws = self.window_sum.narrow(0, 0, k);
+        let head = wav.narrow(1, 0, k);
+        let head = (&head / &ws).where_self(&ws.gt(f64::from(f32::MIN_POSITIVE)), &head);
+        let wav = Tensor::cat(&[head, wav.narrow(1, k, len - k)], 1) * 4.0;
+        let out = wav.narrow(1, 10, len - 20).squeeze_dim(0);
+        profile.mark("generator: iSTFT");
+        out
+    }
+}
+
+/// Seconds per block of one inference (`KOKORO_PROFILE=1`: printed on stderr).
+pub(super) struct Profile {
+    on: bool,
+    t: std::time::Instant,
+    pub parts: Vec<(&'static str, f64)>,
+}
+
+impl Profile {
+    pub fn new() -> Profile {
+        Profile { on: std::env::var_os("KOKORO_PROFILE").is_some(), t: std::time::Instant::now(), parts: Vec::new() }
+    }
+
+    pub fn mark(&mut self, name: &'static str) {
+        if self.on {
+            self.parts.push((name, self.t.elapsed().as_secs_f64()));
+            self.t = std::time::Instant::now();
+        }
+    }
+
+    pub fn report(&self) {
+        if self.on {
+            let line: Vec<String> = self.parts.iter().map(|(k, s)| format!("{k} {s:.3}")).collect();
+            eprintln!("kokoro profile (s): {}", line.join(", "));
+        }
+    }
+}
+
+/// The whole network.
+pub(super) struct Kokoro {
+    albert: Albert,
+    prosody: Prosody,
+    text: TextEncoder,
+    decoder: Decoder,
+    generator: Generator,
+    pub precision: Precision,
+    pub device: Device,
+}
+
+/// What one pass computes: the audio, the durations, and the values the tests compare.
+pub(super) struct Pass {
+    pub audio: Tensor,
+    pub durations: Vec<i64>,
+    /// The durations before rounding, [L]
+    pub durations_raw: Tensor,
+    pub f0: Tensor,
+    pub n: Tensor,
+}
+
+impl Kokoro {
+    pub fn load(w: &Weights) -> R<Kokoro> {
+        Ok(Kokoro {
+            albert: Albert::load(w)?,
+            prosody: Prosody::load(w)?,
+            text: TextEncoder::load(w)?,
+            decoder: Decoder::load(w)?,
+            generator: Generator::load(w)?,
+            precision: w.precision,
+            device: w.device,
+        })
+    }
+
+    /// `tokens` with both pads; `forced`: durations to use instead of the predicted ones (the
+    /// fixture tests feed onnxruntime's, so that the lengths agree).
+    pub fn forward(&self, tokens: &[i64], style: &[f32], speed: f32, forced: Option<&[i64]>) -> R<Pass> {
+        let (p, dev) = (self.precision, self.device);
+        let mut profile = Profile::new();
+        let tok = Tensor::from_slice(tokens).to_device(dev);
+        let style = Tensor::from_slice(style).to_device(dev).view([1, 256]);
+        let (s_dec, s_enc) = (style.narrow(1, 0, 128), style.narrow(1, 128, 128));
+        let (sq_dec, sq_enc) = (quantize(p, &s_dec), quantize(p, &s_enc));
+        let d_en = self.albert.forward(p, &tok);
+        profile.mark("ALBERT");
+        let d = self.prosody.encode(&d_en, &s_enc, &sq_enc);
+        let raw = self.prosody.durations(p, &d, speed);
+        let durations: Vec<i64> = match forced {
+            Some(f) if f.len() == tokens.len() => f.to_vec(),
+            Some(f) => return Err(format!("{} durations for {} tokens", f.len(), tokens.len())),
+            None => {
+                let r = raw.round().clamp_min(1.0).to_kind(Kind::Int64).to_device(Device::Cpu);
+                Vec::<i64>::try_from(r).map_err(|e| e.to_string())?
+            }
+        };
+        profile.mark("prosody: text encoder, durations");
+        let aln = alignment(&durations, dev);
+        let en = d.squeeze_dim(0).transpose(0, 1).matmul(&aln).unsqueeze(0); // [1, 640, T]
+        let (f0, n) = self.prosody.f0_n(p, &en, &sq_enc);
+        profile.mark("prosody: F0, N");
+        let t_en = self.text.forward(p, &tok);
+        let asr = t_en.matmul(&aln);
+        profile.mark("text encoder");
+        let x = self.decoder.forward(p, &asr, &f0, &n, &sq_dec);
+        profile.mark("decoder");
+        let audio = self.generator.forward(p, &x, &f0, &sq_dec, &mut profile);
+        profile.report();
+        Ok(Pass { audio, durations, durations_raw: raw, f0, n })
+    }
+}
+
+/// The [L, T] one-hot alignment of tokens to frames.
+fn alignment(durations: &[i64], device: Device) -> Tensor {
+    let total: i64 = durations.iter().sum();
+    let mut a = vec![0f32; durations.len() * total as usize];
+    let mut t = 0usize;
+    for (i, &d) in durations.iter().enumerate() {
+        for _ in 0..d {
+            a[i * total as usize + t] = 1.0;
+            t += 1;
+        }
+    }
+    Tensor::from_slice(&a).view([durations.len() as i64, total]).to_device(device)
+}
