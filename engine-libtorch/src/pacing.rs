@@ -381,7 +381,8 @@ impl Outlook {
         )
     }
 
-    /// Its steps due before `horizon`, in order, appended to `out`: each chunk due `margin`
+    /// Its steps due before `horizon` (and its first chunk, if not delivered, whenever due), in
+    /// order, appended to `out`: each chunk due `margin`
     /// before its listener would run dry and to be done [`ADMISSION_MARGIN`] before (the first
     /// chunk due at its deadline and to be done by then, or, for a listener still playing
     /// earlier audio, that margin before it gets to it); the text not through prosody yet is
@@ -403,7 +404,9 @@ impl Outlook {
                     Step { due: before(dry, self.margin), limit: before(dry, ADMISSION_MARGIN), work, playing: true }
                 }
             };
-            (step.due <= horizon).then(|| out.push(step)).is_some()
+            // (a first chunk counts however far its deadline: a stream is never admitted free)
+            let first = position <= 0.0 && self.first_due.is_some();
+            (step.due <= horizon || first).then(|| out.push(step)).is_some()
         };
         let first_chunk = |position: f64| if position <= 0.0 { costs.per_first_second } else { costs.per_audio_second };
         for &len in &self.current {
@@ -805,6 +808,12 @@ mod tests {
         assert_eq!(works, [1.29, 0.0, 1.29], "{one:?}");
         assert_eq!(one[2].limit - one[0].due, ms(2000 - 50));
         assert!(feasible(&mut one.clone(), t0, ADMISSION_UTILIZATION));
+        // However slow the machine, its first segment is counted, even due past the horizon.
+        let slow = Costs { per_char: 0.2, ..kokoro };
+        let mut far = Vec::new();
+        new(0, &slow, Duration::from_secs(6), &mut far);
+        assert_eq!(far.len(), 1);
+        assert!((far[0].work - 6.0).abs() < 1e-3, "{far:?}");
         // A second such stream on the same worker would wait for the first one's segment and
         // start after its own target: refused. At hibari's costs (how Kokoro was costed before),
         // both "fit", and their listeners would run dry.
