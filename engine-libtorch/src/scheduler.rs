@@ -32,7 +32,9 @@ use crate::dsp::SAMPLE_RATE;
 use crate::g2p::spoken::{Pronunciation, Pronunciations};
 use crate::g2p::{FrontEnd, Sentence};
 use crate::hibari::{Hibari, Prosody, SAMPLES_PER_FRAME};
-use crate::kokoro::serve::{coarse_durations, split_first, KokoroVoiceModel, FIRST_SEGMENT_WORDS, KOKORO_DEFAULT_VOICE};
+use crate::kokoro::serve::{
+    coarse_durations, split_first, KokoroVoiceModel, FIRST_SEGMENT_WORDS, KOKORO_DEFAULT_VOICE,
+};
 use crate::kokoro::voices::VoicePack;
 use crate::noise::NoiseSource;
 use crate::options::HibariOptions;
