@@ -247,15 +247,16 @@ struct VoiceArgs {
     /// Admission of streamed utterances: `realtime` refuses one (a WebSocket `error` frame, the
     /// session stays open; HTTP 503 with Retry-After) when no worker could compute it beside its
     /// running streams with every deadline kept (first audio and each chunk before its listener
-    /// runs dry, at the worker's measured speed); `off` takes every one.
+    /// runs dry, at the worker's measured speed for the voice's family); `off` takes every one.
     #[arg(long, value_name = "MODE", default_value = "realtime", value_parser = parse_admission)]
     admission: speechstream_engine_libtorch::AdmissionMode,
     /// Most streamed utterances in flight at once (refused past it, as by admission)
     /// [default: no fixed cap].
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64))]
     max_streams: Option<u64>,
-    /// Milliseconds after submission by which a stream's first audio is due: its deadline,
-    /// against which workers order their work (earliest deadline first).
+    /// Milliseconds after submission by which a stream's first audio is due (for a Kokoro voice,
+    /// after its first segment's own compute): its deadline, against which workers order their
+    /// work (earliest deadline first).
     #[arg(long, value_name = "MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     first_audio_target_ms: u64,
     /// Seconds of audio a stream may get ahead of its playback before it waits (computed

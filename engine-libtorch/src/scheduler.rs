@@ -32,7 +32,9 @@ use crate::dsp::SAMPLE_RATE;
 use crate::g2p::spoken::{Pronunciation, Pronunciations};
 use crate::g2p::{FrontEnd, Sentence};
 use crate::hibari::{Hibari, Prosody, SAMPLES_PER_FRAME};
-use crate::kokoro::serve::{coarse_durations, split_first, KokoroVoiceModel, KOKORO_DEFAULT_VOICE};
+use crate::kokoro::serve::{
+    coarse_durations, split_first, KokoroVoiceModel, FIRST_SEGMENT_WORDS, KOKORO_DEFAULT_VOICE,
+};
 use crate::kokoro::voices::VoicePack;
 use crate::noise::NoiseSource;
 use crate::options::HibariOptions;
@@ -212,6 +214,13 @@ impl Job {
             match self.sink.try_send(EngineEvent { id: self.id, kind }) {
                 Ok(()) => {
                     delivered = true;
+                    if let (Some(_), false, true) = (seconds, self.pace.started(), self.pace.streamed()) {
+                        tracing::debug!(
+                            request = %self.id,
+                            after_ms = self.pace.submitted().elapsed().as_secs_f64() * 1e3,
+                            "first audio"
+                        );
+                    }
                     if let Some(seconds) = seconds {
                         stats.record_delivery(self.pace.delivered(Instant::now(), seconds));
                     }
@@ -308,21 +317,30 @@ pub(crate) struct Scheduler {
     admission: Arc<Admission>,
     /// Audio per second of all its rounds (the real-time factor `/metrics` shows).
     speed: Speed,
-    /// Audio per second of its chunk rounds, and characters per second of its prosody rounds:
-    /// the costs admission models its streams with.
+    /// Audio per second of its chunk rounds (and of its rounds of first chunks), and characters
+    /// per second of its prosody rounds: the costs admission models hibari's streams with.
     chunk_speed: Speed,
+    first_speed: Speed,
     prosody_speed: Speed,
+    /// Kokoro's own: phoneme characters per second of its segment rounds (the whole network),
+    /// audio per second of the rounds that send a segment's chunks.
+    kokoro_speed: Speed,
+    kokoro_chunk_speed: Speed,
     sizes: ChunkSizes,
     jobs: Vec<Job>,
 }
 
-/// What one round did: chunks holding this many seconds of audio, or the front end and
-/// prosody of sentences of this many characters.
+/// What one round did: chunks holding this many seconds of audio (utterances' first chunks
+/// apart), or the front end and prosody of sentences of this many characters.
 #[derive(Clone, Copy)]
 enum Round {
     Chunks(f64),
+    FirstChunks(f64),
     Prosody(usize),
-    /// Kokoro segments computed, or sent, holding this many seconds of audio.
+    /// Kokoro segments of this many phoneme characters computed, holding this many seconds of
+    /// audio.
+    KokoroSegments(usize, f64),
+    /// Kokoro chunks sent (slices of computed segments), holding this many seconds of audio.
     Kokoro(f64),
 }
 
@@ -354,7 +372,10 @@ impl Scheduler {
             admission,
             speed: Speed::new(1.0, 1.0),
             chunk_speed: Speed::new(1.0, 1.0),
+            first_speed: Speed::new(1.0, 1.0),
             prosody_speed: Speed::new(1.0, 0.0),
+            kokoro_speed: Speed::new(1.0, 0.0),
+            kokoro_chunk_speed: Speed::new(1.0, 0.0),
             sizes: options.chunk_sizes(),
             jobs: Vec::new(),
         }
@@ -376,6 +397,15 @@ impl Scheduler {
                     let ids = kokoro.vocab.ids("həlˈO.");
                     let _ = guarded(|| kokoro.network.infer(&ids, kokoro.pack.style(ids.len()), 1.0));
                     let _ = kokoro.american.sentences("Hello there.");
+                    if self.admission.mode != AdmissionMode::Off {
+                        // Warm, a second pass is Kokoro's first measure of its cost per
+                        // character (a short input's fixed costs make it pessimistic: its real
+                        // segments refine it).
+                        let started = Instant::now();
+                        let _ = guarded(|| kokoro.network.infer(&ids, kokoro.pack.style(ids.len()), 1.0));
+                        let chars = "həlˈO.".chars().count() as f64;
+                        self.kokoro_speed = Speed::new(chars, started.elapsed().as_secs_f64());
+                    }
                     continue;
                 }
                 Model::Kokoro(_) => continue,
@@ -395,28 +425,42 @@ impl Scheduler {
         const TEXT: &str = "Hello there, this sentence measures how fast the voice runs on this worker.";
         let voice = &self.voices[self.default_voice];
         let Model::Hibari(model) = &voice.model else { return };
-        // Twice: the first pass of these larger shapes still allocates; the second is measured.
+        // Three times: the first pass of these larger shapes still allocates; the faster of the
+        // other two is measured (a moment's preemption on a busy host would otherwise set the
+        // estimates a burst of new streams is admitted with).
         // (audio s, chunk s, chars, front end and prosody s: TEXT is one sentence, so the time to
         // its prosody is the front end's and the prosody pass's, and the rest its chunks')
-        let mut measured = (0.0, 0.0, 0.0, 0.0);
-        for _ in 0..2 {
+        // (and the first chunk's audio s and time apart)
+        let mut measured = (0.0, f64::MAX, 0.0, 0.0);
+        let mut first = (0.0, 0.0);
+        for pass in 0..3 {
             let started = Instant::now();
             let (mut samples, mut chars, mut prosody_s) = (0, 0, 0.0);
+            let mut first_pass = (0.0, 0.0);
             for (index, sentence) in (0..).zip(voice.front_end.sentences(TEXT)) {
                 let prosody = model.prosody(&model.ids(&sentence.phonemes), 1.0);
                 chars += sentence.phonemes.chars().count();
                 prosody_s = started.elapsed().as_secs_f64();
                 let noise = NoiseSource::new(0, 0);
                 let f = self.frames;
-                for r in sentence_ranges(prosody.frames, index, f.first, f.chunk, f.max) {
-                    samples += model.synthesize_chunk(&prosody, r.start, r.end, &noise).numel();
+                for (k, r) in sentence_ranges(prosody.frames, index, f.first, f.chunk, f.max).into_iter().enumerate() {
+                    let chunk_started = Instant::now();
+                    let n = model.synthesize_chunk(&prosody, r.start, r.end, &noise).numel();
+                    if index == 0 && k == 0 {
+                        first_pass = (n as f64 / f64::from(SAMPLE_RATE), chunk_started.elapsed().as_secs_f64());
+                    }
+                    samples += n;
                 }
             }
             let chunk_s = started.elapsed().as_secs_f64() - prosody_s;
-            measured = (samples as f64 / f64::from(SAMPLE_RATE), chunk_s, chars as f64, prosody_s);
+            if pass > 0 && chunk_s + prosody_s < measured.1 + measured.3 {
+                measured = (samples as f64 / f64::from(SAMPLE_RATE), chunk_s, chars as f64, prosody_s);
+                first = first_pass;
+            }
         }
         self.speed = Speed::new(measured.0, measured.1 + measured.3);
-        self.chunk_speed = Speed::new(measured.0, measured.1);
+        self.chunk_speed = Speed::new(measured.0 - first.0, measured.1 - first.1);
+        self.first_speed = Speed::new(first.0, first.1);
         self.prosody_speed = Speed::new(measured.2, measured.3);
         self.stats.set_factor(self.speed.factor());
         self.publish_demand(Instant::now());
@@ -478,16 +522,43 @@ impl Scheduler {
                     self.chunk_speed.record(audio, busy);
                     audio
                 }
+                Round::FirstChunks(audio) => {
+                    self.first_speed.record(audio, busy);
+                    audio
+                }
                 Round::Prosody(chars) => {
                     self.prosody_speed.record(chars as f64, busy);
                     0.0
                 }
-                // Kokoro's rounds count in the worker's speed, not in hibari's costs.
-                Round::Kokoro(audio) => audio,
+                // Kokoro's rounds count in its own costs, not in hibari's.
+                Round::KokoroSegments(chars, audio) => {
+                    self.kokoro_speed.record(chars as f64, busy);
+                    audio
+                }
+                Round::Kokoro(audio) => {
+                    self.kokoro_chunk_speed.record(audio, busy);
+                    0.0
+                }
             };
             self.speed.record(audio, busy);
             self.stats.record_work(busy, self.speed.factor());
         }
+    }
+
+    /// What each voice family's work costs on this worker ([`Costs`]): hibari's, Kokoro's.
+    fn costs(&self) -> (Costs, Costs) {
+        let per = |speed: &Speed| 1.0 / speed.factor().max(1e-9);
+        let hibari = Costs {
+            per_audio_second: per(&self.chunk_speed),
+            per_first_second: per(&self.first_speed),
+            per_char: per(&self.prosody_speed),
+        };
+        let kokoro = Costs {
+            per_audio_second: per(&self.kokoro_chunk_speed),
+            per_first_second: per(&self.kokoro_chunk_speed),
+            per_char: per(&self.kokoro_speed),
+        };
+        (hibari, kokoro)
     }
 
     /// Publishes what its streams owe within admission's horizon, and its costs.
@@ -495,19 +566,24 @@ impl Scheduler {
         if self.admission.mode == AdmissionMode::Off {
             return;
         }
-        let costs = Costs {
-            per_audio_second: 1.0 / self.chunk_speed.factor().max(1e-9),
-            per_char: 1.0 / self.prosody_speed.factor().max(1e-9),
-        };
+        let (costs, kokoro) = self.costs();
         let horizon = now + pacing::ADMISSION_HORIZON;
         let mut steps = Vec::new();
         // A stream paused on its consumer owes nothing until the consumer reads.
         for job in self.jobs.iter().filter(|j| j.admitted_stream && j.ready()) {
-            job.outlook(&self.pacing).steps(&costs, &self.sizes, horizon, &mut steps);
+            match self.voices[job.voice].model {
+                Model::Kokoro(_) => {
+                    // Each segment whole, the one after next known once through the front end.
+                    let then = job.sentences.get(1).map_or(0, |s| s.phonemes.chars().count());
+                    job.outlook(&self.pacing).whole_segments(then).steps(&kokoro, &self.sizes, horizon, &mut steps);
+                }
+                Model::Hibari(_) => job.outlook(&self.pacing).steps(&costs, &self.sizes, horizon, &mut steps),
+            }
         }
         let mut demand = self.stats.demand.lock().unwrap_or_else(|p| p.into_inner());
         demand.steps = steps;
         demand.costs = costs;
+        demand.kokoro = kokoro;
     }
 
     /// Handles queued commands, first waiting as told; false once the engine is shutting down.
@@ -600,6 +676,10 @@ impl Scheduler {
                 if let Model::Kokoro(kokoro) = &self.voices[voice].model {
                     job.front_end = kokoro.front_end(request.language.as_deref()).clone();
                     job.style = Some(style.unwrap_or_else(|| kokoro.pack.clone()));
+                    // Its first audio waits for its whole first segment: due that much later.
+                    let chars = pacing::first_words_chars(&request.text, FIRST_SEGMENT_WORDS);
+                    let work = self.costs().1.per_char * chars as f64;
+                    job.pace = job.pace.clone().first_work(Duration::from_secs_f64(work.clamp(0.0, 3600.0)));
                 } else {
                     job.front_end = self.voices[voice].front_end.clone();
                 }
@@ -708,8 +788,22 @@ impl Scheduler {
         let done = match work {
             None => return (None, resume),
             Some(Work::Prosody) => self.start_sentences(&batch),
-            Some(Work::FirstChunk | Work::Chunk) => self.step(&batch),
+            Some(Work::FirstChunk) => match self.step(&batch) {
+                Round::Chunks(audio) => Round::FirstChunks(audio),
+                other => other,
+            },
+            Some(Work::Chunk) => self.step(&batch),
         };
+        tracing::trace!(
+            work = ?work,
+            batch = batch.len(),
+            did = match done {
+                Round::Chunks(s) | Round::FirstChunks(s) | Round::Kokoro(s) | Round::KokoroSegments(_, s) => s,
+                Round::Prosody(c) => c as f64,
+            },
+            ms = now.elapsed().as_secs_f64() * 1e3,
+            "round"
+        );
         for &i in &batch {
             if let Some(job) = self.jobs.get_mut(i) {
                 job.update_owed(&self.stats);
@@ -752,9 +846,9 @@ impl Scheduler {
         let chars =
             ready.iter().filter_map(|&i| self.jobs[i].sentences.front()).map(|s| s.phonemes.chars().count()).sum();
         if kokoro {
-            // Its cost is the segments' inference: counted in the worker's speed only.
-            self.kokoro_segments(voice, &ready);
-            return Round::Kokoro(0.0);
+            // Its cost is the segments' inference, per character of their phonemes.
+            let audio = self.kokoro_segments(voice, &ready);
+            return Round::KokoroSegments(chars, audio);
         }
         if !ready.is_empty() {
             self.prosody(voice, &ready);
@@ -764,10 +858,12 @@ impl Scheduler {
 
     /// Computes the next segment of each job of `batch` (one Kokoro voice; each its own style):
     /// its whole audio in one pass, its word timings from the predicted durations, and its
-    /// chunks, cut as hibari's are, to be sent by [`Scheduler::step`].
-    fn kokoro_segments(&mut self, voice: usize, batch: &[usize]) {
+    /// chunks, cut as hibari's are, to be sent by [`Scheduler::step`]; returns the seconds of
+    /// audio computed.
+    fn kokoro_segments(&mut self, voice: usize, batch: &[usize]) -> f64 {
         let voices = self.voices.clone();
-        let Model::Kokoro(kokoro) = &voices[voice].model else { return };
+        let Model::Kokoro(kokoro) = &voices[voice].model else { return 0.0 };
+        let mut samples = 0;
         for &i in batch {
             let job = &mut self.jobs[i];
             let Some(sentence) = job.sentences.pop_front() else { continue };
@@ -793,6 +889,7 @@ impl Scheduler {
                 let durations = coarse_durations(&speech.durations, speech.samples_per_frame);
                 job.time_words(Acoustics::KOKORO, &sentence, &kokoro.vocab.char_tokens(&sentence.phonemes), &durations);
             }
+            samples += speech.audio.len();
             let frames = speech.audio.len().div_ceil(SAMPLES_PER_FRAME);
             let f = self.frames;
             let ranges = sentence_ranges(frames, job.started_sentences, f.first, f.chunk, f.max);
@@ -803,6 +900,7 @@ impl Scheduler {
             job.current = Some(Current { source: Source::Audio(speech.audio), ranges, next: 0 });
         }
         self.stats.record_batch(batch.len());
+        samples as f64 / f64::from(SAMPLE_RATE)
     }
 
     fn prosody(&mut self, voice: usize, batch: &[usize]) {

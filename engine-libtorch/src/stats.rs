@@ -107,7 +107,9 @@ pub(crate) struct WorkerStats {
 pub(crate) struct Demand {
     pub steps: Vec<Step>,
     pub arrivals: Vec<(RequestId, Vec<Step>)>,
+    /// hibari's costs, Kokoro's.
     pub costs: Costs,
+    pub kokoro: Costs,
 }
 
 impl WorkerStats {
@@ -122,7 +124,8 @@ impl WorkerStats {
             demand: Mutex::new(Demand {
                 steps: Vec::new(),
                 arrivals: Vec::new(),
-                costs: Costs { per_audio_second: 1.0, per_char: 0.0 },
+                costs: Costs { per_audio_second: 1.0, per_first_second: 1.0, per_char: 0.0 },
+                kokoro: Costs { per_audio_second: 0.0, per_first_second: 0.0, per_char: 0.1 },
             }),
             batch_sizes: Mutex::new(BTreeMap::new()),
             timing: Mutex::new(StreamTiming { lateness: Histogram::new(LATENESS_BUCKETS), ..StreamTiming::default() }),

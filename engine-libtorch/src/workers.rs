@@ -14,14 +14,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use speechstream_core::capacity::{Histogram, Overloaded, StreamTiming};
 use speechstream_core::engine::{
     EngineCapabilities, EngineEvent, EngineEventKind, EngineLoad, EventSink, RequestId, SynthesisRequest, TrySendError,
 };
 
+use crate::engine::KOKORO_MODEL_NAME;
 use crate::hibari::Hibari;
+use crate::kokoro::serve::FIRST_SEGMENT_WORDS;
 use crate::options::HibariOptions;
 use crate::pacing::{self, ChunkSizes, Outlook, Pacing, Step};
 use crate::scheduler::{Command, Scheduler, Submission, VoiceModel};
@@ -57,6 +59,8 @@ pub(crate) struct Pool {
     sizes: ChunkSizes,
     /// Where the search for the least busy worker starts (turned at each request).
     turn: AtomicU64,
+    /// What the engine serves: which family a request goes to (each costs its own).
+    capabilities: EngineCapabilities,
 }
 
 /// The default worker count: the CPUs this process may run on (its affinity mask, and a cgroup
@@ -115,7 +119,14 @@ impl Pool {
         for rx in warm {
             rx.recv().map_err(|_| "a hibari worker failed while warming up".to_owned())?;
         }
-        Ok(Pool { workers, admission, pacing: options.pacing, sizes: options.chunk_sizes(), turn: AtomicU64::new(0) })
+        Ok(Pool {
+            workers,
+            admission,
+            pacing: options.pacing,
+            sizes: options.chunk_sizes(),
+            turn: AtomicU64::new(0),
+            capabilities: capabilities.clone(),
+        })
     }
 
     pub fn submit(&self, id: RequestId, request: SynthesisRequest, sink: Box<dyn EventSink>) {
@@ -128,7 +139,12 @@ impl Pool {
         let plays_after =
             request.stream.then(|| self.admission.listener_busy_until(id.connection, submitted)).flatten();
         let (index, refusal) = if request.stream {
-            match self.admit_stream(id, &request.text, submitted, plays_after, &pending, start) {
+            let kokoro = self
+                .capabilities
+                .route(&request)
+                .and_then(|i| self.capabilities.hosted.get(i))
+                .is_some_and(|family| family.serves_model(KOKORO_MODEL_NAME));
+            match self.admit_stream(id, &request.text, kokoro, submitted, plays_after, &pending, start) {
                 Some(index) => (index, None),
                 None => {
                     self.admission.refused.fetch_add(1, Ordering::Relaxed);
@@ -171,11 +187,14 @@ impl Pool {
     /// Counts one more stream in flight if admission allows it; returns the worker it goes to:
     /// with admission on, the first by least pending audio (from `start`, as
     /// [`pacing::least_pending`]) that keeps every deadline of its streams with this one added
-    /// ([`pacing::feasible`]); its steps are recorded there until the worker takes it.
+    /// ([`pacing::feasible`]), at the costs of its voice family (`kokoro`, else hibari); its
+    /// steps are recorded there until the worker takes it.
+    #[allow(clippy::too_many_arguments)]
     fn admit_stream(
         &self,
         id: RequestId,
         text: &str,
+        kokoro: bool,
         now: Instant,
         plays_after: Option<Instant>,
         pending: &[f64],
@@ -200,12 +219,27 @@ impl Pool {
         let mut order: Vec<usize> = (0..count).map(|k| (start + k) % count).collect();
         order.sort_by(|&a, &b| pending[a].total_cmp(&pending[b]));
         let horizon = now + pacing::ADMISSION_HORIZON;
-        let (chars, first) = (text.chars().count(), pacing::first_sentence_chars(text));
-        let outlook = Outlook::new_after(now, &self.pacing, chars, first, plays_after);
+        let chars = text.chars().count();
+        // A Kokoro voice's first segment is its first words; its first audio waits for it whole.
+        let first = if kokoro {
+            pacing::first_words_chars(text, FIRST_SEGMENT_WORDS)
+        } else {
+            pacing::first_sentence_chars(text)
+        };
         for index in order {
             let mut demand = self.workers[index].stats.demand.lock().unwrap_or_else(|p| p.into_inner());
+            let costs = if kokoro { demand.kokoro } else { demand.costs };
+            let first_work = if kokoro { (costs.per_char * first as f64).clamp(0.0, 3600.0) } else { 0.0 };
+            let outlook =
+                Outlook::new_for(now, &self.pacing, chars, first, plays_after, Duration::from_secs_f64(first_work));
+            // Kokoro's next segment is the rest of its first sentence.
+            let outlook = if kokoro {
+                outlook.whole_segments(pacing::first_sentence_chars(text).saturating_sub(first))
+            } else {
+                outlook
+            };
             let mut new = Vec::new();
-            outlook.steps(&demand.costs, &self.sizes, horizon, &mut new);
+            outlook.steps(&costs, &self.sizes, horizon, &mut new);
             // A worker with no stream takes one whatever its estimates say: it makes nobody
             // late, and its work measures its speed again (a worker that refused everything on
             // a stale, pessimistic estimate would never learn otherwise).
@@ -218,6 +252,21 @@ impl Pool {
             all.extend_from_slice(&new);
             match pacing::first_miss(&mut all, now, pacing::ADMISSION_UTILIZATION) {
                 None => {
+                    if let Some(first) = new.first() {
+                        let key = (first.due, first.limit);
+                        let before: f64 = all.iter().filter(|s| (s.due, s.limit) <= key).map(|s| s.work).sum();
+                        tracing::debug!(
+                            request = %id,
+                            worker = index,
+                            steps = all.len(),
+                            first_work_ms = first.work * 1e3,
+                            first_done_ms = before * 1e3,
+                            per_audio_second_ms = costs.per_audio_second * 1e3,
+                            per_first_second_ms = costs.per_first_second * 1e3,
+                            per_char_us = costs.per_char * 1e6,
+                            "admission: admitted"
+                        );
+                    }
                     demand.arrivals.push((id, new));
                     return Some(index);
                 }
@@ -229,8 +278,9 @@ impl Pool {
                     miss_due_ms = signed_ms(step.due, now),
                     miss_limit_ms = signed_ms(step.limit, now),
                     work_by_then_ms = work * 1e3,
-                    per_audio_second_ms = demand.costs.per_audio_second * 1e3,
-                    per_char_us = demand.costs.per_char * 1e6,
+                    per_audio_second_ms = costs.per_audio_second * 1e3,
+                    per_first_second_ms = costs.per_first_second * 1e3,
+                    per_char_us = costs.per_char * 1e6,
                     "admission: no room"
                 ),
             }

@@ -1,0 +1,78 @@
+//! Admission costs a Kokoro stream at Kokoro's own rates (issue 32): Kokoro-82M runs at ~0.6-0.8
+//! of real time per core, where hibari runs at ~1/100, and its first audio comes only once its
+//! whole first segment is computed. Eight Kokoro listeners arriving at once on two workers are
+//! more than two CPUs can play in real time (about one each), so most must be refused, not
+//! admitted to run late. Costed at hibari's rates, as before, every one was admitted. Only the
+//! refusals are asserted (the capacity is far below eight on any CPU this runs on); the late
+//! chunks are printed (`-- --nocapture`). Needs `.cache` (scripts/setup-voice.sh, with Kokoro).
+
+mod common;
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use speechstream_core::engine::{
+    Engine, EngineEvent, EngineEventKind, EventSink, Failure, RequestId, SynthesisRequest,
+};
+use speechstream_engine_libtorch::{AdmissionMode, HibariEngine, HibariOptions};
+
+const LISTENERS: u64 = 8;
+const TEXT: &str = "The weather today is sunny with a light breeze from the west. \
+                    We walked along the river until the sun went down.";
+const TIMEOUT: Duration = Duration::from_secs(600);
+
+struct Sink(mpsc::Sender<EngineEvent>);
+
+impl EventSink for Sink {
+    fn send(&self, event: EngineEvent) -> bool {
+        self.0.send(event).is_ok()
+    }
+}
+
+#[test]
+fn kokoro_listeners_past_capacity_are_refused_instead_of_admitted_late() {
+    cached("kokoro/vocab.json", "scripts/setup-voice.sh");
+    let mut options = HibariOptions::new(hibari_assets());
+    options.kokoro_dir = Some(cache().join("kokoro"));
+    options.kokoro_required = true;
+    options.admission = AdmissionMode::Realtime;
+    options.workers = Some(2);
+    options.threads = Some(1);
+    let engine = HibariEngine::new(options).expect("engine");
+    let started = Instant::now();
+    let receivers: Vec<_> = (0..LISTENERS)
+        .map(|connection| {
+            let (tx, rx) = mpsc::channel();
+            let request = SynthesisRequest::new(TEXT).with_model("kokoro").with_voice("jf_alpha").with_stream(true);
+            engine.submit(RequestId { connection, utterance: 0 }, request, Box::new(Sink(tx)));
+            rx
+        })
+        .collect();
+    let (mut refused, mut served) = (0, 0);
+    for rx in receivers {
+        loop {
+            match rx.recv_timeout(TIMEOUT).expect("engine event").kind {
+                EngineEventKind::Finished => {
+                    served += 1;
+                    break;
+                }
+                EngineEventKind::Failed(Failure::Overloaded(_)) => {
+                    refused += 1;
+                    break;
+                }
+                EngineEventKind::Failed(other) => panic!("utterance failed: {other}"),
+                _ => {}
+            }
+        }
+    }
+    let timing = engine.load().streams;
+    eprintln!(
+        "{LISTENERS} Kokoro listeners on 2 workers: {served} served, {refused} refused; {} of {} chunks late; {:.1} s",
+        timing.underruns,
+        timing.chunks,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(served >= 1, "a worker with no stream takes one");
+    assert!(refused >= LISTENERS - 4, "{refused} of {LISTENERS} refused: Kokoro costed below its own rate");
+}
