@@ -330,10 +330,6 @@ fn cross_field(c: &mut SessionConfig) -> Result<(), String> {
             ));
         }
     }
-    if c.response_format == ResponseFormat::Aac {
-        // Ours: refused up front on a machine without FFmpeg's libavcodec, saying what to install.
-        crate::encode::aac_available().map_err(|e| e.0)?;
-    }
     if c.output_mode == OutputMode::CodecTokens && c.sample_rate.is_some() {
         return Err(
             "output_mode='codec_tokens' does not support sample_rate (codec frames have no rate to change).".into()

@@ -16,7 +16,7 @@ use tch::Device;
 use crate::dsp::SAMPLE_RATE;
 use crate::g2p::FrontEnd;
 use crate::hibari::{Hibari, Precision};
-use crate::kokoro::serve::{load_network, KokoroVoiceModel, Vocab};
+use crate::kokoro::serve::{load_network, KokoroVoiceModel, Vocab, KOKORO_MODEL_NAME};
 use crate::kokoro::voices::{scan, KokoroFiles};
 use crate::options::{HibariOptions, DEFAULT_VOICE};
 use crate::scheduler::{Model, VoiceModel};
@@ -194,9 +194,6 @@ impl HibariEngine {
         self.pool.workers()
     }
 }
-
-/// The model name Kokoro's voices are served under, as Kokoro-FastAPI names it.
-pub const KOKORO_MODEL_NAME: &str = "kokoro";
 
 /// Kokoro's voices as the workers hold them, on one network loaded from `files`, and what
 /// they can do.

@@ -21,9 +21,8 @@ use speechstream_core::engine::{
     EngineCapabilities, EngineEvent, EngineEventKind, EngineLoad, EventSink, RequestId, SynthesisRequest, TrySendError,
 };
 
-use crate::engine::KOKORO_MODEL_NAME;
 use crate::hibari::Hibari;
-use crate::kokoro::serve::FIRST_SEGMENT_WORDS;
+use crate::kokoro::serve::{FIRST_SEGMENT_WORDS, KOKORO_MODEL_NAME};
 use crate::options::HibariOptions;
 use crate::pacing::{self, ChunkSizes, Outlook, Pacing, Step};
 use crate::scheduler::{Command, Scheduler, Submission, VoiceModel};

@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::generation::Ending;
 use super::input::{Flushed, TextInput};
 use super::{Phase, Session, State, BINARY_FRAME_ERROR, CLOSE_NORMAL, DEFERRED_MESSAGE_OVERHEAD};
-use crate::config::validate_session_config;
+use crate::config::{validate_session_config, ResponseFormat};
 use crate::json::{Object, Value};
 use crate::messages::InputCancelled;
 use crate::parse::Played;
@@ -181,6 +181,12 @@ impl Session {
             Ok(config) => config,
             Err(details) => return self.reject(&format!("Invalid session config: {details}")),
         };
+        if config.response_format == ResponseFormat::Aac {
+            // Ours: refused up front on a machine without FFmpeg's libavcodec, saying what to install.
+            if let Err(e) = crate::encode::aac_available() {
+                return self.reject(&format!("Invalid session config: {}", e.0));
+            }
+        }
         if let Some(model) = config.model.as_deref().filter(|m| !m.is_empty()) {
             if !self.catalog.serves_model(model) {
                 let inner = Value::Str(format!("The model `{model}` does not exist.")).py_repr();

@@ -17,6 +17,9 @@ use crate::g2p::{FrontEnd, Sentence};
 use crate::kokoro::voices::VoicePack;
 use crate::kokoro::KokoroModel;
 
+/// The model name Kokoro's voices are served under, as Kokoro-FastAPI names it.
+pub const KOKORO_MODEL_NAME: &str = "kokoro";
+
 /// The voice a request for the `kokoro` model that names none gets, when present (as
 /// Kokoro-FastAPI's default); else the first voice by name.
 pub const KOKORO_DEFAULT_VOICE: &str = "af_heart";
