@@ -42,6 +42,9 @@ use crate::pacing::{self, Candidate, ChunkSizes, Costs, Outlook, Pace, Pacing, S
 use crate::stats::{Admission, AdmissionMode, WorkerStats, CHARS_PER_SECOND};
 use crate::timing::{word_timings, Acoustics};
 
+/// The phonemes ("hello.") every voice's network is warmed with at start.
+const WARM_PHONEMES: &str = "həlˈO.";
+
 /// How long to wait before retrying when every request is paused on a slow consumer.
 const PAUSE_POLL: Duration = Duration::from_millis(3);
 /// The protocol's speed range; the model's durations divide by speed, so any positive value works,
@@ -276,7 +279,6 @@ impl Job {
         }
     }
 
-    /// Brings its share of the worker's pending audio up to date.
     /// Queues the word timings of `sentence`, starting at the job's offset: `char_tokens` maps
     /// its phoneme characters to tokens, `durations` are coarse frames per token.
     fn time_words(
@@ -297,6 +299,7 @@ impl Job {
         }
     }
 
+    /// Brings its share of the worker's pending audio up to date.
     fn update_owed(&mut self, stats: &WorkerStats) {
         let owed = (self.owed_seconds() * 1e6) as i64;
         stats.pending_us.fetch_add(owed - self.owed_us, Ordering::Relaxed);
@@ -394,7 +397,7 @@ impl Scheduler {
                 // One pass warms the network every Kokoro voice shares.
                 Model::Kokoro(kokoro) if !kokoro_warm => {
                     kokoro_warm = true;
-                    let ids = kokoro.vocab.ids("həlˈO.");
+                    let ids = kokoro.vocab.ids(WARM_PHONEMES);
                     let _ = guarded(|| kokoro.network.infer(&ids, kokoro.pack.style(ids.len()), 1.0));
                     let _ = kokoro.american.sentences("Hello there.");
                     if self.admission.mode != AdmissionMode::Off {
@@ -403,14 +406,14 @@ impl Scheduler {
                         // segments refine it).
                         let started = Instant::now();
                         let _ = guarded(|| kokoro.network.infer(&ids, kokoro.pack.style(ids.len()), 1.0));
-                        let chars = "həlˈO.".chars().count() as f64;
+                        let chars = WARM_PHONEMES.chars().count() as f64;
                         self.kokoro_speed = Speed::new(chars, started.elapsed().as_secs_f64());
                     }
                     continue;
                 }
                 Model::Kokoro(_) => continue,
             };
-            let ids = model.ids("həlˈO.");
+            let ids = model.ids(WARM_PHONEMES);
             let prosody = model.prosody(&ids, 1.0);
             let end = prosody.frames.min(self.frames.first);
             let _ = model.synthesize_chunk(&prosody, 0, end, &NoiseSource::new(0, 0));
