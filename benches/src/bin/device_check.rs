@@ -3,21 +3,35 @@
 //! the audio, in fp32, compared element by element. For `scripts/gpu-check.sh`.
 //!
 //!   target/release/device-check --device cuda --tolerance 1e-3
+//!   target/release/device-check --device cuda --kokoro .cache/kokoro     # Kokoro-82M instead
 //!
 //! One JSON object on stdout: per sentence and quantity the largest absolute difference, and
 //! `pass` (every difference within the tolerance); exit status 1 when one is not.
+//!
+//! Kokoro (`--kokoro DIR`, the directory of `kokoro-v1.0.int8.onnx` and its voices; its fp32
+//! runs the int8 file's weights dequantized) is compared as its own CPU arithmetic allows
+//! (docs/kokoro-architecture.md): its generator takes the phase of its source's STFT as an
+//! arctangent, and the Nyquist bin's imaginary part is rounding noise, so a 1e-7 change of the
+//! input may flip that phase by 2π and move single samples far; the comparison is phase-blind
+//! where it must be. With the CPU's rounded durations fed to the device: the durations before
+//! rounding (largest difference, frames), the F0 and N curves (relative RMS) and the audio's log
+//! band-power spectra (mean distance, dB), each within [`KOKORO_TOLERANCE`]; and, so that the
+//! check can fail, the same spectral distance to another voice's audio, which must be far
+//! beyond it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
 use serde_json::json;
 use speechstream_engine_libtorch::g2p::FrontEnd;
-use speechstream_engine_libtorch::{parse_device, Hibari, NoiseSource, Precision};
-use tch::{Device, Tensor};
+use speechstream_engine_libtorch::kokoro::serve::Vocab;
+use speechstream_engine_libtorch::kokoro::voices;
+use speechstream_engine_libtorch::{parse_device, Hibari, KokoroModel, NoiseSource, Precision};
+use tch::{Device, Kind, Tensor};
 
 #[derive(Parser)]
-#[command(name = "device-check", about = "hibari on a device against the CPU, in fp32")]
+#[command(name = "device-check", about = "hibari (or Kokoro-82M) on a device against the CPU, in fp32")]
 struct Args {
     /// The device to check: cuda, cuda:N (or cpu, which checks the comparison itself).
     #[arg(long, default_value = "cuda")]
@@ -25,10 +39,27 @@ struct Args {
     /// Largest absolute difference allowed.
     #[arg(long, default_value_t = 1e-3)]
     tolerance: f64,
-    /// hibari's assets [default: the checkout's .cache/hibari, or $SPEECHSTREAM_ASSETS].
+    /// hibari's assets [default: the checkout's .cache/hibari, or $SPEECHSTREAM_ASSETS]; Kokoro's
+    /// check reads its text front end from them.
     #[arg(long)]
     assets: Option<PathBuf>,
+    /// Check Kokoro-82M instead of hibari: the directory of kokoro-v1.0.int8.onnx and its voices.
+    #[arg(long)]
+    kokoro: Option<PathBuf>,
+    /// The Kokoro voice to speak with (default: the first by name).
+    #[arg(long)]
+    voice: Option<String>,
+    /// Kokoro: move the device's style by this part (e.g. 1e-6): with `--device cpu`, how far
+    /// the CPU's own arithmetic moves for an input change of that size (the tolerance's scale).
+    #[arg(long, default_value_t = 0.0)]
+    perturb: f32,
 }
+
+/// Kokoro's bounds, device against CPU: durations before rounding (frames), F0 and N (relative
+/// RMS), audio (mean log-spectral distance, dB). On the CPU, moving the style by one part in
+/// a million moves them by about 1e-5 frames, 1e-5 and 0.01 dB; TF32 convolutions (cuDNN's
+/// default for fp32 in libtorch) round at 1e-3, hence the margin. Another voice is 5-10 dB away.
+const KOKORO_TOLERANCE: (f64, f64, f64) = (0.05, 0.01, 0.5);
 
 const TEXTS: &[&str] = &[
     "The quick brown fox jumps over the lazy dog near the riverbank.",
@@ -59,6 +90,16 @@ fn main() -> ExitCode {
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/hibari"))
     });
+    if let Some(dir) = &args.kokoro {
+        return match kokoro_check(&assets, dir, args.voice.as_deref(), device, args.perturb) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(e) => {
+                eprintln!("device-check: Kokoro: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let load = |d: Device| Hibari::load(&assets, d).and_then(|h| h.with_precision(Precision::Fp32));
     let (cpu, dev) = match (load(Device::Cpu), load(device)) {
         (Ok(c), Ok(d)) => (c, d),
@@ -121,4 +162,98 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Root mean square of `a − b` over the RMS of `b`.
+fn rel_rms(a: &[f32], b: &[f32]) -> f64 {
+    if a.len() != b.len() {
+        return f64::INFINITY;
+    }
+    let e: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+    let r: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+    (e / r.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+/// Mean over the frames that carry energy of the RMS difference of two log band-power spectra
+/// (dB; 32 bands of 375 Hz, 512-sample frames every 128, a floor 50 dB under the reference's
+/// peak): phase-blind.
+fn spectral_distance(a: &[f32], b: &[f32]) -> f64 {
+    if a.len() != b.len() || a.len() < 512 {
+        return f64::INFINITY;
+    }
+    let spec = |x: &[f32]| {
+        let t = Tensor::from_slice(x).unfold(0, 512, 128) * Tensor::hann_window(512, (Kind::Float, Device::Cpu));
+        let p = t.fft_rfft(None, -1, "backward").abs().square().narrow(-1, 1, 256);
+        let f = p.size()[0];
+        p.view([f, 32, 8]).sum_dim_intlist(-1, false, Kind::Float)
+    };
+    let (sa, sb) = (spec(a), spec(b));
+    let floor = sb.max().double_value(&[]) * 1e-5;
+    let d =
+        ((sa + floor).log10() * 10.0 - (&sb + floor).log10() * 10.0).square().mean_dim(-1, false, Kind::Float).sqrt();
+    let e = sb.sum_dim_intlist(-1, false, Kind::Float);
+    let keep = e.gt(e.max().double_value(&[]) * 1e-3);
+    d.masked_select(&keep).mean(Kind::Float).double_value(&[])
+}
+
+/// Kokoro-82M in fp32 on `device` against the CPU (module doc); prints its JSON line and
+/// returns whether it passed.
+fn kokoro_check(assets: &Path, dir: &Path, voice: Option<&str>, device: Device, perturb: f32) -> Result<bool, String> {
+    let files = voices::scan(dir);
+    let onnx = files.int8.as_deref().ok_or_else(|| format!("{}: no {}", dir.display(), voices::INT8_MODEL))?;
+    let pick = |name: Option<&str>| files.voices.iter().find(|v| name.is_none_or(|n| v.name == n));
+    let voice = pick(voice).ok_or_else(|| format!("{}: no voice {}", dir.display(), voice.unwrap_or("at all")))?;
+    let other = files.voices.iter().find(|v| v.name != voice.name).ok_or("one voice only: nothing to tell it from")?;
+    let vocab_path = Some(dir.join("vocab.json")).filter(|p| p.is_file()).unwrap_or_else(|| assets.join("vocab.json"));
+    let vocab = Vocab::read(&vocab_path)?;
+    let front_end = FrontEnd::load(assets, Device::Cpu).map_err(|e| format!("front end: {e}"))?;
+    let cpu = KokoroModel::load(onnx, Device::Cpu, Precision::Fp32)?;
+    let dev = KokoroModel::load(onnx, device, Precision::Fp32)?;
+    let (raw_tol, curve_tol, spectral_tol) = KOKORO_TOLERANCE;
+    let mut results = Vec::new();
+    let mut pass = true;
+    for text in &TEXTS[..2] {
+        for sentence in front_end.sentences(text) {
+            let ids = vocab.ids(&sentence.phonemes);
+            let style = voice.pack.style(ids.len());
+            let (c, ct) = cpu.infer_traced(&ids, style, 1.0, None)?;
+            let moved: Vec<f32> = style.iter().map(|v| v * (1.0 + perturb)).collect();
+            let (d, dt) = dev.infer_traced(&ids, &moved, 1.0, Some(&c.durations))?;
+            let (o, _) = cpu.infer_traced(&ids, other.pack.style(ids.len()), 1.0, Some(&c.durations))?;
+            let raw = ct
+                .durations_raw
+                .iter()
+                .zip(&dt.durations_raw)
+                .map(|(a, b)| f64::from((a - b).abs()))
+                .fold(0.0, f64::max);
+            let (f0, n) = (rel_rms(&dt.f0, &ct.f0), rel_rms(&dt.n, &ct.n));
+            let spectral = spectral_distance(&d.audio, &c.audio);
+            let another = spectral_distance(&o.audio, &c.audio);
+            let ok = raw <= raw_tol
+                && f0 <= curve_tol
+                && n <= curve_tol
+                && spectral <= spectral_tol
+                && another > spectral_tol * 4.0;
+            pass &= ok;
+            results.push(json!({
+                "text": sentence.text, "frames": c.durations.iter().sum::<i64>(),
+                "durations_raw_max_abs": raw, "f0_rel_rms": f0, "n_rel_rms": n,
+                "audio_rel_rms": rel_rms(&d.audio, &c.audio), "spectral_db": spectral,
+                "another_voice_spectral_db": another, "pass": ok,
+            }));
+        }
+    }
+    let line = json!({
+        "kind": "device_check_kokoro",
+        "device": format!("{device:?}"),
+        "precision": "fp32",
+        "perturb": perturb,
+        "voice": voice.name, "another_voice": other.name,
+        "tolerance": {"durations_raw_frames": raw_tol, "curves_rel_rms": curve_tol, "spectral_db": spectral_tol},
+        "pass": pass,
+        "sentences": results,
+    });
+    println!("{line}");
+    eprintln!("device-check: Kokoro on {device:?} against the CPU, fp32: {}", if pass { "pass" } else { "FAIL" });
+    Ok(pass)
 }
