@@ -56,10 +56,13 @@ struct Args {
 }
 
 /// Kokoro's bounds, device against CPU: durations before rounding (frames), F0 and N (relative
-/// RMS), audio (mean log-spectral distance, dB). On the CPU, moving the style by one part in
-/// a million moves them by about 1e-5 frames, 1e-5 and 0.01 dB; TF32 convolutions (cuDNN's
-/// default for fp32 in libtorch) round at 1e-3, hence the margin. Another voice is 5-10 dB away.
-const KOKORO_TOLERANCE: (f64, f64, f64) = (0.05, 0.01, 0.5);
+/// RMS), audio (mean log-spectral distance, dB). On the CPU (`--device cpu --perturb`), moving
+/// the style by 1e-6 of itself moved them by at most 3e-5 frames, 1e-6 and 0.26 dB; by 1e-4, by
+/// 2.3e-3 frames, 7e-5 and 0.82 dB, while the waveform moved by up to 36% RMS (the source's phase
+/// flips: no waveform bound can hold). cuDNN's convolutions round fp32 through TF32 by default in
+/// libtorch (10-bit mantissas, no switch in tch), hence the margins. Another voice's audio is
+/// 7.4-9.1 dB away, and must stay twice the audio bound away for the check to mean anything.
+const KOKORO_TOLERANCE: (f64, f64, f64) = (0.05, 0.01, 2.0);
 
 const TEXTS: &[&str] = &[
     "The quick brown fox jumps over the lazy dog near the riverbank.",
@@ -233,7 +236,7 @@ fn kokoro_check(assets: &Path, dir: &Path, voice: Option<&str>, device: Device, 
                 && f0 <= curve_tol
                 && n <= curve_tol
                 && spectral <= spectral_tol
-                && another > spectral_tol * 4.0;
+                && another > spectral_tol * 2.0;
             pass &= ok;
             results.push(json!({
                 "text": sentence.text, "frames": c.durations.iter().sum::<i64>(),
