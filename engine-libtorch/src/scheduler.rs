@@ -69,6 +69,8 @@ pub(crate) struct Submission {
     pub submitted: Instant,
     /// Its listener is busy with the connection's earlier audio until then.
     pub plays_after: Option<Instant>,
+    /// Admitted with its first audio due this much after the target.
+    pub first_delay: Duration,
     /// Counted in the admission's streams (to be given back when the request is over).
     pub admitted_stream: bool,
     /// Microseconds of audio the submitter added to the worker's pending audio for it.
@@ -629,7 +631,7 @@ impl Scheduler {
                 }
                 Command::Abort(id) => {
                     if self.jobs.iter().any(|j| j.id == id) {
-                        self.admission.listener_stopped(id.connection);
+                        self.admission.listener_stopped(id.connection, Instant::now());
                     }
                     // No more events for an aborted request: the session has moved on.
                     for job in self.jobs.iter_mut().filter(|j| j.id == id) {
@@ -644,7 +646,8 @@ impl Scheduler {
 
     /// A job for a new request; one that can't be served is born done, holding its `Failed`.
     fn admit(&self, submission: Submission) -> Job {
-        let Submission { id, request, sink, submitted, plays_after, admitted_stream, owed_us, refusal } = submission;
+        let Submission { id, request, sink, submitted, plays_after, first_delay, admitted_stream, owed_us, refusal } =
+            submission;
         let mut job = Job {
             id,
             sink,
@@ -666,7 +669,7 @@ impl Scheduler {
             running: false,
             done: false,
             closed: false,
-            pace: Pace::new(submitted, request.stream).plays_after(plays_after),
+            pace: Pace::new(submitted, request.stream).plays_after(plays_after).first_delay(first_delay),
             admitted_stream,
             owed_us,
             chars_left: 0,

@@ -41,11 +41,27 @@ pub(crate) struct Admission {
     pub max_streams: Option<u64>,
     pub streams: AtomicU64,
     pub refused: AtomicU64,
+    /// Streams admitted with their first audio due after the target ([`crate::pacing::least_delay`]).
+    pub delayed: AtomicU64,
     /// When each connection's listener will have played its last finished stream, played in
     /// real time from its first chunk (and after the one before): a stream it sends before then
     /// is heard after (a voice agent queueing sentences), and one from a client that reads
     /// faster than it could play owes its audio to no playback clock soon.
     listeners: Mutex<HashMap<u64, Instant>>,
+}
+
+/// A connection's listener as [`Admission`] knows it when the connection sends a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Listener {
+    /// Still playing the connection's earlier audio until then: the client sent this stream
+    /// before it could have heard the last (a queueing voice agent, or a client that reads
+    /// faster than it could play: a closed loop, a batch job).
+    Busy(Instant),
+    /// Done playing everything the connection was sent (or stopped): a client that listens in
+    /// real time, waiting on this stream's first audio to go on.
+    Free,
+    /// Nothing heard yet on this connection (its first stream, or only refusals before).
+    Unknown,
 }
 
 /// Connections remembered by [`Admission::listeners`] before the ones already free are dropped.
@@ -58,19 +74,29 @@ impl Admission {
             max_streams,
             streams: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            delayed: AtomicU64::new(0),
             listeners: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Until when `connection`'s listener is still playing earlier audio, at `now`.
-    pub fn listener_busy_until(&self, connection: u64, now: Instant) -> Option<Instant> {
+    /// What is known of `connection`'s listener at `now`.
+    pub fn listener(&self, connection: u64, now: Instant) -> Listener {
         let listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
-        listeners.get(&connection).copied().filter(|&t| t > now)
+        match listeners.get(&connection) {
+            Some(&t) if t > now => Listener::Busy(t),
+            Some(_) => Listener::Free,
+            None => Listener::Unknown,
+        }
     }
 
-    /// `connection`'s listener stopped (its stream was aborted: a barge-in, a client gone).
-    pub fn listener_stopped(&self, connection: u64) {
-        self.listeners.lock().unwrap_or_else(|p| p.into_inner()).remove(&connection);
+    /// `connection`'s listener stopped (its stream was aborted: a barge-in, a client gone): it
+    /// is free now.
+    pub fn listener_stopped(&self, connection: u64, now: Instant) {
+        let mut listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        if listeners.len() >= LISTENERS_KEPT {
+            listeners.retain(|_, t| *t > now);
+        }
+        listeners.insert(connection, now);
     }
 
     /// `connection`'s listener will have played its audio at `at`.
@@ -174,5 +200,27 @@ impl WorkerStats {
             realtime_factor: factor,
             headroom: factor / streams.max(1) as f64,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_listener_is_unknown_until_heard_then_busy_until_it_has_played_then_free() {
+        let admission = Admission::new(AdmissionMode::Realtime, None);
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        assert_eq!(admission.listener(7, t0), Listener::Unknown);
+        admission.played_out(7, t0 + s(4), t0);
+        assert_eq!(admission.listener(7, t0 + s(1)), Listener::Busy(t0 + s(4)));
+        assert_eq!(admission.listener(7, t0 + s(4)), Listener::Free);
+        assert_eq!(admission.listener(8, t0 + s(1)), Listener::Unknown);
+        // A stream stopped (a barge-in): free at once, and still known as a listener.
+        admission.played_out(7, t0 + s(9), t0 + s(5));
+        admission.listener_stopped(7, t0 + s(6));
+        assert_eq!(admission.listener(7, t0 + s(6)), Listener::Free);
     }
 }
