@@ -327,6 +327,9 @@ pub(crate) struct Scheduler {
     chunk_speed: Speed,
     first_speed: Speed,
     prosody_speed: Speed,
+    /// Phoneme characters hibari's front end makes of a character of text (decaying totals:
+    /// phonemes, text): its prosody is measured per phoneme character, admission counts text.
+    phonemes_per_char: (f64, f64),
     /// Kokoro's own: phoneme characters per second of its segment rounds (the whole network),
     /// audio per second of the rounds that send a segment's chunks.
     kokoro_speed: Speed,
@@ -379,6 +382,7 @@ impl Scheduler {
             chunk_speed: Speed::new(1.0, 1.0),
             first_speed: Speed::new(1.0, 1.0),
             prosody_speed: Speed::new(1.0, 0.0),
+            phonemes_per_char: (1.0, 1.0),
             kokoro_speed: Speed::new(1.0, 0.0),
             kokoro_chunk_speed: Speed::new(1.0, 0.0),
             sizes: options.chunk_sizes(),
@@ -467,6 +471,7 @@ impl Scheduler {
         self.chunk_speed = Speed::new(measured.0 - first.0, measured.1 - first.1);
         self.first_speed = Speed::new(first.0, first.1);
         self.prosody_speed = Speed::new(measured.2, measured.3);
+        self.phonemes_per_char = (measured.2, TEXT.chars().count() as f64);
         self.stats.set_factor(self.speed.factor());
         self.publish_demand(Instant::now());
     }
@@ -556,7 +561,7 @@ impl Scheduler {
         let hibari = Costs {
             per_audio_second: per(&self.chunk_speed),
             per_first_second: per(&self.first_speed),
-            per_char: per(&self.prosody_speed),
+            per_char: per(&self.prosody_speed) * self.phonemes_per_char.0 / self.phonemes_per_char.1.max(1.0),
         };
         let kokoro = Costs {
             per_audio_second: per(&self.kokoro_chunk_speed),
@@ -840,6 +845,11 @@ impl Scheduler {
                         sentences.splice(0..0, first);
                     }
                     let phonemes: usize = sentences.iter().map(|s| s.phonemes.chars().count()).sum();
+                    if !kokoro {
+                        // (hibari's front end, over the last few hundred sentences)
+                        let (p, t) = self.phonemes_per_char;
+                        self.phonemes_per_char = (p * 0.995 + phonemes as f64, t * 0.995 + text.chars().count() as f64);
+                    }
                     job.chars_left = job.chars_left.saturating_sub(text.chars().count()) + phonemes;
                     job.sentences.extend(sentences);
                 }

@@ -347,6 +347,7 @@ impl Pool {
             }
         }
         timing.refused = self.admission.refused.load(Ordering::Relaxed);
+        timing.delayed = self.admission.delayed.load(Ordering::Relaxed);
         load.batch_sizes = sizes.into_iter().collect();
         load.streams = timing;
         load
