@@ -42,7 +42,7 @@ fn signed_ms(t: Instant, now: Instant) -> f64 {
 }
 
 /// Seconds the refusal tells a client to wait before trying again.
-const RETRY_AFTER_SECONDS: u32 = 1;
+const RETRY_AFTER_SECONDS: u32 = pacing::RETRY_AFTER.as_secs() as u32;
 
 struct Worker {
     commands: mpsc::Sender<Command>,
