@@ -57,10 +57,10 @@ pub(crate) enum Listener {
     /// before it could have heard the last (a queueing voice agent, or a client that reads
     /// faster than it could play: a closed loop, a batch job).
     Busy(Instant),
-    /// Done playing everything the connection was sent (or stopped): a client that listens in
-    /// real time, waiting on this stream's first audio to go on.
+    /// Done playing everything the connection was sent (or stopped, or refused before anything
+    /// was heard): a client that waits on this stream's first audio to go on.
     Free,
-    /// Nothing heard yet on this connection (its first stream, or only refusals before).
+    /// Nothing heard yet on this connection: its first stream.
     Unknown,
 }
 
@@ -97,6 +97,19 @@ impl Admission {
             listeners.retain(|_, t| *t > now);
         }
         listeners.insert(connection, now);
+    }
+
+    /// A stream on `connection` was refused at `now`. If nothing was heard on the connection yet,
+    /// its client is now known to wait on first audio with nothing to play (and was told when
+    /// to retry): its next streams are judged as a listener's that is free, not delayed. (A
+    /// client in a burst of new connections is offered a delay on its first try; one refused
+    /// even so, or refused again and again at twice the real-time load, is refused at once.)
+    pub fn note_refusal(&self, connection: u64, now: Instant) {
+        let mut listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        if listeners.len() >= LISTENERS_KEPT {
+            listeners.retain(|_, t| *t > now);
+        }
+        listeners.entry(connection).or_insert(now);
     }
 
     /// `connection`'s listener will have played its audio at `at`.
@@ -218,6 +231,11 @@ mod tests {
         assert_eq!(admission.listener(7, t0 + s(1)), Listener::Busy(t0 + s(4)));
         assert_eq!(admission.listener(7, t0 + s(4)), Listener::Free);
         assert_eq!(admission.listener(8, t0 + s(1)), Listener::Unknown);
+        // Refused on its first stream: free; a refusal changes nothing for a busy listener.
+        admission.note_refusal(8, t0 + s(1));
+        assert_eq!(admission.listener(8, t0 + s(1)), Listener::Free);
+        admission.note_refusal(7, t0 + s(2));
+        assert_eq!(admission.listener(7, t0 + s(2)), Listener::Busy(t0 + s(4)));
         // A stream stopped (a barge-in): free at once, and still known as a listener.
         admission.played_out(7, t0 + s(9), t0 + s(5));
         admission.listener_stopped(7, t0 + s(6));

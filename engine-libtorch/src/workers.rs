@@ -150,6 +150,7 @@ impl Pool {
                 Some((index, delay)) => (index, delay, None),
                 None => {
                     self.admission.refused.fetch_add(1, Ordering::Relaxed);
+                    self.admission.note_refusal(id.connection, submitted);
                     (least, Duration::ZERO, Some(Overloaded { retry_after_seconds: RETRY_AFTER_SECONDS }))
                 }
             }
