@@ -519,12 +519,20 @@ pub fn feasible(steps: &mut [Step], now: Instant, utilization: f64) -> bool {
 /// then (for the refusal's log line).
 pub fn first_miss(steps: &mut [Step], now: Instant, utilization: f64) -> Option<(Step, f64)> {
     steps.sort_by_key(|s| (s.due, s.limit));
+    first_miss_sorted(steps.iter(), now, utilization)
+}
+
+/// [`first_miss`] over steps already in order.
+fn first_miss_sorted<'a>(steps: impl Iterator<Item = &'a Step>, now: Instant, utilization: f64) -> Option<(Step, f64)> {
     let mut work = 0.0;
-    steps.iter().find_map(|s| {
+    for s in steps {
         work += s.work.max(0.0);
         let share = if s.playing { utilization } else { 1.0 };
-        (work > s.limit.saturating_duration_since(now).as_secs_f64() * share).then_some((*s, work))
-    })
+        if work > s.limit.saturating_duration_since(now).as_secs_f64() * share {
+            return Some((*s, work));
+        }
+    }
+    None
 }
 
 /// The least delay of a new stream's first audio at which a worker can still take it: with
@@ -543,12 +551,15 @@ pub fn least_delay(
     bound: Duration,
     mut new: impl FnMut(Duration, &mut Vec<Step>),
 ) -> Result<Duration, (Step, f64)> {
-    let mut all = Vec::with_capacity(admitted.len() + 8);
+    // The admitted steps sorted once; each try merges the new stream's few into them.
+    let mut sorted = admitted.to_vec();
+    sorted.sort_by_key(|s| (s.due, s.limit));
+    let mut all = Vec::with_capacity(8);
     let mut check = |delay: Duration, all: &mut Vec<Step>| {
         all.clear();
-        all.extend_from_slice(admitted);
         new(delay, all);
-        first_miss(all, now, utilization)
+        all.sort_by_key(|s| (s.due, s.limit));
+        first_miss_sorted(Merged { a: &sorted, b: all }, now, utilization)
     };
     let Some(miss) = check(Duration::ZERO, &mut all) else { return Ok(Duration::ZERO) };
     if bound.is_zero() || check(bound, &mut all).is_some() {
@@ -563,6 +574,27 @@ pub fn least_delay(
         }
     }
     Ok(fits)
+}
+
+/// Two runs of steps in order, merged in order.
+struct Merged<'a> {
+    a: &'a [Step],
+    b: &'a [Step],
+}
+
+impl<'a> Iterator for Merged<'a> {
+    type Item = &'a Step;
+
+    fn next(&mut self) -> Option<&'a Step> {
+        let take_a = match (self.a.first(), self.b.first()) {
+            (Some(a), Some(b)) => (a.due, a.limit) <= (b.due, b.limit),
+            (a, _) => a.is_some(),
+        };
+        let run = if take_a { &mut self.a } else { &mut self.b };
+        let (first, rest) = run.split_first()?;
+        *run = rest;
+        Some(first)
+    }
 }
 
 /// How close [`least_delay`] gets to the least delay that fits.
