@@ -297,14 +297,16 @@ pub struct Step {
 /// How far ahead admission looks: the steps due within it must fit (further on, the same
 /// streams' steady need does, since it fits in every window this long).
 pub const ADMISSION_HORIZON: Duration = Duration::from_secs(4);
-/// A chunk must be done this long before its listener would run dry: the round a worker may
-/// be in (not preempted) when it is taken up.
+/// A chunk must be done this long before its listener would run dry, and a first chunk this
+/// long before its first-audio deadline: the round a worker may be in (not preempted) when it
+/// is taken up, and the way out to the client.
 pub const ADMISSION_MARGIN: Duration = Duration::from_millis(50);
 /// Share of a worker's time that the steps due before a listener would run dry may take: the
 /// rest absorbs the error of the estimates (audio from characters, costs from recent rounds)
 /// and requests not streamed. A first chunk no listener waits on yet is judged on all of it:
-/// its deadline is the first-audio target, which admission keeps (a stream is refused only
-/// where its first audio would come after it), not a gap anyone would hear.
+/// its deadline is the first-audio target (less the margin), which admission keeps (a stream
+/// is refused or delayed only where its first audio would come after it), not a gap anyone
+/// would hear.
 pub const ADMISSION_UTILIZATION: f64 = 0.85;
 /// Characters of a new utterance whose prosody admission counts with its first chunk (a
 /// typical sentence; the rest of its text is counted along its audio).
@@ -435,8 +437,8 @@ impl Outlook {
     /// Its steps due before `horizon` (and its first chunk, if not delivered, whenever due), in
     /// order, appended to `out`: each chunk due `margin`
     /// before its listener would run dry and to be done [`ADMISSION_MARGIN`] before (the first
-    /// chunk due at its deadline and to be done by then, or, for a listener still playing
-    /// earlier audio, that margin before it gets to it); the text not through prosody yet is
+    /// chunk due at its deadline and to be done that margin before it, or, for a listener
+    /// still playing earlier audio, that margin before it gets to it); the text not through prosody yet is
     /// cut into chunks of its estimated audio, the next sentence's prosody counted with the
     /// first of them and the rest's along its audio.
     pub fn steps(&self, costs: &Costs, sizes: &ChunkSizes, horizon: Instant, out: &mut Vec<Step>) {
@@ -445,7 +447,7 @@ impl Outlook {
         let mut push = |position: f64, work: f64| {
             let step = match (self.first_due, self.first_needed) {
                 (Some(due), Some(needed)) if position <= 0.0 && needed <= due => {
-                    Step { due, limit: due, work, playing: false }
+                    Step { due, limit: before(due, ADMISSION_MARGIN), work, playing: false }
                 }
                 (Some(due), Some(needed)) if position <= 0.0 => {
                     Step { due, limit: before(needed, ADMISSION_MARGIN), work, playing: true }
@@ -732,12 +734,12 @@ mod tests {
         let mut steps = Vec::new();
         Outlook::new(t0, &pacing, 90).steps(&COSTS, &SIZES, t0 + Duration::from_secs(60), &mut steps);
         // Due when the worker takes them up (the scheduler's deadlines: 200 ms before the
-        // listener runs dry), to be done 50 ms before it runs dry (the first by its deadline,
-        // the first-audio target: no listener is playing yet).
+        // listener runs dry), to be done 50 ms before it runs dry (the first 50 ms before its
+        // deadline, the first-audio target: no listener is playing yet).
         let dues: Vec<Duration> = steps.iter().map(|s| s.due - t0).collect();
         assert_eq!(dues, [ms(250), ms(250), ms(250 + 1200 - 200), ms(250 + 3700 - 200)]);
         let limits: Vec<Duration> = steps.iter().map(|s| s.limit - t0).collect();
-        assert_eq!(limits, [ms(250), ms(250 + 200 - 50), ms(250 + 1200 - 50), ms(250 + 3700 - 50)]);
+        assert_eq!(limits, [ms(250 - 50), ms(250 + 200 - 50), ms(250 + 1200 - 50), ms(250 + 3700 - 50)]);
         let playing: Vec<bool> = steps.iter().map(|s| s.playing).collect();
         assert_eq!(playing, [false, true, true, true]);
         // The prosody of its 90 characters comes with the first chunk.
