@@ -194,8 +194,8 @@ impl Pool {
     /// deadline of its streams with this one added ([`pacing::feasible`]), at the costs of its
     /// voice family (`kokoro`, else hibari); where none does and its client is not known to
     /// listen in real time (`listener` not [`Listener::Free`]), the first that does with this
-    /// one's first audio due later, by the least delay up to [`Pacing::max_first_delay`]
-    /// ([`pacing::least_delay`]). Its steps are recorded there until the worker takes it.
+    /// one's first audio due later, by the least delay up to [`Pacing::max_first_delay`] (for
+    /// a new connection, counted from its first try) ([`pacing::least_delay`]). Its steps are recorded there until the worker takes it.
     #[allow(clippy::too_many_arguments)]
     fn admit_stream(
         &self,
@@ -224,7 +224,7 @@ impl Pool {
         }
         let plays_after = match listener {
             Listener::Busy(until) => Some(until),
-            Listener::Free | Listener::Unknown => None,
+            Listener::Free | Listener::New(_) => None,
         };
         let count = self.workers.len();
         let mut order: Vec<usize> = (0..count).map(|k| (start + k) % count).collect();
@@ -242,7 +242,14 @@ impl Pool {
         // go elsewhere).
         let bounds = match listener {
             Listener::Free => vec![Duration::ZERO],
-            Listener::Busy(_) | Listener::Unknown => vec![Duration::ZERO, self.pacing.max_first_delay()],
+            Listener::Busy(_) => vec![Duration::ZERO, self.pacing.max_first_delay()],
+            // First audio by when its first try, if refused, was told to retry.
+            Listener::New(first_try) => {
+                vec![
+                    Duration::ZERO,
+                    self.pacing.max_first_delay().saturating_sub(now.saturating_duration_since(first_try)),
+                ]
+            }
         };
         for bound in bounds {
             for &index in &order {
