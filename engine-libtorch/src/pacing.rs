@@ -41,7 +41,7 @@ impl Pacing {
     /// up to [`RETRY_AFTER`] from its submission. A refusal tells the client to try again then,
     /// so a first audio due by then is never later than the refusal would have made it, and
     /// refusing is no better for anyone beyond. (On 2 CPUs a closed loop of 64 connections
-    /// starting at once needs up to ~150 ms past the target at a quiet host's costs, ~550 ms
+    /// starting at once needs up to ~200 ms past the target at a quiet host's costs, ~600 ms
     /// at twice them.)
     pub fn max_first_delay(&self) -> Duration {
         RETRY_AFTER.saturating_sub(self.first_audio)
