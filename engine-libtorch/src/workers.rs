@@ -240,7 +240,7 @@ impl Pool {
         // On time on any worker first; only then later (a client listening in real time is
         // refused at once instead: its first audio is due by the target, and a refusal lets it
         // go elsewhere).
-        let bounds = match listener {
+        let mut bounds = match listener {
             Listener::Free => vec![Duration::ZERO],
             Listener::Busy(_) => vec![Duration::ZERO, self.pacing.max_first_delay()],
             // First audio by when its first try, if refused, was told to retry.
@@ -251,6 +251,8 @@ impl Pool {
                 ]
             }
         };
+        // (a new connection whose offer has run out is judged once)
+        bounds.dedup();
         for bound in bounds {
             for &index in &order {
                 let mut demand = self.workers[index].stats.demand.lock().unwrap_or_else(|p| p.into_inner());
