@@ -13,7 +13,7 @@
 #      third of the run on.
 #   3. closed loop with admission on: CLOSED_CONNS connections, CLOSED_UTTERANCES utterances each
 #      of benches/texts/two-sentences.txt, as fast as they are read, against --admission off:
-#      refusals, time to first audio.
+#      refusals, time to first audio, streams admitted with a later first audio (delayed).
 # Run it alone on the machine (its figures are timings):
 #   benches/workers-bench.sh        # ~3.5 min with the defaults
 #
@@ -79,8 +79,8 @@ fi
 
 if [[ "${SKIP_OVERLOAD:-0}" != 1 ]]; then
   echo "### overload: listeners (--playback), admission off and realtime" | tee -a "$OUT.md"
-  echo "| admission | conns | utterances/s | audio s/s | TTFA p50 ms | TTFA p99 ms | late chunks (client) | of chunks | lateness p99 ms | underruns (server) | refused | refusal p99 ms |" | tee -a "$OUT.md"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" | tee -a "$OUT.md"
+  echo "| admission | conns | utterances/s | audio s/s | TTFA p50 ms | TTFA p99 ms | late chunks (client) | of chunks | lateness p99 ms | underruns (server) | refused | refusal p99 ms | delayed (server) |" | tee -a "$OUT.md"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" | tee -a "$OUT.md"
   runs=("off $CAPACITY" "off $((2 * CAPACITY))" "realtime $((2 * CAPACITY))")
   [[ "${SKIP_NEIGHBOUR:-0}" != 1 ]] && runs+=("realtime $((2 * CAPACITY)) neighbour")
   for run in "${runs[@]}"; do
@@ -98,11 +98,12 @@ if [[ "${SKIP_OVERLOAD:-0}" != 1 ]]; then
       --pid "$server")"
     echo "$line" >>"$OUT.overload.jsonl"
     under="$(metric "$port" speechstream_stream_underruns_total)"
+    delayed="$(metric "$port" speechstream_admission_delayed_total)"
     echo "$line" | python3 -c "
 import json, sys
 r = json.load(sys.stdin)
 g = lambda *p: (lambda v: '-' if v is None else v)(__import__('functools').reduce(lambda a, k: (a or {}).get(k), p, r))
-print(f\"| $1${3:+ + neighbour} | $2 | {g('utterances_per_s')} | {g('audio_seconds_per_s')} | {g('ttfa_ms','p50')} | {g('ttfa_ms','p99')} | {g('late_chunks')} | {g('chunks')} | {g('lateness_ms','p99')} | $under | {g('refused')} | {g('refusal_ms','p99')} |\")
+print(f\"| $1${3:+ + neighbour} | $2 | {g('utterances_per_s')} | {g('audio_seconds_per_s')} | {g('ttfa_ms','p50')} | {g('ttfa_ms','p99')} | {g('late_chunks')} | {g('chunks')} | {g('lateness_ms','p99')} | $under | {g('refused')} | {g('refusal_ms','p99')} | $delayed |\")
 " | tee -a "$OUT.md"
     kill "$server"; wait "$server" 2>/dev/null || true
   done
@@ -111,8 +112,8 @@ if [[ "${SKIP_CLOSED:-0}" != 1 ]]; then
   # Clients that read as fast as audio comes: admission must refuse none of what --admission off
   # serves within the first-audio target.
   echo "### closed loop: ${CLOSED_UTTERANCES:-6} utterances per connection, two sentences each" | tee -a "$OUT.md"
-  echo "| admission | conns | utterances | refused | TTFA p50 ms | TTFA p99 ms | utterances/s |" | tee -a "$OUT.md"
-  echo "|---|---:|---:|---:|---:|---:|---:|" | tee -a "$OUT.md"
+  echo "| admission | conns | utterances | refused | TTFA p50 ms | TTFA p99 ms | utterances/s | delayed (server) |" | tee -a "$OUT.md"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|" | tee -a "$OUT.md"
   CLOSED_TEXT="$(cat benches/texts/two-sentences.txt)"
   for c in ${CLOSED_CONNS:-16 32 64}; do
     for mode in off realtime; do
@@ -123,11 +124,12 @@ if [[ "${SKIP_CLOSED:-0}" != 1 ]]; then
       line="$(target/release/loadgen run -u "ws://127.0.0.1:$port$WS" -l "closed-$mode" -c "$c" -n "$n" -d 600 -m pcm \
         --text "$CLOSED_TEXT" --utterance-timeout 60 --refusal-backoff 0 --pid "$server")"
       echo "$line" >>"$OUT.closed.jsonl"
+      delayed="$(metric "$port" speechstream_admission_delayed_total)"
       echo "$line" | python3 -c "
 import json, sys
 r = json.load(sys.stdin)
 g = lambda *p: (lambda v: '-' if v is None else v)(__import__('functools').reduce(lambda a, k: (a or {}).get(k), p, r))
-print(f\"| $mode | $c | {g('utterances_ok')} | {g('refused')} | {g('ttfa_ms','p50')} | {g('ttfa_ms','p99')} | {g('utterances_per_s')} |\")
+print(f\"| $mode | $c | {g('utterances_ok')} | {g('refused')} | {g('ttfa_ms','p50')} | {g('ttfa_ms','p99')} | {g('utterances_per_s')} | $delayed |\")
 " | tee -a "$OUT.md"
       kill "$server"; wait "$server" 2>/dev/null || true
     done

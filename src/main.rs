@@ -247,7 +247,11 @@ struct VoiceArgs {
     /// Admission of streamed utterances: `realtime` refuses one (a WebSocket `error` frame, the
     /// session stays open; HTTP 503 with Retry-After) when no worker could compute it beside its
     /// running streams with every deadline kept (first audio and each chunk before its listener
-    /// runs dry, at the worker's measured speed for the voice's family); `off` takes every one.
+    /// runs dry, at the worker's measured speed for the voice's family), except that a stream
+    /// from a client not known to listen in real time (its first on the connection, or sent
+    /// while its last would still be playing) is admitted with its first audio due later where
+    /// a delay fits that still gets its first audio within 1 s (a refusal's Retry-After);
+    /// `off` takes every one.
     #[arg(long, value_name = "MODE", default_value = "realtime", value_parser = parse_admission)]
     admission: speechstream_engine_libtorch::AdmissionMode,
     /// Most streamed utterances in flight at once (refused past it, as by admission)

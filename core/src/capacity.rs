@@ -75,6 +75,9 @@ pub struct StreamTiming {
     pub lateness: Histogram,
     /// Requests refused because admitting them would have made running streams late.
     pub refused: u64,
+    /// Streams admitted with their first audio due after the first-audio target, rather than
+    /// refused (clients not known to listen in real time, where a short delay fits).
+    pub delayed: u64,
 }
 
 /// The refusal of a request for lack of capacity; its `Display` is the message clients get.

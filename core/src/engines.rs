@@ -56,6 +56,7 @@ impl Engine for Engines {
             total.streams.chunks += load.streams.chunks;
             total.streams.underruns += load.streams.underruns;
             total.streams.refused += load.streams.refused;
+            total.streams.delayed += load.streams.delayed;
             if total.streams.lateness.bounds.is_empty() {
                 total.streams.lateness = load.streams.lateness;
             } else if total.streams.lateness.bounds == load.streams.lateness.bounds {

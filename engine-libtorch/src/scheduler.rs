@@ -69,6 +69,8 @@ pub(crate) struct Submission {
     pub submitted: Instant,
     /// Its listener is busy with the connection's earlier audio until then.
     pub plays_after: Option<Instant>,
+    /// Admitted with its first audio due this much after the target.
+    pub first_delay: Duration,
     /// Counted in the admission's streams (to be given back when the request is over).
     pub admitted_stream: bool,
     /// Microseconds of audio the submitter added to the worker's pending audio for it.
@@ -325,6 +327,9 @@ pub(crate) struct Scheduler {
     chunk_speed: Speed,
     first_speed: Speed,
     prosody_speed: Speed,
+    /// Phoneme characters hibari's front end makes of a character of text (decaying totals:
+    /// phonemes, text): its prosody is measured per phoneme character, admission counts text.
+    phonemes_per_char: (f64, f64),
     /// Kokoro's own: phoneme characters per second of its segment rounds (the whole network),
     /// audio per second of the rounds that send a segment's chunks.
     kokoro_speed: Speed,
@@ -377,6 +382,7 @@ impl Scheduler {
             chunk_speed: Speed::new(1.0, 1.0),
             first_speed: Speed::new(1.0, 1.0),
             prosody_speed: Speed::new(1.0, 0.0),
+            phonemes_per_char: (1.0, 1.0),
             kokoro_speed: Speed::new(1.0, 0.0),
             kokoro_chunk_speed: Speed::new(1.0, 0.0),
             sizes: options.chunk_sizes(),
@@ -465,6 +471,7 @@ impl Scheduler {
         self.chunk_speed = Speed::new(measured.0 - first.0, measured.1 - first.1);
         self.first_speed = Speed::new(first.0, first.1);
         self.prosody_speed = Speed::new(measured.2, measured.3);
+        self.phonemes_per_char = (measured.2, TEXT.chars().count() as f64);
         self.stats.set_factor(self.speed.factor());
         self.publish_demand(Instant::now());
     }
@@ -554,7 +561,7 @@ impl Scheduler {
         let hibari = Costs {
             per_audio_second: per(&self.chunk_speed),
             per_first_second: per(&self.first_speed),
-            per_char: per(&self.prosody_speed),
+            per_char: per(&self.prosody_speed) * self.phonemes_per_char.0 / self.phonemes_per_char.1.max(1.0),
         };
         let kokoro = Costs {
             per_audio_second: per(&self.kokoro_chunk_speed),
@@ -629,7 +636,7 @@ impl Scheduler {
                 }
                 Command::Abort(id) => {
                     if self.jobs.iter().any(|j| j.id == id) {
-                        self.admission.listener_stopped(id.connection);
+                        self.admission.listener_stopped(id.connection, Instant::now());
                     }
                     // No more events for an aborted request: the session has moved on.
                     for job in self.jobs.iter_mut().filter(|j| j.id == id) {
@@ -644,7 +651,8 @@ impl Scheduler {
 
     /// A job for a new request; one that can't be served is born done, holding its `Failed`.
     fn admit(&self, submission: Submission) -> Job {
-        let Submission { id, request, sink, submitted, plays_after, admitted_stream, owed_us, refusal } = submission;
+        let Submission { id, request, sink, submitted, plays_after, first_delay, admitted_stream, owed_us, refusal } =
+            submission;
         let mut job = Job {
             id,
             sink,
@@ -666,7 +674,7 @@ impl Scheduler {
             running: false,
             done: false,
             closed: false,
-            pace: Pace::new(submitted, request.stream).plays_after(plays_after),
+            pace: Pace::new(submitted, request.stream).plays_after(plays_after).first_delay(first_delay),
             admitted_stream,
             owed_us,
             chars_left: 0,
@@ -837,6 +845,11 @@ impl Scheduler {
                         sentences.splice(0..0, first);
                     }
                     let phonemes: usize = sentences.iter().map(|s| s.phonemes.chars().count()).sum();
+                    if !kokoro {
+                        // (hibari's front end, over the last few hundred sentences)
+                        let (p, t) = self.phonemes_per_char;
+                        self.phonemes_per_char = (p * 0.995 + phonemes as f64, t * 0.995 + text.chars().count() as f64);
+                    }
                     job.chars_left = job.chars_left.saturating_sub(text.chars().count()) + phonemes;
                     job.sentences.extend(sentences);
                 }

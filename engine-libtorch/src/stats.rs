@@ -10,7 +10,7 @@ use speechstream_core::capacity::{Histogram, StreamTiming, WorkerLoad};
 use speechstream_core::engine::RequestId;
 
 pub(crate) use crate::pacing::CHARS_PER_SECOND;
-use crate::pacing::{Costs, Delivery, Step};
+use crate::pacing::{Costs, Delivery, Step, RETRY_AFTER};
 
 /// Upper bounds of the lateness histogram, seconds.
 pub(crate) const LATENESS_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
@@ -41,14 +41,51 @@ pub(crate) struct Admission {
     pub max_streams: Option<u64>,
     pub streams: AtomicU64,
     pub refused: AtomicU64,
-    /// When each connection's listener will have played its last finished stream, played in
-    /// real time from its first chunk (and after the one before): a stream it sends before then
-    /// is heard after (a voice agent queueing sentences), and one from a client that reads
-    /// faster than it could play owes its audio to no playback clock soon.
-    listeners: Mutex<HashMap<u64, Instant>>,
+    /// Streams admitted with their first audio due after the target ([`crate::pacing::least_delay`]).
+    pub delayed: AtomicU64,
+    /// What is known of each connection's listener ([`Heard`]).
+    listeners: Mutex<HashMap<u64, Heard>>,
 }
 
-/// Connections remembered by [`Admission::listeners`] before the ones already free are dropped.
+/// What [`Admission`] remembers of a connection.
+#[derive(Clone, Copy, Debug)]
+enum Heard {
+    /// Its listener will have played its last finished stream then, played in real time from
+    /// its first chunk (and after the one before): a stream it sends before then is heard
+    /// after (a voice agent queueing sentences), and one from a client that reads faster than
+    /// it could play owes its audio to no playback clock soon.
+    PlaysUntil(Instant),
+    /// Nothing heard yet; its first try was refused then (and told to retry a
+    /// [`RETRY_AFTER`] later).
+    RefusedAt(Instant),
+}
+
+impl Heard {
+    /// Still worth remembering at `now` when the table is full.
+    fn current(&self, now: Instant) -> bool {
+        match *self {
+            Heard::PlaysUntil(t) => t > now,
+            Heard::RefusedAt(t) => t + RETRY_AFTER > now,
+        }
+    }
+}
+
+/// A connection's listener as [`Admission`] knows it when the connection sends a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Listener {
+    /// Still playing the connection's earlier audio until then: the client sent this stream
+    /// before it could have heard the last (a queueing voice agent, or a client that reads
+    /// faster than it could play: a closed loop, a batch job).
+    Busy(Instant),
+    /// Done playing everything the connection was sent (or stopped): a client that waits on
+    /// this stream's first audio to go on.
+    Free,
+    /// Nothing heard on this connection yet; its first try was then (now, or a refused try).
+    New(Instant),
+}
+
+/// Connections remembered by [`Admission::listeners`] before the ones no longer current are
+/// dropped.
 const LISTENERS_KEPT: usize = 4096;
 
 impl Admission {
@@ -58,29 +95,50 @@ impl Admission {
             max_streams,
             streams: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            delayed: AtomicU64::new(0),
             listeners: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Until when `connection`'s listener is still playing earlier audio, at `now`.
-    pub fn listener_busy_until(&self, connection: u64, now: Instant) -> Option<Instant> {
+    /// What is known of `connection`'s listener at `now`.
+    pub fn listener(&self, connection: u64, now: Instant) -> Listener {
         let listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
-        listeners.get(&connection).copied().filter(|&t| t > now)
+        match listeners.get(&connection) {
+            Some(&Heard::PlaysUntil(t)) if t > now => Listener::Busy(t),
+            Some(&Heard::PlaysUntil(_)) => Listener::Free,
+            Some(&Heard::RefusedAt(t)) => Listener::New(t),
+            None => Listener::New(now),
+        }
     }
 
-    /// `connection`'s listener stopped (its stream was aborted: a barge-in, a client gone).
-    pub fn listener_stopped(&self, connection: u64) {
-        self.listeners.lock().unwrap_or_else(|p| p.into_inner()).remove(&connection);
+    /// Records what is heard of `connection` at `now`, `update` given its last record.
+    fn hear(&self, connection: u64, now: Instant, update: impl FnOnce(Option<Heard>) -> Heard) {
+        let mut listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        if listeners.len() >= LISTENERS_KEPT {
+            listeners.retain(|_, heard| heard.current(now));
+        }
+        let heard = update(listeners.get(&connection).copied());
+        listeners.insert(connection, heard);
+    }
+
+    /// `connection`'s listener stopped (its stream was aborted: a barge-in, a client gone): it
+    /// is free now.
+    pub fn listener_stopped(&self, connection: u64, now: Instant) {
+        self.hear(connection, now, |_| Heard::PlaysUntil(now));
+    }
+
+    /// A stream on `connection` was refused at `now`: if it was the connection's first try,
+    /// its next ones count from it ([`Listener::New`]).
+    pub fn note_refusal(&self, connection: u64, now: Instant) {
+        self.hear(connection, now, |last| last.unwrap_or(Heard::RefusedAt(now)));
     }
 
     /// `connection`'s listener will have played its audio at `at`.
     pub fn played_out(&self, connection: u64, at: Instant, now: Instant) {
-        let mut listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
-        if listeners.len() >= LISTENERS_KEPT {
-            listeners.retain(|_, t| *t > now);
-        }
-        let t = listeners.entry(connection).or_insert(at);
-        *t = (*t).max(at);
+        self.hear(connection, now, |last| match last {
+            Some(Heard::PlaysUntil(t)) => Heard::PlaysUntil(t.max(at)),
+            _ => Heard::PlaysUntil(at),
+        });
     }
 }
 
@@ -174,5 +232,33 @@ impl WorkerStats {
             realtime_factor: factor,
             headroom: factor / streams.max(1) as f64,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_listener_is_new_until_heard_then_busy_until_it_has_played_then_free() {
+        let admission = Admission::new(AdmissionMode::Realtime, None);
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        assert_eq!(admission.listener(7, t0), Listener::New(t0));
+        admission.played_out(7, t0 + s(4), t0);
+        assert_eq!(admission.listener(7, t0 + s(1)), Listener::Busy(t0 + s(4)));
+        assert_eq!(admission.listener(7, t0 + s(4)), Listener::Free);
+        // Refused on its first try: still new, counted from that try; a refusal changes
+        // nothing for a listener heard before.
+        admission.note_refusal(8, t0 + s(1));
+        admission.note_refusal(8, t0 + s(2));
+        assert_eq!(admission.listener(8, t0 + s(3)), Listener::New(t0 + s(1)));
+        admission.note_refusal(7, t0 + s(2));
+        assert_eq!(admission.listener(7, t0 + s(2)), Listener::Busy(t0 + s(4)));
+        // A stream stopped (a barge-in): free at once, and still known as a listener.
+        admission.played_out(7, t0 + s(9), t0 + s(5));
+        admission.listener_stopped(7, t0 + s(6));
+        assert_eq!(admission.listener(7, t0 + s(6)), Listener::Free);
     }
 }

@@ -26,7 +26,7 @@ use crate::kokoro::serve::{FIRST_SEGMENT_WORDS, KOKORO_MODEL_NAME};
 use crate::options::HibariOptions;
 use crate::pacing::{self, ChunkSizes, Outlook, Pacing, Step};
 use crate::scheduler::{Command, Scheduler, Submission, VoiceModel};
-use crate::stats::{Admission, AdmissionMode, WorkerStats, CHARS_PER_SECOND, LATENESS_BUCKETS};
+use crate::stats::{Admission, AdmissionMode, Listener, WorkerStats, CHARS_PER_SECOND, LATENESS_BUCKETS};
 
 // SAFETY: see the module doc: nothing in a loaded `Hibari` is written after loading (the one
 // lazily built tensor of `gemm::Packed` is behind a `OnceLock`), and libtorch supports reading a
@@ -42,7 +42,7 @@ fn signed_ms(t: Instant, now: Instant) -> f64 {
 }
 
 /// Seconds the refusal tells a client to wait before trying again.
-const RETRY_AFTER_SECONDS: u32 = 1;
+const RETRY_AFTER_SECONDS: u32 = pacing::RETRY_AFTER.as_secs() as u32;
 
 struct Worker {
     commands: mpsc::Sender<Command>,
@@ -135,23 +135,27 @@ impl Pool {
         let start = self.turn.fetch_add(1, Ordering::Relaxed) as usize;
         let least = pacing::least_pending(&pending, start);
         // A listener still playing this connection's last stream hears this one after it.
-        let plays_after =
-            request.stream.then(|| self.admission.listener_busy_until(id.connection, submitted)).flatten();
-        let (index, refusal) = if request.stream {
+        let listener = self.admission.listener(id.connection, submitted);
+        let plays_after = match (request.stream, listener) {
+            (true, Listener::Busy(until)) => Some(until),
+            _ => None,
+        };
+        let (index, first_delay, refusal) = if request.stream {
             let kokoro = self
                 .capabilities
                 .route(&request)
                 .and_then(|i| self.capabilities.hosted.get(i))
                 .is_some_and(|family| family.serves_model(KOKORO_MODEL_NAME));
-            match self.admit_stream(id, &request.text, kokoro, submitted, plays_after, &pending, start) {
-                Some(index) => (index, None),
+            match self.admit_stream(id, &request.text, kokoro, submitted, listener, &pending, start) {
+                Some((index, delay)) => (index, delay, None),
                 None => {
                     self.admission.refused.fetch_add(1, Ordering::Relaxed);
-                    (least, Some(Overloaded { retry_after_seconds: RETRY_AFTER_SECONDS }))
+                    self.admission.note_refusal(id.connection, submitted);
+                    (least, Duration::ZERO, Some(Overloaded { retry_after_seconds: RETRY_AFTER_SECONDS }))
                 }
             }
         } else {
-            (least, None)
+            (least, Duration::ZERO, None)
         };
         let admitted_stream = request.stream && refusal.is_none();
         // Refused at once, from the caller's thread; through a worker only if the sink is full.
@@ -170,7 +174,8 @@ impl Pool {
         if admitted_stream {
             worker.stats.streams.fetch_add(1, Ordering::Relaxed);
         }
-        let submission = Submission { id, request, sink, submitted, plays_after, admitted_stream, owed_us, refusal };
+        let submission =
+            Submission { id, request, sink, submitted, plays_after, first_delay, admitted_stream, owed_us, refusal };
         if worker.commands.send(Command::Submit(Box::new(submission))).is_err() {
             // Only after the worker thread died (a panic in libtorch): nothing can answer.
             worker.stats.queued.fetch_sub(1, Ordering::Relaxed);
@@ -183,11 +188,14 @@ impl Pool {
         }
     }
 
-    /// Counts one more stream in flight if admission allows it; returns the worker it goes to:
-    /// with admission on, the first by least pending audio (from `start`, as
-    /// [`pacing::least_pending`]) that keeps every deadline of its streams with this one added
-    /// ([`pacing::feasible`]), at the costs of its voice family (`kokoro`, else hibari); its
-    /// steps are recorded there until the worker takes it.
+    /// Counts one more stream in flight if admission allows it; returns the worker it goes to
+    /// and how much later than the target its first audio is due: with admission on, the first
+    /// by least pending audio (from `start`, as [`pacing::least_pending`]) that keeps every
+    /// deadline of its streams with this one added ([`pacing::feasible`]), at the costs of its
+    /// voice family (`kokoro`, else hibari); where none does and its client is not known to
+    /// listen in real time (`listener` not [`Listener::Free`]), the first that does with this
+    /// one's first audio due later, by the least delay up to [`Pacing::max_first_delay`] (for
+    /// a new connection, counted from its first try) ([`pacing::least_delay`]). Its steps are recorded there until the worker takes it.
     #[allow(clippy::too_many_arguments)]
     fn admit_stream(
         &self,
@@ -195,10 +203,10 @@ impl Pool {
         text: &str,
         kokoro: bool,
         now: Instant,
-        plays_after: Option<Instant>,
+        listener: Listener,
         pending: &[f64],
         start: usize,
-    ) -> Option<usize> {
+    ) -> Option<(usize, Duration)> {
         let streams = &self.admission.streams;
         let cap = self.admission.max_streams.unwrap_or(u64::MAX);
         let mut n = streams.load(Ordering::Relaxed);
@@ -212,8 +220,12 @@ impl Pool {
             }
         }
         if self.admission.mode == AdmissionMode::Off {
-            return Some(pacing::least_pending(pending, start));
+            return Some((pacing::least_pending(pending, start), Duration::ZERO));
         }
+        let plays_after = match listener {
+            Listener::Busy(until) => Some(until),
+            Listener::Free | Listener::New(_) => None,
+        };
         let count = self.workers.len();
         let mut order: Vec<usize> = (0..count).map(|k| (start + k) % count).collect();
         order.sort_by(|&a, &b| pending[a].total_cmp(&pending[b]));
@@ -225,63 +237,91 @@ impl Pool {
         } else {
             pacing::first_sentence_chars(text)
         };
-        for index in order {
-            let mut demand = self.workers[index].stats.demand.lock().unwrap_or_else(|p| p.into_inner());
-            let costs = if kokoro { demand.kokoro } else { demand.costs };
-            let first_work = if kokoro { (costs.per_char * first as f64).clamp(0.0, 3600.0) } else { 0.0 };
-            let outlook =
-                Outlook::new_for(now, &self.pacing, chars, first, plays_after, Duration::from_secs_f64(first_work));
-            // Kokoro's next segment is the rest of its first sentence.
-            let outlook = if kokoro {
-                outlook.whole_segments(pacing::first_sentence_chars(text).saturating_sub(first))
-            } else {
-                outlook
-            };
-            let mut new = Vec::new();
-            outlook.steps(&costs, &self.sizes, horizon, &mut new);
-            // A worker with no stream takes one whatever its estimates say: it makes nobody
-            // late, and its work measures its speed again (a worker that refused everything on
-            // a stale, pessimistic estimate would never learn otherwise).
-            if self.workers[index].stats.streams.load(Ordering::Relaxed) == 0 && demand.arrivals.is_empty() {
-                demand.arrivals.push((id, new));
-                return Some(index);
+        // On time on any worker first; only then later (a client listening in real time is
+        // refused at once instead: its first audio is due by the target, and a refusal lets it
+        // go elsewhere).
+        let mut bounds = match listener {
+            Listener::Free => vec![Duration::ZERO],
+            Listener::Busy(_) => vec![Duration::ZERO, self.pacing.max_first_delay()],
+            // First audio by when its first try, if refused, was told to retry.
+            Listener::New(first_try) => {
+                vec![
+                    Duration::ZERO,
+                    self.pacing.max_first_delay().saturating_sub(now.saturating_duration_since(first_try)),
+                ]
             }
-            let mut all: Vec<Step> = demand.steps.clone();
-            all.extend(demand.arrivals.iter().flat_map(|(_, steps)| steps.iter().copied()));
-            all.extend_from_slice(&new);
-            match pacing::first_miss(&mut all, now, pacing::ADMISSION_UTILIZATION) {
-                None => {
-                    if let Some(first) = new.first() {
-                        let key = (first.due, first.limit);
-                        let before: f64 = all.iter().filter(|s| (s.due, s.limit) <= key).map(|s| s.work).sum();
-                        tracing::debug!(
-                            request = %id,
-                            worker = index,
-                            steps = all.len(),
-                            first_work_ms = first.work * 1e3,
-                            first_done_ms = before * 1e3,
-                            per_audio_second_ms = costs.per_audio_second * 1e3,
-                            per_first_second_ms = costs.per_first_second * 1e3,
-                            per_char_us = costs.per_char * 1e6,
-                            "admission: admitted"
-                        );
-                    }
+        };
+        // (a new connection whose offer has run out is judged once)
+        bounds.dedup();
+        for bound in bounds {
+            for &index in &order {
+                let mut demand = self.workers[index].stats.demand.lock().unwrap_or_else(|p| p.into_inner());
+                let costs = if kokoro { demand.kokoro } else { demand.costs };
+                let first_work = if kokoro { (costs.per_char * first as f64).clamp(0.0, 3600.0) } else { 0.0 };
+                let outlook =
+                    Outlook::new_for(now, &self.pacing, chars, first, plays_after, Duration::from_secs_f64(first_work));
+                // Kokoro's next segment is the rest of its first sentence.
+                let outlook = if kokoro {
+                    outlook.whole_segments(pacing::first_sentence_chars(text).saturating_sub(first))
+                } else {
+                    outlook
+                };
+                let steps = |delay: Duration, out: &mut Vec<Step>| {
+                    outlook.clone().delayed(delay).steps(&costs, &self.sizes, horizon, out)
+                };
+                // A worker with no stream takes one whatever its estimates say: it makes nobody
+                // late, and its work measures its speed again (a worker that refused everything
+                // on a stale, pessimistic estimate would never learn otherwise).
+                if self.workers[index].stats.streams.load(Ordering::Relaxed) == 0 && demand.arrivals.is_empty() {
+                    let mut new = Vec::new();
+                    steps(Duration::ZERO, &mut new);
                     demand.arrivals.push((id, new));
-                    return Some(index);
+                    return Some((index, Duration::ZERO));
                 }
-                Some((step, work)) => tracing::debug!(
-                    request = %id,
-                    worker = index,
-                    steps = all.len(),
-                    total_work_ms = all.iter().map(|s| s.work).sum::<f64>() * 1e3,
-                    miss_due_ms = signed_ms(step.due, now),
-                    miss_limit_ms = signed_ms(step.limit, now),
-                    work_by_then_ms = work * 1e3,
-                    per_audio_second_ms = costs.per_audio_second * 1e3,
-                    per_first_second_ms = costs.per_first_second * 1e3,
-                    per_char_us = costs.per_char * 1e6,
-                    "admission: no room"
-                ),
+                let mut admitted: Vec<Step> = demand.steps.clone();
+                admitted.extend(demand.arrivals.iter().flat_map(|(_, steps)| steps.iter().copied()));
+                match pacing::least_delay(&admitted, now, pacing::ADMISSION_UTILIZATION, bound, steps) {
+                    Ok(delay) => {
+                        let mut new = Vec::new();
+                        steps(delay, &mut new);
+                        if let Some(first) = new.first() {
+                            let key = (first.due, first.limit);
+                            let before: f64 =
+                                admitted.iter().chain(&new).filter(|s| (s.due, s.limit) <= key).map(|s| s.work).sum();
+                            tracing::debug!(
+                                request = %id,
+                                worker = index,
+                                steps = admitted.len() + new.len(),
+                                delay_ms = delay.as_secs_f64() * 1e3,
+                                first_work_ms = first.work * 1e3,
+                                first_done_ms = before * 1e3,
+                                per_audio_second_ms = costs.per_audio_second * 1e3,
+                                per_first_second_ms = costs.per_first_second * 1e3,
+                                per_char_us = costs.per_char * 1e6,
+                                "admission: admitted"
+                            );
+                        }
+                        demand.arrivals.push((id, new));
+                        if delay > Duration::ZERO {
+                            self.admission.delayed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        return Some((index, delay));
+                    }
+                    Err((step, work)) => tracing::debug!(
+                        request = %id,
+                        worker = index,
+                        bound_ms = bound.as_secs_f64() * 1e3,
+                        steps = admitted.len(),
+                        total_work_ms = admitted.iter().map(|s| s.work).sum::<f64>() * 1e3,
+                        miss_due_ms = signed_ms(step.due, now),
+                        miss_limit_ms = signed_ms(step.limit, now),
+                        work_by_then_ms = work * 1e3,
+                        per_audio_second_ms = costs.per_audio_second * 1e3,
+                        per_first_second_ms = costs.per_first_second * 1e3,
+                        per_char_us = costs.per_char * 1e6,
+                        "admission: no room"
+                    ),
+                }
             }
         }
         streams.fetch_sub(1, Ordering::Relaxed);
@@ -317,6 +357,7 @@ impl Pool {
             }
         }
         timing.refused = self.admission.refused.load(Ordering::Relaxed);
+        timing.delayed = self.admission.delayed.load(Ordering::Relaxed);
         load.batch_sizes = sizes.into_iter().collect();
         load.streams = timing;
         load

@@ -20,7 +20,8 @@ use speechstream_core::engine::{
 };
 use speechstream_engine_libtorch::{AdmissionMode, HibariEngine, HibariOptions};
 
-/// Connections (`SPEECHSTREAM_CLOSED_LOOP_CONNECTIONS` overrides: the issue's 16, 32, 64).
+/// Connections (`SPEECHSTREAM_CLOSED_LOOP_CONNECTIONS` overrides: the issue's 16, 32, 64),
+/// their starts spread over a second, as a load generator's ramp.
 fn connections() -> u64 {
     std::env::var("SPEECHSTREAM_CLOSED_LOOP_CONNECTIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(32)
 }
@@ -37,21 +38,30 @@ impl EventSink for Sink {
     }
 }
 
-/// Runs the closed loop on a fresh engine: (refused, first-audio p99).
-fn closed_loop(admission: AdmissionMode) -> (u64, Duration) {
+/// What a closed loop saw.
+struct Run {
+    refused: u64,
+    /// First audio, 99th percentile.
+    p99: Duration,
+    /// Streams admitted with their first audio due after the target.
+    delayed: u64,
+}
+
+/// Runs the closed loop on a fresh engine: `connections` clients, their starts spread evenly
+/// over `spread`, `utterances` each.
+fn closed_loop(admission: AdmissionMode, connections: u64, spread: Duration, utterances: u64) -> Run {
     let mut options = HibariOptions::new(hibari_assets());
     options.admission = admission;
     options.threads = Some(1);
     let engine = HibariEngine::new(options).expect("engine");
     let engine = &engine;
     let results: Vec<(u64, Vec<Duration>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..connections())
+        let handles: Vec<_> = (0..connections)
             .map(|connection| {
                 scope.spawn(move || {
-                    // Starts spread over a second, as a load generator's ramp.
-                    std::thread::sleep(Duration::from_millis(connection * 1000 / connections()));
+                    std::thread::sleep(spread * connection as u32 / connections as u32);
                     let (mut refused, mut first_audio) = (0, Vec::new());
-                    for utterance in 0..UTTERANCES {
+                    for utterance in 0..utterances {
                         let (tx, rx) = mpsc::channel();
                         let request = SynthesisRequest::new(TEXT).with_stream(true);
                         let (sent, mut heard) = (Instant::now(), false);
@@ -84,13 +94,14 @@ fn closed_loop(admission: AdmissionMode) -> (u64, Duration) {
     let at = |q: f64| {
         ttfa.get(((ttfa.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or(Duration::MAX)
     };
+    let delayed = engine.load().streams.delayed;
     eprintln!(
-        "admission {admission:?}: {} connections x {UTTERANCES}: {refused} refused; first audio p50 {} ms, p99 {} ms",
-        connections(),
+        "admission {admission:?}: {connections} connections x {utterances} (starts over {spread:?}): {refused} refused, \
+         {delayed} delayed; first audio p50 {} ms, p99 {} ms",
         at(0.5).as_millis(),
         at(0.99).as_millis()
     );
-    (refused, at(0.99))
+    Run { refused, p99: at(0.99), delayed }
 }
 
 /// The issue's rule: no utterance is refused where the same server without admission keeps
@@ -101,10 +112,42 @@ fn closed_loop(admission: AdmissionMode) -> (u64, Duration) {
 #[test]
 fn a_closed_loop_is_not_refused_where_it_is_served_in_time() {
     let target = HibariOptions::new(hibari_assets()).pacing.first_audio;
-    let (_, p99_off) = closed_loop(AdmissionMode::Off);
-    let (refused, _) = closed_loop(AdmissionMode::Realtime);
+    let n = connections();
+    let p99_off = closed_loop(AdmissionMode::Off, n, Duration::from_secs(1), UTTERANCES).p99;
+    let run = closed_loop(AdmissionMode::Realtime, n, Duration::from_secs(1), UTTERANCES);
     if p99_off.as_secs_f64() <= 0.6 * target.as_secs_f64() {
-        assert_eq!(refused, 0, "refused closed-loop utterances that --admission off served in time");
+        assert_eq!(run.refused, 0, "refused closed-loop utterances that --admission off served in time");
+    } else {
+        eprintln!("this machine is too busy to judge: without admission, first audio p99 {p99_off:?}");
+    }
+}
+
+/// Connections starting all at once (`SPEECHSTREAM_BURST_CONNECTIONS` overrides): loadgen's
+/// closed loop at 64 on 2 CPUs, scaled to 48, where 24 new streams a worker need a little more
+/// than the target for their first audio (22 fit at a quiet Zen 4's costs).
+fn burst() -> u64 {
+    std::env::var("SPEECHSTREAM_BURST_CONNECTIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(48)
+}
+
+/// A closed loop's connections that all start at once (as `loadgen`'s): their first streams
+/// come before anything was heard on their connections, so nothing says they listen in real
+/// time, and those that do not fit on time are admitted with their first audio due later, by
+/// at most the time a refusal would tell them to retry after (1 s), rather than refused (the rule before refused them: 331 of 384 at
+/// 64 connections on 2 quiet CPUs, where `--admission off` served every one, first audio p99
+/// 402 ms). Judged where `off` serves the burst with first audio p99 clearly (60%) within that
+/// bound; the streams delayed are printed.
+#[test]
+fn a_burst_of_new_connections_is_delayed_rather_than_refused() {
+    let pacing = HibariOptions::new(hibari_assets()).pacing;
+    let bound = pacing.first_audio + pacing.max_first_delay();
+    let p99_off = closed_loop(AdmissionMode::Off, burst(), Duration::ZERO, 2).p99;
+    let run = closed_loop(AdmissionMode::Realtime, burst(), Duration::ZERO, 2);
+    if p99_off.as_secs_f64() <= 0.6 * bound.as_secs_f64() {
+        assert_eq!(
+            run.refused, 0,
+            "refused new closed-loop streams ({} delayed) that `off` served in time",
+            run.delayed
+        );
     } else {
         eprintln!("this machine is too busy to judge: without admission, first audio p99 {p99_off:?}");
     }

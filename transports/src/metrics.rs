@@ -294,6 +294,12 @@ impl Metrics {
             "Streams refused because the engine could not keep one more in real time.",
             streams.refused,
         );
+        counter(
+            &mut out,
+            "speechstream_admission_delayed_total",
+            "Streams admitted with their first audio due after the target rather than refused.",
+            streams.delayed,
+        );
         if let Some(upstream) = &self.vllm_omni {
             upstream.render(&mut out);
         }
@@ -599,7 +605,13 @@ mod tests {
             running: 3,
             batch_sizes: vec![(1, 4), (3, 2)],
             workers: vec![worker(1.5), worker(2.0)],
-            streams: speechstream_core::capacity::StreamTiming { chunks: 9, underruns: 1, lateness, refused: 4 },
+            streams: speechstream_core::capacity::StreamTiming {
+                chunks: 9,
+                underruns: 1,
+                lateness,
+                refused: 4,
+                delayed: 2,
+            },
         };
         let text = metrics.render(&load);
         for line in [
@@ -630,6 +642,7 @@ mod tests {
             "speechstream_stream_lateness_seconds_bucket{le=\"0.1\"} 1",
             "speechstream_stream_lateness_seconds_count 1",
             "speechstream_admission_refusals_total 4",
+            "speechstream_admission_delayed_total 2",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
