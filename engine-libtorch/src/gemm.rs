@@ -105,6 +105,23 @@ pub struct Packed {
     torch_w: OnceLock<ReadOnly>,
 }
 
+/// Where the kernels find A's rows and their 4-byte groups: row r starts at r · `lda`; its groups
+/// come in runs of `per` side by side, `gap` bytes skipped after each run (a dilated
+/// convolution's taps read in place).
+#[derive(Clone, Copy)]
+struct Layout {
+    lda: usize,
+    per: usize,
+    gap: usize,
+}
+
+impl Layout {
+    /// Rows `lda` apart with all their groups side by side.
+    fn rows(lda: usize) -> Layout {
+        Layout { lda, per: usize::MAX, gap: 0 }
+    }
+}
+
 impl Packed {
     /// Packs W (`w`, [N, K] row-major) for `level`'s kernel; a level this CPU lacks packs for the
     /// best one below it.
@@ -247,10 +264,10 @@ impl Packed {
                 // `a`, `self.data`, `self.offset` and `c` have the sizes the kernels read and write.
                 unsafe {
                     match self.level {
-                        Level::Avx2 => x86::avx2::run(a, m, self.groups * 4, self, c),
-                        Level::AvxVnni => x86::avxvnni::run(a, m, self.groups * 4, self, c),
-                        Level::Avx512 => x86::avx512::run(a, m, self.groups * 4, self, c),
-                        Level::Avx512Vnni => x86::avx512vnni::run(a, m, self.groups * 4, self, c),
+                        Level::Avx2 => x86::avx2::run(a, m, Layout::rows(self.groups * 4), self, c),
+                        Level::AvxVnni => x86::avxvnni::run(a, m, Layout::rows(self.groups * 4), self, c),
+                        Level::Avx512 => x86::avx512::run(a, m, Layout::rows(self.groups * 4), self, c),
+                        Level::Avx512Vnni => x86::avx512vnni::run(a, m, Layout::rows(self.groups * 4), self, c),
                         Level::Baseline => unreachable!("handled below"),
                     }
                 }
@@ -269,30 +286,65 @@ impl Packed {
     /// time-major input, without the copy. The same integers as [`Packed::matmul_u8`] of those
     /// rows laid out one after the other.
     pub fn matmul_u8_rows(&self, a: &[u8], m: usize, lda: usize, c: &mut [i32]) {
-        let (k, n) = (self.k, self.n);
-        assert_eq!(c.len(), m * n, "C is [M, N]");
-        if m == 0 || n == 0 {
+        self.matmul_u8_taps(a, m, lda, 1, self.k, self.k, c);
+    }
+
+    /// [`Packed::matmul_u8_rows`] where each row is `taps` pieces of `tap_len` bytes, `tap_step`
+    /// apart (row r is `a[r·lda + j·tap_step..][..tap_len]` for j in 0..taps, K = taps ·
+    /// tap_len): a dilated convolution's im2col rows read in place. The kernels read them so
+    /// where each piece is whole 4-byte groups (whole pairs of them where W's groups go in twos);
+    /// otherwise the rows are copied out first. The same integers either way.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_u8_taps(
+        &self,
+        a: &[u8],
+        m: usize,
+        lda: usize,
+        taps: usize,
+        tap_len: usize,
+        tap_step: usize,
+        c: &mut [i32],
+    ) {
+        let k = self.k;
+        assert!(taps * tap_len == k && (taps == 1 || tap_step >= tap_len), "taps of K");
+        assert_eq!(c.len(), m * self.n, "C is [M, N]");
+        if m == 0 || self.n == 0 {
             return;
         }
-        assert!(a.len() >= (m - 1) * lda + k, "A holds its m rows");
+        assert!(a.len() >= (m - 1) * lda + (taps - 1) * tap_step + tap_len, "A holds its m rows");
         #[cfg(target_arch = "x86_64")]
-        if self.level != Level::Baseline && k.is_multiple_of(4) && m < TORCH_FROM_ROWS.load(Ordering::Relaxed) {
-            // SAFETY: as in `matmul_u8`; with K a multiple of 4 the kernels read `groups * 4` = K
-            // bytes per row, and the rows r·lda..r·lda + K lie in `a` (asserted above).
-            unsafe {
-                match self.level {
-                    Level::Avx2 => x86::avx2::run(a, m, lda, self, c),
-                    Level::AvxVnni => x86::avxvnni::run(a, m, lda, self, c),
-                    Level::Avx512 => x86::avx512::run(a, m, lda, self, c),
-                    Level::Avx512Vnni => x86::avx512vnni::run(a, m, lda, self, c),
-                    Level::Baseline => unreachable!("excluded above"),
+        {
+            let layout = if taps == 1 || tap_step == tap_len {
+                Some(Layout::rows(lda))
+            } else if tap_len.is_multiple_of(if self.quad { 8 } else { 4 }) {
+                Some(Layout { lda, per: tap_len / 4, gap: tap_step - tap_len })
+            } else {
+                None
+            };
+            if let Some(layout) = layout.filter(|_| {
+                self.level != Level::Baseline && k.is_multiple_of(4) && m < TORCH_FROM_ROWS.load(Ordering::Relaxed)
+            }) {
+                // SAFETY: as in `matmul_u8`; with K a multiple of 4 the kernels read `groups * 4`
+                // = K bytes per row, in runs of whole groups (pairs where `quad`) that lie in `a`
+                // (asserted above).
+                unsafe {
+                    match self.level {
+                        Level::Avx2 => x86::avx2::run(a, m, layout, self, c),
+                        Level::AvxVnni => x86::avxvnni::run(a, m, layout, self, c),
+                        Level::Avx512 => x86::avx512::run(a, m, layout, self, c),
+                        Level::Avx512Vnni => x86::avx512vnni::run(a, m, layout, self, c),
+                        Level::Baseline => unreachable!("excluded above"),
+                    }
                 }
+                return;
             }
-            return;
         }
         let mut rows = Vec::with_capacity(m * k);
         for r in 0..m {
-            rows.extend_from_slice(&a[r * lda..r * lda + k]);
+            for j in 0..taps {
+                let at = r * lda + j * tap_step;
+                rows.extend_from_slice(&a[at..at + tap_len]);
+            }
         }
         self.matmul_u8(&rows, c);
     }
@@ -465,26 +517,27 @@ mod x86 {
 
                 use super::read;
 
-                use super::super::Packed;
+                use super::super::{Layout, Packed};
 
                 const LANES: usize = $vb / 4;
 
-                /// Rows `a` (MR of them, `lda` apart) against panels `panel..panel + NP` into `c`
+                /// Rows `a` (MR of them, as `layout` places them) against panels `panel..panel + NP` into `c`
                 /// (`ldc` apart, `cols` columns); `prefetch`: also asks for the next NP panels,
                 /// step by step, so that they are in L1 when the next block starts.
                 ///
                 /// # Safety
                 ///
                 /// The CPU has `$feature`; `w` is packed for this level (`w.lanes` is its
-                /// `LANES`) and holds panels `panel..panel + NP`; `a` points to MR rows, `lda`
-                /// apart, of `w.groups * 4` readable bytes each; `c` to MR rows, `ldc` apart, of
+                /// `LANES`) and holds panels `panel..panel + NP`; `a` points to MR rows of
+                /// `w.groups * 4` readable bytes each, as `layout` places them (its runs whole
+                /// pairs of groups where `QUAD`); `c` to MR rows, `ldc` apart, of
                 /// `cols` (at most NP · LANES) writable `i32`s each, which nothing else accesses
                 /// during the call.
                 #[target_feature(enable = $feature)]
                 #[allow(clippy::too_many_arguments)]
                 unsafe fn tile<const MR: usize, const NP: usize, const QUAD: bool>(
                     a: *const u8,
-                    lda: usize,
+                    layout: Layout,
                     w: &Packed,
                     panel: usize,
                     c: *mut i32,
@@ -504,13 +557,14 @@ mod x86 {
                         let panel_bytes = w.groups * $vb;
                         let b = w.data.as_ptr().add(panel * panel_bytes);
                         let bp: [*const u8; NP] = std::array::from_fn(|p| b.add(p * panel_bytes));
-                        let ap: [*const u8; MR] = std::array::from_fn(|r| a.add(r * lda));
+                        let ap: [*const u8; MR] = std::array::from_fn(|r| a.add(r * layout.lda));
                         // (past the last panel this points nowhere: a prefetch never faults)
                         let next = b.wrapping_add(NP * panel_bytes);
                         let pf: [*const u8; NP] = std::array::from_fn(|p| next.wrapping_add(p * panel_bytes));
                         let mut acc = [[$zero(); NP]; MR];
-                        // byte offsets of the current group in A's rows and in W's panels
-                        let (mut oa, mut ob) = (0usize, 0usize);
+                        // byte offsets of the current group in A's rows and in W's panels, and the
+                        // groups left in the current run of A's
+                        let (mut oa, mut ob, mut left) = (0usize, 0usize, layout.per);
                         let mut g0 = 0;
                         if QUAD {
                             // two groups per step, their products summed in int16 first
@@ -533,6 +587,11 @@ mod x86 {
                                 }
                                 oa += 8;
                                 ob += 2 * $vb;
+                                left -= 2;
+                                if left == 0 {
+                                    oa += layout.gap;
+                                    left = layout.per;
+                                }
                             }
                             g0 = w.groups / 2 * 2;
                         }
@@ -552,6 +611,11 @@ mod x86 {
                             }
                             oa += 4;
                             ob += $vb;
+                            left -= 1;
+                            if left == 0 {
+                                oa += layout.gap;
+                                left = layout.per;
+                            }
                         }
                         // the split pairs' other halves, panel by panel
                         for (p, col) in (panel..panel + NP).enumerate() {
@@ -559,7 +623,7 @@ mod x86 {
                                 let g = *w.extra_group.get_unchecked(e) as usize;
                                 let bv = read::<$v>(w.extra_data.as_ptr().add(e * $vb));
                                 for (row, &ar) in acc.iter_mut().zip(&ap) {
-                                    let av = $set1(read::<i32>(ar.add(g * 4)));
+                                    let av = $set1(read::<i32>(ar.add(g * 4 + g / layout.per * layout.gap)));
                                     let ($acc, $a, $b) = (row[p], av, bv);
                                     row[p] = $mac;
                                 }
@@ -588,13 +652,13 @@ mod x86 {
                 /// # Safety
                 ///
                 /// The CPU has `$feature`; `w` is packed for this level and holds panels
-                /// `panel..panel + NP`; `a` holds `m` rows of `w.groups * 4` bytes, `lda` apart,
-                /// and `c` `m` rows of `w.n` values.
+                /// `panel..panel + NP`; `a` holds `m` rows of `w.groups * 4` bytes as `layout`
+                /// places them, and `c` `m` rows of `w.n` values.
                 #[target_feature(enable = $feature)]
                 unsafe fn rows<const NP: usize>(
                     a: &[u8],
                     m: usize,
-                    lda: usize,
+                    layout: Layout,
                     w: &Packed,
                     panel: usize,
                     c: &mut [i32],
@@ -616,20 +680,20 @@ mod x86 {
                         // tile reads and writes only those, in the caller's panels (columns
                         // col0..col0 + cols of `c`, cols <= w.n - col0); the CPU has `$feature`.
                         unsafe {
-                            let (a, c) = (a.as_ptr().add(r * lda), c.as_mut_ptr().add(r * w.n + col0));
+                            let (a, c) = (a.as_ptr().add(r * layout.lda), c.as_mut_ptr().add(r * w.n + col0));
                             let ldc = w.n;
                             let first = t == 0;
                             match (w.quad, mr) {
-                                (false, 1) => tile::<1, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                                (false, 2) => tile::<2, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                                (false, 3) => tile::<3, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                                (false, 4) => tile::<4, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                                (false, 5) => tile::<5, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                                (false, _) => tile::<$mr, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                                (true, 1) => tile::<1, NP, true>(a, lda, w, panel, c, ldc, cols, first),
-                                (true, 2) => tile::<2, NP, true>(a, lda, w, panel, c, ldc, cols, first),
-                                (true, 3) => tile::<3, NP, true>(a, lda, w, panel, c, ldc, cols, first),
-                                (true, _) => tile::<$mrq, NP, true>(a, lda, w, panel, c, ldc, cols, first),
+                                (false, 1) => tile::<1, NP, false>(a, layout, w, panel, c, ldc, cols, first),
+                                (false, 2) => tile::<2, NP, false>(a, layout, w, panel, c, ldc, cols, first),
+                                (false, 3) => tile::<3, NP, false>(a, layout, w, panel, c, ldc, cols, first),
+                                (false, 4) => tile::<4, NP, false>(a, layout, w, panel, c, ldc, cols, first),
+                                (false, 5) => tile::<5, NP, false>(a, layout, w, panel, c, ldc, cols, first),
+                                (false, _) => tile::<$mr, NP, false>(a, layout, w, panel, c, ldc, cols, first),
+                                (true, 1) => tile::<1, NP, true>(a, layout, w, panel, c, ldc, cols, first),
+                                (true, 2) => tile::<2, NP, true>(a, layout, w, panel, c, ldc, cols, first),
+                                (true, 3) => tile::<3, NP, true>(a, layout, w, panel, c, ldc, cols, first),
+                                (true, _) => tile::<$mrq, NP, true>(a, layout, w, panel, c, ldc, cols, first),
                             }
                         }
                         r += mr;
@@ -643,14 +707,13 @@ mod x86 {
                 ///
                 /// The CPU has `$feature`; `w` was packed for this level (`w.lanes` is its
                 /// `LANES`: its panels, offsets and split pairs as [`Packed`] lays them out);
-                /// `a` holds `m` rows of `w.groups * 4` bytes, `lda` apart (rows may overlap),
-                /// `(m - 1) * lda + w.groups * 4` bytes at least, and `c` at least `m * w.n`
-                /// values.
+                /// `a` holds `m` rows of `w.groups * 4` bytes as `layout` places them (rows may
+                /// overlap; runs of whole pairs of groups where `w.quad`), and `c` at least
+                /// `m * w.n` values.
                 #[target_feature(enable = $feature)]
-                pub unsafe fn run(a: &[u8], m: usize, lda: usize, w: &Packed, c: &mut [i32]) {
+                pub unsafe fn run(a: &[u8], m: usize, layout: Layout, w: &Packed, c: &mut [i32]) {
                     debug_assert_eq!(w.lanes, LANES);
-                    debug_assert!(m > 0);
-                    debug_assert!(a.len() >= (m - 1) * lda + w.groups * 4 && c.len() >= m * w.n);
+                    debug_assert!(m > 0 && c.len() >= m * w.n);
                     let panels = w.n.div_ceil(LANES);
                     let mut p = 0;
                     while p < panels {
@@ -659,10 +722,10 @@ mod x86 {
                         // caller's promise, passed on.
                         unsafe {
                             match np {
-                                1 => rows::<1>(a, m, lda, w, p, c),
-                                2 => rows::<2>(a, m, lda, w, p, c),
-                                3 => rows::<3>(a, m, lda, w, p, c),
-                                _ => rows::<$np>(a, m, lda, w, p, c),
+                                1 => rows::<1>(a, m, layout, w, p, c),
+                                2 => rows::<2>(a, m, layout, w, p, c),
+                                3 => rows::<3>(a, m, layout, w, p, c),
+                                _ => rows::<$np>(a, m, layout, w, p, c),
                             }
                         }
                         p += np;
@@ -819,6 +882,39 @@ mod tests {
                 p.matmul_u8(&rows, &mut want);
                 p.matmul_u8_rows(&a, m, lda, &mut got);
                 assert!(got == want, "{level} on {m}x{n}x{k}, rows {lda} apart");
+            }
+        }
+    }
+
+    /// Rows of `taps` pieces `tap_step` apart (a dilated convolution's im2col rows read in
+    /// place) give, at every level, the sums of those rows copied out one after the other: in
+    /// place where the pieces are whole groups (pairs of them in the quad form), copied where
+    /// not; small weights (the quad form) with large ones at places (split pairs, extra steps).
+    #[test]
+    fn dilated_taps_give_the_copied_rows_sums() {
+        // (m, n, channels, taps, dilation)
+        for (case, &(m, n, ch, taps, dil)) in
+            [(9, 40, 8, 3, 3), (20, 17, 128, 11, 5), (13, 33, 16, 7, 3), (7, 5, 4, 3, 2), (5, 9, 6, 3, 5)]
+                .iter()
+                .enumerate()
+        {
+            let k = ch * taps;
+            let mut w = bytes(n * k, case as u64 + 17, -30, 30);
+            for j in (0..n).step_by(3) {
+                (w[j * k + (j * 7) % k], w[j * k + (j * 5) % k]) = (127, -127);
+            }
+            let (lda, tap_step) = (ch, ch * dil);
+            let len = (m - 1) * lda + (taps - 1) * tap_step + ch;
+            let a: Vec<u8> = bytes(len, case as u64 + 71, -128, 127).iter().map(|&v| v as u8).collect();
+            let rows: Vec<u8> = (0..m)
+                .flat_map(|r| (0..taps).flat_map(|j| a[r * lda + j * tap_step..][..ch].to_vec()).collect::<Vec<_>>())
+                .collect();
+            for level in Level::available() {
+                let p = Packed::new(&w, n, k, level);
+                let (mut want, mut got) = (vec![0i32; m * n], vec![i32::MIN; m * n]);
+                p.matmul_u8(&rows, &mut want);
+                p.matmul_u8_taps(&a, m, lda, taps, ch, tap_step, &mut got);
+                assert!(got == want, "{level} on {m}x{n}x{k}, {taps} taps {tap_step} apart");
             }
         }
     }
