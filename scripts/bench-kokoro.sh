@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # Kokoro's in-process real-time factor on one thread, side by side: onnxruntime (what kokoro-onnx
 # runs: one InferenceSession.run on the same model file) and the native engine (int8 and fp32), at
-# the CPU's default level and capped to AVX2. Figures go to BENCHMARKS.md.
+# the CPU's default level and capped to AVX2. Figures go to BENCHMARKS.md. ROUNDS rounds (default
+# 3) run the four one after the other, so that a busy host's load falls on all of them alike;
+# take each one's best.
 #
-#   scripts/bench-kokoro.sh [CASE.json] [REPS]
+#   [ROUNDS=3] scripts/bench-kokoro.sh [CASE.json] [REPS]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 CASE="${1:-engine-libtorch/fixtures/kokoro/weather.json}"
 REPS="${2:-3}"
+ROUNDS="${ROUNDS:-3}"
 MODEL=.cache/kokoro/kokoro-v1.0.int8.onnx
 scripts/venv.sh .venv-kokoro onnx==1.23.2 onnxruntime==1.32.0 numpy==2.4.6
 # The dev profile builds this crate at opt-level 2 (Cargo.toml), libtorch is the same binary
 cargo build -q -p speechstream-engine-libtorch --example kokoro_rtf
+for round in $(seq "$ROUNDS"); do
+echo "round $round"
 .venv-kokoro/bin/python - "$MODEL" "$CASE" "$REPS" <<'PY'
 import json, sys, time
 import numpy as np
@@ -35,3 +40,4 @@ print(f"onnxruntime {ort.__version__} int8, 1 thread: {sec:.2f} s of audio in {b
 PY
 target/debug/examples/kokoro_rtf "$MODEL" "$CASE" "$REPS"
 SPEECHSTREAM_SIMD=avx2 target/debug/examples/kokoro_rtf "$MODEL" "$CASE" "$REPS" int8
+done

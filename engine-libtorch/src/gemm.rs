@@ -105,6 +105,23 @@ pub struct Packed {
     torch_w: OnceLock<ReadOnly>,
 }
 
+/// Where the kernels find A's rows and their 4-byte groups: row r starts at r · `lda`; its groups
+/// come in runs of `per` side by side, `gap` bytes skipped after each run (a dilated
+/// convolution's taps read in place).
+#[derive(Clone, Copy)]
+struct Layout {
+    lda: usize,
+    per: usize,
+    gap: usize,
+}
+
+impl Layout {
+    /// Rows `lda` apart with all their groups side by side.
+    fn rows(lda: usize) -> Layout {
+        Layout { lda, per: usize::MAX, gap: 0 }
+    }
+}
+
 impl Packed {
     /// Packs W (`w`, [N, K] row-major) for `level`'s kernel; a level this CPU lacks packs for the
     /// best one below it.
@@ -247,10 +264,10 @@ impl Packed {
                 // `a`, `self.data`, `self.offset` and `c` have the sizes the kernels read and write.
                 unsafe {
                     match self.level {
-                        Level::Avx2 => x86::avx2::run(a, m, self.groups * 4, self, c),
-                        Level::AvxVnni => x86::avxvnni::run(a, m, self.groups * 4, self, c),
-                        Level::Avx512 => x86::avx512::run(a, m, self.groups * 4, self, c),
-                        Level::Avx512Vnni => x86::avx512vnni::run(a, m, self.groups * 4, self, c),
+                        Level::Avx2 => x86::avx2::run(a, m, Layout::rows(self.groups * 4), self, c),
+                        Level::AvxVnni => x86::avxvnni::run(a, m, Layout::rows(self.groups * 4), self, c),
+                        Level::Avx512 => x86::avx512::run(a, m, Layout::rows(self.groups * 4), self, c),
+                        Level::Avx512Vnni => x86::avx512vnni::run(a, m, Layout::rows(self.groups * 4), self, c),
                         Level::Baseline => unreachable!("handled below"),
                     }
                 }
@@ -269,30 +286,65 @@ impl Packed {
     /// time-major input, without the copy. The same integers as [`Packed::matmul_u8`] of those
     /// rows laid out one after the other.
     pub fn matmul_u8_rows(&self, a: &[u8], m: usize, lda: usize, c: &mut [i32]) {
-        let (k, n) = (self.k, self.n);
-        assert_eq!(c.len(), m * n, "C is [M, N]");
-        if m == 0 || n == 0 {
+        self.matmul_u8_taps(a, m, lda, 1, self.k, self.k, c);
+    }
+
+    /// [`Packed::matmul_u8_rows`] where each row is `taps` pieces of `tap_len` bytes, `tap_step`
+    /// apart (row r is `a[r·lda + j·tap_step..][..tap_len]` for j in 0..taps, K = taps ·
+    /// tap_len): a dilated convolution's im2col rows read in place. The kernels read them so
+    /// where each piece is whole 4-byte groups (whole pairs of them where W's groups go in twos);
+    /// otherwise the rows are copied out first. The same integers either way.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_u8_taps(
+        &self,
+        a: &[u8],
+        m: usize,
+        lda: usize,
+        taps: usize,
+        tap_len: usize,
+        tap_step: usize,
+        c: &mut [i32],
+    ) {
+        let k = self.k;
+        assert!(taps * tap_len == k && (taps == 1 || tap_step >= tap_len), "taps of K");
+        assert_eq!(c.len(), m * self.n, "C is [M, N]");
+        if m == 0 || self.n == 0 {
             return;
         }
-        assert!(a.len() >= (m - 1) * lda + k, "A holds its m rows");
+        assert!(a.len() >= (m - 1) * lda + (taps - 1) * tap_step + tap_len, "A holds its m rows");
         #[cfg(target_arch = "x86_64")]
-        if self.level != Level::Baseline && k.is_multiple_of(4) && m < TORCH_FROM_ROWS.load(Ordering::Relaxed) {
-            // SAFETY: as in `matmul_u8`; with K a multiple of 4 the kernels read `groups * 4` = K
-            // bytes per row, and the rows r·lda..r·lda + K lie in `a` (asserted above).
-            unsafe {
-                match self.level {
-                    Level::Avx2 => x86::avx2::run(a, m, lda, self, c),
-                    Level::AvxVnni => x86::avxvnni::run(a, m, lda, self, c),
-                    Level::Avx512 => x86::avx512::run(a, m, lda, self, c),
-                    Level::Avx512Vnni => x86::avx512vnni::run(a, m, lda, self, c),
-                    Level::Baseline => unreachable!("excluded above"),
+        {
+            let layout = if taps == 1 || tap_step == tap_len {
+                Some(Layout::rows(lda))
+            } else if tap_len.is_multiple_of(if self.quad { 8 } else { 4 }) {
+                Some(Layout { lda, per: tap_len / 4, gap: tap_step - tap_len })
+            } else {
+                None
+            };
+            if let Some(layout) = layout.filter(|_| {
+                self.level != Level::Baseline && k.is_multiple_of(4) && m < TORCH_FROM_ROWS.load(Ordering::Relaxed)
+            }) {
+                // SAFETY: as in `matmul_u8`; with K a multiple of 4 the kernels read `groups * 4`
+                // = K bytes per row, in runs of whole groups (pairs where `quad`) that lie in `a`
+                // (asserted above).
+                unsafe {
+                    match self.level {
+                        Level::Avx2 => x86::avx2::run(a, m, layout, self, c),
+                        Level::AvxVnni => x86::avxvnni::run(a, m, layout, self, c),
+                        Level::Avx512 => x86::avx512::run(a, m, layout, self, c),
+                        Level::Avx512Vnni => x86::avx512vnni::run(a, m, layout, self, c),
+                        Level::Baseline => unreachable!("excluded above"),
+                    }
                 }
+                return;
             }
-            return;
         }
         let mut rows = Vec::with_capacity(m * k);
         for r in 0..m {
-            rows.extend_from_slice(&a[r * lda..r * lda + k]);
+            for j in 0..taps {
+                let at = r * lda + j * tap_step;
+                rows.extend_from_slice(&a[at..at + tap_len]);
+            }
         }
         self.matmul_u8(&rows, c);
     }
@@ -439,6 +491,21 @@ mod x86 {
     /// One level's kernel: `run` walks W's panels in blocks of `NP` and, for each block, A's rows
     /// in tiles of `MR`; `tile` keeps MR × NP vectors of sums in registers over all of K.
     /// `mac(acc, a, b)` adds the products of one 4-byte step; `$vb` is a vector's size in bytes.
+    /// An unaligned load of a `T` at `p`, as a plain read of a packed field: `ptr::read_unaligned`
+    /// (and the intrinsics' loads, which use it) carries the dev profile's checks of its
+    /// arguments into the kernels' inner loops (see `tile`).
+    ///
+    /// # Safety
+    ///
+    /// `p` points to `size_of::<T>()` readable bytes.
+    #[inline(always)]
+    unsafe fn read<T: Copy>(p: *const u8) -> T {
+        #[repr(C, packed)]
+        struct Unaligned<T>(T);
+        // SAFETY: the caller's promise; a packed struct has alignment 1.
+        unsafe { (*p.cast::<Unaligned<T>>()).0 }
+    }
+
     macro_rules! level {
         ($name:ident, $feature:literal, $v:ty, $vb:literal, $mr:literal, $np:literal, $mrq:literal,
          zero: $zero:path, load: $load:path, set1: $set1:path, sub: $sub:path, store: $store:path,
@@ -448,26 +515,29 @@ mod x86 {
                 #[allow(unused_imports)]
                 use std::arch::x86_64::*;
 
-                use super::super::Packed;
+                use super::read;
+
+                use super::super::{Layout, Packed};
 
                 const LANES: usize = $vb / 4;
 
-                /// Rows `a` (MR of them, `lda` apart) against panels `panel..panel + NP` into `c`
+                /// Rows `a` (MR of them, as `layout` places them) against panels `panel..panel + NP` into `c`
                 /// (`ldc` apart, `cols` columns); `prefetch`: also asks for the next NP panels,
                 /// step by step, so that they are in L1 when the next block starts.
                 ///
                 /// # Safety
                 ///
                 /// The CPU has `$feature`; `w` is packed for this level (`w.lanes` is its
-                /// `LANES`) and holds panels `panel..panel + NP`; `a` points to MR rows, `lda`
-                /// apart, of `w.groups * 4` readable bytes each; `c` to MR rows, `ldc` apart, of
+                /// `LANES`) and holds panels `panel..panel + NP`; `a` points to MR rows of
+                /// `w.groups * 4` readable bytes each, as `layout` places them (its runs whole
+                /// pairs of groups where `QUAD`); `c` to MR rows, `ldc` apart, of
                 /// `cols` (at most NP · LANES) writable `i32`s each, which nothing else accesses
                 /// during the call.
                 #[target_feature(enable = $feature)]
                 #[allow(clippy::too_many_arguments)]
                 unsafe fn tile<const MR: usize, const NP: usize, const QUAD: bool>(
                     a: *const u8,
-                    lda: usize,
+                    layout: Layout,
                     w: &Packed,
                     panel: usize,
                     c: *mut i32,
@@ -477,67 +547,83 @@ mod x86 {
                 ) {
                     // SAFETY: every pointer read or written below stays in the rows and panels
                     // that the caller vouches for; the rest is intrinsics of `$feature`.
+                    // Each row's and panel's address is formed once, then offset with `add`
+                    // (in bounds of a non-null pointer) and read with [`read`]: the dev profile
+                    // checks every raw read for a null pointer and every `read_unaligned` for
+                    // overlaps, and with those checks in this loop the sums were stored to
+                    // memory at every step (the tests' and benchmarks' build ran the kernel at
+                    // 40% of its release speed).
                     unsafe {
                         let panel_bytes = w.groups * $vb;
                         let b = w.data.as_ptr().add(panel * panel_bytes);
+                        let bp: [*const u8; NP] = std::array::from_fn(|p| b.add(p * panel_bytes));
+                        let ap: [*const u8; MR] = std::array::from_fn(|r| a.add(r * layout.lda));
                         // (past the last panel this points nowhere: a prefetch never faults)
                         let next = b.wrapping_add(NP * panel_bytes);
+                        let pf: [*const u8; NP] = std::array::from_fn(|p| next.wrapping_add(p * panel_bytes));
                         let mut acc = [[$zero(); NP]; MR];
+                        // byte offsets of the current group in A's rows and in W's panels, and the
+                        // groups left in the current run of A's
+                        let (mut oa, mut ob, mut left) = (0usize, 0usize, layout.per);
                         let mut g0 = 0;
                         if QUAD {
                             // two groups per step, their products summed in int16 first
-                            while g0 + 1 < w.groups {
-                                let g = g0;
+                            for _ in 0..w.groups / 2 {
                                 if prefetch {
-                                    for p in 0..NP {
-                                        let at = next.wrapping_add(p * panel_bytes + g * $vb);
-                                        _mm_prefetch::<_MM_HINT_T0>(at as *const i8);
-                                        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add($vb) as *const i8);
+                                    for &p in &pf {
+                                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ob) as *const i8);
+                                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ob + $vb) as *const i8);
                                     }
                                 }
-                                let (mut b0, mut b1) = ([$zero(); NP], [$zero(); NP]);
-                                for p in 0..NP {
-                                    b0[p] = $load(b.add(p * panel_bytes + g * $vb) as *const _);
-                                    b1[p] = $load(b.add(p * panel_bytes + (g + 1) * $vb) as *const _);
-                                }
-                                for (r, acc) in acc.iter_mut().enumerate() {
-                                    let a0 = $set1((a.add(r * lda + g * 4) as *const i32).read_unaligned());
-                                    let a1 = $set1((a.add(r * lda + g * 4 + 4) as *const i32).read_unaligned());
-                                    for (p, acc) in acc.iter_mut().enumerate() {
-                                        let ($qacc, $a0, $b0, $a1, $b1) = (*acc, a0, b0[p], a1, b1[p]);
+                                let b0: [$v; NP] = std::array::from_fn(|p| read::<$v>(bp[p].add(ob)));
+                                let b1: [$v; NP] = std::array::from_fn(|p| read::<$v>(bp[p].add(ob + $vb)));
+                                for (acc, &ar) in acc.iter_mut().zip(&ap) {
+                                    let a0 = $set1(read::<i32>(ar.add(oa)));
+                                    let a1 = $set1(read::<i32>(ar.add(oa + 4)));
+                                    for ((acc, &b0), &b1) in acc.iter_mut().zip(&b0).zip(&b1) {
+                                        let ($qacc, $a0, $b0, $a1, $b1) = (*acc, a0, b0, a1, b1);
                                         *acc = $mac2;
                                     }
                                 }
-                                g0 += 2;
-                            }
-                        }
-                        for g in g0..w.groups {
-                            if prefetch {
-                                for p in 0..NP {
-                                    _mm_prefetch::<_MM_HINT_T0>(
-                                        next.wrapping_add(p * panel_bytes + g * $vb) as *const i8
-                                    );
+                                oa += 8;
+                                ob += 2 * $vb;
+                                left -= 2;
+                                if left == 0 {
+                                    oa += layout.gap;
+                                    left = layout.per;
                                 }
                             }
-                            let mut bv = [$zero(); NP];
-                            for (p, bv) in bv.iter_mut().enumerate() {
-                                *bv = $load(b.add(p * panel_bytes + g * $vb) as *const _);
+                            g0 = w.groups / 2 * 2;
+                        }
+                        for _ in g0..w.groups {
+                            if prefetch {
+                                for &p in &pf {
+                                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ob) as *const i8);
+                                }
                             }
-                            for (r, acc) in acc.iter_mut().enumerate() {
-                                let av = $set1((a.add(r * lda + g * 4) as *const i32).read_unaligned());
+                            let bv: [$v; NP] = std::array::from_fn(|p| read::<$v>(bp[p].add(ob)));
+                            for (acc, &ar) in acc.iter_mut().zip(&ap) {
+                                let av = $set1(read::<i32>(ar.add(oa)));
                                 for (acc, &bv) in acc.iter_mut().zip(&bv) {
                                     let ($acc, $a, $b) = (*acc, av, bv);
                                     *acc = $mac;
                                 }
+                            }
+                            oa += 4;
+                            ob += $vb;
+                            left -= 1;
+                            if left == 0 {
+                                oa += layout.gap;
+                                left = layout.per;
                             }
                         }
                         // the split pairs' other halves, panel by panel
                         for (p, col) in (panel..panel + NP).enumerate() {
                             for e in w.extra_at[col] as usize..w.extra_at[col + 1] as usize {
                                 let g = *w.extra_group.get_unchecked(e) as usize;
-                                let bv = $load(w.extra_data.as_ptr().add(e * $vb) as *const _);
-                                for (r, row) in acc.iter_mut().enumerate() {
-                                    let av = $set1((a.add(r * lda + g * 4) as *const i32).read_unaligned());
+                                let bv = read::<$v>(w.extra_data.as_ptr().add(e * $vb));
+                                for (row, &ar) in acc.iter_mut().zip(&ap) {
+                                    let av = $set1(read::<i32>(ar.add(g * 4 + g / layout.per * layout.gap)));
                                     let ($acc, $a, $b) = (row[p], av, bv);
                                     row[p] = $mac;
                                 }
@@ -566,13 +652,13 @@ mod x86 {
                 /// # Safety
                 ///
                 /// The CPU has `$feature`; `w` is packed for this level and holds panels
-                /// `panel..panel + NP`; `a` holds `m` rows of `w.groups * 4` bytes, `lda` apart,
-                /// and `c` `m` rows of `w.n` values.
+                /// `panel..panel + NP`; `a` holds `m` rows of `w.groups * 4` bytes as `layout`
+                /// places them, and `c` `m` rows of `w.n` values.
                 #[target_feature(enable = $feature)]
                 unsafe fn rows<const NP: usize>(
                     a: &[u8],
                     m: usize,
-                    lda: usize,
+                    layout: Layout,
                     w: &Packed,
                     panel: usize,
                     c: &mut [i32],
@@ -594,20 +680,20 @@ mod x86 {
                         // tile reads and writes only those, in the caller's panels (columns
                         // col0..col0 + cols of `c`, cols <= w.n - col0); the CPU has `$feature`.
                         unsafe {
-                            let (a, c) = (a.as_ptr().add(r * lda), c.as_mut_ptr().add(r * w.n + col0));
+                            let (a, c) = (a.as_ptr().add(r * layout.lda), c.as_mut_ptr().add(r * w.n + col0));
                             let ldc = w.n;
                             let first = t == 0;
                             match (w.quad, mr) {
-                                (false, 1) => tile::<1, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                                (false, 2) => tile::<2, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                                (false, 3) => tile::<3, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                                (false, 4) => tile::<4, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                                (false, 5) => tile::<5, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                                (false, _) => tile::<$mr, NP, false>(a, lda, w, panel, c, ldc, cols, first),
-                                (true, 1) => tile::<1, NP, true>(a, lda, w, panel, c, ldc, cols, first),
-                                (true, 2) => tile::<2, NP, true>(a, lda, w, panel, c, ldc, cols, first),
-                                (true, 3) => tile::<3, NP, true>(a, lda, w, panel, c, ldc, cols, first),
-                                (true, _) => tile::<$mrq, NP, true>(a, lda, w, panel, c, ldc, cols, first),
+                                (false, 1) => tile::<1, NP, false>(a, layout, w, panel, c, ldc, cols, first),
+                                (false, 2) => tile::<2, NP, false>(a, layout, w, panel, c, ldc, cols, first),
+                                (false, 3) => tile::<3, NP, false>(a, layout, w, panel, c, ldc, cols, first),
+                                (false, 4) => tile::<4, NP, false>(a, layout, w, panel, c, ldc, cols, first),
+                                (false, 5) => tile::<5, NP, false>(a, layout, w, panel, c, ldc, cols, first),
+                                (false, _) => tile::<$mr, NP, false>(a, layout, w, panel, c, ldc, cols, first),
+                                (true, 1) => tile::<1, NP, true>(a, layout, w, panel, c, ldc, cols, first),
+                                (true, 2) => tile::<2, NP, true>(a, layout, w, panel, c, ldc, cols, first),
+                                (true, 3) => tile::<3, NP, true>(a, layout, w, panel, c, ldc, cols, first),
+                                (true, _) => tile::<$mrq, NP, true>(a, layout, w, panel, c, ldc, cols, first),
                             }
                         }
                         r += mr;
@@ -621,14 +707,13 @@ mod x86 {
                 ///
                 /// The CPU has `$feature`; `w` was packed for this level (`w.lanes` is its
                 /// `LANES`: its panels, offsets and split pairs as [`Packed`] lays them out);
-                /// `a` holds `m` rows of `w.groups * 4` bytes, `lda` apart (rows may overlap),
-                /// `(m - 1) * lda + w.groups * 4` bytes at least, and `c` at least `m * w.n`
-                /// values.
+                /// `a` holds `m` rows of `w.groups * 4` bytes as `layout` places them (rows may
+                /// overlap; runs of whole pairs of groups where `w.quad`), and `c` at least
+                /// `m * w.n` values.
                 #[target_feature(enable = $feature)]
-                pub unsafe fn run(a: &[u8], m: usize, lda: usize, w: &Packed, c: &mut [i32]) {
+                pub unsafe fn run(a: &[u8], m: usize, layout: Layout, w: &Packed, c: &mut [i32]) {
                     debug_assert_eq!(w.lanes, LANES);
-                    debug_assert!(m > 0);
-                    debug_assert!(a.len() >= (m - 1) * lda + w.groups * 4 && c.len() >= m * w.n);
+                    debug_assert!(m > 0 && c.len() >= m * w.n);
                     let panels = w.n.div_ceil(LANES);
                     let mut p = 0;
                     while p < panels {
@@ -637,10 +722,10 @@ mod x86 {
                         // caller's promise, passed on.
                         unsafe {
                             match np {
-                                1 => rows::<1>(a, m, lda, w, p, c),
-                                2 => rows::<2>(a, m, lda, w, p, c),
-                                3 => rows::<3>(a, m, lda, w, p, c),
-                                _ => rows::<$np>(a, m, lda, w, p, c),
+                                1 => rows::<1>(a, m, layout, w, p, c),
+                                2 => rows::<2>(a, m, layout, w, p, c),
+                                3 => rows::<3>(a, m, layout, w, p, c),
+                                _ => rows::<$np>(a, m, layout, w, p, c),
                             }
                         }
                         p += np;
@@ -797,6 +882,39 @@ mod tests {
                 p.matmul_u8(&rows, &mut want);
                 p.matmul_u8_rows(&a, m, lda, &mut got);
                 assert!(got == want, "{level} on {m}x{n}x{k}, rows {lda} apart");
+            }
+        }
+    }
+
+    /// Rows of `taps` pieces `tap_step` apart (a dilated convolution's im2col rows read in
+    /// place) give, at every level, the sums of those rows copied out one after the other: in
+    /// place where the pieces are whole groups (pairs of them in the quad form), copied where
+    /// not; small weights (the quad form) with large ones at places (split pairs, extra steps).
+    #[test]
+    fn dilated_taps_give_the_copied_rows_sums() {
+        // (m, n, channels, taps, dilation)
+        for (case, &(m, n, ch, taps, dil)) in
+            [(9, 40, 8, 3, 3), (20, 17, 128, 11, 5), (13, 33, 16, 7, 3), (7, 5, 4, 3, 2), (5, 9, 6, 3, 5)]
+                .iter()
+                .enumerate()
+        {
+            let k = ch * taps;
+            let mut w = bytes(n * k, case as u64 + 17, -30, 30);
+            for j in (0..n).step_by(3) {
+                (w[j * k + (j * 7) % k], w[j * k + (j * 5) % k]) = (127, -127);
+            }
+            let (lda, tap_step) = (ch, ch * dil);
+            let len = (m - 1) * lda + (taps - 1) * tap_step + ch;
+            let a: Vec<u8> = bytes(len, case as u64 + 71, -128, 127).iter().map(|&v| v as u8).collect();
+            let rows: Vec<u8> = (0..m)
+                .flat_map(|r| (0..taps).flat_map(|j| a[r * lda + j * tap_step..][..ch].to_vec()).collect::<Vec<_>>())
+                .collect();
+            for level in Level::available() {
+                let p = Packed::new(&w, n, k, level);
+                let (mut want, mut got) = (vec![0i32; m * n], vec![i32::MIN; m * n]);
+                p.matmul_u8(&rows, &mut want);
+                p.matmul_u8_taps(&a, m, lda, taps, ch, tap_step, &mut got);
+                assert!(got == want, "{level} on {m}x{n}x{k}, {taps} taps {tap_step} apart");
             }
         }
     }

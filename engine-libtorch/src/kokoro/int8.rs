@@ -19,8 +19,19 @@ type R<T> = Result<T, String>;
 /// onnxruntime's `GetQuantizationParameter` for uint8: the range [min(x, 0), max(x, 0)] on 0..255,
 /// zero point rounded half to even; scale 1 for an all-zero tensor.
 pub(super) fn quant_params(x: &[f32]) -> (f32, u8) {
+    // min and max in 16 lanes, which the compiler vectorizes (one running min would be a chain of
+    // scalar instructions); the same extremes in any order
+    const W: usize = 16;
+    let (chunks, rest) = x.as_chunks::<W>();
+    let (mut los, mut his) = ([0f32; W], [0f32; W]);
+    for c in chunks {
+        for ((lo, hi), &v) in los.iter_mut().zip(his.iter_mut()).zip(c) {
+            *lo = if v < *lo { v } else { *lo };
+            *hi = if v > *hi { v } else { *hi };
+        }
+    }
     let (mut lo, mut hi) = (0f32, 0f32);
-    for &v in x {
+    for &v in los.iter().chain(&his).chain(rest) {
         lo = lo.min(v);
         hi = hi.max(v);
     }
@@ -92,11 +103,12 @@ impl Int8Rows {
         c
     }
 
-    /// [`Int8Rows::products`] of `m` rows `lda` bytes apart in `a` (overlapping: a convolution's
-    /// im2col rows read in place from its time-major input).
-    fn products_strided(&self, a: &[u8], m: usize, lda: usize, a_zp: u8) -> Vec<i32> {
+    /// [`Int8Rows::products`] of `m` rows `lda` bytes apart in `a`, each `taps` pieces of K /
+    /// `taps` bytes `tap_step` apart (overlapping: a convolution's im2col rows read in place from
+    /// its time-major input).
+    fn products_strided(&self, a: &[u8], m: usize, lda: usize, taps: usize, tap_step: usize, a_zp: u8) -> Vec<i32> {
         let mut c = vec![0i32; m * self.rowsum.len()];
-        self.packed.matmul_u8_rows(a, m, lda, &mut c);
+        self.packed.matmul_u8_taps(a, m, lda, taps, self.k / taps, tap_step, &mut c);
         self.correct(&mut c, a_zp);
         c
     }
@@ -318,20 +330,15 @@ impl Conv {
     pub fn forward(&self, precision: Precision, x: &Tensor) -> Tensor {
         match (precision, &self.int8) {
             (Precision::Int8, Some(rows)) => {
-                let x = x.to_kind(Kind::Float).contiguous();
                 let size = x.size();
                 assert!(size.len() == 3 && size[0] == 1 && size[1] as usize == self.in_ch, "Conv: X {size:?}");
                 let (c, l, pad) = (self.in_ch, size[2] as usize, self.pad);
-                let v = slice_f32(&x);
+                // time-major (libtorch's blocked transpose), then quantized in one pass
+                let xt_f = x.to_kind(Kind::Float).squeeze_dim(0).transpose(0, 1).contiguous();
+                let v = slice_f32(&xt_f);
                 let (scale, zp) = quant_params(v);
                 let mut xt = vec![zp; (l + 2 * pad) * c];
-                let mut q = vec![0u8; l];
-                for ci in 0..c {
-                    quantize_into(&v[ci * l..(ci + 1) * l], scale, zp, &mut q);
-                    for (p, &b) in q.iter().enumerate() {
-                        xt[(p + pad) * c + ci] = b;
-                    }
-                }
+                quantize_into(v, scale, zp, &mut xt[pad * c..(pad + l) * c]);
                 self.products(rows, &xt, l, scale, zp)
             }
             _ => self.forward_act(&quantize(precision, x)),
@@ -368,26 +375,12 @@ impl Conv {
         let (c, kw) = (self.in_ch, self.kernel);
         let span = self.dil * (kw - 1) + 1;
         let lout = (l + 2 * self.pad).saturating_sub(span) / self.stride + 1;
-        let y = if self.dil == 1 && (c * kw).is_multiple_of(4) {
-            // the k taps' columns of step t lie side by side in xt: rows read in place
-            rows.products_strided(xt, lout, self.stride * c, zp)
-        } else if kw == 1 && self.stride == 1 {
+        let y = if kw == 1 && self.stride == 1 {
             rows.products(xt, zp)
         } else {
-            let mut cols = vec![0u8; lout * c * kw];
-            for (t, row) in cols.chunks_exact_mut(c * kw).enumerate() {
-                let p0 = t * self.stride;
-                if self.dil == 1 {
-                    // the k taps' columns lie side by side in xt
-                    row.copy_from_slice(&xt[p0 * c..(p0 + kw) * c]);
-                } else {
-                    for (j, dst) in row.chunks_exact_mut(c).enumerate() {
-                        let p = p0 + j * self.dil;
-                        dst.copy_from_slice(&xt[p * c..(p + 1) * c]);
-                    }
-                }
-            }
-            rows.products(&cols, zp)
+            // the taps' columns of step t lie `dil` steps apart in xt (side by side without
+            // dilation): rows read in place
+            rows.products_strided(xt, lout, self.stride * c, kw, self.dil * c, zp)
         };
         let s = scale * self.w_scale;
         let o = self.out_ch;
@@ -395,21 +388,17 @@ impl Conv {
             Some(b) => b.iter().map(|&v| (v / s).floor() as i32).collect(),
             None => vec![0; o],
         };
-        let mut out = Tensor::empty([1, o as i64, lout as i64], (Kind::Float, Device::Cpu));
+        let mut out = Tensor::empty([lout as i64, o as i64], (Kind::Float, Device::Cpu));
         // SAFETY: a tensor made here and held alone while the slice lives.
         let dst = unsafe { f32s_mut(&mut out) };
-        // transposed in blocks of steps, so that both sides stay in cache
-        const BLOCK: usize = 64;
-        for t0 in (0..lout).step_by(BLOCK) {
-            let t1 = (t0 + BLOCK).min(lout);
-            for (oi, &b) in bq.iter().enumerate() {
-                let d = &mut dst[oi * lout + t0..oi * lout + t1];
-                for (t, v) in d.iter_mut().enumerate() {
-                    *v = (y[(t0 + t) * o + oi] + b) as f32 * s;
-                }
+        // time-major as the sums are (one pass the compiler vectorizes), then channel-major by
+        // libtorch's blocked transpose
+        for (d, yr) in dst.chunks_exact_mut(o).zip(y.chunks_exact(o)) {
+            for ((d, &v), &b) in d.iter_mut().zip(yr).zip(&bq) {
+                *d = v.wrapping_add(b) as f32 * s;
             }
         }
-        out
+        out.transpose(0, 1).contiguous().unsqueeze(0)
     }
 }
 
