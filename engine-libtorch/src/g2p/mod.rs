@@ -12,7 +12,10 @@
 //! ```
 
 pub mod assets;
+pub mod japanese;
+pub mod kana;
 pub mod lexicon;
+pub mod mecab;
 pub mod normalize;
 pub mod numbers;
 pub mod oov;
