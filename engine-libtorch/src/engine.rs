@@ -14,6 +14,7 @@ use speechstream_core::engine::{
 use tch::Device;
 
 use crate::dsp::SAMPLE_RATE;
+use crate::g2p::japanese::{Japanese, WORD_LIST};
 use crate::g2p::FrontEnd;
 use crate::hibari::{Hibari, Precision};
 use crate::kokoro::serve::{load_network, KokoroVoiceModel, Vocab, KOKORO_MODEL_NAME};
@@ -222,6 +223,15 @@ fn load_kokoro(
         }
         result => result?,
     };
+    // Japanese: Debian's Open JTalk dictionary (or $SPEECHSTREAM_JA_DICTIONARY's) and misaki's
+    // word list beside Kokoro's files; without the dictionary Japanese requests are refused
+    // with what to install, and the rest is served.
+    let dictionary = std::env::var_os("SPEECHSTREAM_JA_DICTIONARY").map(std::path::PathBuf::from);
+    let japanese = Japanese::load(dictionary.as_deref(), &kokoro_dir.join(WORD_LIST)).map(Arc::new);
+    match &japanese {
+        Ok(ja) => tracing::info!(dictionary = %ja.dictionary_dir().display(), "Kokoro reads Japanese"),
+        Err(e) => tracing::warn!("Kokoro reads no Japanese: {e}"),
+    }
     let mut voices = Vec::new();
     let mut declared = Vec::new();
     for voice in &files.voices {
@@ -237,13 +247,14 @@ fn load_kokoro(
             language: voice.language,
             american: american.clone(),
             british: british.clone(),
+            japanese: japanese.clone(),
         };
         let front_end = model.front_end(None).clone();
         voices.push(VoiceModel { name: voice.name.clone(), model: Model::Kokoro(model), front_end });
     }
     let capabilities = EngineCapabilities::new(KOKORO_MODEL_NAME, SAMPLE_RATE)
         .with_voices(declared)
-        .with_languages([Language::new("English", "en")])
+        .with_languages([Language::new("English", "en"), Language::new("Japanese", "ja")])
         .with_task_types([TaskType::CustomVoice])
         .with_instructions(false)
         .with_word_timestamps(true)

@@ -156,8 +156,19 @@ impl Japanese {
         let chars: Vec<char> = analysed.chars().collect();
         let mut read: Vec<(String, String, Range<usize>)> = Vec::new();
         for m in &morphemes {
+            if m.chars.is_empty() {
+                continue;
+            }
             let surface: String = chars[m.chars.clone()].iter().collect();
-            let Some(reading) = reading(m, &surface) else { continue };
+            let Some(mut reading) = reading(m, &surface) else { continue };
+            // Open JTalk's rule for the volitional う: a long vowel after an o (しょう, こう).
+            let after_o = read
+                .last()
+                .and_then(|r| r.1.chars().last())
+                .is_some_and(|k| "おこごそぞとどのほぼぽもよょろをぉ".contains(k));
+            if reading == "ウ" && m.part_of_speech() == "助動詞" && after_o {
+                reading = "ー".to_owned();
+            }
             let origin = normal[m.chars.start].origin.start..normal[m.chars.end - 1].origin.end;
             read.push((surface, kana::hiragana(&reading), origin));
         }
@@ -349,6 +360,18 @@ fn spell(text: &str, tokens: &[Token]) -> (String, Vec<Word>) {
         };
         last_end = range.end.max(last_end);
         let (cs, ce) = (token.origin.start.min(offsets.len() - 1), token.origin.end.min(offsets.len() - 1));
+        // Tokens from one stretch of the text (a number's digits read as several words) are
+        // one word of it.
+        if let Some(w) = words.last_mut().filter(|w: &&mut Word| cs < w.chars.end) {
+            w.chars.end = w.chars.end.max(ce);
+            w.text_range = offsets[w.chars.start]..offsets[w.chars.end];
+            w.text = text[w.text_range.clone()].to_owned();
+            if !range.is_empty() {
+                let start = if w.phonemes.is_empty() { range.start } else { w.phonemes.start };
+                w.phonemes = start..range.end;
+            }
+            continue;
+        }
         let bytes = offsets[cs]..offsets[ce];
         words.push(Word { text: text[bytes.clone()].to_owned(), text_range: bytes, chars: cs..ce, phonemes: range });
     }
