@@ -363,9 +363,7 @@ impl Dictionary {
         for (i, c) in text.char_indices() {
             char_at[i] = n;
             n += 1;
-            for j in i + 1..i + c.len_utf8() {
-                char_at[j] = n;
-            }
+            char_at[i + 1..i + c.len_utf8()].fill(n);
         }
         char_at[len] = n;
         path.into_iter()
