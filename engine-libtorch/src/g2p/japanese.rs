@@ -237,8 +237,8 @@ fn cap_sentence(sentence: &str) -> Vec<&str> {
         let head = &rest[..limit];
         let cut = head
             .char_indices()
-            .filter(|&(_, c)| matches!(c, '、' | '，' | ',') || c.is_whitespace())
-            .last()
+            .rev()
+            .find(|&(_, c)| matches!(c, '、' | '，' | ',') || c.is_whitespace())
             .map_or(limit, |(i, c)| i + c.len_utf8());
         out.push(&rest[..cut]);
         rest = &rest[cut..];
