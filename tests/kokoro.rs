@@ -1,7 +1,7 @@
 //! Kokoro-82M beside hibari, end to end with the `speechstream` binary: a kokoro-onnx
 //! `voices-v1.0.bin` dropped into the Kokoro directory is listed (Wyoming, with languages) and
 //! served on every protocol (HTTP speech routed by model and voice, mixes, `lang_code`, a
-//! language without a front end refused; the WebSocket with word timestamps; chunked equal to
+//! language without a front end refused, Japanese read when asked; the WebSocket with word timestamps; chunked equal to
 //! whole, batched equal to alone); each packaged voice and an openai SDK call with
 //! `model="kokoro", voice="jf_alpha"` are understood by Whisper. Needs scripts/setup.sh
 //! (.cache/kokoro, .cache/hibari, .venv-whisper, .venv-clients, ffmpeg).
@@ -217,12 +217,15 @@ fn a_dropped_in_voices_bin_is_listed_and_served_on_every_protocol() {
     let british = pcm(json!({"voice": "bm_lewis"}));
     assert_ne!(british, lewis, "bm_lewis reads British English unless asked otherwise");
     assert_eq!(pcm(json!({"voice": "bm_lewis", "language": "en-GB"})), british);
-    // A language without a front end here, refused naming it.
+    // A language without a front end here, refused naming it; Japanese is read when asked,
+    // by an English voice too (`lang_code` j).
     let (status, _, body) =
-        post(addr, "/v1/audio/speech", &json!({"input": text, "voice": "af_heart", "language": "ja"}));
+        post(addr, "/v1/audio/speech", &json!({"input": text, "voice": "af_heart", "language": "fr"}));
     let body = String::from_utf8_lossy(&body);
     assert_eq!(status, 400, "{body}");
-    assert!(body.contains("'ja'") && body.contains("kokoro"), "{body}");
+    assert!(body.contains("'fr'") && body.contains("kokoro"), "{body}");
+    let japanese = pcm(json!({"input": "こんにちは。", "voice": "af_heart", "lang_code": "j"}));
+    assert!(japanese.len() > 24_000, "{} bytes of Japanese", japanese.len());
     let (status, _, _) = post(addr, "/v1/audio/speech", &json!({"input": text, "voice": "af_heart+nobody"}));
     assert_eq!(status, 400);
 

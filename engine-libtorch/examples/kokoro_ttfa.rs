@@ -3,14 +3,18 @@
 //! prints each run's time to first audio and to the end, their medians, and, for comparison,
 //! the time one pass over the whole first sentence takes (what the first audio would wait for
 //! without the short first segment), both in the precision `--precision auto` gives Kokoro.
+//! `TEXT` replaces the utterance (Japanese text is read by the Japanese front end, as the
+//! engine reads it for a Japanese voice).
 //!
 //!     cargo run --release -p speechstream-engine-libtorch --example kokoro_ttfa
+//!     TEXT="今日は良い天気ですね。明日は雨が降るそうです。" cargo run ... --example kokoro_ttfa
 
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest};
+use speechstream_engine_libtorch::g2p::japanese::{has_japanese_script, Japanese, WORD_LIST};
 use speechstream_engine_libtorch::g2p::FrontEnd;
 use speechstream_engine_libtorch::kokoro::voices::scan;
 use speechstream_engine_libtorch::kokoro::KokoroModel;
@@ -36,6 +40,7 @@ fn main() -> Result<(), String> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let cache = std::env::var_os("SPEECHSTREAM_CACHE").map_or_else(|| root.join(".cache"), PathBuf::from);
     let voice = std::env::var("VOICE").unwrap_or_else(|_| "jf_alpha".to_owned());
+    let text = std::env::var("TEXT").unwrap_or_else(|_| TEXT.to_owned());
     let runs: usize = std::env::var("RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
     let mut options = HibariOptions::new(cache.join("hibari"));
     options.kokoro_dir = Some(cache.join("kokoro"));
@@ -52,14 +57,19 @@ fn main() -> Result<(), String> {
     let precision = KokoroModel::auto_precision(tch::Device::Cpu);
     let model =
         KokoroModel::load(files.model(precision == Precision::Fp32).ok_or("no model")?, tch::Device::Cpu, precision)?;
-    let sentence = &front_end.sentences(TEXT)[0];
+    let sentence = if has_japanese_script(&text) {
+        let japanese = Japanese::load(None, &cache.join("kokoro").join(WORD_LIST))?;
+        japanese.sentences(&text).into_iter().next().ok_or("no sentence")?
+    } else {
+        front_end.sentences(&text).into_iter().next().ok_or("no sentence")?
+    };
     let vocab = speechstream_engine_libtorch::kokoro::serve::Vocab::read(&cache.join("kokoro/vocab.json"))?;
     let ids = vocab.ids(&sentence.phonemes);
     let (mut firsts, mut totals, mut passes) = (Vec::new(), Vec::new(), Vec::new());
     let mut seconds = 0.0;
     for run in 0..runs {
         let (tx, rx) = mpsc::channel();
-        let request = SynthesisRequest::new(TEXT).with_voice(voice.clone()).with_stream(true);
+        let request = SynthesisRequest::new(text.clone()).with_voice(voice.clone()).with_stream(true);
         let started = Instant::now();
         engine.submit(RequestId { connection: 0, utterance: run as u64 }, request, Box::new(Sink(tx)));
         let (mut first, mut bytes) = (None, 0);

@@ -14,6 +14,7 @@ use speechstream_core::engine::{
 use tch::Device;
 
 use crate::dsp::SAMPLE_RATE;
+use crate::g2p::japanese::{Japanese, WORD_LIST};
 use crate::g2p::FrontEnd;
 use crate::hibari::{Hibari, Precision};
 use crate::kokoro::serve::{load_network, KokoroVoiceModel, Vocab, KOKORO_MODEL_NAME};
@@ -214,14 +215,29 @@ fn load_kokoro(
     let kokoro_dir = options.kokoro_dir.as_deref().unwrap_or(hibari_dir);
     let vocab_path = Some(kokoro_dir.join("vocab.json")).filter(|p| p.is_file());
     let vocab = Arc::new(Vocab::read(&vocab_path.unwrap_or_else(|| hibari_dir.join("vocab.json")))?);
-    let network = match load_network(onnx, options.device, precision) {
-        // `auto` chose int8, but the file is the fp32 export: its own arithmetic then.
-        Err(e) if options.precision.is_none() && precision == Precision::Int8 => {
-            tracing::info!(file = %onnx.display(), reason = %e, "Kokoro in fp32");
-            load_network(onnx, options.device, Precision::Fp32)?
-        }
-        result => result?,
-    };
+    // Japanese: Debian's Open JTalk dictionary (or $SPEECHSTREAM_JA_DICTIONARY's) and misaki's
+    // word list beside Kokoro's files; without the dictionary Japanese requests are refused
+    // with what to install, and the rest is served. Read while the network loads.
+    let dictionary = std::env::var_os("SPEECHSTREAM_JA_DICTIONARY").map(std::path::PathBuf::from);
+    let word_list = kokoro_dir.join(WORD_LIST);
+    let (network, japanese) = std::thread::scope(|scope| {
+        let japanese = scope.spawn(|| Japanese::load(dictionary.as_deref(), &word_list).map(Arc::new));
+        let network = match load_network(onnx, options.device, precision) {
+            // `auto` chose int8, but the file is the fp32 export: its own arithmetic then.
+            Err(e) if options.precision.is_none() && precision == Precision::Int8 => {
+                tracing::info!(file = %onnx.display(), reason = %e, "Kokoro in fp32");
+                load_network(onnx, options.device, Precision::Fp32)
+            }
+            result => result,
+        };
+        let japanese = japanese.join().unwrap_or_else(|_| Err("loading the Japanese front end panicked".to_owned()));
+        (network, japanese)
+    });
+    let network = network?;
+    match &japanese {
+        Ok(ja) => tracing::info!(dictionary = %ja.dictionary_dir().display(), "Kokoro reads Japanese"),
+        Err(e) => tracing::warn!("Kokoro reads no Japanese: {e}"),
+    }
     let mut voices = Vec::new();
     let mut declared = Vec::new();
     for voice in &files.voices {
@@ -237,13 +253,14 @@ fn load_kokoro(
             language: voice.language,
             american: american.clone(),
             british: british.clone(),
+            japanese: japanese.clone(),
         };
         let front_end = model.front_end(None).clone();
         voices.push(VoiceModel { name: voice.name.clone(), model: Model::Kokoro(model), front_end });
     }
     let capabilities = EngineCapabilities::new(KOKORO_MODEL_NAME, SAMPLE_RATE)
         .with_voices(declared)
-        .with_languages([Language::new("English", "en")])
+        .with_languages([Language::new("English", "en"), Language::new("Japanese", "ja")])
         .with_task_types([TaskType::CustomVoice])
         .with_instructions(false)
         .with_word_timestamps(true)

@@ -30,7 +30,7 @@ use speechstream_core::engine::{
 use crate::chunks::{self, sentence_ranges};
 use crate::dsp::SAMPLE_RATE;
 use crate::g2p::spoken::{Pronunciation, Pronunciations};
-use crate::g2p::{FrontEnd, Sentence};
+use crate::g2p::{FrontEnd, Reader, Sentence};
 use crate::hibari::{Hibari, Prosody, SAMPLES_PER_FRAME};
 use crate::kokoro::serve::{
     coarse_durations, split_first, KokoroVoiceModel, FIRST_SEGMENT_WORDS, KOKORO_DEFAULT_VOICE,
@@ -160,7 +160,7 @@ struct Job {
     seed: u64,
     word_timestamps: bool,
     /// The front end of the language it reads in.
-    front_end: Arc<FrontEnd>,
+    front_end: Reader,
     /// A Kokoro voice's style table (its own, or the mix the request named).
     style: Option<Arc<VoicePack>>,
     /// Sentences of the text not yet through the front end (done one per round, when needed).
@@ -660,7 +660,7 @@ impl Scheduler {
             speed: 1.0,
             seed: request.seed.map_or_else(random_seed, |s| s as u64),
             word_timestamps: request.output.words(),
-            front_end: self.voices[self.default_voice].front_end.clone(),
+            front_end: Reader::English(self.voices[self.default_voice].front_end.clone()),
             style: None,
             texts: VecDeque::new(),
             text_starts: VecDeque::new(),
@@ -685,14 +685,20 @@ impl Scheduler {
                 let speed = if request.speed.is_finite() { request.speed } else { 1.0 };
                 job.speed = speed.clamp(SPEED_RANGE.0, SPEED_RANGE.1) as f32;
                 if let Model::Kokoro(kokoro) = &self.voices[voice].model {
-                    job.front_end = kokoro.front_end(request.language.as_deref()).clone();
+                    match kokoro.reader(request.language.as_deref(), &request.text) {
+                        Ok(reader) => job.front_end = reader,
+                        Err(message) => {
+                            job.finish(EngineEventKind::Failed(Failure::Engine(message)));
+                            return job;
+                        }
+                    }
                     job.style = Some(style.unwrap_or_else(|| kokoro.pack.clone()));
                     // Its first audio waits for its whole first segment: due that much later.
                     let chars = pacing::first_words_chars(&request.text, FIRST_SEGMENT_WORDS);
                     let work = self.costs().1.per_char * chars as f64;
                     job.pace = job.pace.clone().first_work(Duration::from_secs_f64(work.clamp(0.0, 3600.0)));
                 } else {
-                    job.front_end = self.voices[voice].front_end.clone();
+                    job.front_end = Reader::English(self.voices[voice].front_end.clone());
                 }
                 let front_end = job.front_end.clone();
                 match pronunciations(&request.pronunciations, &self.voices[voice].model) {

@@ -12,7 +12,10 @@
 //! ```
 
 pub mod assets;
+pub mod japanese;
+pub mod kana;
 pub mod lexicon;
+pub mod mecab;
 pub mod normalize;
 pub mod numbers;
 pub mod oov;
@@ -25,6 +28,7 @@ pub mod tokenize;
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use fancy_regex::Regex;
 use serde_json::Value;
@@ -37,6 +41,31 @@ use tagger::Tagger;
 use tokenize::Tokenizer;
 
 pub use split::{split_clauses, split_sentences, MAX_CHUNK_PHONEMES, MAX_PHONEMES, MAX_SENTENCE_CHARS};
+
+/// A front end as a request's job holds it: hibari's English (either accent) or Japanese.
+#[derive(Clone)]
+pub enum Reader {
+    English(Arc<FrontEnd>),
+    Japanese(Arc<japanese::Japanese>),
+}
+
+impl Reader {
+    /// `text`'s sentences, as slices of it.
+    pub fn split_sentences<'a>(&self, text: &'a str) -> Vec<&'a str> {
+        match self {
+            Reader::English(fe) => fe.split_sentences(text),
+            Reader::Japanese(ja) => ja.split_sentences(text),
+        }
+    }
+
+    /// `text`'s sentences with their words (a request's pronunciations apply to English only).
+    pub fn sentences_with(&self, text: &str, prons: &Pronunciations) -> Vec<Sentence> {
+        match self {
+            Reader::English(fe) => fe.sentences_with(text, prons),
+            Reader::Japanese(ja) => ja.sentences(text),
+        }
+    }
+}
 
 /// Errors loading the front end's assets.
 #[derive(Debug)]

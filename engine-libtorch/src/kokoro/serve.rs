@@ -13,7 +13,8 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::g2p::{FrontEnd, Sentence};
+use crate::g2p::japanese::{has_japanese_script, Japanese};
+use crate::g2p::{FrontEnd, Reader, Sentence};
 use crate::kokoro::voices::VoicePack;
 use crate::kokoro::KokoroModel;
 
@@ -115,12 +116,20 @@ pub struct KokoroVoiceModel {
     pub language: Option<&'static str>,
     pub american: Arc<FrontEnd>,
     pub british: Arc<FrontEnd>,
+    /// The Japanese front end, or why there is none (the dictionary's package missing).
+    pub japanese: Result<Arc<Japanese>, String>,
+}
+
+/// Whether a request's `language` names Japanese (`ja`, `ja-JP`, `Japanese`; Kokoro-FastAPI's
+/// `lang_code` `j` reaches here as `ja`).
+pub fn names_japanese(language: &str) -> bool {
+    let l = language.trim().to_lowercase();
+    l == "ja" || l == "j" || l == "japanese" || l.starts_with("ja-") || l.starts_with("ja_")
 }
 
 impl KokoroVoiceModel {
-    /// The front end for a request in `language` (`None` or `auto`: the voice's own). The
-    /// core has refused languages Kokoro's voices have no front end for here (English only);
-    /// a voice whose own language has none (the Japanese voices) reads English as American.
+    /// The English front end for a request in `language` (`None` or `auto`: the voice's own
+    /// accent; a voice whose own language is not English reads English as American).
     pub fn front_end(&self, language: Option<&str>) -> &Arc<FrontEnd> {
         let own_british = self.language == Some("en-GB");
         let asked = language.map(str::trim).filter(|l| !l.is_empty() && !l.eq_ignore_ascii_case("auto"));
@@ -133,6 +142,26 @@ impl KokoroVoiceModel {
             &self.british
         } else {
             &self.american
+        }
+    }
+
+    /// The front end that reads `text` for a request in `language`: an explicit language
+    /// wins (the core has refused those Kokoro has no front end for: English and Japanese
+    /// are served); with none (or `auto`) a Japanese voice reads text holding Japanese script
+    /// (kana, kanji) as Japanese and text with none as English, and an English voice reads
+    /// English. Japanese without its dictionary is refused with what to install.
+    pub fn reader(&self, language: Option<&str>, text: &str) -> Result<Reader, String> {
+        let asked = language.map(str::trim).filter(|l| !l.is_empty() && !l.eq_ignore_ascii_case("auto"));
+        let japanese = match asked {
+            Some(l) => names_japanese(l),
+            None => self.language == Some("ja") && has_japanese_script(text),
+        };
+        if !japanese {
+            return Ok(Reader::English(self.front_end(language).clone()));
+        }
+        match &self.japanese {
+            Ok(ja) => Ok(Reader::Japanese(ja.clone())),
+            Err(why) => Err(why.clone()),
         }
     }
 }
