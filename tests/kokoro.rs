@@ -18,7 +18,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use process::{client_python, root, Server};
+use process::{client_python, post_json, root, Server};
 use serde_json::{json, Value};
 use speechstream_engine_libtorch::kokoro::voices::read_npz;
 use words::{common_in_order, words};
@@ -83,41 +83,8 @@ fn users_directory(tag: &str) -> PathBuf {
     dir
 }
 
-/// One HTTP/1.1 POST of `body` (JSON); the status, the head and the body (de-chunked).
-fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, String, Vec<u8>) {
-    let body = body.to_string();
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(300))).unwrap();
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).expect("response");
-    let split = response.windows(4).position(|w| w == b"\r\n\r\n").expect("head") + 4;
-    let head = String::from_utf8_lossy(&response[..split]).to_string();
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let mut body = response[split..].to_vec();
-    if head.to_lowercase().contains("transfer-encoding: chunked") {
-        let (mut out, mut rest) = (Vec::new(), body.as_slice());
-        while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
-            let size = usize::from_str_radix(String::from_utf8_lossy(&rest[..eol]).trim(), 16).unwrap_or(0);
-            if size == 0 {
-                break;
-            }
-            out.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
-            rest = &rest[eol + 2 + size + 2..];
-        }
-        body = out;
-    }
-    (status, head, body)
-}
-
 fn speech(addr: SocketAddr, body: Value) -> Vec<u8> {
-    let (status, _, audio) = post(addr, "/v1/audio/speech", &body);
+    let (status, _, audio) = post_json(addr, "/v1/audio/speech", &body);
     assert_eq!(status, 200, "{body}: {}", String::from_utf8_lossy(&audio));
     audio
 }
@@ -220,13 +187,13 @@ fn a_dropped_in_voices_bin_is_listed_and_served_on_every_protocol() {
     // A language without a front end here, refused naming it; Japanese is read when asked,
     // by an English voice too (`lang_code` j).
     let (status, _, body) =
-        post(addr, "/v1/audio/speech", &json!({"input": text, "voice": "af_heart", "language": "fr"}));
+        post_json(addr, "/v1/audio/speech", &json!({"input": text, "voice": "af_heart", "language": "fr"}));
     let body = String::from_utf8_lossy(&body);
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("'fr'") && body.contains("kokoro"), "{body}");
     let japanese = pcm(json!({"input": "こんにちは。", "voice": "af_heart", "lang_code": "j"}));
     assert!(japanese.len() > 24_000, "{} bytes of Japanese", japanese.len());
-    let (status, _, _) = post(addr, "/v1/audio/speech", &json!({"input": text, "voice": "af_heart+nobody"}));
+    let (status, _, _) = post_json(addr, "/v1/audio/speech", &json!({"input": text, "voice": "af_heart+nobody"}));
     assert_eq!(status, 400);
 
     // Batched equals alone: two requests at once get what each gets alone.
@@ -240,7 +207,7 @@ fn a_dropped_in_voices_bin_is_listed_and_served_on_every_protocol() {
     assert_eq!(together, (by_model.clone(), alone));
 
     // Streamed (SSE-free raw audio) equals the whole file: chunks are slices of the segments.
-    let (status, _, streamed) = post(
+    let (status, _, streamed) = post_json(
         addr,
         "/v1/audio/speech",
         &json!({"input": text, "model": "kokoro", "response_format": "pcm", "stream": true, "stream_format": "audio"}),

@@ -12,13 +12,13 @@
 #[allow(dead_code)]
 mod process;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use process::{root, Server};
-use serde_json::{json, Value};
+use process::{post_json, root, Server};
+use serde_json::json;
 
 /// Sentences no part of the front end was checked on (tests/japanese/differential.txt is
 /// another set), in words Whisper writes one way or the other of kanji and kana.
@@ -70,33 +70,13 @@ fn distance(a: &[char], b: &[char]) -> usize {
     row[b.len()]
 }
 
-/// One POST of `body` to /v1/audio/speech: the status and the body.
-fn post(addr: SocketAddr, body: &Value) -> (u16, Vec<u8>) {
-    let body = body.to_string();
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(300))).unwrap();
-    write!(
-        stream,
-        "POST /v1/audio/speech HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).expect("response");
-    let split = response.windows(4).position(|w| w == b"\r\n\r\n").expect("head") + 4;
-    let head = String::from_utf8_lossy(&response[..split]).to_string();
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, response[split..].to_vec())
-}
-
 /// `voice`'s reading of `text` (with `language`) as a wav file.
 fn read(addr: SocketAddr, voice: &str, language: Option<&str>, text: &str) -> PathBuf {
     let mut body = json!({"input": text, "voice": voice, "response_format": "wav", "seed": 1});
     if let Some(language) = language {
         body["language"] = json!(language);
     }
-    let (status, wav) = post(addr, &body);
+    let (status, _, wav) = post_json(addr, "/v1/audio/speech", &body);
     assert_eq!(status, 200, "{voice}: {}", String::from_utf8_lossy(&wav));
     let tag = language.unwrap_or("auto");
     let path = std::env::temp_dir().join(format!("speechstream-ja-{voice}-{tag}-{}.wav", std::process::id()));

@@ -5,4 +5,6 @@
 
 mod clients;
 mod nginx;
+// Shared with the other test crates (their HTTP helper included).
+#[allow(dead_code)]
 mod process;

@@ -154,3 +154,36 @@ pub fn client_python() -> PathBuf {
     );
     python
 }
+
+/// One HTTP/1.1 POST of `body` (JSON); the status, the head and the body (de-chunked).
+pub fn post_json(addr: SocketAddr, path: &str, body: &serde_json::Value) -> (u16, String, Vec<u8>) {
+    let body = body.to_string();
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(300))).unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).expect("response");
+    let split = response.windows(4).position(|w| w == b"\r\n\r\n").expect("head") + 4;
+    let head = String::from_utf8_lossy(&response[..split]).to_string();
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let mut body = response[split..].to_vec();
+    if head.to_lowercase().contains("transfer-encoding: chunked") {
+        let (mut out, mut rest) = (Vec::new(), body.as_slice());
+        while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
+            let size = usize::from_str_radix(String::from_utf8_lossy(&rest[..eol]).trim(), 16).unwrap_or(0);
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
+            rest = &rest[eol + 2 + size + 2..];
+        }
+        body = out;
+    }
+    (status, head, body)
+}
