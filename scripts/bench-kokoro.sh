@@ -14,8 +14,11 @@ REPS="${2:-3}"
 ROUNDS="${ROUNDS:-3}"
 MODEL=.cache/kokoro/kokoro-v1.0.int8.onnx
 scripts/venv.sh .venv-kokoro onnx==1.23.2 onnxruntime==1.32.0 numpy==2.4.6
-# The dev profile builds this crate at opt-level 2 (Cargo.toml), libtorch is the same binary
-cargo build -q -p speechstream-engine-libtorch --example kokoro_rtf
+# The release profile: what `speechstream serve` and `say` run (the dev profile's overflow and
+# bounds checks cost the int8 kernels up to 2x; set PROFILE=dev to measure what the tests run).
+PROFILE="${PROFILE:-release}"
+cargo build -q --profile "$PROFILE" -p speechstream-engine-libtorch --example kokoro_rtf
+BIN="target/$([[ $PROFILE == dev ]] && echo debug || echo "$PROFILE")/examples/kokoro_rtf"
 for round in $(seq "$ROUNDS"); do
 echo "round $round"
 .venv-kokoro/bin/python - "$MODEL" "$CASE" "$REPS" <<'PY'
@@ -38,6 +41,6 @@ for _ in range(reps):
 sec = audio.size / 24000
 print(f"onnxruntime {ort.__version__} int8, 1 thread: {sec:.2f} s of audio in {best:.3f} s (best of {reps}), RTF {best / sec:.3f}, {sec / best:.2f}x real time")
 PY
-target/debug/examples/kokoro_rtf "$MODEL" "$CASE" "$REPS"
-SPEECHSTREAM_SIMD=avx2 target/debug/examples/kokoro_rtf "$MODEL" "$CASE" "$REPS" int8
+"$BIN" "$MODEL" "$CASE" "$REPS"
+SPEECHSTREAM_SIMD=avx2 "$BIN" "$MODEL" "$CASE" "$REPS" int8
 done
