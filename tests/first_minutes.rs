@@ -6,8 +6,7 @@
 #[path = "deploy/process.rs"]
 mod process;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::process::Command;
 
 use futures_util::{SinkExt, StreamExt};
@@ -36,25 +35,10 @@ fn readme_guide_snippet() -> String {
         .expect("README's quick start has OpenAI's guide snippet (a python block with instructions=)")
 }
 
-/// A blocking HTTP/1.1 POST of a JSON body: status, head (lowercase) and body (the replies here
-/// carry a length, not chunks).
+/// [`process::post_json`] with the head in lowercase (header names are case-blind).
 fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, String, Vec<u8>) {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(TIMEOUT)).expect("timeout");
-    let body = body.to_string();
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("send");
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).expect("read");
-    let split = response.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
-    let head = String::from_utf8_lossy(&response[..split]).to_lowercase();
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, head, response[split + 4..].to_vec())
+    let (status, head, body) = process::post_json(addr, path, body);
+    (status, head.to_lowercase(), body)
 }
 
 /// Seconds of audio in a file, decoded by ffmpeg.

@@ -15,8 +15,8 @@
 mod common;
 
 use speechstream_engine_libtorch::cpu::{self, Level};
-use speechstream_engine_libtorch::{KokoroModel, Precision};
-use tch::{Device, Kind, Tensor};
+use speechstream_engine_libtorch::{dsp, KokoroModel, Precision};
+use tch::Device;
 
 fn model() -> std::path::PathBuf {
     common::cached("kokoro/kokoro-v1.0.int8.onnx", "scripts/setup-voice.sh kokoro")
@@ -41,25 +41,9 @@ fn rel_rms(a: &[f32], b: &[f32]) -> f32 {
     (e / r).sqrt()
 }
 
-/// Mean over the frames that carry energy of the RMS difference of the two log band-power spectra
-/// (dB, a floor 50 dB below the reference's peak): phase-blind, as the comparison must be.
+/// [`dsp::spectral_distance`] in the bounds' precision.
 fn spectral_distance(a: &[f32], b: &[f32]) -> f32 {
-    let spec = |x: &[f32]| {
-        let t = Tensor::from_slice(x).unfold(0, 512, 128) * Tensor::hann_window(512, (Kind::Float, Device::Cpu));
-        // power in 32 bands of 8 bins (the envelope; the harmonics' fine structure is where the
-        // int8 graph's sensitivity shows)
-        let p = t.fft_rfft(None, -1, "backward").abs().square().narrow(-1, 1, 256);
-        let f = p.size()[0];
-        p.view([f, 32, 8]).sum_dim_intlist(-1, false, Kind::Float)
-    };
-    let (sa, sb) = (spec(a), spec(b));
-    let floor = sb.max().double_value(&[]) * 1e-5;
-    let la = (sa + floor).log10() * 10.0;
-    let lb = (&sb + floor).log10() * 10.0;
-    let d = (la - lb).square().mean_dim(-1, false, Kind::Float).sqrt();
-    let e = sb.sum_dim_intlist(-1, false, Kind::Float);
-    let keep = e.gt(e.max().double_value(&[]) * 1e-3);
-    d.masked_select(&keep).mean(Kind::Float).double_value(&[]) as f32
+    dsp::spectral_distance(a, b) as f32
 }
 
 struct Got {

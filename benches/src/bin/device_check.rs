@@ -24,6 +24,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use serde_json::json;
+use speechstream_engine_libtorch::dsp::spectral_distance;
 use speechstream_engine_libtorch::g2p::FrontEnd;
 use speechstream_engine_libtorch::kokoro::serve::Vocab;
 use speechstream_engine_libtorch::kokoro::voices;
@@ -175,28 +176,6 @@ fn rel_rms(a: &[f32], b: &[f32]) -> f64 {
     let e: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
     let r: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
     (e / r.max(f64::MIN_POSITIVE)).sqrt()
-}
-
-/// Mean over the frames that carry energy of the RMS difference of two log band-power spectra
-/// (dB; 32 bands of 375 Hz, 512-sample frames every 128, a floor 50 dB under the reference's
-/// peak): phase-blind.
-fn spectral_distance(a: &[f32], b: &[f32]) -> f64 {
-    if a.len() != b.len() || a.len() < 512 {
-        return f64::INFINITY;
-    }
-    let spec = |x: &[f32]| {
-        let t = Tensor::from_slice(x).unfold(0, 512, 128) * Tensor::hann_window(512, (Kind::Float, Device::Cpu));
-        let p = t.fft_rfft(None, -1, "backward").abs().square().narrow(-1, 1, 256);
-        let f = p.size()[0];
-        p.view([f, 32, 8]).sum_dim_intlist(-1, false, Kind::Float)
-    };
-    let (sa, sb) = (spec(a), spec(b));
-    let floor = sb.max().double_value(&[]) * 1e-5;
-    let d =
-        ((sa + floor).log10() * 10.0 - (&sb + floor).log10() * 10.0).square().mean_dim(-1, false, Kind::Float).sqrt();
-    let e = sb.sum_dim_intlist(-1, false, Kind::Float);
-    let keep = e.gt(e.max().double_value(&[]) * 1e-3);
-    d.masked_select(&keep).mean(Kind::Float).double_value(&[])
 }
 
 /// Kokoro-82M in fp32 on `device` against the CPU (module doc); prints its JSON line and
