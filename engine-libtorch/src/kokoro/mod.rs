@@ -8,6 +8,7 @@
 //! audio with the predicted durations (frames of [`SAMPLES_PER_FRAME`] samples per input token,
 //! both pads included).
 
+mod fused;
 mod int8;
 mod load;
 mod net;
