@@ -113,14 +113,13 @@ impl Int8Rows {
         c
     }
 
-    /// [`Int8Rows::products`] of `m` rows `lda` bytes apart in `a`, each `taps` pieces of K /
-    /// `taps` bytes `tap_step` apart (overlapping: a convolution's im2col rows read in place from
-    /// its time-major input).
-    fn products_strided(&self, a: &[u8], m: usize, lda: usize, taps: usize, tap_step: usize, a_zp: u8) -> Vec<i32> {
-        let mut c = vec![0i32; m * self.rowsum.len()];
-        self.packed.matmul_u8_taps(a, m, lda, taps, self.k / taps, tap_step, &mut c);
-        self.correct(&mut c, a_zp);
-        c
+    /// [`Int8Rows::products`] into `c` of `m` rows `lda` bytes apart in `a`, each `taps` pieces
+    /// of K / `taps` bytes `tap_step` apart (overlapping: a convolution's im2col rows read in
+    /// place from its time-major input).
+    #[allow(clippy::too_many_arguments)]
+    fn products_into(&self, a: &[u8], m: usize, lda: usize, taps: usize, tap_step: usize, a_zp: u8, c: &mut [i32]) {
+        self.packed.matmul_u8_taps(a, m, lda, taps, self.k / taps, tap_step, c);
+        self.correct(c, a_zp);
     }
 
     fn correct(&self, c: &mut [i32], a_zp: u8) {
@@ -374,7 +373,9 @@ impl Conv {
         match (a, &self.int8) {
             (Act::Int8 { q, scale, zp, shape }, Some(_)) => {
                 let (xt, l) = self.padded_tm(q, *zp, shape);
-                self.forward_tm(&xt, l, *scale, *zp)
+                let mut out = Vec::new();
+                self.forward_tm(&xt, l, *scale, *zp, &mut out);
+                out
             }
             _ => panic!("time-major convolutions are int8's"),
         }
@@ -401,13 +402,13 @@ impl Conv {
     }
 
     /// int8: the convolution of codes already time-major and padded (`xt`, [L + 2·pad, C], with
-    /// their scale and zero point), time-major: [L', O].
-    pub fn forward_tm(&self, xt: &[u8], l: usize, scale: f32, zp: u8) -> Vec<f32> {
+    /// their scale and zero point), time-major into `out`: [L', O].
+    pub fn forward_tm(&self, xt: &[u8], l: usize, scale: f32, zp: u8, out: &mut Vec<f32>) {
         let rows = self.int8.as_ref().expect("time-major convolutions are int8's");
         assert_eq!(xt.len(), (l + 2 * self.pad) * self.in_ch, "Conv: padded X");
-        let mut out = vec![0f32; self.out_len(l) * self.out_ch];
-        self.sums_into(rows, xt, l, scale, zp, &mut out);
-        out
+        // (every value is written: a buffer of the right size is used as it is)
+        out.resize(self.out_len(l) * self.out_ch, 0.0);
+        self.sums_into(rows, xt, l, scale, zp, out);
     }
 
     fn out_len(&self, l: usize) -> usize {
@@ -429,27 +430,30 @@ impl Conv {
     /// t = [x[:, t·s + j·d] for j] (none for a 1×1), exact sums, then (sums + the bias in the sums'
     /// units)·a_scale·w_scale as the export's graph computes it.
     fn sums_into(&self, rows: &Int8Rows, xt: &[u8], l: usize, scale: f32, zp: u8, dst: &mut [f32]) {
-        let (c, kw) = (self.in_ch, self.kernel);
+        let (c, kw, o) = (self.in_ch, self.kernel, self.out_ch);
         let lout = self.out_len(l);
-        let y = if kw == 1 && self.stride == 1 {
-            rows.products(xt, zp)
-        } else {
-            // the taps' columns of step t lie `dil` steps apart in xt (side by side without
-            // dilation): rows read in place
-            rows.products_strided(xt, lout, self.stride * c, kw, self.dil * c, zp)
-        };
         let s = scale * self.w_scale;
-        let o = self.out_ch;
         let bq: Vec<i32> = match &self.bias_f32 {
             Some(b) => b.iter().map(|&v| (v / s).floor() as i32).collect(),
             None => vec![0; o],
         };
-        // time-major as the sums are: one pass the compiler vectorizes
-        for (d, yr) in dst.chunks_exact_mut(o).zip(y.chunks_exact(o)) {
-            for ((d, &v), &b) in d.iter_mut().zip(yr).zip(&bq) {
-                *d = v.wrapping_add(b) as f32 * s;
+        // the sums in the thread's scratch (rewritten in full: no zeroing, no fresh allocation)
+        crate::gemm::with_scratch_i32(lout * o, |y| {
+            if kw == 1 && self.stride == 1 {
+                rows.packed.matmul_u8(&xt[..lout * c], y);
+                rows.correct(y, zp);
+            } else {
+                // the taps' columns of step t lie `dil` steps apart in xt (side by side without
+                // dilation): rows read in place
+                rows.products_into(xt, lout, self.stride * c, kw, self.dil * c, zp, y);
             }
-        }
+            // time-major as the sums are: one pass the compiler vectorizes
+            for (d, yr) in dst.chunks_exact_mut(o).zip(y.chunks_exact(o)) {
+                for ((d, &v), &b) in d.iter_mut().zip(yr).zip(&bq) {
+                    *d = v.wrapping_add(b) as f32 * s;
+                }
+            }
+        });
     }
 }
 
