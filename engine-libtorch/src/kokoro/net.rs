@@ -379,10 +379,12 @@ impl SnakeBlock {
         let (mut z, mut q, mut y1, mut y) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for j in 0..3 {
             let conv = &self.convs1[j];
-            let (s, zp) = adain_snake_quantize(&x, c, &self.adain1[j].params(sq), &self.alpha1[j].1, conv.pad(), &mut z, &mut q);
+            let (s, zp) =
+                adain_snake_quantize(&x, c, &self.adain1[j].params(sq), &self.alpha1[j].1, conv.pad(), &mut z, &mut q);
             conv.forward_tm(&q, t, s, zp, &mut y1);
             let conv = &self.convs2[j];
-            let (s, zp) = adain_snake_quantize(&y1, c, &self.adain2[j].params(sq), &self.alpha2[j].1, conv.pad(), &mut z, &mut q);
+            let (s, zp) =
+                adain_snake_quantize(&y1, c, &self.adain2[j].params(sq), &self.alpha2[j].1, conv.pad(), &mut z, &mut q);
             conv.forward_tm(&q, t, s, zp, &mut y);
             assert_eq!(y.len(), x.len(), "a Snake block keeps its shape");
             for (x, &y) in x.iter_mut().zip(&y) {
