@@ -26,8 +26,8 @@ pub(super) struct Alpha {
 fn sin2(v: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5·2²³: adding and removing it rounds to an integer
     const PI_A: f32 = 3.140_625;
-    const PI_B: f32 = 9.675_025_939_941_406e-4;
-    const PI_C: f32 = 1.509_957_990_978_376_4e-7;
+    const PI_B: f32 = 9.675_026e-4;
+    const PI_C: f32 = 1.509_958e-7;
     let v = v.clamp(-1_048_576.0, 1_048_576.0);
     let k = (v * std::f32::consts::FRAC_1_PI + MAGIC) - MAGIC;
     let r = ((v - k * PI_A) - k * PI_B) - k * PI_C;

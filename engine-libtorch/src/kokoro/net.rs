@@ -388,7 +388,7 @@ impl SnakeBlock {
             conv.forward_tm(&q, t, s, zp, &mut y);
             assert_eq!(y.len(), x.len(), "a Snake block keeps its shape");
             for (x, &y) in x.iter_mut().zip(&y) {
-                *x = y + *x;
+                *x += y;
             }
         }
         x
