@@ -35,20 +35,30 @@ pub(super) fn quant_params(x: &[f32]) -> (f32, u8) {
         lo = lo.min(v);
         hi = hi.max(v);
     }
+    range_params(lo, hi)
+}
+
+/// [`quant_params`] from the tensor's extremes `lo` ≤ 0 ≤ `hi`.
+pub(super) fn range_params(lo: f32, hi: f32) -> (f32, u8) {
     let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
     let zp = (0.0 - lo / scale).clamp(0.0, 255.0).round_ties_even() as u8;
     (scale, zp)
 }
 
 /// onnxruntime's `MlasQuantizeLinear` to uint8: round(x / scale) + zp, half to even, saturated.
+/// (Inlined: `fused` runs it in its AVX2 and AVX-512 builds.)
+#[inline(always)]
 pub(super) fn quantize_into(x: &[f32], scale: f32, zp: u8, q: &mut [u8]) {
     let (lo, hi) = (-f32::from(zp), 255.0 - f32::from(zp));
     // Rounding half to even by adding and removing 1.5·2²³ (exact for |r| ≤ 2²²; here |r| ≤ 255):
     // the same value as `round_ties_even`, which the baseline target has no instruction for.
+    // The sum's low mantissa bits are then the rounded value itself (two's complement: 1.5·2²³
+    // + r for −255 ≤ r ≤ 255 keeps its exponent), so its low byte plus zp, modulo 256, is the
+    // code: integer operations that vectorize, where converting the float to u8 did not.
     const MAGIC: f32 = 12_582_912.0;
     for (q, &v) in q.iter_mut().zip(x) {
-        let r = ((v / scale).clamp(lo, hi) + MAGIC) - MAGIC;
-        *q = (r + f32::from(zp)) as u8;
+        let r = (v / scale).clamp(lo, hi) + MAGIC;
+        *q = (r.to_bits() as u8).wrapping_add(zp);
     }
 }
 
@@ -103,14 +113,13 @@ impl Int8Rows {
         c
     }
 
-    /// [`Int8Rows::products`] of `m` rows `lda` bytes apart in `a`, each `taps` pieces of K /
-    /// `taps` bytes `tap_step` apart (overlapping: a convolution's im2col rows read in place from
-    /// its time-major input).
-    fn products_strided(&self, a: &[u8], m: usize, lda: usize, taps: usize, tap_step: usize, a_zp: u8) -> Vec<i32> {
-        let mut c = vec![0i32; m * self.rowsum.len()];
-        self.packed.matmul_u8_taps(a, m, lda, taps, self.k / taps, tap_step, &mut c);
-        self.correct(&mut c, a_zp);
-        c
+    /// [`Int8Rows::products`] into `c` of `m` rows `lda` bytes apart in `a`, each `taps` pieces
+    /// of K / `taps` bytes `tap_step` apart (overlapping: a convolution's im2col rows read in
+    /// place from its time-major input).
+    #[allow(clippy::too_many_arguments)]
+    fn products_into(&self, a: &[u8], m: usize, lda: usize, taps: usize, tap_step: usize, a_zp: u8, c: &mut [i32]) {
+        self.packed.matmul_u8_taps(a, m, lda, taps, self.k / taps, tap_step, c);
+        self.correct(c, a_zp);
     }
 
     fn correct(&self, c: &mut [i32], a_zp: u8) {
@@ -352,53 +361,99 @@ impl Conv {
                 x.conv1d(w, self.bias.as_ref(), [self.stride as i64], [self.pad as i64], [self.dil as i64], 1)
             }
             (Act::Int8 { q, scale, zp, shape }, Some(rows), _) => {
-                let c = self.in_ch;
-                assert!(shape.len() == 3 && shape[0] == 1 && shape[1] as usize == c, "Conv: X {shape:?}");
-                let (l, pad) = (shape[2] as usize, self.pad);
-                // time-major, the padding (the zero point: a product of 0) on both sides
-                let mut xt = vec![*zp; (l + 2 * pad) * c];
-                for ci in 0..c {
-                    for (p, &v) in q[ci * l..(ci + 1) * l].iter().enumerate() {
-                        xt[(p + pad) * c + ci] = v;
-                    }
-                }
+                let (xt, l) = self.padded_tm(q, *zp, shape);
                 self.products(rows, &xt, l, *scale, *zp)
             }
             _ => panic!("an activation of the other precision"),
         }
     }
 
-    /// The int8 convolution of `xt` (time-major [L + 2·pad, C], padded): im2col rows
-    /// t = [x[:, t·s + j·d] for j] (none for a 1×1), exact sums, then (sums + the bias in the sums'
-    /// units)·a_scale·w_scale as the export's graph computes it, channel-major.
+    /// int8: [`Conv::forward_act`] time-major, [L', O].
+    pub fn forward_act_tm(&self, a: &Act) -> Vec<f32> {
+        match (a, &self.int8) {
+            (Act::Int8 { q, scale, zp, shape }, Some(_)) => {
+                let (xt, l) = self.padded_tm(q, *zp, shape);
+                let mut out = Vec::new();
+                self.forward_tm(&xt, l, *scale, *zp, &mut out);
+                out
+            }
+            _ => panic!("time-major convolutions are int8's"),
+        }
+    }
+
+    /// Channel-major codes [1, C, L] time-major, the padding (the zero point: a product of 0) on
+    /// both sides, and L.
+    fn padded_tm(&self, q: &[u8], zp: u8, shape: &[i64]) -> (Vec<u8>, usize) {
+        let c = self.in_ch;
+        assert!(shape.len() == 3 && shape[0] == 1 && shape[1] as usize == c, "Conv: X {shape:?}");
+        let (l, pad) = (shape[2] as usize, self.pad);
+        let mut xt = vec![zp; (l + 2 * pad) * c];
+        for ci in 0..c {
+            for (p, &v) in q[ci * l..(ci + 1) * l].iter().enumerate() {
+                xt[(p + pad) * c + ci] = v;
+            }
+        }
+        (xt, l)
+    }
+
+    /// The zero-point rows a time-major input needs at each end.
+    pub fn pad(&self) -> usize {
+        self.pad
+    }
+
+    /// int8: the convolution of codes already time-major and padded (`xt`, [L + 2·pad, C], with
+    /// their scale and zero point), time-major into `out`: [L', O].
+    pub fn forward_tm(&self, xt: &[u8], l: usize, scale: f32, zp: u8, out: &mut Vec<f32>) {
+        let rows = self.int8.as_ref().expect("time-major convolutions are int8's");
+        assert_eq!(xt.len(), (l + 2 * self.pad) * self.in_ch, "Conv: padded X");
+        // (every value is written: a buffer of the right size is used as it is)
+        out.resize(self.out_len(l) * self.out_ch, 0.0);
+        self.sums_into(rows, xt, l, scale, zp, out);
+    }
+
+    fn out_len(&self, l: usize) -> usize {
+        let span = self.dil * (self.kernel - 1) + 1;
+        (l + 2 * self.pad).saturating_sub(span) / self.stride + 1
+    }
+
+    /// The int8 convolution of `xt` (time-major [L + 2·pad, C], padded), channel-major [1, O, L'].
     fn products(&self, rows: &Int8Rows, xt: &[u8], l: usize, scale: f32, zp: u8) -> Tensor {
-        let (c, kw) = (self.in_ch, self.kernel);
-        let span = self.dil * (kw - 1) + 1;
-        let lout = (l + 2 * self.pad).saturating_sub(span) / self.stride + 1;
-        let y = if kw == 1 && self.stride == 1 {
-            rows.products(xt, zp)
-        } else {
-            // the taps' columns of step t lie `dil` steps apart in xt (side by side without
-            // dilation): rows read in place
-            rows.products_strided(xt, lout, self.stride * c, kw, self.dil * c, zp)
-        };
+        let (lout, o) = (self.out_len(l), self.out_ch);
+        let mut out = Tensor::empty([lout as i64, o as i64], (Kind::Float, Device::Cpu));
+        // SAFETY: a tensor made here and held alone while the slice lives.
+        self.sums_into(rows, xt, l, scale, zp, unsafe { f32s_mut(&mut out) });
+        // channel-major by libtorch's blocked transpose
+        out.transpose(0, 1).contiguous().unsqueeze(0)
+    }
+
+    /// The int8 convolution of `xt` into `dst` (time-major [L', O]): im2col rows
+    /// t = [x[:, t·s + j·d] for j] (none for a 1×1), exact sums, then (sums + the bias in the sums'
+    /// units)·a_scale·w_scale as the export's graph computes it.
+    fn sums_into(&self, rows: &Int8Rows, xt: &[u8], l: usize, scale: f32, zp: u8, dst: &mut [f32]) {
+        let (c, kw, o) = (self.in_ch, self.kernel, self.out_ch);
+        let lout = self.out_len(l);
         let s = scale * self.w_scale;
-        let o = self.out_ch;
         let bq: Vec<i32> = match &self.bias_f32 {
             Some(b) => b.iter().map(|&v| (v / s).floor() as i32).collect(),
             None => vec![0; o],
         };
-        let mut out = Tensor::empty([lout as i64, o as i64], (Kind::Float, Device::Cpu));
-        // SAFETY: a tensor made here and held alone while the slice lives.
-        let dst = unsafe { f32s_mut(&mut out) };
-        // time-major as the sums are (one pass the compiler vectorizes), then channel-major by
-        // libtorch's blocked transpose
-        for (d, yr) in dst.chunks_exact_mut(o).zip(y.chunks_exact(o)) {
-            for ((d, &v), &b) in d.iter_mut().zip(yr).zip(&bq) {
-                *d = v.wrapping_add(b) as f32 * s;
+        // the sums in the thread's scratch (rewritten in full: no zeroing, no fresh allocation)
+        crate::gemm::with_scratch_i32(lout * o, |y| {
+            if kw == 1 && self.stride == 1 {
+                rows.packed.matmul_u8(&xt[..lout * c], y);
+                rows.correct(y, zp);
+            } else {
+                // the taps' columns of step t lie `dil` steps apart in xt (side by side without
+                // dilation): rows read in place
+                rows.products_into(xt, lout, self.stride * c, kw, self.dil * c, zp, y);
             }
-        }
-        out.transpose(0, 1).contiguous().unsqueeze(0)
+            // time-major as the sums are: one pass the compiler vectorizes
+            for (d, yr) in dst.chunks_exact_mut(o).zip(y.chunks_exact(o)) {
+                for ((d, &v), &b) in d.iter_mut().zip(yr).zip(&bq) {
+                    *d = v.wrapping_add(b) as f32 * s;
+                }
+            }
+        });
     }
 }
 

@@ -8,7 +8,8 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::int8::{quantize, Act, Conv, Linear, Lstm};
+use super::fused::{adain_snake_quantize, Alpha};
+use super::int8::{quantize, to_f32s, Act, Conv, Linear, Lstm};
 use super::load::{consts, FloatConv, Weights};
 use super::signal;
 use crate::Precision;
@@ -39,6 +40,11 @@ struct AdaIn {
 impl AdaIn {
     fn load(w: &Weights, prefix: &str) -> R<AdaIn> {
         Ok(AdaIn { fc: w.linear(&format!("{prefix}/fc/Gemm_MatMul_quant"))? })
+    }
+
+    /// γ then β, C each, for [`adain_snake_quantize`].
+    fn params(&self, s: &Act) -> Vec<f32> {
+        to_f32s(&self.fc.forward_act(s)).expect("a float tensor")
     }
 
     fn forward(&self, x: &Tensor, s: &Act) -> Tensor {
@@ -321,9 +327,9 @@ impl Decoder {
 struct SnakeBlock {
     adain1: Vec<AdaIn>,
     adain2: Vec<AdaIn>,
-    /// (α, 1/α) per Snake
-    alpha1: Vec<(Tensor, Tensor)>,
-    alpha2: Vec<(Tensor, Tensor)>,
+    /// (α, 1/α) per Snake, as tensors (fp32) and as floats (int8)
+    alpha1: Vec<((Tensor, Tensor), Alpha)>,
+    alpha2: Vec<((Tensor, Tensor), Alpha)>,
     convs1: Vec<Conv>,
     convs2: Vec<Conv>,
 }
@@ -335,10 +341,11 @@ fn snake(x: &Tensor, (alpha, inv): &(Tensor, Tensor)) -> Tensor {
 
 impl SnakeBlock {
     fn load(w: &Weights, prefix: &str, weights: &str) -> R<SnakeBlock> {
-        let alpha = |name: String| -> R<(Tensor, Tensor)> {
+        let alpha = |name: String| -> R<((Tensor, Tensor), Alpha)> {
             let a = w.float(&name)?;
             let inv = a.reciprocal();
-            Ok((a, inv))
+            let floats = Alpha { alpha: to_f32s(&a)?, inv: to_f32s(&inv)? };
+            Ok(((a, inv), floats))
         };
         Ok(SnakeBlock {
             adain1: (0..3).map(|j| AdaIn::load(w, &format!("{prefix}/adain1.{j}"))).collect::<R<_>>()?,
@@ -350,17 +357,52 @@ impl SnakeBlock {
         })
     }
 
+    /// fp32: x [1, C, T] → [1, C, T] in tensor ops.
     fn forward(&self, p: Precision, x: &Tensor, sq: &Act) -> Tensor {
         let mut x = x.shallow_clone();
         for j in 0..3 {
-            let t = snake(&self.adain1[j].forward(&x, sq), &self.alpha1[j]);
+            let t = snake(&self.adain1[j].forward(&x, sq), &self.alpha1[j].0);
             let t = self.convs1[j].forward(p, &t);
-            let t = snake(&self.adain2[j].forward(&t, sq), &self.alpha2[j]);
+            let t = snake(&self.adain2[j].forward(&t, sq), &self.alpha2[j].0);
             let t = self.convs2[j].forward(p, &t);
             x = t + x;
         }
         x
     }
+
+    /// int8: x time-major [T, C] → [T, C], each convolution's input made in one pass
+    /// ([`adain_snake_quantize`]) and its output kept time-major.
+    fn forward_tm(&self, x: Vec<f32>, c: usize, sq: &Act) -> Vec<f32> {
+        let mut x = x;
+        let t = x.len() / c;
+        // buffers reused by every convolution of the block
+        let (mut z, mut q, mut y1, mut y) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for j in 0..3 {
+            let conv = &self.convs1[j];
+            let (s, zp) =
+                adain_snake_quantize(&x, c, &self.adain1[j].params(sq), &self.alpha1[j].1, conv.pad(), &mut z, &mut q);
+            conv.forward_tm(&q, t, s, zp, &mut y1);
+            let conv = &self.convs2[j];
+            let (s, zp) =
+                adain_snake_quantize(&y1, c, &self.adain2[j].params(sq), &self.alpha2[j].1, conv.pad(), &mut z, &mut q);
+            conv.forward_tm(&q, t, s, zp, &mut y);
+            assert_eq!(y.len(), x.len(), "a Snake block keeps its shape");
+            for (x, &y) in x.iter_mut().zip(&y) {
+                *x += y;
+            }
+        }
+        x
+    }
+}
+
+/// [1, C, T] → time-major [T, C] floats.
+fn time_major(x: &Tensor) -> Vec<f32> {
+    to_f32s(&x.squeeze_dim(0).transpose(0, 1)).expect("a float tensor")
+}
+
+/// Time-major [T, C] floats → [1, C, T].
+fn channel_major(x: &[f32], c: usize) -> Tensor {
+    Tensor::from_slice(x).view([(x.len() / c) as i64, c as i64]).transpose(0, 1).contiguous().unsqueeze(0)
 }
 
 /// The iSTFTNet generator with its harmonic source.
@@ -451,16 +493,41 @@ impl Generator {
         let mut x = x.shallow_clone();
         for i in 0..2 {
             x = self.ups[i].forward(&leaky(&x, 0.1));
-            let src = self.noise_res[i].forward(p, &self.noise_convs[i].forward_act(&har_q), sq);
             if i == 1 {
                 x = x.reflection_pad1d([1, 0]);
             }
-            x += src;
-            let mut sum = self.resblocks[3 * i].forward(p, &x, sq);
-            for j in 1..3 {
-                sum += self.resblocks[3 * i + j].forward(p, &x, sq);
-            }
-            x = sum / 3.0;
+            x = match p {
+                Precision::Fp32 => {
+                    let src = self.noise_res[i].forward(p, &self.noise_convs[i].forward_act(&har_q), sq);
+                    x += src;
+                    let mut sum = self.resblocks[3 * i].forward(p, &x, sq);
+                    for j in 1..3 {
+                        sum += self.resblocks[3 * i + j].forward(p, &x, sq);
+                    }
+                    sum / 3.0
+                }
+                Precision::Int8 => {
+                    // time-major through the stage: one transpose in, one out
+                    let c = x.size()[1] as usize;
+                    let src = self.noise_res[i].forward_tm(self.noise_convs[i].forward_act_tm(&har_q), c, sq);
+                    let mut x = time_major(&x);
+                    assert_eq!(src.len(), x.len(), "the source fits the up-sampled frames");
+                    for (x, &s) in x.iter_mut().zip(&src) {
+                        *x += s;
+                    }
+                    let mut sum = self.resblocks[3 * i].forward_tm(x.clone(), c, sq);
+                    for j in 1..3 {
+                        let r = self.resblocks[3 * i + j].forward_tm(x.clone(), c, sq);
+                        for (s, &r) in sum.iter_mut().zip(&r) {
+                            *s += r;
+                        }
+                    }
+                    for s in &mut sum {
+                        *s /= 3.0;
+                    }
+                    channel_major(&sum, c)
+                }
+            };
             profile.mark(if i == 0 { "generator: stage 1" } else { "generator: stage 2" });
         }
         let y = self.conv_post.forward(&leaky(&x, f64::from(0.01f32)));

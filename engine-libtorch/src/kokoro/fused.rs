@@ -1,0 +1,261 @@
+//! The generator's convolution inputs in int8, in one routine instead of a dozen tensor passes:
+//! AdaIN (instance norm over time, then (1 + γ)·x̂ + β), Snake (x + sin²(αx)/α) and
+//! `DynamicQuantizeLinear`, over a time-major activation [T, C], straight into the padded
+//! time-major codes that the convolution's kernels read (`Conv::forward_tm`). Time-major, every
+//! per-channel value (mean, scale, α) lines up with a row's lanes, so each pass is one vectorized
+//! loop over rows, and the blocks never transpose.
+//!
+//! The arithmetic is fixed by the code, not by the CPU: lanes are channels, each channel's sums
+//! run over time in order (in f64), and nothing is fused into FMAs, so the wider builds
+//! ([`adain_snake_quantize`]'s AVX2 and AVX-512 copies) give the same bits as the baseline one.
+
+use super::int8::{quantize_into, range_params};
+use crate::cpu::{self, Level};
+
+/// A Snake's α and 1/α per channel.
+pub(super) struct Alpha {
+    pub alpha: Vec<f32>,
+    pub inv: Vec<f32>,
+}
+
+/// sin²(v), for the Snake: v = kπ + r with |r| ≤ π/2 (π in three parts, exact products for
+/// |k| < 2¹⁶), sin(r) by its Taylor series to r¹¹ (error below 6e-8 there), squared (the sign of
+/// (−1)ᵏ drops out). Branch-free, so that the loops around it vectorize. |v| is clamped to 2²⁰,
+/// far beyond what the network feeds it (where sin² of an f32 means little anyway).
+#[inline(always)]
+fn sin2(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5·2²³: adding and removing it rounds to an integer
+    const PI_A: f32 = 3.140_625;
+    const PI_B: f32 = 9.675_026e-4;
+    const PI_C: f32 = 1.509_958e-7;
+    let v = v.clamp(-1_048_576.0, 1_048_576.0);
+    let k = (v * std::f32::consts::FRAC_1_PI + MAGIC) - MAGIC;
+    let r = ((v - k * PI_A) - k * PI_B) - k * PI_C;
+    let r2 = r * r;
+    let p =
+        -1.0 / 6.0 + r2 * (1.0 / 120.0 + r2 * (-1.0 / 5040.0 + r2 * (1.0 / 362_880.0 + r2 * (-1.0 / 39_916_800.0))));
+    let s = r + r * r2 * p;
+    s * s
+}
+
+/// AdaIN of `x` ([T, C] time-major, `c` channels; `gb`: γ then β, C each, from the style), then
+/// the Snake of `alpha`, quantized as `DynamicQuantizeLinear` does into `q`: [T + 2·pad, C]
+/// time-major, the `pad` rows at each end the zero point (a convolution's padding). `z` is
+/// scratch. Returns the codes' scale and zero point.
+pub(super) fn adain_snake_quantize(
+    x: &[f32],
+    c: usize,
+    gb: &[f32],
+    alpha: &Alpha,
+    pad: usize,
+    z: &mut Vec<f32>,
+    q: &mut Vec<u8>,
+) -> (f32, u8) {
+    assert!(c > 0 && x.len().is_multiple_of(c) && gb.len() == 2 * c, "AdaIN: [T, C] and γ, β of C");
+    assert!(alpha.alpha.len() == c && alpha.inv.len() == c, "Snake: α of C");
+    z.resize(x.len(), 0.0);
+    #[cfg(target_arch = "x86_64")]
+    {
+        let level = cpu::level();
+        if level >= Level::Avx512 {
+            // SAFETY: the level is one this CPU supports, so it has AVX-512F.
+            return unsafe { x86::avx512(x, c, gb, alpha, pad, z, q) };
+        }
+        if level >= Level::Avx2 {
+            // SAFETY: as above, AVX2.
+            return unsafe { x86::avx2(x, c, gb, alpha, pad, z, q) };
+        }
+    }
+    pass(x, c, gb, alpha, pad, z, q)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{pass, Alpha};
+
+    /// [`pass`] compiled for AVX2.
+    ///
+    /// # Safety
+    ///
+    /// The CPU has AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn avx2(
+        x: &[f32],
+        c: usize,
+        gb: &[f32],
+        a: &Alpha,
+        pad: usize,
+        z: &mut [f32],
+        q: &mut Vec<u8>,
+    ) -> (f32, u8) {
+        pass(x, c, gb, a, pad, z, q)
+    }
+
+    /// [`pass`] compiled for AVX-512F.
+    ///
+    /// # Safety
+    ///
+    /// The CPU has AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn avx512(
+        x: &[f32],
+        c: usize,
+        gb: &[f32],
+        a: &Alpha,
+        pad: usize,
+        z: &mut [f32],
+        q: &mut Vec<u8>,
+    ) -> (f32, u8) {
+        pass(x, c, gb, a, pad, z, q)
+    }
+}
+
+/// [`adain_snake_quantize`]'s passes (z already x's size): the channels' means and variances,
+/// the normalized and Snaked values with each channel's extremes, the codes.
+#[inline(always)]
+fn pass(x: &[f32], c: usize, gb: &[f32], alpha: &Alpha, pad: usize, z: &mut [f32], q: &mut Vec<u8>) -> (f32, u8) {
+    let t = x.len() / c;
+    // each channel's sum and sum of squares over time, in f64 (the variance as their difference
+    // loses nothing that f32 would keep)
+    let (mut sum, mut sq) = (vec![0f64; c], vec![0f64; c]);
+    for row in x.chunks_exact(c) {
+        for ((s, q), &v) in sum.iter_mut().zip(sq.iter_mut()).zip(row) {
+            let v = f64::from(v);
+            *s += v;
+            *q += v * v;
+        }
+    }
+    let n = t as f64;
+    let mean: Vec<f32> = sum.iter().map(|&s| (s / n) as f32).collect();
+    let var: Vec<f32> = sum.iter().zip(&sq).map(|(&s, &q)| (q / n - (s / n) * (s / n)).max(0.0) as f32).collect();
+    // (x − mean)·a + β with a = (1 + γ) / √(var + ε)
+    let (gamma, beta) = gb.split_at(c);
+    let a: Vec<f32> = var.iter().zip(gamma).map(|(&v, &g)| (1.0 + g) / (v + 1e-5).sqrt()).collect();
+    // the extremes in 16 lanes of locals, from each row while it is in L1 (a per-channel array
+    // here became masked stores that the next row's loads waited on)
+    const W: usize = 16;
+    let (mut los, mut his) = ([0f32; W], [0f32; W]);
+    let (mut lo, mut hi) = (0f32, 0f32);
+    for (zr, xr) in z.chunks_exact_mut(c).zip(x.chunks_exact(c)) {
+        let snake = alpha.alpha.iter().zip(&alpha.inv);
+        let lanes = zr.iter_mut().zip(xr).zip(mean.iter().zip(&a)).zip(beta.iter().zip(snake));
+        for (((z, &v), (&m, &a)), (&b, (&al, &inv))) in lanes {
+            let y = (v - m) * a + b;
+            *z = y + inv * sin2(al * y);
+        }
+        let (chunks, rest) = zr.as_chunks::<W>();
+        for ch in chunks {
+            for ((lo, hi), &v) in los.iter_mut().zip(his.iter_mut()).zip(ch) {
+                *lo = if v < *lo { v } else { *lo };
+                *hi = if v > *hi { v } else { *hi };
+            }
+        }
+        for &v in rest {
+            lo = lo.min(v);
+            hi = hi.max(v);
+        }
+    }
+    let lo = los.iter().fold(lo, |m, &v| m.min(v));
+    let hi = his.iter().fold(hi, |m, &v| m.max(v));
+    let (scale, zp) = range_params(lo, hi);
+    // (only the padding needs its value beforehand: the rest is overwritten)
+    q.resize((t + 2 * pad) * c, zp);
+    q[..pad * c].fill(zp);
+    q[(pad + t) * c..].fill(zp);
+    quantize_into(z, scale, zp, &mut q[pad * c..(pad + t) * c]);
+    (scale, zp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kokoro::int8::{quant_params, quantize_into};
+
+    #[test]
+    fn sin2_is_within_f32_rounding_of_sin_squared() {
+        let mut worst = 0f64;
+        for i in -200_000..=200_000 {
+            let v = i as f32 * 1e-3 * std::f32::consts::E;
+            let want = f64::from(v).sin().powi(2);
+            worst = worst.max((f64::from(sin2(v)) - want).abs());
+        }
+        assert!(worst < 5e-6, "sin² off by {worst}");
+    }
+
+    /// The reference: the export's passes one by one, as net.rs's fp32 path runs them.
+    fn reference(x: &[f32], c: usize, gb: &[f32], alpha: &Alpha) -> Vec<f32> {
+        let t = x.len() / c;
+        let mut out = vec![0f32; x.len()];
+        for ch in 0..c {
+            let col: Vec<f32> = (0..t).map(|i| x[i * c + ch]).collect();
+            let mean = col.iter().map(|&v| f64::from(v)).sum::<f64>() / t as f64;
+            let var = col.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / t as f64;
+            for (i, &v) in col.iter().enumerate() {
+                let y = (1.0 + f64::from(gb[ch])) * (f64::from(v) - mean) / (var + 1e-5).sqrt() + f64::from(gb[c + ch]);
+                let al = f64::from(alpha.alpha[ch]);
+                out[i * c + ch] = (y + (al * y).sin().powi(2) / al) as f32;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn one_pass_matches_adain_snake_and_quantize_at_every_level() {
+        let (t, c, pad) = (301, 24, 5);
+        // a deterministic mess: offsets and spreads differing by channel
+        let x: Vec<f32> = (0..t * c)
+            .map(|i| {
+                let (ti, ch) = ((i / c) as f32, (i % c) as f32);
+                (ti * 0.37 + ch).sin() * (1.0 + ch * 0.3) + ch * 0.5 - 4.0
+            })
+            .collect();
+        let gb: Vec<f32> = (0..2 * c).map(|i| (i as f32 * 0.71).cos() * 0.8).collect();
+        let alpha = Alpha {
+            alpha: (0..c).map(|i| 0.2 + i as f32 * 0.15).collect(),
+            inv: (0..c).map(|i| 1.0 / (0.2 + i as f32 * 0.15)).collect(),
+        };
+        let want = reference(&x, c, &gb, &alpha);
+        let (ws, wzp) = quant_params(&want);
+        let mut wq = vec![0u8; want.len()];
+        quantize_into(&want, ws, wzp, &mut wq);
+        // every build of the passes this CPU runs, called directly (capping the level would
+        // change it for the other tests of this process)
+        type Pass = fn(&[f32], usize, &[f32], &Alpha, usize, &mut Vec<f32>, &mut Vec<u8>) -> (f32, u8);
+        let mut builds: Vec<(&str, Pass)> = vec![("baseline", |x, c, gb, a, pad, z, q| {
+            z.resize(x.len(), 0.0);
+            pass(x, c, gb, a, pad, z, q)
+        })];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if Level::Avx2.supported() {
+                builds.push(("avx2", |x, c, gb, a, pad, z, q| {
+                    z.resize(x.len(), 0.0);
+                    // SAFETY: the CPU has AVX2 (checked above).
+                    unsafe { x86::avx2(x, c, gb, a, pad, z, q) }
+                }));
+            }
+            if Level::Avx512.supported() {
+                builds.push(("avx512", |x, c, gb, a, pad, z, q| {
+                    z.resize(x.len(), 0.0);
+                    // SAFETY: the CPU has AVX-512F (checked above).
+                    unsafe { x86::avx512(x, c, gb, a, pad, z, q) }
+                }));
+            }
+        }
+        let mut first: Option<Vec<u8>> = None;
+        for (level, run) in builds {
+            let (mut z, mut q) = (Vec::new(), Vec::new());
+            let (s, zp) = run(&x, c, &gb, &alpha, pad, &mut z, &mut q);
+            assert!((s - ws).abs() <= ws * 1e-4 && zp.abs_diff(wzp) <= 1, "{level}: scale {s} zp {zp} vs {ws} {wzp}");
+            assert_eq!(q.len(), (t + 2 * pad) * c);
+            assert!(q[..pad * c].iter().chain(&q[(t + pad) * c..]).all(|&v| v == zp), "{level}: padding");
+            let body = &q[pad * c..(t + pad) * c];
+            let off = body.iter().zip(&wq).filter(|(a, b)| a.abs_diff(**b) > 1).count();
+            assert_eq!(off, 0, "{level}: codes more than one step from the reference");
+            match &first {
+                None => first = Some(q.clone()),
+                Some(f) => assert!(f == &q, "{level}: other bits than the baseline's"),
+            }
+        }
+    }
+}
