@@ -537,15 +537,37 @@ fn first_miss_sorted<'a>(steps: impl Iterator<Item = &'a Step>, now: Instant, ut
     None
 }
 
+/// A worker's steps as it published them (`published`), `done` seconds of work later: it has
+/// been computing them since, earliest deadline first (a worker with steps due soon is never
+/// idle: they are its candidates), so the first of them are that much lighter. Without this, a
+/// worker in a long round (the prosody of a burst's first sentences) looks late for a stream it
+/// admitted just in time a moment before (the least delay leaves no slack), and takes nothing
+/// more until the round ends. Only the steps it has counted: the work of streams admitted to it
+/// since is still all to do.
+pub fn progressed(published: &mut [Step], done: f64) {
+    published.sort_by_key(|s| (s.due, s.limit));
+    let mut left = done.max(0.0);
+    for step in published {
+        if left <= 0.0 {
+            break;
+        }
+        let work = step.work.max(0.0);
+        step.work = (work - left).max(0.0);
+        left -= work;
+    }
+}
+
 /// The least delay of a new stream's first audio at which a worker can still take it: with
 /// `admitted` (its streams' steps) and `new(delay, out)` (the new stream's steps with its first
 /// audio due `delay` after the target, appended to `out`), [`feasible`] from `now` at
-/// `utilization`. `Ok(ZERO)` where it fits as it is; else the least delay up to `bound` that
+/// `utilization` from the new stream's first step on (before it, only a step past its limit
+/// fails: [`first_miss_adding`]). `Ok(ZERO)` where it fits as it is; else the least delay up to `bound` that
 /// fits, found by halving to within [`DELAY_RESOLUTION`] (a later first deadline puts the new
 /// stream's work after more of the others' in earliest-deadline order, which mostly only helps:
 /// the halving may miss a shorter delay that fits, but it returns only a delay checked to fit,
-/// so the admitted streams keep every deadline whatever the search). `Err` with the step that misses without delay (the refusal's log) where
-/// even `bound` does not fit.
+/// so the admitted streams keep every deadline whatever the search). `Err` with the step that
+/// misses (the refusal's log: at `bound`, or without delay where `bound` is zero) where even
+/// `bound` does not fit.
 pub fn least_delay(
     admitted: &[Step],
     now: Instant,
@@ -561,10 +583,14 @@ pub fn least_delay(
         all.clear();
         new(delay, all);
         all.sort_by_key(|s| (s.due, s.limit));
-        first_miss_sorted(Merged { a: &sorted, b: all }, now, utilization)
+        first_miss_adding(Merged { a: &sorted, b: all }, now, utilization)
     };
     let Some(miss) = check(Duration::ZERO, &mut all) else { return Ok(Duration::ZERO) };
-    if bound.is_zero() || check(bound, &mut all).is_some() {
+    if bound.is_zero() {
+        return Err(miss);
+    }
+    // (where even the bound misses, that miss is what stands in the way)
+    if let Some(miss) = check(bound, &mut all) {
         return Err(miss);
     }
     let (mut misses, mut fits) = (Duration::ZERO, bound);
@@ -578,16 +604,41 @@ pub fn least_delay(
     Ok(fits)
 }
 
-/// Two runs of steps in order, merged in order.
+/// [`first_miss_sorted`] for a new stream's steps among a worker's (`(step, new)` in order):
+/// the worker's steps before the new stream's first are judged only as being past their limit
+/// with work left (the worker is late: it takes no new stream). Whether they are done in time
+/// otherwise does not depend on the new stream, which comes after them: a stream admitted just
+/// in time a moment before (the least delay leaves it no slack) would otherwise look late as
+/// soon as any time passed while its worker had not taken it yet, and no later stream would fit.
+fn first_miss_adding<'a>(
+    steps: impl Iterator<Item = (&'a Step, bool)>,
+    now: Instant,
+    utilization: f64,
+) -> Option<(Step, f64)> {
+    let (mut work, mut judged) = (0.0, false);
+    for (s, new) in steps {
+        work += s.work.max(0.0);
+        judged |= new;
+        let share = if s.playing { utilization } else { 1.0 };
+        let late = s.limit <= now && s.work > 0.0;
+        if (judged || late) && work > s.limit.saturating_duration_since(now).as_secs_f64() * share {
+            return Some((*s, work));
+        }
+    }
+    None
+}
+
+/// Two runs of steps in order (a worker's, a new stream's), merged in order, each with whether
+/// it is the new stream's.
 struct Merged<'a> {
     a: &'a [Step],
     b: &'a [Step],
 }
 
 impl<'a> Iterator for Merged<'a> {
-    type Item = &'a Step;
+    type Item = (&'a Step, bool);
 
-    fn next(&mut self) -> Option<&'a Step> {
+    fn next(&mut self) -> Option<(&'a Step, bool)> {
         let take_a = match (self.a.first(), self.b.first()) {
             (Some(a), Some(b)) => (a.due, a.limit) <= (b.due, b.limit),
             (a, _) => a.is_some(),
@@ -595,7 +646,7 @@ impl<'a> Iterator for Merged<'a> {
         let run = if take_a { &mut self.a } else { &mut self.b };
         let (first, rest) = run.split_first()?;
         *run = rest;
-        Some(first)
+        Some((first, !take_a))
     }
 }
 
@@ -967,6 +1018,67 @@ mod tests {
         // Three times as many would need more than the bound: the excess is refused.
         let (_, _, refused) = admit(96, bound);
         assert!(refused > 0);
+    }
+
+    #[test]
+    fn a_worker_in_a_long_round_still_takes_streams_after_one_admitted_just_in_time() {
+        // Issue 35: a burst of new streams on one worker, at the quiet costs above, admitted one
+        // by one until one needs a delay; the least delay leaves it no slack (to the resolution).
+        let t0 = Instant::now();
+        let pacing = Pacing::default();
+        let costs = Costs { per_audio_second: 0.0028, per_first_second: 0.007, per_char: 0.0001 };
+        let bound = pacing.max_first_delay();
+        let new = |k: u64, delay: Duration, out: &mut Vec<Step>| {
+            let at = t0 + Duration::from_micros(100 * k);
+            Outlook::new_after(at, &pacing, 136, 68, None).delayed(delay).steps(
+                &costs,
+                &SIZES,
+                t0 + ADMISSION_HORIZON,
+                out,
+            )
+        };
+        let (mut published, mut k) = (Vec::new(), 0);
+        loop {
+            let delay = least_delay(&published, t0, ADMISSION_UTILIZATION, bound, |d, out| new(k, d, out)).unwrap();
+            new(k, delay, &mut published);
+            k += 1;
+            if delay > Duration::ZERO {
+                break;
+            }
+        }
+        // 60 ms later, the worker not having taken them yet (a burst arrives faster than a
+        // worker reads it), the last one is 60 ms short of its limit: it comes before the next
+        // stream, which cannot make it later; the next one is still taken, its work after all of
+        // theirs (the rule before judged every step from now on: nothing fitted at any delay,
+        // and 32 of 96 were refused where `off` served them all in time).
+        let later = t0 + ms(60);
+        let next = |d: Duration, out: &mut Vec<Step>| new(k, d, out);
+        let mut all = published.clone();
+        new(k, bound, &mut all);
+        assert!(!feasible(&mut all, later, ADMISSION_UTILIZATION));
+        let stale = least_delay(&published, later, ADMISSION_UTILIZATION, bound, next).unwrap();
+        assert!(stale > Duration::ZERO && stale <= bound, "{stale:?}");
+        // Where the worker has taken them and computed 60 ms of them meanwhile, that work is
+        // done: the next stream's first audio comes that much sooner.
+        let mut done = published.clone();
+        progressed(&mut done, 0.060);
+        let delay = least_delay(&done, later, ADMISSION_UTILIZATION, bound, next).unwrap();
+        assert!(delay + ms(50) <= stale, "{delay:?} {stale:?}");
+        // A worker past a limit with work left is late: it takes no new stream at any delay.
+        let mut late = done.clone();
+        late.push(Step { due: t0, limit: t0 + ms(40), work: 0.001, playing: true });
+        assert!(least_delay(&late, later, ADMISSION_UTILIZATION, bound, next).is_err());
+        // Only the work there was: the first steps earliest deadline first, none below zero.
+        let mut steps = [
+            Step { due: t0 + ms(300), limit: t0 + ms(400), work: 0.05, playing: true },
+            Step { due: t0 + ms(100), limit: t0 + ms(150), work: 0.02, playing: false },
+            Step { due: t0 + ms(200), limit: t0 + ms(250), work: 0.03, playing: true },
+        ];
+        progressed(&mut steps, 0.035);
+        let works: Vec<f64> = steps.iter().map(|s| (s.work * 1e6).round() / 1e6).collect();
+        assert_eq!(works, [0.0, 0.015, 0.05]);
+        progressed(&mut steps, 1.0);
+        assert!(steps.iter().all(|s| s.work == 0.0));
     }
 
     #[test]

@@ -278,7 +278,8 @@ impl Pool {
                     demand.arrivals.push((id, new));
                     return Some((index, Duration::ZERO));
                 }
-                let mut admitted: Vec<Step> = demand.steps.clone();
+                // (its steps less the work it has done on them since it counted them)
+                let mut admitted: Vec<Step> = demand.steps_at(now);
                 admitted.extend(demand.arrivals.iter().flat_map(|(_, steps)| steps.iter().copied()));
                 match pacing::least_delay(&admitted, now, pacing::ADMISSION_UTILIZATION, bound, steps) {
                     Ok(delay) => {
