@@ -560,8 +560,8 @@ pub fn progressed(published: &mut [Step], done: f64) {
 /// The least delay of a new stream's first audio at which a worker can still take it: with
 /// `admitted` (its streams' steps) and `new(delay, out)` (the new stream's steps with its first
 /// audio due `delay` after the target, appended to `out`), [`feasible`] from `now` at
-/// `utilization` from the new stream's first step on (before it, only a step past its limit
-/// fails: [`first_miss_adding`]). `Ok(ZERO)` where it fits as it is; else the least delay up to `bound` that
+/// `utilization` (a first chunk no listener waits on yet that comes before the new stream's
+/// fails it only once past its limit: [`first_miss_adding`]). `Ok(ZERO)` where it fits as it is; else the least delay up to `bound` that
 /// fits, found by halving to within [`DELAY_RESOLUTION`] (a later first deadline puts the new
 /// stream's work after more of the others' in earliest-deadline order, which mostly only helps:
 /// the halving may miss a shorter delay that fits, but it returns only a delay checked to fit,
@@ -604,12 +604,15 @@ pub fn least_delay(
     Ok(fits)
 }
 
-/// [`first_miss_sorted`] for a new stream's steps among a worker's (`(step, new)` in order):
-/// the worker's steps before the new stream's first are judged only as being past their limit
-/// with work left (the worker is late: it takes no new stream). Whether they are done in time
-/// otherwise does not depend on the new stream, which comes after them: a stream admitted just
-/// in time a moment before (the least delay leaves it no slack) would otherwise look late as
-/// soon as any time passed while its worker had not taken it yet, and no later stream would fit.
+/// [`first_miss_sorted`] for a new stream's steps among a worker's (`(step, new)` in order),
+/// but for the first chunks no listener waits on yet that come before the new stream's first
+/// step: those are judged only as being past their limit with work left (the worker is late:
+/// it takes no new stream). Whether they are done in time otherwise does not depend on the new
+/// stream, which comes after them, and missing that by a little is a later first audio, not a
+/// gap anyone hears: a stream admitted just in time a moment before (the least delay leaves its
+/// first chunk no slack) would otherwise look late as soon as any time passed while its worker
+/// had not taken it yet, and no later stream would fit at any delay. A listener's chunks are
+/// judged wherever they come: a worker that looks late for one takes no new stream.
 fn first_miss_adding<'a>(
     steps: impl Iterator<Item = (&'a Step, bool)>,
     now: Instant,
@@ -621,7 +624,7 @@ fn first_miss_adding<'a>(
         judged |= new;
         let share = if s.playing { utilization } else { 1.0 };
         let late = s.limit <= now && s.work > 0.0;
-        if (judged || late) && work > s.limit.saturating_duration_since(now).as_secs_f64() * share {
+        if (judged || s.playing || late) && work > s.limit.saturating_duration_since(now).as_secs_f64() * share {
             return Some((*s, work));
         }
     }
@@ -1047,10 +1050,10 @@ mod tests {
             }
         }
         // 60 ms later, the worker not having taken them yet (a burst arrives faster than a
-        // worker reads it), the last one is 60 ms short of its limit: it comes before the next
-        // stream, which cannot make it later; the next one is still taken, its work after all of
-        // theirs (the rule before judged every step from now on: nothing fitted at any delay,
-        // and 32 of 96 were refused where `off` served them all in time).
+        // worker reads it), the last one's first chunk is 60 ms short of its limit: it comes
+        // before the next stream, which cannot make it later; the next one is still taken, its
+        // work after all of theirs (the rule before judged every step from now on: nothing
+        // fitted at any delay, and 32 of 96 were refused where `off` served them all in time).
         let later = t0 + ms(60);
         let next = |d: Duration, out: &mut Vec<Step>| new(k, d, out);
         let mut all = published.clone();
@@ -1064,10 +1067,14 @@ mod tests {
         progressed(&mut done, 0.060);
         let delay = least_delay(&done, later, ADMISSION_UTILIZATION, bound, next).unwrap();
         assert!(delay + ms(50) <= stale, "{delay:?} {stale:?}");
-        // A worker past a limit with work left is late: it takes no new stream at any delay.
+        // A worker past a limit with work left is late: it takes no new stream at any delay;
+        // and so is one that would run a listener dry, however far ahead.
         let mut late = done.clone();
-        late.push(Step { due: t0, limit: t0 + ms(40), work: 0.001, playing: true });
+        late.push(Step { due: t0, limit: t0 + ms(40), work: 0.001, playing: false });
         assert!(least_delay(&late, later, ADMISSION_UTILIZATION, bound, next).is_err());
+        let mut dry = done.clone();
+        dry.push(Step { due: t0, limit: later + ms(100), work: 0.5, playing: true });
+        assert!(least_delay(&dry, later, ADMISSION_UTILIZATION, bound, next).is_err());
         // Only the work there was: the first steps earliest deadline first, none below zero.
         let mut steps = [
             Step { due: t0 + ms(300), limit: t0 + ms(400), work: 0.05, playing: true },
