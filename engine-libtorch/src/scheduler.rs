@@ -591,7 +591,7 @@ impl Scheduler {
             }
         }
         let mut demand = self.stats.demand.lock().unwrap_or_else(|p| p.into_inner());
-        demand.publish(steps, now);
+        demand.steps = steps;
         demand.costs = costs;
         demand.kokoro = kokoro;
     }
@@ -627,7 +627,7 @@ impl Scheduler {
                         let mut demand = self.stats.demand.lock().unwrap_or_else(|p| p.into_inner());
                         if let Some(k) = demand.arrivals.iter().position(|(id, _)| *id == submission.id) {
                             let (_, steps) = demand.arrivals.swap_remove(k);
-                            demand.take(steps, Instant::now());
+                            demand.steps.extend(steps);
                         }
                     }
                     let mut job = self.admit(*submission);

@@ -10,7 +10,7 @@ use speechstream_core::capacity::{Histogram, StreamTiming, WorkerLoad};
 use speechstream_core::engine::RequestId;
 
 pub(crate) use crate::pacing::CHARS_PER_SECOND;
-use crate::pacing::{self, Costs, Delivery, Step, RETRY_AFTER};
+use crate::pacing::{Costs, Delivery, Step, RETRY_AFTER};
 
 /// Upper bounds of the lateness histogram, seconds.
 pub(crate) const LATENESS_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
@@ -163,38 +163,11 @@ pub(crate) struct WorkerStats {
 /// it): the steps of the streams it runs, as it last published them, and of the streams
 /// admitted to it that it has not taken yet; and what its work costs.
 pub(crate) struct Demand {
-    /// Its streams' steps as of `published_at` (published, or taken on since).
     pub steps: Vec<Step>,
-    /// It has been working on `steps` since ([`Demand::steps_at`]).
-    pub published_at: Instant,
     pub arrivals: Vec<(RequestId, Vec<Step>)>,
     /// hibari's costs, Kokoro's.
     pub costs: Costs,
     pub kokoro: Costs,
-}
-
-impl Demand {
-    /// Its streams' steps at `now`: lighter by the work done on them since they were counted
-    /// ([`pacing::progressed`]).
-    pub fn steps_at(&self, now: Instant) -> Vec<Step> {
-        let mut steps = self.steps.clone();
-        pacing::progressed(&mut steps, now.saturating_duration_since(self.published_at).as_secs_f64());
-        steps
-    }
-
-    /// Its worker publishes `steps` at `now`.
-    pub fn publish(&mut self, steps: Vec<Step>, now: Instant) {
-        self.steps = steps;
-        self.published_at = now;
-    }
-
-    /// Its worker takes on an arrival's `steps` at `now`: they count from now on, with the
-    /// others as the work done on them leaves them.
-    pub fn take(&mut self, steps: Vec<Step>, now: Instant) {
-        let mut all = self.steps_at(now);
-        all.extend(steps);
-        self.publish(all, now);
-    }
 }
 
 impl WorkerStats {
@@ -208,7 +181,6 @@ impl WorkerStats {
             factor: AtomicU64::new(0f64.to_bits()),
             demand: Mutex::new(Demand {
                 steps: Vec::new(),
-                published_at: Instant::now(),
                 arrivals: Vec::new(),
                 costs: Costs { per_audio_second: 1.0, per_first_second: 1.0, per_char: 0.0 },
                 kokoro: Costs { per_audio_second: 0.0, per_first_second: 0.0, per_char: 0.1 },

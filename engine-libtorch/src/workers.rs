@@ -278,8 +278,7 @@ impl Pool {
                     demand.arrivals.push((id, new));
                     return Some((index, Duration::ZERO));
                 }
-                // (its steps less the work it has done on them since it counted them)
-                let mut admitted: Vec<Step> = demand.steps_at(now);
+                let mut admitted: Vec<Step> = demand.steps.clone();
                 admitted.extend(demand.arrivals.iter().flat_map(|(_, steps)| steps.iter().copied()));
                 match pacing::least_delay(&admitted, now, pacing::ADMISSION_UTILIZATION, bound, steps) {
                     Ok(delay) => {
