@@ -13,7 +13,9 @@
 #      third of the run on.
 #   3. closed loop with admission on: CLOSED_CONNS connections, CLOSED_UTTERANCES utterances each
 #      of benches/texts/two-sentences.txt, as fast as they are read, against --admission off:
-#      refusals, time to first audio, streams admitted with a later first audio (delayed).
+#      refusals, time to first audio, streams admitted with a later first audio (delayed). A
+#      refused connection waits the refusal's Retry-After (1 s, loadgen's --refusal-backoff) before
+#      its next utterance, as the openai SDK does; the refused try counts as one of its utterances.
 # Run it alone on the machine (its figures are timings):
 #   benches/workers-bench.sh        # ~3.5 min with the defaults
 #
@@ -122,7 +124,7 @@ if [[ "${SKIP_CLOSED:-0}" != 1 ]]; then
       n=$((c * ${CLOSED_UTTERANCES:-6}))
       say "closed loop: admission $mode, $c connections, $n utterances"
       line="$(target/release/loadgen run -u "ws://127.0.0.1:$port$WS" -l "closed-$mode" -c "$c" -n "$n" -d 600 -m pcm \
-        --text "$CLOSED_TEXT" --utterance-timeout 60 --refusal-backoff 0 --pid "$server")"
+        --text "$CLOSED_TEXT" --utterance-timeout 60 --pid "$server")"
       echo "$line" >>"$OUT.closed.jsonl"
       delayed="$(metric "$port" speechstream_admission_delayed_total)"
       echo "$line" | python3 -c "

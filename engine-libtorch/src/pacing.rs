@@ -540,12 +540,14 @@ fn first_miss_sorted<'a>(steps: impl Iterator<Item = &'a Step>, now: Instant, ut
 /// The least delay of a new stream's first audio at which a worker can still take it: with
 /// `admitted` (its streams' steps) and `new(delay, out)` (the new stream's steps with its first
 /// audio due `delay` after the target, appended to `out`), [`feasible`] from `now` at
-/// `utilization`. `Ok(ZERO)` where it fits as it is; else the least delay up to `bound` that
+/// `utilization` (a first chunk no listener waits on yet that comes before the new stream's
+/// fails it only once past its limit: [`first_miss_adding`]). `Ok(ZERO)` where it fits as it is; else the least delay up to `bound` that
 /// fits, found by halving to within [`DELAY_RESOLUTION`] (a later first deadline puts the new
 /// stream's work after more of the others' in earliest-deadline order, which mostly only helps:
 /// the halving may miss a shorter delay that fits, but it returns only a delay checked to fit,
-/// so the admitted streams keep every deadline whatever the search). `Err` with the step that misses without delay (the refusal's log) where
-/// even `bound` does not fit.
+/// so the admitted streams keep every deadline whatever the search). `Err` with the step that
+/// misses (the refusal's log: at `bound`, or without delay where `bound` is zero) where even
+/// `bound` does not fit.
 pub fn least_delay(
     admitted: &[Step],
     now: Instant,
@@ -561,10 +563,14 @@ pub fn least_delay(
         all.clear();
         new(delay, all);
         all.sort_by_key(|s| (s.due, s.limit));
-        first_miss_sorted(Merged { a: &sorted, b: all }, now, utilization)
+        first_miss_adding(Merged { a: &sorted, b: all }, now, utilization)
     };
     let Some(miss) = check(Duration::ZERO, &mut all) else { return Ok(Duration::ZERO) };
-    if bound.is_zero() || check(bound, &mut all).is_some() {
+    if bound.is_zero() {
+        return Err(miss);
+    }
+    // (where even the bound misses, that miss is what stands in the way)
+    if let Some(miss) = check(bound, &mut all) {
         return Err(miss);
     }
     let (mut misses, mut fits) = (Duration::ZERO, bound);
@@ -578,16 +584,44 @@ pub fn least_delay(
     Ok(fits)
 }
 
-/// Two runs of steps in order, merged in order.
+/// [`first_miss_sorted`] for a new stream's steps among a worker's (`(step, new)` in order),
+/// but for the first chunks no listener waits on yet that come before the new stream's first
+/// step: those are judged only as being past their limit with work left (the worker is late:
+/// it takes no new stream). Whether they are done in time otherwise does not depend on the new
+/// stream, which comes after them, and missing that by a little is a later first audio, not a
+/// gap anyone hears: a stream admitted just in time a moment before (the least delay leaves its
+/// first chunk no slack) would otherwise look late as soon as any time passed while its worker
+/// had not taken it yet, and no later stream would fit at any delay. A listener's chunks are
+/// judged wherever they come: a worker that looks late for one takes no new stream.
+fn first_miss_adding<'a>(
+    steps: impl Iterator<Item = (&'a Step, bool)>,
+    now: Instant,
+    utilization: f64,
+) -> Option<(Step, f64)> {
+    let (mut work, mut judged) = (0.0, false);
+    for (s, new) in steps {
+        work += s.work.max(0.0);
+        judged |= new;
+        let share = if s.playing { utilization } else { 1.0 };
+        let late = s.limit <= now && s.work > 0.0;
+        if (judged || s.playing || late) && work > s.limit.saturating_duration_since(now).as_secs_f64() * share {
+            return Some((*s, work));
+        }
+    }
+    None
+}
+
+/// Two runs of steps in order (a worker's, a new stream's), merged in order, each with whether
+/// it is the new stream's.
 struct Merged<'a> {
     a: &'a [Step],
     b: &'a [Step],
 }
 
 impl<'a> Iterator for Merged<'a> {
-    type Item = &'a Step;
+    type Item = (&'a Step, bool);
 
-    fn next(&mut self) -> Option<&'a Step> {
+    fn next(&mut self) -> Option<(&'a Step, bool)> {
         let take_a = match (self.a.first(), self.b.first()) {
             (Some(a), Some(b)) => (a.due, a.limit) <= (b.due, b.limit),
             (a, _) => a.is_some(),
@@ -595,7 +629,7 @@ impl<'a> Iterator for Merged<'a> {
         let run = if take_a { &mut self.a } else { &mut self.b };
         let (first, rest) = run.split_first()?;
         *run = rest;
-        Some(first)
+        Some((first, !take_a))
     }
 }
 
@@ -967,6 +1001,56 @@ mod tests {
         // Three times as many would need more than the bound: the excess is refused.
         let (_, _, refused) = admit(96, bound);
         assert!(refused > 0);
+    }
+
+    #[test]
+    fn a_stream_admitted_just_in_time_does_not_make_its_worker_refuse_the_next() {
+        // Issue 35: a burst of new streams on one worker, at the quiet costs above, admitted one
+        // by one until one needs a delay; the least delay leaves it no slack (to the resolution).
+        let t0 = Instant::now();
+        let pacing = Pacing::default();
+        let costs = Costs { per_audio_second: 0.0028, per_first_second: 0.007, per_char: 0.0001 };
+        let bound = pacing.max_first_delay();
+        let new = |k: u64, delay: Duration, out: &mut Vec<Step>| {
+            let at = t0 + Duration::from_micros(100 * k);
+            Outlook::new_after(at, &pacing, 136, 68, None).delayed(delay).steps(
+                &costs,
+                &SIZES,
+                t0 + ADMISSION_HORIZON,
+                out,
+            )
+        };
+        let (mut published, mut k) = (Vec::new(), 0);
+        let last = loop {
+            let delay = least_delay(&published, t0, ADMISSION_UTILIZATION, bound, |d, out| new(k, d, out)).unwrap();
+            new(k, delay, &mut published);
+            k += 1;
+            if delay > Duration::ZERO {
+                break delay;
+            }
+        };
+        // 60 ms later, the worker not having taken them yet (a burst arrives faster than a
+        // worker reads it, and it reads between rounds), the last one's first chunk is 60 ms
+        // short of its limit: it comes before the next stream, which cannot make it later, and
+        // is a first audio a little late, not a gap anyone hears. The next one is still taken,
+        // its work after all of theirs (the rule before judged every step: nothing fitted at
+        // any delay, and 32 of 96 were refused where `off` served them all within 1 s).
+        let later = t0 + ms(60);
+        let next = |d: Duration, out: &mut Vec<Step>| new(k, d, out);
+        let mut all = published.clone();
+        new(k, bound, &mut all);
+        assert!(!feasible(&mut all, later, ADMISSION_UTILIZATION));
+        let delay = least_delay(&published, later, ADMISSION_UTILIZATION, bound, next).unwrap();
+        assert!(delay > Duration::ZERO && delay <= bound, "{delay:?}");
+        assert!(delay + DELAY_RESOLUTION >= last, "{delay:?} {last:?}");
+        // A worker past a limit with work left is late: it takes no new stream at any delay;
+        // and so is one that would run a listener dry, however far ahead.
+        let mut late = published.clone();
+        late.push(Step { due: t0, limit: t0 + ms(40), work: 0.001, playing: false });
+        assert!(least_delay(&late, later, ADMISSION_UTILIZATION, bound, next).is_err());
+        let mut dry = published.clone();
+        dry.push(Step { due: t0, limit: later + ms(100), work: 0.5, playing: true });
+        assert!(least_delay(&dry, later, ADMISSION_UTILIZATION, bound, next).is_err());
     }
 
     #[test]

@@ -38,7 +38,7 @@ use crate::kokoro::serve::{
 use crate::kokoro::voices::VoicePack;
 use crate::noise::NoiseSource;
 use crate::options::HibariOptions;
-use crate::pacing::{self, Candidate, ChunkSizes, Costs, Outlook, Pace, Pacing, Speed, Work};
+use crate::pacing::{self, Candidate, ChunkSizes, Costs, Delivery, Outlook, Pace, Pacing, Speed, Work};
 use crate::stats::{Admission, AdmissionMode, WorkerStats, CHARS_PER_SECOND};
 use crate::timing::{word_timings, Acoustics};
 
@@ -227,7 +227,11 @@ impl Job {
                         );
                     }
                     if let Some(seconds) = seconds {
-                        stats.record_delivery(self.pace.delivered(Instant::now(), seconds));
+                        let delivery = self.pace.delivered(Instant::now(), seconds);
+                        if let Delivery::Late(late) = delivery {
+                            tracing::debug!(request = %self.id, late_ms = late * 1e3, "late chunk");
+                        }
+                        stats.record_delivery(delivery);
                     }
                 }
                 Err(TrySendError::Full(event)) => {

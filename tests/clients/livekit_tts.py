@@ -1,7 +1,7 @@
 """LiveKit Agents' OpenAI TTS plugin, unchanged and with its defaults, against speechstream.
 
 Run by tests/agents.rs with the venv from scripts/setup-agents.sh:
-    python livekit_tts.py BASE_URL API_KEY OUT.wav [MODEL [RESPONSE_FORMAT]]
+    python livekit_tts.py BASE_URL API_KEY OUT.wav [MODEL [RESPONSE_FORMAT [VOICE]]]
 Synthesizes through `openai.TTS(...).synthesize(text)` (the plugin decodes what the server
 sends, mp3 by default, with its own decoder), writes the frames to OUT.wav and prints one JSON
 line: frames, samples, sample_rate, request_id. Exits non-zero on any error or no audio.
@@ -24,6 +24,8 @@ async def main() -> int:
         kwargs["model"] = sys.argv[4]
     if len(sys.argv) > 5:
         kwargs["response_format"] = sys.argv[5]
+    if len(sys.argv) > 6:
+        kwargs["voice"] = sys.argv[6]
     tts = openai.TTS(base_url=f"{base_url}/v1", api_key=api_key, **kwargs)
     pcm, frames, rate, request_id = bytearray(), 0, None, None
     async with tts.synthesize(TEXT) as stream:
