@@ -8,7 +8,8 @@
 //!   each group of 4 bytes per column is one step of 4 along K, so one vector load gives a whole
 //!   panel's step and the activations' 4 bytes of the same step are broadcast to every lane.
 //! - **Register tiles.** Up to 6 rows × 2 (256-bit) or 4 (512-bit) panels of int32 sums stay in
-//!   registers across all of K; W's panels stay in L1 while the tile walks down the rows, and
+//!   registers across all of K (a span of 8: 6 rows × 1 panel at 256 bits, 4 × 2 at 512, which
+//!   leaves registers for the run's steps of W instead of spilling sums to the stack); W's panels stay in L1 while the tile walks down the rows, and
 //!   the first tile of a block prefetches the next block's. K is at most 768, so there is no
 //!   blocking along K; M comes in blocks from [`crate::kernels::QWeight::forward`], whose int32
 //!   sums then stay in L2 for its epilogue.
@@ -16,16 +17,20 @@
 //! - **VNNI** (`vpdpbusd`): sums of 4 products into int32, nothing saturates.
 //! - **AVX2 / AVX-512BW without VNNI**: `vpmaddubsw` (pairs of u8 × s8 products summed into
 //!   int16) and `vpmaddwd` by ones (pairs of those into int32), MLAS's two multiplies per 32
-//!   products; or, where W allows it, two `vpmaddubsw` of groups 2t and 2t + 1 added in int16
-//!   first (`vpaddw`), then one `vpmaddwd`: three multiplies per 64 products (the *quad* form).
+//!   products; or, where W allows it, the `vpmaddubsw` of a *run* of 2, 4 or 8 consecutive
+//!   groups (the matrix's *span*) added in int16 first (`vpaddw`), then one `vpmaddwd` and one
+//!   `vpaddd` for the run: 2s + 1 vector operations per s groups instead of 3s (a span of 8: 17
+//!   per 256 products against 24 for pairs and 20 for twos; Intel's cores run `vpmaddubsw` and
+//!   `vpmaddwd` on two ports and the adds on three, so the total counts; Zen 4 the multiplies).
 //!   An int16 sum of u8 × s8 products lies within [−255 · (its negative weights' magnitudes),
 //!   255 · (its positive weights)], so it is exact while both are at most 128 (±32640 ≤ 32767):
-//!   packing keeps every sum of the main steps within that (two weights, or four in the quad
-//!   form), scaling down only the weights of a sum beyond it, and puts the rest in the panel's
-//!   *extra* steps (pairs within the same bound), which the tile adds after the main loop with
-//!   the same u8 A, so the offset is unchanged. Each matrix gets the form with fewer multiplies,
-//!   extra steps counted: the voice's decoder leaves 0.03-3% of its groups to extra steps in the
-//!   quad form, its head 6.6%, a few text-encoder layers too many (they keep pairs). No sum
+//!   packing keeps every sum of the main steps within that (2 · span weights), scaling down only
+//!   the weights of a sum beyond it, and puts the rest in the panel's *extra* steps (pairs
+//!   within the same bound), which the tile adds after the main loop with the same u8 A, so the
+//!   offset is unchanged. Each matrix gets the span with the fewest vector operations, extra
+//!   steps counted: Kokoro's generator (weights of rms 4.5-10 steps) takes 8 or 4 with 0-1% of
+//!   its groups in extra steps; hibari's decoder (rms ~19) leaves 0.03-3% of its groups to extra
+//!   steps in twos, its head 6.6%, a few text-encoder layers too many (they keep pairs). No sum
 //!   saturates, none is approximated: the integers are the baseline's whatever W holds; a W full
 //!   of large weights only costs time.
 //! - **Baseline**: plain dot products the compiler vectorizes for the target.
@@ -98,9 +103,10 @@ pub struct Packed {
     extra_at: Vec<u32>,
     extra_group: Vec<u32>,
     extra_data: Vec<u8>,
-    /// The `vpmaddubsw` levels: whether the main steps go in twos (groups 2t and 2t + 1 summed in
-    /// int16 before widening, see the module's notes) or one by one.
-    quad: bool,
+    /// The `vpmaddubsw` levels: how many groups one int16 sum of the main steps spans (1, 2 or 4:
+    /// groups st..st + span summed in int16 before widening, see the module's notes); 1 for the
+    /// VNNI levels.
+    span: usize,
     /// W as libtorch's int8 [K, N], made the first time `_int_mm` is used ([`TORCH_FROM_ROWS`])
     torch_w: OnceLock<ReadOnly>,
 }
@@ -144,7 +150,7 @@ impl Packed {
             extra_at: Vec::new(),
             extra_group: Vec::new(),
             extra_data: Vec::new(),
-            quad: false,
+            span: 1,
             torch_w: OnceLock::new(),
         };
         if lanes == 0 {
@@ -163,25 +169,25 @@ impl Packed {
             p.extra_at = vec![0; panels + 1];
             return p;
         }
-        // The `vpmaddubsw` levels: both forms packed, the one with fewer multiplies kept.
-        let cost = |s: &Split, quad: bool| {
-            let main = if quad { groups / 2 * 3 + groups % 2 * 2 } else { groups * 2 };
-            panels * main + s.extra_group.len() * 2
+        // The `vpmaddubsw` levels: every span packed, the one with the fewest vector operations
+        // kept (a run of s groups: s `vpmaddubsw`, s − 1 `vpaddw`, one `vpmaddwd` and one
+        // `vpaddd`; the groups past the last whole run and every extra step: three each).
+        let cost = |s: &Split, span: usize| {
+            panels * (groups / span * (2 * span + 1) + groups % span * 3) + s.extra_group.len() * 3
         };
-        // (the pair form costs at least its main steps: packed only where the quads may lose)
-        let quads = split(&whole, panels, groups, step, true);
-        let quad_cost = cost(&quads, true);
-        let (chosen, quad) = if quad_cost < panels * groups * 2 {
-            (quads, true)
-        } else {
-            let pairs = split(&whole, panels, groups, step, false);
-            if quad_cost < cost(&pairs, false) {
-                (quads, true)
-            } else {
-                (pairs, false)
+        let (mut chosen, mut span) = (split(&whole, panels, groups, step, MAX_SPAN), MAX_SPAN);
+        let mut best = cost(&chosen, MAX_SPAN);
+        for s in [4, 2, 1] {
+            // (a span costs at least its main steps: packed only where it may win)
+            if panels * (groups / s * (2 * s + 1) + groups % s * 3) < best {
+                let other = split(&whole, panels, groups, step, s);
+                if cost(&other, s) < best {
+                    best = cost(&other, s);
+                    (chosen, span) = (other, s);
+                }
             }
-        };
-        p.quad = quad;
+        }
+        p.span = span;
         p.data = chosen.data.iter().map(|&v| v as u8).collect();
         p.extra_at = chosen.extra_at;
         p.extra_group = chosen.extra_group;
@@ -316,7 +322,7 @@ impl Packed {
         {
             let layout = if taps == 1 || tap_step == tap_len {
                 Some(Layout::rows(lda))
-            } else if tap_len.is_multiple_of(if self.quad { 8 } else { 4 }) {
+            } else if tap_len.is_multiple_of(4 * self.span) {
                 Some(Layout { lda, per: tap_len / 4, gap: tap_step - tap_len })
             } else {
                 None
@@ -325,7 +331,7 @@ impl Packed {
                 self.level != Level::Baseline && k.is_multiple_of(4) && m < TORCH_FROM_ROWS.load(Ordering::Relaxed)
             }) {
                 // SAFETY: as in `matmul_u8`; with K a multiple of 4 the kernels read `groups * 4`
-                // = K bytes per row, in runs of whole groups (pairs where `quad`) that lie in `a`
+                // = K bytes per row, in pieces of whole runs of `span` groups that lie in `a`
                 // (asserted above).
                 unsafe {
                     match self.level {
@@ -406,14 +412,20 @@ fn fitting_part(w: &[i8], h: &mut [i8]) {
     }
 }
 
-/// Whether every int16 sum over pair q of step `s0` (and of step `s1`, unless it is empty) fits
-/// (see [`fitting_part`]): the common case, checked in one pass over the steps.
-fn all_fit(s0: &[i8], s1: &[i8]) -> bool {
-    s0.chunks_exact(2).enumerate().all(|(q, p0)| {
-        let ((p, n), (p1, n1)) = (sign_totals(p0), sign_totals(s1.get(2 * q..2 * q + 2).unwrap_or(&[])));
-        p + p1 <= 128 && n + n1 <= 128
+/// Whether every int16 sum over pair q of each of `steps` (consecutive steps of `step` bytes)
+/// fits (see [`fitting_part`]): the common case, checked in one pass over the steps.
+fn all_fit(steps: &[i8], step: usize) -> bool {
+    (0..step / 2).all(|q| {
+        let (p, n) = steps.chunks_exact(step).fold((0, 0), |(p, n), s| {
+            let (sp, sn) = sign_totals(&s[2 * q..2 * q + 2]);
+            (p + sp, n + sn)
+        });
+        p <= 128 && n <= 128
     })
 }
+
+/// The most groups one int16 sum of the `vpmaddubsw` kernels spans.
+const MAX_SPAN: usize = 8;
 
 /// W's panels as a `vpmaddubsw` kernel reads them (see [`Packed`]'s fields of the same names).
 struct Split {
@@ -423,12 +435,13 @@ struct Split {
     extra_data: Vec<i8>,
 }
 
-/// Splits W (`whole`: [panel][group][lane][4 bytes]) for `vpmaddubsw`: each pair of weights that
-/// one int16 of the main steps sums (`quad`: the pair at the same place in groups 2t and 2t + 1
-/// as well, four weights) keeps its [`fitting_part`]; what is left of a group goes to that
-/// panel's extra steps, one or more per group, each pair of which fits (the kernel adds those
-/// one group at a time). The main and extra parts add up to W exactly.
-fn split(whole: &[i8], panels: usize, groups: usize, step: usize, quad: bool) -> Split {
+/// Splits W (`whole`: [panel][group][lane][4 bytes]) for `vpmaddubsw`: the weights that one int16
+/// of the main steps sums (the pair at the same place in each of the `span` groups of a run:
+/// groups st..st + span up to the last whole run, one group alone after it) keep their
+/// [`fitting_part`]; what is left of a group goes to that panel's extra steps, one or more per
+/// group, each pair of which fits (the kernel adds those one group at a time). The main and extra
+/// parts add up to W exactly.
+fn split(whole: &[i8], panels: usize, groups: usize, step: usize, span: usize) -> Split {
     let panel_len = groups * step;
     let mut s = Split { data: whole.to_vec(), extra_at: vec![0], extra_group: Vec::new(), extra_data: Vec::new() };
     if panel_len == 0 {
@@ -439,26 +452,26 @@ fn split(whole: &[i8], panels: usize, groups: usize, step: usize, quad: bool) ->
     for main in s.data.chunks_exact_mut(panel_len) {
         rest.fill(0);
         // A step is `step / 2` pairs of bytes, pair q of every lane at bytes 2q and 2q + 1; one
-        // int16 sums pair q of group g (and, in the quad form, of group g + 1 too).
+        // int16 sums pair q of the run's groups g..g + together.
+        let runs_end = groups / span * span;
         let mut g = 0;
         while g < groups {
-            let together = if quad && g + 1 < groups { 2 } else { 1 };
-            let steps = &main[g * step..(g + together) * step];
-            if all_fit(&steps[..step], if together == 2 { &steps[step..] } else { &[] }) {
+            let together = if g < runs_end { span } else { 1 };
+            if all_fit(&main[g * step..(g + together) * step], step) {
                 g += together;
                 continue;
             }
             for q in 0..step / 2 {
-                let mut at = [0usize; 4];
+                let mut at = [0usize; 2 * MAX_SPAN];
                 for (i, at) in at.iter_mut().enumerate().take(2 * together) {
                     *at = (g + i / 2) * step + 2 * q + i % 2;
                 }
                 let at = &at[..2 * together];
-                let mut w = [0i8; 4];
+                let mut w = [0i8; 2 * MAX_SPAN];
                 for (w, &i) in w.iter_mut().zip(at) {
                     *w = main[i];
                 }
-                let mut h = [0i8; 4];
+                let mut h = [0i8; 2 * MAX_SPAN];
                 fitting_part(&w[..at.len()], &mut h[..at.len()]);
                 for (&i, &h) in at.iter().zip(&h) {
                     rest[i] = main[i] - h;
@@ -508,9 +521,12 @@ mod x86 {
 
     macro_rules! level {
         ($name:ident, $feature:literal, $v:ty, $vb:literal, $mr:literal, $np:literal, $mrq:literal,
+         $mr4:literal, $np4:literal, $mr8:literal, $np8:literal,
          zero: $zero:path, load: $load:path, set1: $set1:path, sub: $sub:path, store: $store:path,
          mac: |$acc:ident, $a:ident, $b:ident| $mac:expr,
-         mac2: |$qacc:ident, $a0:ident, $b0:ident, $a1:ident, $b1:ident| $mac2:expr) => {
+         mul16: |$ma:ident, $mb:ident| $mul16:expr,
+         add16: |$x:ident, $y:ident| $add16:expr,
+         widen: |$wacc:ident, $s:ident| $widen:expr) => {
             pub mod $name {
                 #[allow(unused_imports)]
                 use std::arch::x86_64::*;
@@ -523,19 +539,21 @@ mod x86 {
 
                 /// Rows `a` (MR of them, as `layout` places them) against panels `panel..panel + NP` into `c`
                 /// (`ldc` apart, `cols` columns); `prefetch`: also asks for the next NP panels,
-                /// step by step, so that they are in L1 when the next block starts.
+                /// step by step, so that they are in L1 when the next block starts. `SPAN`: W's
+                /// main steps go in runs of SPAN groups whose products are summed in int16 before
+                /// they are widened (`w.span`; 1: `mac` per group).
                 ///
                 /// # Safety
                 ///
                 /// The CPU has `$feature`; `w` is packed for this level (`w.lanes` is its
-                /// `LANES`) and holds panels `panel..panel + NP`; `a` points to MR rows of
-                /// `w.groups * 4` readable bytes each, as `layout` places them (its runs whole
-                /// pairs of groups where `QUAD`); `c` to MR rows, `ldc` apart, of
-                /// `cols` (at most NP · LANES) writable `i32`s each, which nothing else accesses
-                /// during the call.
+                /// `LANES`, `w.span` is SPAN) and holds panels `panel..panel + NP`; `a` points to
+                /// MR rows of `w.groups * 4` readable bytes each, as `layout` places them (its
+                /// runs whole multiples of SPAN groups); `c` to MR rows, `ldc` apart, of `cols`
+                /// (at most NP · LANES) writable `i32`s each, which nothing else accesses during
+                /// the call.
                 #[target_feature(enable = $feature)]
                 #[allow(clippy::too_many_arguments)]
-                unsafe fn tile<const MR: usize, const NP: usize, const QUAD: bool>(
+                unsafe fn tile<const MR: usize, const NP: usize, const SPAN: usize>(
                     a: *const u8,
                     layout: Layout,
                     w: &Packed,
@@ -566,34 +584,43 @@ mod x86 {
                         // groups left in the current run of A's
                         let (mut oa, mut ob, mut left) = (0usize, 0usize, layout.per);
                         let mut g0 = 0;
-                        if QUAD {
-                            // two groups per step, their products summed in int16 first
-                            for _ in 0..w.groups / 2 {
+                        if SPAN > 1 {
+                            // SPAN groups per step, their products summed in int16 first
+                            for _ in 0..w.groups / SPAN {
                                 if prefetch {
                                     for &p in &pf {
-                                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ob) as *const i8);
-                                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ob + $vb) as *const i8);
+                                        for s in 0..SPAN {
+                                            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ob + s * $vb) as *const i8);
+                                        }
                                     }
                                 }
-                                let b0: [$v; NP] = std::array::from_fn(|p| read::<$v>(bp[p].add(ob)));
-                                let b1: [$v; NP] = std::array::from_fn(|p| read::<$v>(bp[p].add(ob + $vb)));
+                                let bv: [[$v; NP]; SPAN] = std::array::from_fn(|s| {
+                                    std::array::from_fn(|p| read::<$v>(bp[p].add(ob + s * $vb)))
+                                });
                                 for (acc, &ar) in acc.iter_mut().zip(&ap) {
-                                    let a0 = $set1(read::<i32>(ar.add(oa)));
-                                    let a1 = $set1(read::<i32>(ar.add(oa + 4)));
-                                    for ((acc, &b0), &b1) in acc.iter_mut().zip(&b0).zip(&b1) {
-                                        let ($qacc, $a0, $b0, $a1, $b1) = (*acc, a0, b0, a1, b1);
-                                        *acc = $mac2;
+                                    let av: [$v; SPAN] =
+                                        std::array::from_fn(|s| $set1(read::<i32>(ar.add(oa + 4 * s))));
+                                    for (p, acc) in acc.iter_mut().enumerate() {
+                                        let ($ma, $mb) = (av[0], bv[0][p]);
+                                        let mut sum = $mul16;
+                                        for s in 1..SPAN {
+                                            let ($ma, $mb) = (av[s], bv[s][p]);
+                                            let ($x, $y) = (sum, $mul16);
+                                            sum = $add16;
+                                        }
+                                        let ($wacc, $s) = (*acc, sum);
+                                        *acc = $widen;
                                     }
                                 }
-                                oa += 8;
-                                ob += 2 * $vb;
-                                left -= 2;
+                                oa += 4 * SPAN;
+                                ob += SPAN * $vb;
+                                left -= SPAN;
                                 if left == 0 {
                                     oa += layout.gap;
                                     left = layout.per;
                                 }
                             }
-                            g0 = w.groups / 2 * 2;
+                            g0 = w.groups / SPAN * SPAN;
                         }
                         for _ in g0..w.groups {
                             if prefetch {
@@ -647,15 +674,16 @@ mod x86 {
                     }
                 }
 
-                /// All of A's rows against NP panels starting at `panel`.
+                /// All of A's rows against NP panels starting at `panel`, in tiles of at most
+                /// MR rows, W's main steps in runs of SPAN groups.
                 ///
                 /// # Safety
                 ///
-                /// The CPU has `$feature`; `w` is packed for this level and holds panels
-                /// `panel..panel + NP`; `a` holds `m` rows of `w.groups * 4` bytes as `layout`
-                /// places them, and `c` `m` rows of `w.n` values.
+                /// The CPU has `$feature`; `w` is packed for this level (`w.span` is SPAN) and
+                /// holds panels `panel..panel + NP`; `a` holds `m` rows of `w.groups * 4` bytes
+                /// as `layout` places them, and `c` `m` rows of `w.n` values.
                 #[target_feature(enable = $feature)]
-                unsafe fn rows<const NP: usize>(
+                unsafe fn rows<const MR: usize, const NP: usize, const SPAN: usize>(
                     a: &[u8],
                     m: usize,
                     layout: Layout,
@@ -671,8 +699,7 @@ mod x86 {
                     // fetches the next block of panels (W comes from L3 or memory: the voice's
                     // matrices are 4 MB together; without it, capped to AVX2, the voice's products
                     // ran ~15% slower in the model)
-                    // (groups in twos hold twice the panels' steps in registers: fewer rows)
-                    let tiles = m.div_ceil(if w.quad { $mrq } else { $mr });
+                    let tiles = m.div_ceil(MR);
                     let mut r = 0;
                     for t in 0..tiles {
                         let mr = (m - r).div_ceil(tiles - t);
@@ -683,22 +710,51 @@ mod x86 {
                             let (a, c) = (a.as_ptr().add(r * layout.lda), c.as_mut_ptr().add(r * w.n + col0));
                             let ldc = w.n;
                             let first = t == 0;
-                            match (w.quad, mr) {
-                                (false, 1) => tile::<1, NP, false>(a, layout, w, panel, c, ldc, cols, first),
-                                (false, 2) => tile::<2, NP, false>(a, layout, w, panel, c, ldc, cols, first),
-                                (false, 3) => tile::<3, NP, false>(a, layout, w, panel, c, ldc, cols, first),
-                                (false, 4) => tile::<4, NP, false>(a, layout, w, panel, c, ldc, cols, first),
-                                (false, 5) => tile::<5, NP, false>(a, layout, w, panel, c, ldc, cols, first),
-                                (false, _) => tile::<$mr, NP, false>(a, layout, w, panel, c, ldc, cols, first),
-                                (true, 1) => tile::<1, NP, true>(a, layout, w, panel, c, ldc, cols, first),
-                                (true, 2) => tile::<2, NP, true>(a, layout, w, panel, c, ldc, cols, first),
-                                (true, 3) => tile::<3, NP, true>(a, layout, w, panel, c, ldc, cols, first),
-                                (true, _) => tile::<$mrq, NP, true>(a, layout, w, panel, c, ldc, cols, first),
+                            match mr {
+                                1 if MR > 1 => tile::<1, NP, SPAN>(a, layout, w, panel, c, ldc, cols, first),
+                                2 if MR > 2 => tile::<2, NP, SPAN>(a, layout, w, panel, c, ldc, cols, first),
+                                3 if MR > 3 => tile::<3, NP, SPAN>(a, layout, w, panel, c, ldc, cols, first),
+                                4 if MR > 4 => tile::<4, NP, SPAN>(a, layout, w, panel, c, ldc, cols, first),
+                                5 if MR > 5 => tile::<5, NP, SPAN>(a, layout, w, panel, c, ldc, cols, first),
+                                6 if MR > 6 => tile::<6, NP, SPAN>(a, layout, w, panel, c, ldc, cols, first),
+                                7 if MR > 7 => tile::<7, NP, SPAN>(a, layout, w, panel, c, ldc, cols, first),
+                                _ => tile::<MR, NP, SPAN>(a, layout, w, panel, c, ldc, cols, first),
                             }
                         }
                         r += mr;
                     }
                     debug_assert_eq!(r, m);
+                }
+
+                /// Panels in blocks of NP, their rows in tiles of MR.
+                ///
+                /// # Safety
+                ///
+                /// As [`run`]'s, with `w.span` SPAN.
+                #[target_feature(enable = $feature)]
+                unsafe fn blocks<const MR: usize, const NP: usize, const SPAN: usize>(
+                    a: &[u8],
+                    m: usize,
+                    layout: Layout,
+                    w: &Packed,
+                    c: &mut [i32],
+                ) {
+                    let panels = w.n.div_ceil(LANES);
+                    let mut p = 0;
+                    while p < panels {
+                        let np = (panels - p).min(NP);
+                        // SAFETY: panels p..p + np exist (np <= panels - p); the rest is the
+                        // caller's promise, passed on.
+                        unsafe {
+                            match np {
+                                1 if NP > 1 => rows::<MR, 1, SPAN>(a, m, layout, w, p, c),
+                                2 if NP > 2 => rows::<MR, 2, SPAN>(a, m, layout, w, p, c),
+                                3 if NP > 3 => rows::<MR, 3, SPAN>(a, m, layout, w, p, c),
+                                _ => rows::<MR, NP, SPAN>(a, m, layout, w, p, c),
+                            }
+                        }
+                        p += np;
+                    }
                 }
 
                 /// C = A · Wᵀ with A as A + 128 in u8, `groups` 4-byte steps per row (see [`Packed::matmul_u8`]).
@@ -708,55 +764,54 @@ mod x86 {
                 /// The CPU has `$feature`; `w` was packed for this level (`w.lanes` is its
                 /// `LANES`: its panels, offsets and split pairs as [`Packed`] lays them out);
                 /// `a` holds `m` rows of `w.groups * 4` bytes as `layout` places them (rows may
-                /// overlap; runs of whole pairs of groups where `w.quad`), and `c` at least
+                /// overlap; runs of whole multiples of `w.span` groups), and `c` at least
                 /// `m * w.n` values.
                 #[target_feature(enable = $feature)]
                 pub unsafe fn run(a: &[u8], m: usize, layout: Layout, w: &Packed, c: &mut [i32]) {
                     debug_assert_eq!(w.lanes, LANES);
                     debug_assert!(m > 0 && c.len() >= m * w.n);
-                    let panels = w.n.div_ceil(LANES);
-                    let mut p = 0;
-                    while p < panels {
-                        let np = (panels - p).min($np);
-                        // SAFETY: panels p..p + np exist (np <= panels - p); the rest is the
-                        // caller's promise, passed on.
-                        unsafe {
-                            match np {
-                                1 => rows::<1>(a, m, layout, w, p, c),
-                                2 => rows::<2>(a, m, layout, w, p, c),
-                                3 => rows::<3>(a, m, layout, w, p, c),
-                                _ => rows::<$np>(a, m, layout, w, p, c),
-                            }
+                    // SAFETY: the caller's promise, passed on (`w.span` chooses SPAN).
+                    unsafe {
+                        match w.span {
+                            1 => blocks::<$mr, $np, 1>(a, m, layout, w, c),
+                            2 => blocks::<$mrq, $np, 2>(a, m, layout, w, c),
+                            4 => blocks::<$mr4, $np4, 4>(a, m, layout, w, c),
+                            _ => blocks::<$mr8, $np8, 8>(a, m, layout, w, c),
                         }
-                        p += np;
                     }
                 }
             }
         };
     }
 
-    level!(avx2, "avx2", __m256i, 32, 4, 2, 3,
+    level!(avx2, "avx2", __m256i, 32, 4, 2, 3, 5, 2, 6, 1,
         zero: _mm256_setzero_si256, load: _mm256_loadu_si256, set1: _mm256_set1_epi32,
         sub: _mm256_sub_epi32, store: _mm256_storeu_si256,
         mac: |acc, a, b| _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))),
-        mac2: |acc, a0, b0, a1, b1| _mm256_add_epi32(acc, _mm256_madd_epi16(
-            _mm256_add_epi16(_mm256_maddubs_epi16(a0, b0), _mm256_maddubs_epi16(a1, b1)), _mm256_set1_epi16(1))));
-    level!(avxvnni, "avx2,avxvnni", __m256i, 32, 6, 2, 6,
+        mul16: |a, b| _mm256_maddubs_epi16(a, b),
+        add16: |x, y| _mm256_add_epi16(x, y),
+        widen: |acc, s| _mm256_add_epi32(acc, _mm256_madd_epi16(s, _mm256_set1_epi16(1))));
+    level!(avxvnni, "avx2,avxvnni", __m256i, 32, 6, 2, 6, 6, 2, 6, 1,
         zero: _mm256_setzero_si256, load: _mm256_loadu_si256, set1: _mm256_set1_epi32,
         sub: _mm256_sub_epi32, store: _mm256_storeu_si256,
         mac: |acc, a, b| _mm256_dpbusd_avx_epi32(acc, a, b),
-        mac2: |acc, a0, b0, a1, b1| _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(acc, a0, b0), a1, b1));
-    level!(avx512, "avx512f,avx512bw", __m512i, 64, 6, 4, 4,
+        mul16: |a, b| _mm256_maddubs_epi16(a, b),
+        add16: |x, y| _mm256_add_epi16(x, y),
+        widen: |acc, s| _mm256_add_epi32(acc, _mm256_madd_epi16(s, _mm256_set1_epi16(1))));
+    level!(avx512, "avx512f,avx512bw", __m512i, 64, 6, 4, 4, 5, 4, 4, 2,
         zero: _mm512_setzero_si512, load: _mm512_loadu_si512, set1: _mm512_set1_epi32,
         sub: _mm512_sub_epi32, store: _mm512_storeu_si512,
         mac: |acc, a, b| _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(a, b), _mm512_set1_epi16(1))),
-        mac2: |acc, a0, b0, a1, b1| _mm512_add_epi32(acc, _mm512_madd_epi16(
-            _mm512_add_epi16(_mm512_maddubs_epi16(a0, b0), _mm512_maddubs_epi16(a1, b1)), _mm512_set1_epi16(1))));
-    level!(avx512vnni, "avx512f,avx512bw,avx512vnni", __m512i, 64, 6, 4, 6,
+        mul16: |a, b| _mm512_maddubs_epi16(a, b),
+        add16: |x, y| _mm512_add_epi16(x, y),
+        widen: |acc, s| _mm512_add_epi32(acc, _mm512_madd_epi16(s, _mm512_set1_epi16(1))));
+    level!(avx512vnni, "avx512f,avx512bw,avx512vnni", __m512i, 64, 6, 4, 6, 6, 4, 6, 1,
         zero: _mm512_setzero_si512, load: _mm512_loadu_si512, set1: _mm512_set1_epi32,
         sub: _mm512_sub_epi32, store: _mm512_storeu_si512,
         mac: |acc, a, b| _mm512_dpbusd_epi32(acc, a, b),
-        mac2: |acc, a0, b0, a1, b1| _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, a0, b0), a1, b1));
+        mul16: |a, b| _mm512_maddubs_epi16(a, b),
+        add16: |x, y| _mm512_add_epi16(x, y),
+        widen: |acc, s| _mm512_add_epi32(acc, _mm512_madd_epi16(s, _mm512_set1_epi16(1))));
 }
 
 /// Measures, once per process, whether libtorch's `_int_mm` beats our kernel on the decoder's
@@ -888,8 +943,8 @@ mod tests {
 
     /// Rows of `taps` pieces `tap_step` apart (a dilated convolution's im2col rows read in
     /// place) give, at every level, the sums of those rows copied out one after the other: in
-    /// place where the pieces are whole groups (pairs of them in the quad form), copied where
-    /// not; small weights (the quad form) with large ones at places (split pairs, extra steps).
+    /// place where the pieces are whole runs of groups (W's span), copied where not; small
+    /// weights (in runs) with large ones at places (split pairs, extra steps).
     #[test]
     fn dilated_taps_give_the_copied_rows_sums() {
         // (m, n, channels, taps, dilation)
@@ -919,10 +974,9 @@ mod tests {
         }
     }
 
-    /// The `vpmaddubsw` levels, in both forms (pairs; groups in twos), keep every int16 sum of
-    /// the main steps and every pair of the extra steps within [`fits_i16`], take out only what
-    /// is beyond it, and give W back whole and the sums exact; `new` packs the form with fewer
-    /// multiplies.
+    /// The `vpmaddubsw` levels, in every span (pairs; groups in runs of 2 or 4), keep every int16
+    /// sum of the main steps and every pair of the extra steps within [`fits_i16`], take out only
+    /// what is beyond it, and give W back whole and the sums exact; `new` packs a span in runs.
     #[test]
     fn split_weights_stay_exact() {
         let (n, k, m) = (40, 74, 9);
@@ -936,44 +990,44 @@ mod tests {
         for level in Level::available() {
             let chosen = Packed::new(&w, n, k, level);
             if !matches!(level, Level::Avx2 | Level::Avx512) {
-                assert!(chosen.extra_group.is_empty() && !chosen.quad, "{level} splits nothing");
+                assert!(chosen.extra_group.is_empty() && chosen.span == 1, "{level} splits nothing");
                 continue;
             }
             let (lanes, groups) = (chosen.lanes, chosen.groups);
-            assert_eq!(groups % 2, 1, "an odd group count: the last group goes alone");
+            assert_eq!(groups % 4, 3, "groups past the last run of four: they go alone");
             let panels = n.div_ceil(lanes);
             let whole = in_panels(&w, n, k, lanes);
-            for quad in [false, true] {
-                let s = split(&whole, panels, groups, lanes * 4, quad);
+            for span in [1, 2, 4] {
+                let s = split(&whole, panels, groups, lanes * 4, span);
                 let mut p = Packed::new(&w, n, k, level);
-                p.quad = quad;
+                p.span = span;
                 p.data = s.data.iter().map(|&v| v as u8).collect();
                 (p.extra_at, p.extra_group) = (s.extra_at.clone(), s.extra_group.clone());
                 p.extra_data = s.extra_data.iter().map(|&v| v as u8).collect();
-                assert!(p.unpacked() == w, "{level} quad {quad}");
+                assert!(p.unpacked() == w, "{level} span {span}");
                 let mut c = vec![0; m * n];
                 // random activations, and the largest (255 as A + 128), where the bounds are met
                 for a in [a.clone(), vec![127; m * k]] {
                     p.matmul(&a, &mut c);
-                    assert!(c == naive(&a, &w, m, n, k), "{level} quad {quad}");
+                    assert!(c == naive(&a, &w, m, n, k), "{level} span {span}");
                 }
                 for panel in s.data.chunks_exact(groups * lanes * 4) {
-                    for g in (0..groups).step_by(if quad { 2 } else { 1 }) {
-                        let two = quad && g + 1 < groups;
+                    let mut g = 0;
+                    while g < groups {
+                        let run = if g < groups / span * span { span } else { 1 };
                         for lane in 0..lanes {
                             for half in [0, 2] {
                                 let at = |g: usize| (g * lanes + lane) * 4 + half;
-                                let mut set = vec![panel[at(g)], panel[at(g) + 1]];
-                                if two {
-                                    set.extend([panel[at(g + 1)], panel[at(g + 1) + 1]]);
-                                }
-                                assert!(fits_i16(&set), "{level} quad {quad}: {set:?}");
+                                let set: Vec<i8> =
+                                    (g..g + run).flat_map(|g| [panel[at(g)], panel[at(g) + 1]]).collect();
+                                assert!(fits_i16(&set), "{level} span {span}: {set:?}");
                             }
                         }
+                        g += run;
                     }
                 }
-                assert!(s.extra_data.chunks_exact(2).all(fits_i16), "{level} quad {quad}");
-                if !quad {
+                assert!(s.extra_data.chunks_exact(2).all(fits_i16), "{level} span {span}");
+                if span == 1 {
                     // (0, 0, 127, 1) fits (just), so does (39, 4, 100, −29) (opposite signs); the
                     // other two are one extra step each
                     let steps: Vec<(usize, usize)> =
@@ -987,8 +1041,8 @@ mod tests {
                     assert_eq!(got, steps, "{level}");
                 }
             }
-            // weights this small fit in fours, but for the four large pairs
-            assert!(chosen.quad, "{level}");
+            // weights this small fit in runs, but for the four large pairs
+            assert!(chosen.span > 1, "{level}");
         }
     }
 

@@ -10,6 +10,10 @@
 //!
 //! Prints one row per shape (M rows × N outputs × K inputs) with each way's GMAC/s (multiply-adds
 //! per second, best of the runs). The weights are spread like the voice's (normal, σ = 19 steps).
+//!
+//! `int8-gemm --kokoro`: Kokoro's generator convolutions instead (docs/kokoro-architecture.md §7:
+//! C → C channels, kernel k, dilation d, over the weather fixture's 1,504 and 9,024 frames), each
+//! row of A read in place from the time-major input (`Packed::matmul_u8_taps`), at every level.
 
 use std::time::Instant;
 
@@ -41,10 +45,56 @@ fn best(mut f: impl FnMut(), budget_s: f64) -> f64 {
     best
 }
 
+/// Kokoro's generator convolutions: (frames, channels, kernel, dilation); each stage has three
+/// resblocks (kernels 3, 7, 11) and a noise block (kernel 7, then 11), each with convolutions of
+/// dilation 1, 3, 5 and three of dilation 1.
+const KOKORO: [(usize, usize, usize, usize); 10] = [
+    (1504, 256, 3, 1),
+    (1504, 256, 7, 1),
+    (1504, 256, 7, 3),
+    (1504, 256, 11, 1),
+    (1504, 256, 11, 5),
+    (9024, 128, 3, 1),
+    (9024, 128, 7, 1),
+    (9024, 128, 11, 1),
+    (9024, 128, 11, 3),
+    (9024, 128, 11, 5),
+];
+
+fn kokoro(levels: &[Level]) {
+    print!("{:<6} {:>4} {:>3} {:>3}", "frames", "C", "k", "dil");
+    for l in levels {
+        print!(" {:>11}", l.to_string());
+    }
+    println!("   (GMAC/s, 1 thread)");
+    for (frames, c, k, dil) in KOKORO {
+        let pad = dil * (k - 1) / 2;
+        let x = Tensor::randint_low(0, 256, [((frames + 2 * pad) * c) as i64], (Kind::Uint8, Device::Cpu));
+        let xt = Vec::<u8>::try_from(&x).expect("u8");
+        // spread as the generator's weights are (rms 4.5-10 steps, the largest 64-88)
+        let w = (Tensor::randn([c as i64, (c * k) as i64], (Kind::Float, Device::Cpu)) * 7.0)
+            .round()
+            .clamp(-127, 127)
+            .to_kind(Kind::Int8);
+        let wv = Vec::<i8>::try_from(w.reshape([-1])).expect("i8");
+        let mut y = vec![0i32; frames * c];
+        print!("{frames:<6} {c:>4} {k:>3} {dil:>3}");
+        for &l in levels {
+            let p = Packed::new(&wv, c, c * k, l);
+            let s = best(|| p.matmul_u8_taps(&xt, frames, c, k, c, dil * c, &mut y), 0.3);
+            print!(" {:>11.1}", (frames * c * c * k) as f64 / s / 1e9);
+        }
+        println!();
+    }
+}
+
 fn main() {
     tch::set_num_threads(1);
     let _g = tch::no_grad_guard();
     let levels = Level::available();
+    if std::env::args().any(|a| a == "--kokoro") {
+        return kokoro(&levels);
+    }
     print!("{:<9} {:>4} {:>5} {:>4}", "shape", "M", "N", "K");
     for l in &levels {
         print!(" {:>11}", l.to_string());

@@ -113,15 +113,6 @@ impl Int8Rows {
         c
     }
 
-    /// [`Int8Rows::products`] into `c` of `m` rows `lda` bytes apart in `a`, each `taps` pieces
-    /// of K / `taps` bytes `tap_step` apart (overlapping: a convolution's im2col rows read in
-    /// place from its time-major input).
-    #[allow(clippy::too_many_arguments)]
-    fn products_into(&self, a: &[u8], m: usize, lda: usize, taps: usize, tap_step: usize, a_zp: u8, c: &mut [i32]) {
-        self.packed.matmul_u8_taps(a, m, lda, taps, self.k / taps, tap_step, c);
-        self.correct(c, a_zp);
-    }
-
     fn correct(&self, c: &mut [i32], a_zp: u8) {
         let n = self.rowsum.len();
         let corr = 128 - i32::from(a_zp);
@@ -433,19 +424,24 @@ impl Conv {
         let (c, kw, o) = (self.in_ch, self.kernel, self.out_ch);
         let lout = self.out_len(l);
         let s = scale * self.w_scale;
-        let bq: Vec<i32> = match &self.bias_f32 {
-            Some(b) => b.iter().map(|&v| (v / s).floor() as i32).collect(),
-            None => vec![0; o],
-        };
+        // the bias in the sums' units, plus the zero point's correction (`Int8Rows::correct`)
+        // taken into the same per-column term: the kernel's sums + it in int32 (wrapping, so the
+        // same bits in whichever order) are the graph's sums + bias, in one pass over them
+        let corr = 128 - i32::from(zp);
+        let bq: Vec<i32> = (0..o)
+            .map(|j| {
+                let b = self.bias_f32.as_ref().map_or(0, |b| (b[j] / s).floor() as i32);
+                b.wrapping_add(corr.wrapping_mul(rows.rowsum[j]))
+            })
+            .collect();
         // the sums in the thread's scratch (rewritten in full: no zeroing, no fresh allocation)
         crate::gemm::with_scratch_i32(lout * o, |y| {
             if kw == 1 && self.stride == 1 {
                 rows.packed.matmul_u8(&xt[..lout * c], y);
-                rows.correct(y, zp);
             } else {
                 // the taps' columns of step t lie `dil` steps apart in xt (side by side without
                 // dilation): rows read in place
-                rows.products_into(xt, lout, self.stride * c, kw, self.dil * c, zp, y);
+                rows.packed.matmul_u8_taps(xt, lout, self.stride * c, kw, c, self.dil * c, y);
             }
             // time-major as the sums are: one pass the compiler vectorizes
             for (d, yr) in dst.chunks_exact_mut(o).zip(y.chunks_exact(o)) {
