@@ -17,7 +17,7 @@ use crate::dsp::SAMPLE_RATE;
 use crate::g2p::japanese::{Japanese, WORD_LIST};
 use crate::g2p::FrontEnd;
 use crate::hibari::{Hibari, Precision};
-use crate::kokoro::serve::{load_network, KokoroVoiceModel, Vocab, KOKORO_MODEL_NAME};
+use crate::kokoro::serve::{load_network, KokoroVoiceModel, Vocab, KOKORO_DEFAULT_VOICE, KOKORO_MODEL_NAME};
 use crate::kokoro::voices::{scan, KokoroFiles};
 use crate::options::{HibariOptions, DEFAULT_VOICE};
 use crate::scheduler::{Model, VoiceModel};
@@ -32,7 +32,9 @@ pub struct HibariEngine {
 
 impl HibariEngine {
     /// Loads every voice whose file is present (checked against `voices.json`) and the front ends
-    /// they need, then starts the workers. Errors say what is missing.
+    /// they need, then starts the workers. Errors say what is missing. Without
+    /// [`HibariOptions::hibari_voices`], Kokoro's voices alone (`say` with one of them): hibari's
+    /// model is neither read nor needed, only its text front end's files.
     pub fn new(options: HibariOptions) -> Result<HibariEngine, String> {
         crate::keep_freed_memory();
         if let Some(threads) = options.threads {
@@ -41,10 +43,11 @@ impl HibariEngine {
         let dir = &options.assets_dir;
         let missing =
             || format!("run scripts/setup.sh (or scripts/setup-voice.sh hibari) to put them in {}", dir.display());
-        if !dir.join("hibari.onnx").is_file() {
+        if options.hibari_voices && !dir.join("hibari.onnx").is_file() {
             return Err(format!("hibari's assets are not in {}: {}", dir.display(), missing()));
         }
-        let list = read_voice_list(dir)?;
+        let list = if options.hibari_voices { read_voice_list(dir)? } else { Vec::new() };
+        let kokoro_required = options.kokoro_required || !options.hibari_voices;
         let entries: Vec<_> = list
             .into_iter()
             .filter(|entry| match check_voice_file(dir, entry) {
@@ -61,7 +64,7 @@ impl HibariEngine {
             Some(files) if files.voices.is_empty() || files.model(false).is_none() => {
                 let dir = options.kokoro_dir.as_deref().unwrap_or(dir).display();
                 let what = if files.voices.is_empty() { "no voices" } else { "no kokoro-v1.0[.int8].onnx" };
-                if options.kokoro_required {
+                if kokoro_required {
                     return Err(format!("Kokoro: {dir} has {what} (run scripts/setup-voice.sh kokoro)"));
                 }
                 if !files.voices.is_empty() || files.model(false).is_some() {
@@ -69,6 +72,7 @@ impl HibariEngine {
                 }
                 None
             }
+            None if !options.hibari_voices => return Err("Kokoro: no directory of its files".to_owned()),
             files => files,
         };
         for skipped in kokoro.iter().flat_map(|files| &files.skipped) {
@@ -85,7 +89,8 @@ impl HibariEngine {
             // The front ends (lexicons, tagger, OOV net: ~0.1 s) load on a second thread while
             // the voices load on this one.
             let front_ends = scope.spawn(|| {
-                accents
+                let started = std::time::Instant::now();
+                let loaded = accents
                     .iter()
                     .map(|&british| {
                         FrontEnd::load_accent(dir, device, british).map(|mut fe| {
@@ -95,7 +100,9 @@ impl HibariEngine {
                         })
                     })
                     .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| format!("hibari's text front end: {e}"))
+                    .map_err(|e| format!("hibari's text front end: {e}"));
+                tracing::debug!(s = started.elapsed().as_secs_f64(), accents = accents.len(), "front ends loaded");
+                loaded
             });
             let mut precision = options.precision;
             let mut models = Vec::new();
@@ -150,31 +157,49 @@ impl HibariEngine {
             }
             voices.push(VoiceModel { name: entry.name, model: Model::Hibari(model), front_end });
         }
-        let Some(default) = voices.iter().position(|v| v.name == DEFAULT_VOICE) else {
+        let default = voices.iter().position(|v| v.name == DEFAULT_VOICE);
+        if options.hibari_voices && default.is_none() {
             return Err(format!("voice {DEFAULT_VOICE} is missing from {}: {}", dir.display(), missing()));
-        };
+        }
         // What hibari can do; the core refuses the rest before a request gets here.
-        let capabilities = EngineCapabilities::new(options.model_name.clone(), SAMPLE_RATE)
-            .with_voices(declared)
-            .with_languages([Language::new("English", "en")])
-            .with_task_types([TaskType::CustomVoice])
-            .with_instructions(false)
-            .with_word_timestamps(true);
-        let precision = precision.unwrap_or(Precision::Fp32);
+        let mut capabilities = options.hibari_voices.then(|| {
+            EngineCapabilities::new(options.model_name.clone(), SAMPLE_RATE)
+                .with_voices(declared)
+                .with_languages([Language::new("English", "en")])
+                .with_task_types([TaskType::CustomVoice])
+                .with_instructions(false)
+                .with_word_timestamps(true)
+        });
         let front_end = |british: bool| front_ends.iter().find(|(b, _)| *b == british).map(|(_, fe)| fe.clone());
-        let mut capabilities = capabilities;
         if let (Some(files), Some(american), Some(british)) = (kokoro, front_end(false), front_end(true)) {
             match load_kokoro(&files, dir, &options, american, british) {
                 Ok((kokoro_voices, kokoro_capabilities)) => {
-                    tracing::info!(voices = kokoro_voices.len(), "Kokoro-82M served beside hibari");
+                    tracing::info!(voices = kokoro_voices.len(), hibari = options.hibari_voices, "Kokoro-82M served");
                     voices.extend(kokoro_voices);
-                    capabilities = EngineCapabilities::hosting(vec![capabilities, kokoro_capabilities])
-                        .ok_or("no capabilities")?;
+                    capabilities = Some(match capabilities {
+                        Some(hibari) => {
+                            EngineCapabilities::hosting(vec![hibari, kokoro_capabilities]).ok_or("no capabilities")?
+                        }
+                        None => kokoro_capabilities,
+                    });
                 }
-                Err(e) if options.kokoro_required => return Err(format!("Kokoro: {e}")),
+                Err(e) if kokoro_required => return Err(format!("Kokoro: {e}")),
                 Err(e) => tracing::warn!("Kokoro left out: {e}"),
             }
         }
+        let capabilities = capabilities.ok_or("no voices to serve")?;
+        // Kokoro's voices alone: its default voice (`af_heart` when present, else its first).
+        let default = default
+            .or_else(|| voices.iter().position(|v| v.name == KOKORO_DEFAULT_VOICE))
+            .unwrap_or_default();
+        // (Kokoro alone: its own precision, as `auto` chooses it.)
+        let precision = precision.unwrap_or_else(|| {
+            if options.hibari_voices {
+                Precision::Fp32
+            } else {
+                options.precision.unwrap_or_else(|| crate::KokoroModel::auto_precision(device))
+            }
+        });
         let workers = options.workers.unwrap_or(if device == Device::Cpu { default_workers() } else { 1 });
         let pool = Pool::start(workers, Arc::new(voices), default, &capabilities, &options)?;
         Ok(HibariEngine { capabilities, pool, precision })
@@ -221,7 +246,13 @@ fn load_kokoro(
     let dictionary = std::env::var_os("SPEECHSTREAM_JA_DICTIONARY").map(std::path::PathBuf::from);
     let word_list = kokoro_dir.join(WORD_LIST);
     let (network, japanese) = std::thread::scope(|scope| {
-        let japanese = scope.spawn(|| Japanese::load(dictionary.as_deref(), &word_list).map(Arc::new));
+        let japanese = scope.spawn(|| {
+            let started = std::time::Instant::now();
+            let loaded = Japanese::load(dictionary.as_deref(), &word_list).map(Arc::new);
+            tracing::debug!(s = started.elapsed().as_secs_f64(), "Japanese front end loaded");
+            loaded
+        });
+        let started = std::time::Instant::now();
         let network = match load_network(onnx, options.device, precision) {
             // `auto` chose int8, but the file is the fp32 export: its own arithmetic then.
             Err(e) if options.precision.is_none() && precision == Precision::Int8 => {
@@ -230,6 +261,7 @@ fn load_kokoro(
             }
             result => result,
         };
+        tracing::debug!(s = started.elapsed().as_secs_f64(), "Kokoro's network loaded");
         let japanese = japanese.join().unwrap_or_else(|_| Err("loading the Japanese front end panicked".to_owned()));
         (network, japanese)
     });
