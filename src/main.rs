@@ -224,9 +224,10 @@ struct VoiceArgs {
     /// Kokoro's voices alone, without hibari's model (`say` with one of Kokoro's voices).
     #[arg(skip)]
     kokoro_only: bool,
-    /// One request, then exit (`say`): no warm-up of the workers.
+    /// One request, then exit (`say`): no warm-up of the workers, and only the front ends
+    /// that read it.
     #[arg(skip)]
-    one_shot: bool,
+    one_shot: Option<SynthesisRequest>,
     /// Where the model runs: auto (the first CUDA device when libtorch sees one, else the CPU),
     /// cpu, cuda or cuda:N.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
@@ -327,7 +328,8 @@ impl VoiceArgs {
         let device = speechstream_engine_libtorch::parse_device(&self.device)?;
         let mut options = HibariOptions::new(self.assets()?);
         options.hibari_voices = !self.kokoro_only;
-        options.warm_up = !self.one_shot;
+        options.warm_up = self.one_shot.is_none();
+        options.only_request = self.one_shot.clone();
         options.device = device;
         options.threads = Some(self.threads);
         options.precision = self.precision.0;
@@ -586,15 +588,16 @@ fn run_say(args: SayArgs) -> Result<(), String> {
     // for the others.
     voice_args.skip_default_kokoro = !kokoro_voice_name(&args.voice);
     voice_args.kokoro_only = kokoro_voice_name(&args.voice);
-    // One request: the workers' warm-up would only add its passes to the one it makes.
-    voice_args.one_shot = true;
-    let engine = voice_args.engine(None)?;
-    let loaded = started.elapsed();
     let mut request =
         SynthesisRequest::new(text).with_voice(args.voice.clone()).with_speed(args.speed).with_seed(args.seed);
     if let Some(language) = &args.language {
         request = request.with_language(language.clone());
     }
+    // One request: the workers' warm-up would only add its passes to the one it makes, and a
+    // Kokoro voice reads it with one of its front ends.
+    voice_args.one_shot = Some(request.clone());
+    let engine = voice_args.engine(None)?;
+    let loaded = started.elapsed();
     // The voice rule every protocol uses: any case, OpenAI's names, `default`.
     Catalog::new(Arc::new(engine.capabilities().clone()), Naming::openai()).resolve(&mut request)?;
     // On a terminal, a progress bar; its sentences are counted by the engine's word timings.

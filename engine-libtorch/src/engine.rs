@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use speechstream_core::config::TaskType;
 use speechstream_core::engine::{
-    Engine, EngineCapabilities, EngineLoad, EventSink, Language, RequestId, SynthesisRequest, Voice,
+    voice_mix, Engine, EngineCapabilities, EngineLoad, EventSink, Language, RequestId, SynthesisRequest, Voice,
 };
 use tch::Device;
 
@@ -17,7 +17,9 @@ use crate::dsp::SAMPLE_RATE;
 use crate::g2p::japanese::{Japanese, WORD_LIST};
 use crate::g2p::FrontEnd;
 use crate::hibari::{Hibari, Precision};
-use crate::kokoro::serve::{load_network, KokoroVoiceModel, Vocab, KOKORO_DEFAULT_VOICE, KOKORO_MODEL_NAME};
+use crate::kokoro::serve::{
+    load_network, reads_british, reads_japanese, KokoroVoiceModel, Vocab, KOKORO_DEFAULT_VOICE, KOKORO_MODEL_NAME,
+};
 use crate::kokoro::voices::{scan, KokoroFiles};
 use crate::options::{HibariOptions, DEFAULT_VOICE};
 use crate::scheduler::{Model, VoiceModel};
@@ -79,8 +81,15 @@ impl HibariEngine {
             tracing::warn!("Kokoro voice left out: {skipped}");
         }
         let mut accents: Vec<bool> = entries.iter().map(|e| e.british).collect();
-        if kokoro.is_some() {
-            accents.extend([false, true]);
+        let readers = kokoro.as_ref().map(|files| kokoro_readers(files, options.only_request.as_ref()));
+        if let Some(readers) = readers {
+            // (one English accent at least: every voice holds one)
+            if readers.american || !readers.british {
+                accents.push(false);
+            }
+            if readers.british {
+                accents.push(true);
+            }
         }
         accents.sort_unstable();
         accents.dedup();
@@ -170,9 +179,14 @@ impl HibariEngine {
                 .with_instructions(false)
                 .with_word_timestamps(true)
         });
-        let front_end = |british: bool| front_ends.iter().find(|(b, _)| *b == british).map(|(_, fe)| fe.clone());
+        // An accent left out (the one request reads with the other) is the other's.
+        let front_end = |british: bool| {
+            let find = |british: bool| front_ends.iter().find(|(b, _)| *b == british).map(|(_, fe)| fe.clone());
+            find(british).or_else(|| find(!british))
+        };
         if let (Some(files), Some(american), Some(british)) = (kokoro, front_end(false), front_end(true)) {
-            match load_kokoro(&files, dir, &options, american, british) {
+            let japanese = readers.is_none_or(|r| r.japanese);
+            match load_kokoro(&files, dir, &options, american, british, japanese) {
                 Ok((kokoro_voices, kokoro_capabilities)) => {
                     tracing::info!(voices = kokoro_voices.len(), hibari = options.hibari_voices, "Kokoro-82M served");
                     voices.extend(kokoro_voices);
@@ -221,6 +235,37 @@ impl HibariEngine {
     }
 }
 
+/// Which of Kokoro's front ends to load.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Readers {
+    american: bool,
+    british: bool,
+    japanese: bool,
+}
+
+/// The front ends Kokoro's voices read with: all of them, or, for the one request an engine is
+/// made for ([`HibariOptions::only_request`]) naming Kokoro's voices, those its voice (each of a
+/// mix's) reads its text with.
+fn kokoro_readers(files: &KokoroFiles, only: Option<&SynthesisRequest>) -> Readers {
+    let all = Readers { american: true, british: true, japanese: true };
+    let Some(request) = only else { return all };
+    let Some(parts) = request.voice.as_deref().and_then(voice_mix) else { return all };
+    let mut readers = Readers { american: false, british: false, japanese: false };
+    let language = request.language.as_deref();
+    for (name, _) in parts {
+        // Another voice (an OpenAI name, `default`): what it is is known once resolved.
+        let Some(voice) = files.voices.iter().find(|v| v.name.eq_ignore_ascii_case(name)) else { return all };
+        if reads_japanese(voice.language, language, &request.text) {
+            readers.japanese = true;
+        } else if reads_british(voice.language, language) {
+            readers.british = true;
+        } else {
+            readers.american = true;
+        }
+    }
+    readers
+}
+
 /// Kokoro's voices as the workers hold them, on one network loaded from `files`, and what
 /// they can do.
 fn load_kokoro(
@@ -229,6 +274,7 @@ fn load_kokoro(
     options: &HibariOptions,
     american: Arc<FrontEnd>,
     british: Arc<FrontEnd>,
+    wants_japanese: bool,
 ) -> Result<(Vec<VoiceModel>, EngineCapabilities), String> {
     // `--precision auto` is Kokoro's own auto (not what hibari's probe chose for hibari).
     let precision = options.precision.unwrap_or_else(|| crate::KokoroModel::auto_precision(options.device));
@@ -247,6 +293,9 @@ fn load_kokoro(
     let word_list = kokoro_dir.join(WORD_LIST);
     let (network, japanese) = std::thread::scope(|scope| {
         let japanese = scope.spawn(|| {
+            if !wants_japanese {
+                return Err("Japanese is not loaded: this engine was made for one request in English".to_owned());
+            }
             let started = std::time::Instant::now();
             let loaded = Japanese::load(dictionary.as_deref(), &word_list).map(Arc::new);
             tracing::debug!(s = started.elapsed().as_secs_f64(), "Japanese front end loaded");
@@ -266,9 +315,10 @@ fn load_kokoro(
         (network, japanese)
     });
     let network = network?;
-    match &japanese {
-        Ok(ja) => tracing::info!(dictionary = %ja.dictionary_dir().display(), "Kokoro reads Japanese"),
-        Err(e) => tracing::warn!("Kokoro reads no Japanese: {e}"),
+    match (&japanese, wants_japanese) {
+        (Ok(ja), _) => tracing::info!(dictionary = %ja.dictionary_dir().display(), "Kokoro reads Japanese"),
+        (Err(e), true) => tracing::warn!("Kokoro reads no Japanese: {e}"),
+        (Err(e), false) => tracing::debug!("Kokoro reads no Japanese: {e}"),
     }
     let mut voices = Vec::new();
     let mut declared = Vec::new();
@@ -315,5 +365,47 @@ impl Engine for HibariEngine {
 
     fn abort(&self, id: RequestId) {
         self.pool.abort(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kokoro::voices::{KokoroVoice, VoicePack};
+
+    #[test]
+    fn one_requests_kokoro_voice_loads_only_the_front_ends_it_reads_with() {
+        let voice = |name: &str, language| KokoroVoice {
+            name: name.to_owned(),
+            language: Some(language),
+            pack: VoicePack::new(vec![0.0; 256]).unwrap(),
+            file: "voices.npz".into(),
+        };
+        let files = KokoroFiles {
+            voices: vec![voice("af_heart", "en-US"), voice("bf_emma", "en-GB"), voice("jf_alpha", "ja")],
+            ..KokoroFiles::default()
+        };
+        let readers = |voice: &str, language: Option<&str>, text: &str| {
+            let mut request = SynthesisRequest::new(text).with_voice(voice);
+            if let Some(language) = language {
+                request = request.with_language(language);
+            }
+            let r = kokoro_readers(&files, Some(&request));
+            (r.american, r.british, r.japanese)
+        };
+        let all = (true, true, true);
+        assert_eq!(readers("af_heart", None, "Hello."), (true, false, false));
+        assert_eq!(readers("AF_HEART", Some("en-GB"), "Hello."), (false, true, false));
+        assert_eq!(readers("bf_emma", None, "Hello."), (false, true, false));
+        // a Japanese voice reads English as American, Japanese script (or language ja) as Japanese
+        assert_eq!(readers("jf_alpha", None, "Hello."), (true, false, false));
+        assert_eq!(readers("jf_alpha", None, "今日は。"), (false, false, true));
+        assert_eq!(readers("af_heart", Some("ja"), "Hello."), (false, false, true));
+        assert_eq!(readers("af_heart(2)+bf_emma", None, "Hello."), (true, true, false));
+        // names only resolved later (OpenAI's, `default`, hibari's), and any engine: everything
+        assert_eq!(readers("alloy", None, "Hello."), all);
+        assert_eq!(readers("af_heart+nobody", None, "Hello."), all);
+        let r = kokoro_readers(&files, None);
+        assert_eq!((r.american, r.british, r.japanese), all);
     }
 }

@@ -55,6 +55,10 @@ pub struct HibariOptions {
     /// with one of them), [`HibariOptions::kokoro_dir`] then required; `assets_dir` still gives
     /// the English text front end's files.
     pub hibari_voices: bool,
+    /// The one request the engine is made for, when known before loading (`say`): Kokoro's
+    /// front ends are then loaded only as its voice reads its text (one English accent;
+    /// Japanese only for Japanese). `None`: all of them.
+    pub only_request: Option<speechstream_core::engine::SynthesisRequest>,
     /// Warm each worker up before serving (a pass of each network, and admission's first
     /// measure of its speed): the first request's latency is then the steady one. Off for a
     /// one-shot request (`say`), whose own first pass warms as much, with nothing to admit.
@@ -92,6 +96,7 @@ impl HibariOptions {
             kokoro_dir: None,
             kokoro_required: false,
             hibari_voices: true,
+            only_request: None,
             warm_up: true,
         }
     }
