@@ -48,11 +48,7 @@ fn main() -> Result<(), String> {
     let (wall, cpu) = (Instant::now(), cpu_seconds());
     let precision = KokoroModel::auto_precision(Device::Cpu);
     let model = KokoroModel::load(files.model(false).ok_or("no model")?, Device::Cpu, precision)?;
-    println!(
-        "load ({precision}): {:.3} s wall, {:.3} s cpu",
-        wall.elapsed().as_secs_f64(),
-        cpu_seconds() - cpu
-    );
+    println!("load ({precision}): {:.3} s wall, {:.3} s cpu", wall.elapsed().as_secs_f64(), cpu_seconds() - cpu);
     if std::env::var("WARM").is_ok_and(|w| w == "1") {
         let ids = vocab.ids("hˈɛlO ðˈɛɹ.");
         let (wall, cpu) = (Instant::now(), cpu_seconds());

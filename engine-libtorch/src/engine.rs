@@ -203,9 +203,8 @@ impl HibariEngine {
         }
         let capabilities = capabilities.ok_or("no voices to serve")?;
         // Kokoro's voices alone: its default voice (`af_heart` when present, else its first).
-        let default = default
-            .or_else(|| voices.iter().position(|v| v.name == KOKORO_DEFAULT_VOICE))
-            .unwrap_or_default();
+        let default =
+            default.or_else(|| voices.iter().position(|v| v.name == KOKORO_DEFAULT_VOICE)).unwrap_or_default();
         // (Kokoro alone: its own precision, as `auto` chooses it.)
         let precision = precision.unwrap_or_else(|| {
             if options.hibari_voices {
