@@ -474,6 +474,31 @@ fn sin_cos(x: f32) -> (f32, f32) {
     (s, c)
 }
 
+/// How far apart two signals sound, phase-blind: the mean, over the frames of `reference` that
+/// carry energy (within 30 dB of its loudest), of the RMS difference in dB of the two log
+/// band-power spectra (512-sample Hann frames every 128 samples, 32 bands of 8 bins; a floor 50 dB
+/// under the reference's peak). Infinite when the lengths differ or are under one frame. The
+/// numerical checks of a network against another runtime or device use it: int8 and float graphs
+/// differ in phase long before they differ in sound.
+pub fn spectral_distance(audio: &[f32], reference: &[f32]) -> f64 {
+    if audio.len() != reference.len() || audio.len() < 512 {
+        return f64::INFINITY;
+    }
+    let bands = |x: &[f32]| {
+        let frames = Tensor::from_slice(x).unfold(0, 512, 128) * Tensor::hann_window(512, (Kind::Float, Device::Cpu));
+        let power = frames.fft_rfft(None, -1, "backward").abs().square().narrow(-1, 1, 256);
+        let n = power.size()[0];
+        power.view([n, 32, 8]).sum_dim_intlist(-1, false, Kind::Float)
+    };
+    let (a, r) = (bands(audio), bands(reference));
+    let floor = r.max().double_value(&[]) * 1e-5;
+    let db = |t: Tensor| (t + floor).log10() * 10.0;
+    let energy = r.sum_dim_intlist(-1, false, Kind::Float);
+    let keep = energy.gt(energy.max().double_value(&[]) * 1e-3);
+    let per_frame = (db(a) - db(r)).square().mean_dim(-1, false, Kind::Float).sqrt();
+    per_frame.masked_select(&keep).mean(Kind::Float).double_value(&[])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -602,29 +627,4 @@ mod tests {
         let e = chunked.iter().zip(&whole).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
         assert!(e < 1e-6, "{e}");
     }
-}
-
-/// How far apart two signals sound, phase-blind: the mean, over the frames of `reference` that
-/// carry energy (within 30 dB of its loudest), of the RMS difference in dB of the two log
-/// band-power spectra (512-sample Hann frames every 128 samples, 32 bands of 8 bins; a floor 50 dB
-/// under the reference's peak). Infinite when the lengths differ or are under one frame. The
-/// numerical checks of a network against another runtime or device use it: int8 and float graphs
-/// differ in phase long before they differ in sound.
-pub fn spectral_distance(audio: &[f32], reference: &[f32]) -> f64 {
-    if audio.len() != reference.len() || audio.len() < 512 {
-        return f64::INFINITY;
-    }
-    let bands = |x: &[f32]| {
-        let frames = Tensor::from_slice(x).unfold(0, 512, 128) * Tensor::hann_window(512, (Kind::Float, Device::Cpu));
-        let power = frames.fft_rfft(None, -1, "backward").abs().square().narrow(-1, 1, 256);
-        let n = power.size()[0];
-        power.view([n, 32, 8]).sum_dim_intlist(-1, false, Kind::Float)
-    };
-    let (a, r) = (bands(audio), bands(reference));
-    let floor = r.max().double_value(&[]) * 1e-5;
-    let db = |t: Tensor| (t + floor).log10() * 10.0;
-    let energy = r.sum_dim_intlist(-1, false, Kind::Float);
-    let keep = energy.gt(energy.max().double_value(&[]) * 1e-3);
-    let per_frame = (db(a) - db(r)).square().mean_dim(-1, false, Kind::Float).sqrt();
-    per_frame.masked_select(&keep).mean(Kind::Float).double_value(&[])
 }

@@ -29,7 +29,7 @@ use speechstream_engine_libtorch::g2p::FrontEnd;
 use speechstream_engine_libtorch::kokoro::serve::Vocab;
 use speechstream_engine_libtorch::kokoro::voices;
 use speechstream_engine_libtorch::{parse_device, Hibari, KokoroModel, NoiseSource, Precision};
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 #[derive(Parser)]
 #[command(name = "device-check", about = "hibari (or Kokoro-82M) on a device against the CPU, in fp32")]
