@@ -41,7 +41,7 @@ struct Cli {
 enum Command {
     /// Serve WS /v1/audio/speech/stream, POST /v1/audio/speech and the operator endpoints.
     Serve(ServeArgs),
-    /// Synthesize one text with the hibari voice into an audio file.
+    /// Synthesize one text into an audio file, with a hibari or Kokoro voice.
     Say(SayArgs),
 }
 
@@ -429,7 +429,7 @@ struct SayArgs {
     format: Option<ResponseFormat>,
     /// Voice: one of hibari's (voices.json with its model file present; any case), one of
     /// Kokoro's (`af_heart`, or a mix such as `af_bella(2)+af_sky`: Kokoro is loaded only for
-    /// these), `default`, or one of OpenAI's voice names (an alias of the default voice), as the
+    /// these, and hibari's model not at all), `default`, or one of OpenAI's voice names (an alias of the default voice), as the
     /// server takes them.
     #[arg(long, default_value = speechstream_engine_libtorch::DEFAULT_VOICE)]
     voice: String,
