@@ -41,7 +41,7 @@ struct Cli {
 enum Command {
     /// Serve WS /v1/audio/speech/stream, POST /v1/audio/speech and the operator endpoints.
     Serve(ServeArgs),
-    /// Synthesize one text with the hibari voice into an audio file.
+    /// Synthesize one text into an audio file, with a hibari or Kokoro voice.
     Say(SayArgs),
 }
 
@@ -221,6 +221,13 @@ struct VoiceArgs {
     /// Leave Kokoro's default directory alone (`say` with a voice that is not Kokoro's).
     #[arg(skip)]
     skip_default_kokoro: bool,
+    /// Kokoro's voices alone, without hibari's model (`say` with one of Kokoro's voices).
+    #[arg(skip)]
+    kokoro_only: bool,
+    /// One request, then exit (`say`): no warm-up of the workers, and only the front ends
+    /// that read it.
+    #[arg(skip)]
+    one_shot: Option<SynthesisRequest>,
     /// Where the model runs: auto (the first CUDA device when libtorch sees one, else the CPU),
     /// cpu, cuda or cuda:N.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
@@ -320,6 +327,9 @@ impl VoiceArgs {
     fn engine(&self, model_name: Option<String>) -> Result<HibariEngine, String> {
         let device = speechstream_engine_libtorch::parse_device(&self.device)?;
         let mut options = HibariOptions::new(self.assets()?);
+        options.hibari_voices = !self.kokoro_only;
+        options.warm_up = self.one_shot.is_none();
+        options.only_request = self.one_shot.clone();
         options.device = device;
         options.threads = Some(self.threads);
         options.precision = self.precision.0;
@@ -343,12 +353,13 @@ impl VoiceArgs {
         let precision = self.precision.0.map_or("auto".to_owned(), |p| p.to_string());
         let simd = speechstream_engine_libtorch::cpu::env_cap()?;
         let level = speechstream_engine_libtorch::cpu::level();
-        info!(?device, %precision, threads = self.threads, cpu_kernels = %level, simd_cap = ?simd, "loading the hibari voice");
+        let what = if self.kokoro_only { "loading Kokoro's voices" } else { "loading the hibari voice" };
+        info!(?device, %precision, threads = self.threads, cpu_kernels = %level, simd_cap = ?simd, "{what}");
         if let Some(name) = model_name {
             options.model_name = name;
         }
         let engine = HibariEngine::new(options)?;
-        info!(workers = engine.workers(), admission = ?self.admission, models = ?engine.models(), "hibari ready");
+        info!(workers = engine.workers(), admission = ?self.admission, models = ?engine.models(), "voices ready");
         Ok(engine)
     }
 
@@ -373,8 +384,10 @@ impl VoiceArgs {
         candidates.into_iter().find(|d| d.is_dir())
     }
 
-    /// The first candidate directory that holds hibari.onnx; nothing is downloaded at run time.
+    /// The first candidate directory that holds hibari.onnx (for Kokoro's voices alone, the
+    /// text front end's files it holds: normalize.json); nothing is downloaded at run time.
     fn assets(&self) -> Result<PathBuf, String> {
+        let marker = if self.kokoro_only { "normalize.json" } else { "hibari.onnx" };
         if let Some(dir) = &self.assets_dir {
             return Ok(dir.clone());
         }
@@ -391,7 +404,7 @@ impl VoiceArgs {
             candidates.extend(exe.ancestors().skip(1).take(4).map(|d| d.join(".cache/hibari")));
         }
         candidates.push(PathBuf::from(".cache/hibari"));
-        match candidates.iter().find(|d| d.join("hibari.onnx").is_file()) {
+        match candidates.iter().find(|d| d.join(marker).is_file()) {
             Some(dir) => Ok(dir.clone()),
             None => Err(format!(
                 "hibari's voice assets were not found (looked in {}): run scripts/setup.sh from the repository \
@@ -416,7 +429,7 @@ struct SayArgs {
     format: Option<ResponseFormat>,
     /// Voice: one of hibari's (voices.json with its model file present; any case), one of
     /// Kokoro's (`af_heart`, or a mix such as `af_bella(2)+af_sky`: Kokoro is loaded only for
-    /// these), `default`, or one of OpenAI's voice names (an alias of the default voice), as the
+    /// these, and hibari's model not at all), `default`, or one of OpenAI's voice names (an alias of the default voice), as the
     /// server takes them.
     #[arg(long, default_value = speechstream_engine_libtorch::DEFAULT_VOICE)]
     voice: String,
@@ -571,15 +584,20 @@ fn run_say(args: SayArgs) -> Result<(), String> {
     voice_args.workers.get_or_insert(1);
     voice_args.admission = speechstream_engine_libtorch::AdmissionMode::Off;
     // Kokoro's network takes seconds to load: only for one of its voices (`af_heart`: a
-    // language letter, f or m, `_`) or a mix, unless --kokoro-dir names it.
+    // language letter, f or m, `_`) or a mix, unless --kokoro-dir names it; and hibari's only
+    // for the others.
     voice_args.skip_default_kokoro = !kokoro_voice_name(&args.voice);
-    let engine = voice_args.engine(None)?;
-    let loaded = started.elapsed();
+    voice_args.kokoro_only = kokoro_voice_name(&args.voice);
     let mut request =
         SynthesisRequest::new(text).with_voice(args.voice.clone()).with_speed(args.speed).with_seed(args.seed);
     if let Some(language) = &args.language {
         request = request.with_language(language.clone());
     }
+    // One request: the workers' warm-up would only add its passes to the one it makes, and a
+    // Kokoro voice reads it with one of its front ends.
+    voice_args.one_shot = Some(request.clone());
+    let engine = voice_args.engine(None)?;
+    let loaded = started.elapsed();
     // The voice rule every protocol uses: any case, OpenAI's names, `default`.
     Catalog::new(Arc::new(engine.capabilities().clone()), Naming::openai()).resolve(&mut request)?;
     // On a terminal, a progress bar; its sentences are counted by the engine's word timings.

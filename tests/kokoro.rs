@@ -362,3 +362,56 @@ fn kokoro_duration_follows_speed() {
     assert!((1.6..2.3).contains(&slow), "0.5 is {slow:.2}x longer: {lengths:?}");
     assert!((1.5..2.2).contains(&fast), "2.0 is {fast:.2}x shorter: {lengths:?}");
 }
+
+// `say` with a Kokoro voice loads Kokoro alone: hibari's model and voice list are neither read
+// nor needed (only its text front end's files), and the audio is the same as with hibari's
+// assets complete. A hibari voice from the same directory is refused, naming what is missing.
+#[test]
+fn say_with_a_kokoro_voice_needs_no_hibari_model() {
+    let hibari = cache().join("hibari");
+    let front_end = std::env::temp_dir().join(format!("speechstream-front-end-only-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&front_end);
+    std::fs::create_dir_all(&front_end).unwrap();
+    for entry in std::fs::read_dir(&hibari).expect("run scripts/setup.sh") {
+        let name = entry.unwrap().file_name();
+        let name = name.to_str().unwrap();
+        // the voices' model files and their list stay out; the front end's OOV nets stay in
+        if name == "voices.json" || (name.ends_with(".onnx") && !name.starts_with("oov")) {
+            continue;
+        }
+        std::os::unix::fs::symlink(hibari.join(name), front_end.join(name)).unwrap();
+    }
+    assert!(!front_end.join("hibari.onnx").exists());
+    let say = |voice: &str, assets: &Path, wav: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_speechstream"))
+            .args(["say", "The quick brown fox.", "--voice", voice, "--device", "cpu", "--kokoro-dir"])
+            .arg(cache().join("kokoro"))
+            .arg("--assets-dir")
+            .arg(assets)
+            .arg("-o")
+            .arg(wav)
+            .output()
+            .expect("run speechstream say")
+    };
+    let tmp = std::env::temp_dir();
+    let (alone, beside) = (
+        tmp.join(format!("speechstream-kokoro-alone-{}.wav", std::process::id())),
+        tmp.join(format!("speechstream-kokoro-beside-{}.wav", std::process::id())),
+    );
+    let out = say("jf_alpha", &front_end, &alone);
+    assert!(out.status.success(), "say without hibari's model: {}", String::from_utf8_lossy(&out.stderr));
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("models=[\"kokoro\"]"), "hibari loaded too: {log}");
+    let out = say("jf_alpha", &hibari, &beside);
+    assert!(out.status.success(), "say with hibari's assets: {}", String::from_utf8_lossy(&out.stderr));
+    let (alone_wav, beside_wav) = (std::fs::read(&alone).unwrap(), std::fs::read(&beside).unwrap());
+    assert!(alone_wav.len() > 48_000, "{} bytes of audio", alone_wav.len());
+    assert!(alone_wav == beside_wav, "the audio differs without hibari's model");
+    let out = say("heart", &front_end, &alone);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && log.contains("hibari"), "hibari's voice without its model: {log}");
+    for path in [&alone, &beside] {
+        let _ = std::fs::remove_file(path);
+    }
+    let _ = std::fs::remove_dir_all(&front_end);
+}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use speechstream_core::config::TaskType;
 use speechstream_core::engine::{
-    Engine, EngineCapabilities, EngineLoad, EventSink, Language, RequestId, SynthesisRequest, Voice,
+    voice_mix, Engine, EngineCapabilities, EngineLoad, EventSink, Language, RequestId, SynthesisRequest, Voice,
 };
 use tch::Device;
 
@@ -17,7 +17,9 @@ use crate::dsp::SAMPLE_RATE;
 use crate::g2p::japanese::{Japanese, WORD_LIST};
 use crate::g2p::FrontEnd;
 use crate::hibari::{Hibari, Precision};
-use crate::kokoro::serve::{load_network, KokoroVoiceModel, Vocab, KOKORO_MODEL_NAME};
+use crate::kokoro::serve::{
+    load_network, reads_british, reads_japanese, KokoroVoiceModel, Vocab, KOKORO_DEFAULT_VOICE, KOKORO_MODEL_NAME,
+};
 use crate::kokoro::voices::{scan, KokoroFiles};
 use crate::options::{HibariOptions, DEFAULT_VOICE};
 use crate::scheduler::{Model, VoiceModel};
@@ -32,7 +34,9 @@ pub struct HibariEngine {
 
 impl HibariEngine {
     /// Loads every voice whose file is present (checked against `voices.json`) and the front ends
-    /// they need, then starts the workers. Errors say what is missing.
+    /// they need, then starts the workers. Errors say what is missing. Without
+    /// [`HibariOptions::hibari_voices`], Kokoro's voices alone (`say` with one of them): hibari's
+    /// model is neither read nor needed, only its text front end's files.
     pub fn new(options: HibariOptions) -> Result<HibariEngine, String> {
         crate::keep_freed_memory();
         if let Some(threads) = options.threads {
@@ -41,10 +45,11 @@ impl HibariEngine {
         let dir = &options.assets_dir;
         let missing =
             || format!("run scripts/setup.sh (or scripts/setup-voice.sh hibari) to put them in {}", dir.display());
-        if !dir.join("hibari.onnx").is_file() {
+        if options.hibari_voices && !dir.join("hibari.onnx").is_file() {
             return Err(format!("hibari's assets are not in {}: {}", dir.display(), missing()));
         }
-        let list = read_voice_list(dir)?;
+        let list = if options.hibari_voices { read_voice_list(dir)? } else { Vec::new() };
+        let kokoro_required = options.kokoro_required || !options.hibari_voices;
         let entries: Vec<_> = list
             .into_iter()
             .filter(|entry| match check_voice_file(dir, entry) {
@@ -61,7 +66,7 @@ impl HibariEngine {
             Some(files) if files.voices.is_empty() || files.model(false).is_none() => {
                 let dir = options.kokoro_dir.as_deref().unwrap_or(dir).display();
                 let what = if files.voices.is_empty() { "no voices" } else { "no kokoro-v1.0[.int8].onnx" };
-                if options.kokoro_required {
+                if kokoro_required {
                     return Err(format!("Kokoro: {dir} has {what} (run scripts/setup-voice.sh kokoro)"));
                 }
                 if !files.voices.is_empty() || files.model(false).is_some() {
@@ -69,14 +74,22 @@ impl HibariEngine {
                 }
                 None
             }
+            None if !options.hibari_voices => return Err("Kokoro: no directory of its files".to_owned()),
             files => files,
         };
         for skipped in kokoro.iter().flat_map(|files| &files.skipped) {
             tracing::warn!("Kokoro voice left out: {skipped}");
         }
         let mut accents: Vec<bool> = entries.iter().map(|e| e.british).collect();
-        if kokoro.is_some() {
-            accents.extend([false, true]);
+        let readers = kokoro.as_ref().map(|files| kokoro_readers(files, options.only_request.as_ref()));
+        if let Some(readers) = readers {
+            // (one English accent at least: every voice holds one)
+            if readers.american || !readers.british {
+                accents.push(false);
+            }
+            if readers.british {
+                accents.push(true);
+            }
         }
         accents.sort_unstable();
         accents.dedup();
@@ -85,7 +98,8 @@ impl HibariEngine {
             // The front ends (lexicons, tagger, OOV net: ~0.1 s) load on a second thread while
             // the voices load on this one.
             let front_ends = scope.spawn(|| {
-                accents
+                let started = std::time::Instant::now();
+                let loaded = accents
                     .iter()
                     .map(|&british| {
                         FrontEnd::load_accent(dir, device, british).map(|mut fe| {
@@ -95,7 +109,9 @@ impl HibariEngine {
                         })
                     })
                     .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| format!("hibari's text front end: {e}"))
+                    .map_err(|e| format!("hibari's text front end: {e}"));
+                tracing::debug!(s = started.elapsed().as_secs_f64(), accents = accents.len(), "front ends loaded");
+                loaded
             });
             let mut precision = options.precision;
             let mut models = Vec::new();
@@ -150,31 +166,53 @@ impl HibariEngine {
             }
             voices.push(VoiceModel { name: entry.name, model: Model::Hibari(model), front_end });
         }
-        let Some(default) = voices.iter().position(|v| v.name == DEFAULT_VOICE) else {
+        let default = voices.iter().position(|v| v.name == DEFAULT_VOICE);
+        if options.hibari_voices && default.is_none() {
             return Err(format!("voice {DEFAULT_VOICE} is missing from {}: {}", dir.display(), missing()));
-        };
+        }
         // What hibari can do; the core refuses the rest before a request gets here.
-        let capabilities = EngineCapabilities::new(options.model_name.clone(), SAMPLE_RATE)
-            .with_voices(declared)
-            .with_languages([Language::new("English", "en")])
-            .with_task_types([TaskType::CustomVoice])
-            .with_instructions(false)
-            .with_word_timestamps(true);
-        let precision = precision.unwrap_or(Precision::Fp32);
-        let front_end = |british: bool| front_ends.iter().find(|(b, _)| *b == british).map(|(_, fe)| fe.clone());
-        let mut capabilities = capabilities;
+        let mut capabilities = options.hibari_voices.then(|| {
+            EngineCapabilities::new(options.model_name.clone(), SAMPLE_RATE)
+                .with_voices(declared)
+                .with_languages([Language::new("English", "en")])
+                .with_task_types([TaskType::CustomVoice])
+                .with_instructions(false)
+                .with_word_timestamps(true)
+        });
+        // An accent left out (the one request reads with the other) is the other's.
+        let front_end = |british: bool| {
+            let find = |british: bool| front_ends.iter().find(|(b, _)| *b == british).map(|(_, fe)| fe.clone());
+            find(british).or_else(|| find(!british))
+        };
         if let (Some(files), Some(american), Some(british)) = (kokoro, front_end(false), front_end(true)) {
-            match load_kokoro(&files, dir, &options, american, british) {
+            let japanese = readers.is_none_or(|r| r.japanese);
+            match load_kokoro(&files, dir, &options, american, british, japanese) {
                 Ok((kokoro_voices, kokoro_capabilities)) => {
-                    tracing::info!(voices = kokoro_voices.len(), "Kokoro-82M served beside hibari");
+                    tracing::info!(voices = kokoro_voices.len(), hibari = options.hibari_voices, "Kokoro-82M served");
                     voices.extend(kokoro_voices);
-                    capabilities = EngineCapabilities::hosting(vec![capabilities, kokoro_capabilities])
-                        .ok_or("no capabilities")?;
+                    capabilities = Some(match capabilities {
+                        Some(hibari) => {
+                            EngineCapabilities::hosting(vec![hibari, kokoro_capabilities]).ok_or("no capabilities")?
+                        }
+                        None => kokoro_capabilities,
+                    });
                 }
-                Err(e) if options.kokoro_required => return Err(format!("Kokoro: {e}")),
+                Err(e) if kokoro_required => return Err(format!("Kokoro: {e}")),
                 Err(e) => tracing::warn!("Kokoro left out: {e}"),
             }
         }
+        let capabilities = capabilities.ok_or("no voices to serve")?;
+        // Kokoro's voices alone: its default voice (`af_heart` when present, else its first).
+        let default =
+            default.or_else(|| voices.iter().position(|v| v.name == KOKORO_DEFAULT_VOICE)).unwrap_or_default();
+        // (Kokoro alone: its own precision, as `auto` chooses it.)
+        let precision = precision.unwrap_or_else(|| {
+            if options.hibari_voices {
+                Precision::Fp32
+            } else {
+                options.precision.unwrap_or_else(|| crate::KokoroModel::auto_precision(device))
+            }
+        });
         let workers = options.workers.unwrap_or(if device == Device::Cpu { default_workers() } else { 1 });
         let pool = Pool::start(workers, Arc::new(voices), default, &capabilities, &options)?;
         Ok(HibariEngine { capabilities, pool, precision })
@@ -196,6 +234,37 @@ impl HibariEngine {
     }
 }
 
+/// Which of Kokoro's front ends to load.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Readers {
+    american: bool,
+    british: bool,
+    japanese: bool,
+}
+
+/// The front ends Kokoro's voices read with: all of them, or, for the one request an engine is
+/// made for ([`HibariOptions::only_request`]) naming Kokoro's voices, those its voice (each of a
+/// mix's) reads its text with.
+fn kokoro_readers(files: &KokoroFiles, only: Option<&SynthesisRequest>) -> Readers {
+    let all = Readers { american: true, british: true, japanese: true };
+    let Some(request) = only else { return all };
+    let Some(parts) = request.voice.as_deref().and_then(voice_mix) else { return all };
+    let mut readers = Readers { american: false, british: false, japanese: false };
+    let language = request.language.as_deref();
+    for (name, _) in parts {
+        // Another voice (an OpenAI name, `default`): what it is is known once resolved.
+        let Some(voice) = files.voices.iter().find(|v| v.name.eq_ignore_ascii_case(name)) else { return all };
+        if reads_japanese(voice.language, language, &request.text) {
+            readers.japanese = true;
+        } else if reads_british(voice.language, language) {
+            readers.british = true;
+        } else {
+            readers.american = true;
+        }
+    }
+    readers
+}
+
 /// Kokoro's voices as the workers hold them, on one network loaded from `files`, and what
 /// they can do.
 fn load_kokoro(
@@ -204,6 +273,7 @@ fn load_kokoro(
     options: &HibariOptions,
     american: Arc<FrontEnd>,
     british: Arc<FrontEnd>,
+    wants_japanese: bool,
 ) -> Result<(Vec<VoiceModel>, EngineCapabilities), String> {
     // `--precision auto` is Kokoro's own auto (not what hibari's probe chose for hibari).
     let precision = options.precision.unwrap_or_else(|| crate::KokoroModel::auto_precision(options.device));
@@ -221,7 +291,16 @@ fn load_kokoro(
     let dictionary = std::env::var_os("SPEECHSTREAM_JA_DICTIONARY").map(std::path::PathBuf::from);
     let word_list = kokoro_dir.join(WORD_LIST);
     let (network, japanese) = std::thread::scope(|scope| {
-        let japanese = scope.spawn(|| Japanese::load(dictionary.as_deref(), &word_list).map(Arc::new));
+        let japanese = scope.spawn(|| {
+            if !wants_japanese {
+                return Err("Japanese is not loaded: this engine was made for one request in English".to_owned());
+            }
+            let started = std::time::Instant::now();
+            let loaded = Japanese::load(dictionary.as_deref(), &word_list).map(Arc::new);
+            tracing::debug!(s = started.elapsed().as_secs_f64(), "Japanese front end loaded");
+            loaded
+        });
+        let started = std::time::Instant::now();
         let network = match load_network(onnx, options.device, precision) {
             // `auto` chose int8, but the file is the fp32 export: its own arithmetic then.
             Err(e) if options.precision.is_none() && precision == Precision::Int8 => {
@@ -230,13 +309,15 @@ fn load_kokoro(
             }
             result => result,
         };
+        tracing::debug!(s = started.elapsed().as_secs_f64(), "Kokoro's network loaded");
         let japanese = japanese.join().unwrap_or_else(|_| Err("loading the Japanese front end panicked".to_owned()));
         (network, japanese)
     });
     let network = network?;
-    match &japanese {
-        Ok(ja) => tracing::info!(dictionary = %ja.dictionary_dir().display(), "Kokoro reads Japanese"),
-        Err(e) => tracing::warn!("Kokoro reads no Japanese: {e}"),
+    match (&japanese, wants_japanese) {
+        (Ok(ja), _) => tracing::info!(dictionary = %ja.dictionary_dir().display(), "Kokoro reads Japanese"),
+        (Err(e), true) => tracing::warn!("Kokoro reads no Japanese: {e}"),
+        (Err(e), false) => tracing::debug!("Kokoro reads no Japanese: {e}"),
     }
     let mut voices = Vec::new();
     let mut declared = Vec::new();
@@ -283,5 +364,47 @@ impl Engine for HibariEngine {
 
     fn abort(&self, id: RequestId) {
         self.pool.abort(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kokoro::voices::{KokoroVoice, VoicePack};
+
+    #[test]
+    fn one_requests_kokoro_voice_loads_only_the_front_ends_it_reads_with() {
+        let voice = |name: &str, language| KokoroVoice {
+            name: name.to_owned(),
+            language: Some(language),
+            pack: VoicePack::new(vec![0.0; 256]).unwrap(),
+            file: "voices.npz".into(),
+        };
+        let files = KokoroFiles {
+            voices: vec![voice("af_heart", "en-US"), voice("bf_emma", "en-GB"), voice("jf_alpha", "ja")],
+            ..KokoroFiles::default()
+        };
+        let readers = |voice: &str, language: Option<&str>, text: &str| {
+            let mut request = SynthesisRequest::new(text).with_voice(voice);
+            if let Some(language) = language {
+                request = request.with_language(language);
+            }
+            let r = kokoro_readers(&files, Some(&request));
+            (r.american, r.british, r.japanese)
+        };
+        let all = (true, true, true);
+        assert_eq!(readers("af_heart", None, "Hello."), (true, false, false));
+        assert_eq!(readers("AF_HEART", Some("en-GB"), "Hello."), (false, true, false));
+        assert_eq!(readers("bf_emma", None, "Hello."), (false, true, false));
+        // a Japanese voice reads English as American, Japanese script (or language ja) as Japanese
+        assert_eq!(readers("jf_alpha", None, "Hello."), (true, false, false));
+        assert_eq!(readers("jf_alpha", None, "今日は。"), (false, false, true));
+        assert_eq!(readers("af_heart", Some("ja"), "Hello."), (false, false, true));
+        assert_eq!(readers("af_heart(2)+bf_emma", None, "Hello."), (true, true, false));
+        // names only resolved later (OpenAI's, `default`, hibari's), and any engine: everything
+        assert_eq!(readers("alloy", None, "Hello."), all);
+        assert_eq!(readers("af_heart+nobody", None, "Hello."), all);
+        let r = kokoro_readers(&files, None);
+        assert_eq!((r.american, r.british, r.japanese), all);
     }
 }

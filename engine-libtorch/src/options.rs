@@ -51,6 +51,18 @@ pub struct HibariOptions {
     /// Kokoro-82M's files ([`crate::kokoro::voices::scan`]): its voices are served beside
     /// hibari's when the directory holds a model file and voices. `None`: no Kokoro.
     pub kokoro_dir: Option<PathBuf>,
+    /// Load hibari's voices (its model file, `voices.json`). Off: Kokoro's voices alone (`say`
+    /// with one of them), [`HibariOptions::kokoro_dir`] then required; `assets_dir` still gives
+    /// the English text front end's files.
+    pub hibari_voices: bool,
+    /// The one request the engine is made for, when known before loading (`say`): Kokoro's
+    /// front ends are then loaded only as its voice reads its text (one English accent;
+    /// Japanese only for Japanese). `None`: all of them.
+    pub only_request: Option<speechstream_core::engine::SynthesisRequest>,
+    /// Warm each worker up before serving (a pass of each network, and admission's first
+    /// measure of its speed): the first request's latency is then the steady one. Off for a
+    /// one-shot request (`say`), whose own first pass warms as much, with nothing to admit.
+    pub warm_up: bool,
     /// A Kokoro directory that has no model or voices, or whose model fails to load, is an
     /// error (the operator named it) rather than a warning (the default directory).
     pub kokoro_required: bool,
@@ -83,6 +95,9 @@ impl HibariOptions {
             text: Default::default(),
             kokoro_dir: None,
             kokoro_required: false,
+            hibari_voices: true,
+            only_request: None,
+            warm_up: true,
         }
     }
 }

@@ -44,6 +44,12 @@ use crate::timing::{word_timings, Acoustics};
 
 /// The phonemes ("hello.") every voice's network is warmed with at start.
 const WARM_PHONEMES: &str = "həlˈO.";
+/// A typical first segment of a Kokoro stream (six words: "The weather today is sunny with,"),
+/// whose warm pass is admission's first measure of Kokoro's cost per phoneme character. A
+/// 6-character input's fixed costs made it twice the real segments' (34 against 17-18 ms a
+/// character on a Xeon with AMX), refusing streams the worker then served on time until real
+/// segments refined it.
+const KOKORO_MEASURE_PHONEMES: &str = "ðə wˈɛðəɹ tədˈA ɪz sˈʌni wɪð,";
 
 /// How long to wait before retrying when every request is paused on a slow consumer.
 const PAUSE_POLL: Duration = Duration::from_millis(3);
@@ -411,12 +417,12 @@ impl Scheduler {
                     let _ = guarded(|| kokoro.network.infer(&ids, kokoro.pack.style(ids.len()), 1.0));
                     let _ = kokoro.american.sentences("Hello there.");
                     if self.admission.mode != AdmissionMode::Off {
-                        // Warm, a second pass is Kokoro's first measure of its cost per
-                        // character (a short input's fixed costs make it pessimistic: its real
-                        // segments refine it).
+                        // Warm, a pass over a first segment's worth is Kokoro's first measure of
+                        // its cost per character (its real segments refine it).
+                        let ids = kokoro.vocab.ids(KOKORO_MEASURE_PHONEMES);
                         let started = Instant::now();
                         let _ = guarded(|| kokoro.network.infer(&ids, kokoro.pack.style(ids.len()), 1.0));
-                        let chars = WARM_PHONEMES.chars().count() as f64;
+                        let chars = KOKORO_MEASURE_PHONEMES.chars().count() as f64;
                         self.kokoro_speed = Speed::new(chars, started.elapsed().as_secs_f64());
                     }
                     continue;

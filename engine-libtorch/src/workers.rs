@@ -98,6 +98,7 @@ impl Pool {
                 (count > 1).then_some(share as i32)
             });
             let (warm_tx, warm_rx) = mpsc::channel();
+            let warm_up = options.warm_up;
             let thread = std::thread::Builder::new()
                 .name(format!("hibari-worker-{n}"))
                 .spawn(move || {
@@ -106,7 +107,11 @@ impl Pool {
                     if let Some(threads) = threads {
                         tch::set_num_threads(threads);
                     }
-                    scheduler.warm_up();
+                    if warm_up {
+                        let started = Instant::now();
+                        scheduler.warm_up();
+                        tracing::debug!(worker = n, s = started.elapsed().as_secs_f64(), "warm");
+                    }
                     let _ = warm_tx.send(());
                     scheduler.run();
                 })
@@ -141,11 +146,12 @@ impl Pool {
             _ => None,
         };
         let (index, first_delay, refusal) = if request.stream {
-            let kokoro = self
-                .capabilities
-                .route(&request)
-                .and_then(|i| self.capabilities.hosted.get(i))
-                .is_some_and(|family| family.serves_model(KOKORO_MODEL_NAME));
+            // (One family alone, as Kokoro's for `say`, hosts none.)
+            let family = match self.capabilities.route(&request) {
+                Some(i) => self.capabilities.hosted.get(i),
+                None => self.capabilities.hosted.is_empty().then_some(&self.capabilities),
+            };
+            let kokoro = family.is_some_and(|family| family.serves_model(KOKORO_MODEL_NAME));
             match self.admit_stream(id, &request.text, kokoro, submitted, listener, &pending, start) {
                 Some((index, delay)) => (index, delay, None),
                 None => {

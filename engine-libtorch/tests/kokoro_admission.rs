@@ -1,10 +1,12 @@
-//! Admission costs a Kokoro stream at Kokoro's own rates (issue 32): Kokoro-82M runs at ~0.6-0.8
+//! Admission costs a Kokoro stream at Kokoro's own rates (issue 32): Kokoro-82M runs at ~0.2-0.3
 //! of real time per core, where hibari runs at ~1/100, and its first audio comes only once its
-//! whole first segment is computed. Eight Kokoro listeners arriving at once on two workers are
-//! more than two CPUs can play in real time (about one each), so most must be refused, not
-//! admitted to run late. Costed at hibari's rates, as before, every one was admitted. Only the
-//! refusals are asserted (the capacity is far below eight on any CPU this runs on); the late
-//! chunks are printed (`-- --nocapture`). Needs `.cache` (scripts/setup-voice.sh, with Kokoro).
+//! whole first segment is computed. Sixteen Kokoro listeners arriving at once on two workers are
+//! more than two CPUs can start on time (each worker computes one first segment at a time; a
+//! Xeon with AMX holds 4 listeners a core, benches/results/14), so at least half must be
+//! refused, not admitted to run late. Costed at hibari's rates, as before, every one was
+//! admitted. Only the refusals are asserted (measured there: 4 of 8 admitted, 0 chunks late);
+//! the late chunks are printed (`-- --nocapture`). Needs `.cache` (scripts/setup-voice.sh, with
+//! Kokoro).
 
 mod common;
 
@@ -17,7 +19,7 @@ use speechstream_core::engine::{
 };
 use speechstream_engine_libtorch::{AdmissionMode, HibariEngine, HibariOptions};
 
-const LISTENERS: u64 = 8;
+const LISTENERS: u64 = 16;
 const TEXT: &str = "The weather today is sunny with a light breeze from the west. \
                     We walked along the river until the sun went down.";
 const TIMEOUT: Duration = Duration::from_secs(600);
@@ -74,5 +76,5 @@ fn kokoro_listeners_past_capacity_are_refused_instead_of_admitted_late() {
         started.elapsed().as_secs_f64()
     );
     assert!(served >= 1, "a worker with no stream takes one");
-    assert!(refused >= LISTENERS - 4, "{refused} of {LISTENERS} refused: Kokoro costed below its own rate");
+    assert!(refused >= LISTENERS / 2, "{refused} of {LISTENERS} refused: Kokoro costed below its own rate");
 }

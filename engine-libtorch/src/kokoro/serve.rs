@@ -127,18 +127,34 @@ pub fn names_japanese(language: &str) -> bool {
     l == "ja" || l == "j" || l == "japanese" || l.starts_with("ja-") || l.starts_with("ja_")
 }
 
+/// Whether a voice whose own language is `own` reads English as British for a request in
+/// `language` (`None` or `auto`: the voice's own accent; a voice whose own language is not
+/// English reads English as American).
+pub fn reads_british(own: Option<&str>, language: Option<&str>) -> bool {
+    let own_british = own == Some("en-GB");
+    let asked = language.map(str::trim).filter(|l| !l.is_empty() && !l.eq_ignore_ascii_case("auto"));
+    match asked.map(str::to_lowercase) {
+        None => own_british,
+        Some(l) if l == "en" || l == "english" => own_british,
+        Some(l) => l.starts_with("en-gb") || l.starts_with("en_gb") || l.contains("brit"),
+    }
+}
+
+/// Whether a voice whose own language is `own` reads `text` as Japanese for a request in
+/// `language`: an explicit language wins; with none (or `auto`) a Japanese voice reads text
+/// holding Japanese script (kana, kanji) as Japanese, other text as English.
+pub fn reads_japanese(own: Option<&str>, language: Option<&str>, text: &str) -> bool {
+    let asked = language.map(str::trim).filter(|l| !l.is_empty() && !l.eq_ignore_ascii_case("auto"));
+    match asked {
+        Some(l) => names_japanese(l),
+        None => own == Some("ja") && has_japanese_script(text),
+    }
+}
+
 impl KokoroVoiceModel {
-    /// The English front end for a request in `language` (`None` or `auto`: the voice's own
-    /// accent; a voice whose own language is not English reads English as American).
+    /// The English front end for a request in `language` ([`reads_british`]).
     pub fn front_end(&self, language: Option<&str>) -> &Arc<FrontEnd> {
-        let own_british = self.language == Some("en-GB");
-        let asked = language.map(str::trim).filter(|l| !l.is_empty() && !l.eq_ignore_ascii_case("auto"));
-        let british = match asked.map(str::to_lowercase) {
-            None => own_british,
-            Some(l) if l == "en" || l == "english" => own_british,
-            Some(l) => l.starts_with("en-gb") || l.starts_with("en_gb") || l.contains("brit"),
-        };
-        if british {
+        if reads_british(self.language, language) {
             &self.british
         } else {
             &self.american
@@ -151,12 +167,7 @@ impl KokoroVoiceModel {
     /// (kana, kanji) as Japanese and text with none as English, and an English voice reads
     /// English. Japanese without its dictionary is refused with what to install.
     pub fn reader(&self, language: Option<&str>, text: &str) -> Result<Reader, String> {
-        let asked = language.map(str::trim).filter(|l| !l.is_empty() && !l.eq_ignore_ascii_case("auto"));
-        let japanese = match asked {
-            Some(l) => names_japanese(l),
-            None => self.language == Some("ja") && has_japanese_script(text),
-        };
-        if !japanese {
+        if !reads_japanese(self.language, language, text) {
             return Ok(Reader::English(self.front_end(language).clone()));
         }
         match &self.japanese {
