@@ -9,9 +9,11 @@
 //!   panel's step and the activations' 4 bytes of the same step are broadcast to every lane.
 //! - **Register tiles.** Up to 6 rows × 2 (256-bit) or 4 (512-bit) panels of int32 sums stay in
 //!   registers across all of K (a span of 8: 6 rows × 1 panel at 256 bits, 4 × 2 at 512, which
-//!   leaves registers for the run's steps of W instead of spilling sums to the stack); W's panels stay in L1 while the tile walks down the rows, and
-//!   the first tile of a block prefetches the next block's. K is at most 768, so there is no
-//!   blocking along K; M comes in blocks from [`crate::kernels::QWeight::forward`], whose int32
+//!   leaves registers for the run's steps of W instead of spilling sums to the stack); W's
+//!   panels stay in cache while the tile walks down the rows, and the first tile of a block
+//!   prefetches the next block's. There is no blocking along K (hibari's K is at most 768,
+//!   Kokoro's generator convolutions reach 256 channels × 11 taps = 2,816: a panel of 16 or 32
+//!   columns is 45-90 KB there, in L2, against L1 at hibari's); M comes in blocks from [`crate::kernels::QWeight::forward`], whose int32
 //!   sums then stay in L2 for its epilogue.
 //! - **u8 × s8.** Every kernel sees A + 128 as u8 and subtracts 128 · Σ_k W[j, k] once at the end.
 //! - **VNNI** (`vpdpbusd`): sums of 4 products into int32, nothing saturates.
