@@ -7,10 +7,10 @@
 //!
 //! The arithmetic is fixed by the code, not by the CPU: lanes are channels, each channel's sums
 //! run over time in order (in f64), and nothing is fused into FMAs, so the wider builds
-//! ([`adain_snake_quantize`]'s AVX2 and AVX-512 copies) give the same bits as the baseline one.
+//! (`cpu::simd_fn!`'s AVX2 and AVX-512 builds of its passes) give the same bits as the baseline one.
 
 use super::int8::{quantize_into, range_params};
-use crate::cpu::{self, Level};
+use crate::cpu::simd_fn;
 
 /// A Snake's α and 1/α per channel.
 pub(super) struct Alpha {
@@ -54,121 +54,70 @@ pub(super) fn adain_snake_quantize(
     assert!(c > 0 && x.len().is_multiple_of(c) && gb.len() == 2 * c, "AdaIN: [T, C] and γ, β of C");
     assert!(alpha.alpha.len() == c && alpha.inv.len() == c, "Snake: α of C");
     z.resize(x.len(), 0.0);
-    #[cfg(target_arch = "x86_64")]
-    {
-        let level = cpu::level();
-        if level >= Level::Avx512 {
-            // SAFETY: the level is one this CPU supports, so it has AVX-512F.
-            return unsafe { x86::avx512(x, c, gb, alpha, pad, z, q) };
-        }
-        if level >= Level::Avx2 {
-            // SAFETY: as above, AVX2.
-            return unsafe { x86::avx2(x, c, gb, alpha, pad, z, q) };
-        }
-    }
     pass(x, c, gb, alpha, pad, z, q)
 }
 
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use super::{pass, Alpha};
-
-    /// [`pass`] compiled for AVX2.
-    ///
-    /// # Safety
-    ///
-    /// The CPU has AVX2.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn avx2(
-        x: &[f32],
-        c: usize,
-        gb: &[f32],
-        a: &Alpha,
-        pad: usize,
-        z: &mut [f32],
-        q: &mut Vec<u8>,
-    ) -> (f32, u8) {
-        pass(x, c, gb, a, pad, z, q)
-    }
-
-    /// [`pass`] compiled for AVX-512F.
-    ///
-    /// # Safety
-    ///
-    /// The CPU has AVX-512F.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn avx512(
-        x: &[f32],
-        c: usize,
-        gb: &[f32],
-        a: &Alpha,
-        pad: usize,
-        z: &mut [f32],
-        q: &mut Vec<u8>,
-    ) -> (f32, u8) {
-        pass(x, c, gb, a, pad, z, q)
-    }
-}
-
-/// [`adain_snake_quantize`]'s passes (z already x's size): the channels' means and variances,
-/// the normalized and Snaked values with each channel's extremes, the codes.
-#[inline(always)]
-fn pass(x: &[f32], c: usize, gb: &[f32], alpha: &Alpha, pad: usize, z: &mut [f32], q: &mut Vec<u8>) -> (f32, u8) {
-    let t = x.len() / c;
-    // each channel's sum and sum of squares over time, in f64 (the variance as their difference
-    // loses nothing that f32 would keep)
-    let (mut sum, mut sq) = (vec![0f64; c], vec![0f64; c]);
-    for row in x.chunks_exact(c) {
-        for ((s, q), &v) in sum.iter_mut().zip(sq.iter_mut()).zip(row) {
-            let v = f64::from(v);
-            *s += v;
-            *q += v * v;
-        }
-    }
-    let n = t as f64;
-    let mean: Vec<f32> = sum.iter().map(|&s| (s / n) as f32).collect();
-    let var: Vec<f32> = sum.iter().zip(&sq).map(|(&s, &q)| (q / n - (s / n) * (s / n)).max(0.0) as f32).collect();
-    // (x − mean)·a + β with a = (1 + γ) / √(var + ε)
-    let (gamma, beta) = gb.split_at(c);
-    let a: Vec<f32> = var.iter().zip(gamma).map(|(&v, &g)| (1.0 + g) / (v + 1e-5).sqrt()).collect();
-    // the extremes in 16 lanes of locals, from each row while it is in L1 (a per-channel array
-    // here became masked stores that the next row's loads waited on)
-    const W: usize = 16;
-    let (mut los, mut his) = ([0f32; W], [0f32; W]);
-    let (mut lo, mut hi) = (0f32, 0f32);
-    for (zr, xr) in z.chunks_exact_mut(c).zip(x.chunks_exact(c)) {
-        let snake = alpha.alpha.iter().zip(&alpha.inv);
-        let lanes = zr.iter_mut().zip(xr).zip(mean.iter().zip(&a)).zip(beta.iter().zip(snake));
-        for (((z, &v), (&m, &a)), (&b, (&al, &inv))) in lanes {
-            let y = (v - m) * a + b;
-            *z = y + inv * sin2(al * y);
-        }
-        let (chunks, rest) = zr.as_chunks::<W>();
-        for ch in chunks {
-            for ((lo, hi), &v) in los.iter_mut().zip(his.iter_mut()).zip(ch) {
-                *lo = if v < *lo { v } else { *lo };
-                *hi = if v > *hi { v } else { *hi };
+simd_fn! {
+    /// [`adain_snake_quantize`]'s passes (z already x's size): the channels' means and variances,
+    /// the normalized and Snaked values with each channel's extremes, the codes.
+    fn pass(x: &[f32], c: usize, gb: &[f32], alpha: &Alpha, pad: usize, z: &mut [f32], q: &mut Vec<u8>) -> (f32, u8) {
+        let t = x.len() / c;
+        // each channel's sum and sum of squares over time, in f64 (the variance as their difference
+        // loses nothing that f32 would keep)
+        let (mut sum, mut sq) = (vec![0f64; c], vec![0f64; c]);
+        for row in x.chunks_exact(c) {
+            for ((s, q), &v) in sum.iter_mut().zip(sq.iter_mut()).zip(row) {
+                let v = f64::from(v);
+                *s += v;
+                *q += v * v;
             }
         }
-        for &v in rest {
-            lo = lo.min(v);
-            hi = hi.max(v);
+        let n = t as f64;
+        let mean: Vec<f32> = sum.iter().map(|&s| (s / n) as f32).collect();
+        let var: Vec<f32> = sum.iter().zip(&sq).map(|(&s, &q)| (q / n - (s / n) * (s / n)).max(0.0) as f32).collect();
+        // (x − mean)·a + β with a = (1 + γ) / √(var + ε)
+        let (gamma, beta) = gb.split_at(c);
+        let a: Vec<f32> = var.iter().zip(gamma).map(|(&v, &g)| (1.0 + g) / (v + 1e-5).sqrt()).collect();
+        // the extremes in 16 lanes of locals, from each row while it is in L1 (a per-channel array
+        // here became masked stores that the next row's loads waited on)
+        const W: usize = 16;
+        let (mut los, mut his) = ([0f32; W], [0f32; W]);
+        let (mut lo, mut hi) = (0f32, 0f32);
+        for (zr, xr) in z.chunks_exact_mut(c).zip(x.chunks_exact(c)) {
+            let snake = alpha.alpha.iter().zip(&alpha.inv);
+            let lanes = zr.iter_mut().zip(xr).zip(mean.iter().zip(&a)).zip(beta.iter().zip(snake));
+            for (((z, &v), (&m, &a)), (&b, (&al, &inv))) in lanes {
+                let y = (v - m) * a + b;
+                *z = y + inv * sin2(al * y);
+            }
+            let (chunks, rest) = zr.as_chunks::<W>();
+            for ch in chunks {
+                for ((lo, hi), &v) in los.iter_mut().zip(his.iter_mut()).zip(ch) {
+                    *lo = if v < *lo { v } else { *lo };
+                    *hi = if v > *hi { v } else { *hi };
+                }
+            }
+            for &v in rest {
+                lo = lo.min(v);
+                hi = hi.max(v);
+            }
         }
+        let lo = los.iter().fold(lo, |m, &v| m.min(v));
+        let hi = his.iter().fold(hi, |m, &v| m.max(v));
+        let (scale, zp) = range_params(lo, hi);
+        // (only the padding needs its value beforehand: the rest is overwritten)
+        q.resize((t + 2 * pad) * c, zp);
+        q[..pad * c].fill(zp);
+        q[(pad + t) * c..].fill(zp);
+        quantize_into(z, scale, zp, &mut q[pad * c..(pad + t) * c]);
+        (scale, zp)
     }
-    let lo = los.iter().fold(lo, |m, &v| m.min(v));
-    let hi = his.iter().fold(hi, |m, &v| m.max(v));
-    let (scale, zp) = range_params(lo, hi);
-    // (only the padding needs its value beforehand: the rest is overwritten)
-    q.resize((t + 2 * pad) * c, zp);
-    q[..pad * c].fill(zp);
-    q[(pad + t) * c..].fill(zp);
-    quantize_into(z, scale, zp, &mut q[pad * c..(pad + t) * c]);
-    (scale, zp)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::{reset_cap, set_cap, Level};
     use crate::kokoro::int8::{quant_params, quantize_into};
 
     #[test]
@@ -218,34 +167,14 @@ mod tests {
         let (ws, wzp) = quant_params(&want);
         let mut wq = vec![0u8; want.len()];
         quantize_into(&want, ws, wzp, &mut wq);
-        // every build of the passes this CPU runs, called directly (capping the level would
-        // change it for the other tests of this process)
-        type Pass = fn(&[f32], usize, &[f32], &Alpha, usize, &mut Vec<f32>, &mut Vec<u8>) -> (f32, u8);
-        let mut builds: Vec<(&str, Pass)> = vec![("baseline", |x, c, gb, a, pad, z, q| {
-            z.resize(x.len(), 0.0);
-            pass(x, c, gb, a, pad, z, q)
-        })];
-        #[cfg(target_arch = "x86_64")]
-        {
-            if Level::Avx2.supported() {
-                builds.push(("avx2", |x, c, gb, a, pad, z, q| {
-                    z.resize(x.len(), 0.0);
-                    // SAFETY: the CPU has AVX2 (checked above).
-                    unsafe { x86::avx2(x, c, gb, a, pad, z, q) }
-                }));
-            }
-            if Level::Avx512.supported() {
-                builds.push(("avx512", |x, c, gb, a, pad, z, q| {
-                    z.resize(x.len(), 0.0);
-                    // SAFETY: the CPU has AVX-512F (checked above).
-                    unsafe { x86::avx512(x, c, gb, a, pad, z, q) }
-                }));
-            }
-        }
         let mut first: Option<Vec<u8>> = None;
-        for (level, run) in builds {
+        // every level the CPU has, the baseline first (other tests may move the cap meanwhile;
+        // they only ever set levels that must give the same bits too)
+        for level in Level::available() {
             let (mut z, mut q) = (Vec::new(), Vec::new());
-            let (s, zp) = run(&x, c, &gb, &alpha, pad, &mut z, &mut q);
+            set_cap(level);
+            let (s, zp) = adain_snake_quantize(&x, c, &gb, &alpha, pad, &mut z, &mut q);
+            reset_cap();
             assert!((s - ws).abs() <= ws * 1e-4 && zp.abs_diff(wzp) <= 1, "{level}: scale {s} zp {zp} vs {ws} {wzp}");
             assert_eq!(q.len(), (t + 2 * pad) * c);
             assert!(q[..pad * c].iter().chain(&q[(t + pad) * c..]).all(|&v| v == zp), "{level}: padding");
