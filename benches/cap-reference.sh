@@ -34,11 +34,14 @@ case "$LEVEL" in
   avxvnni) VNNI=on ;;
   *) die "level $LEVEL: native, avx2 or avxvnni" ;;
 esac
-PY="$ROOT/.venv-hibari/bin/python"
-[[ -x "$PY" ]] || die ".venv-hibari missing: run benches/setup-hibari-python.sh"
+# CAP_PY: the python whose onnxruntime is copied (default .venv-hibari's; scripts/bench-kokoro.sh
+# gives .venv-kokoro's)
+PY="${CAP_PY:-$ROOT/.venv-hibari/bin/python}"
+[[ -x "$PY" ]] || die "$PY missing (.venv-hibari: benches/setup-hibari-python.sh)"
 command -v objdump >/dev/null || die "objdump missing (Debian: binutils)"
 PKG="$("$PY" -c 'import onnxruntime, os; print(os.path.dirname(onnxruntime.__file__))')"
-OUT="$ROOT/target/ref-$LEVEL"
+VENV="$(basename "$(dirname "$(dirname "$PY")")")"
+OUT="$ROOT/target/ref-$LEVEL$([[ $VENV == .venv-hibari ]] || echo "-${VENV#.venv-}")"
 STAMP="v2 $LEVEL $(stat -c '%n %s %Y' "$PKG"/capi/*.so* | sha256sum | cut -c1-16)"
 if [[ ! -f "$OUT/stamp" || "$(cat "$OUT/stamp")" != "$STAMP" ]]; then
   rm -rf "$OUT"

@@ -2,8 +2,9 @@
 # Kokoro's in-process real-time factor on one thread, side by side: onnxruntime (what kokoro-onnx
 # runs: one InferenceSession.run on the same model file) and the native engine (int8 and fp32), at
 # the CPU's default level and capped to AVX2. Figures go to BENCHMARKS.md. ROUNDS rounds (default
-# 3) run the four one after the other, so that a busy host's load falls on all of them alike;
+# 3) run the five one after the other, so that a busy host's load falls on all of them alike;
 # take each one's best.
+# The AVX2 rows set our kernels capped to AVX2 beside onnxruntime capped alike (cap-reference.sh).
 #
 #   [ROUNDS=3] scripts/bench-kokoro.sh [CASE.json] [REPS]
 set -euo pipefail
@@ -19,9 +20,12 @@ scripts/venv.sh .venv-kokoro onnx==1.23.2 onnxruntime==1.32.0 numpy==2.4.6
 PROFILE="${PROFILE:-release}"
 cargo build -q --profile "$PROFILE" -p speechstream-engine-libtorch --example kokoro_rtf
 BIN="target/$([[ $PROFILE == dev ]] && echo debug || echo "$PROFILE")/examples/kokoro_rtf"
-for round in $(seq "$ROUNDS"); do
-echo "round $round"
-.venv-kokoro/bin/python - "$MODEL" "$CASE" "$REPS" <<'PY'
+# onnxruntime capped to AVX2 (benches/cap-reference.sh: a copy whose MLAS sees no AVX-512 and no
+# AVX-VNNI), to set beside our kernels capped alike: what the two run on an AVX2-only CPU
+CAPPED="$(CAP_PY=.venv-kokoro/bin/python benches/cap-reference.sh avx2)"
+ORT_PY="$(mktemp)"
+trap 'rm -f "$ORT_PY"' EXIT
+cat >"$ORT_PY" <<'PY'
 import json, sys, time
 import numpy as np
 import onnxruntime as ort
@@ -39,8 +43,13 @@ for _ in range(reps):
     audio = sess.run(None, feed)[0]
     best = min(best, time.perf_counter() - t)
 sec = audio.size / 24000
-print(f"onnxruntime {ort.__version__} int8, 1 thread: {sec:.2f} s of audio in {best:.3f} s (best of {reps}), RTF {best / sec:.3f}, {sec / best:.2f}x real time")
+print(f"onnxruntime {ort.__version__} int8, 1 thread{sys.argv[4]}: {sec:.2f} s of audio in {best:.3f} s (best of {reps}), RTF {best / sec:.3f}, {sec / best:.2f}x real time")
 PY
+for round in $(seq "$ROUNDS"); do
+echo "round $round"
+.venv-kokoro/bin/python "$ORT_PY" "$MODEL" "$CASE" "$REPS" ""
 "$BIN" "$MODEL" "$CASE" "$REPS"
+# shellcheck disable=SC2086 # CAPPED is a list of VAR=VALUE words
+env $CAPPED .venv-kokoro/bin/python "$ORT_PY" "$MODEL" "$CASE" "$REPS" " (capped to AVX2)"
 SPEECHSTREAM_SIMD=avx2 "$BIN" "$MODEL" "$CASE" "$REPS" int8
 done
