@@ -145,7 +145,7 @@ impl HibariEngine {
             (front_ends.join(), Ok((models, precision)))
         });
         let front_ends = front_ends.map_err(|_| "loading hibari's text front end panicked".to_owned())??;
-        let (models, precision) = models?;
+        let (models, mut precision) = models?;
         let mut voices = Vec::new();
         // Each voice as the engine declares it: its name, language and description from voices.json.
         let mut declared = Vec::new();
@@ -187,7 +187,11 @@ impl HibariEngine {
         if let (Some(files), Some(american), Some(british)) = (kokoro, front_end(false), front_end(true)) {
             let japanese = readers.is_none_or(|r| r.japanese);
             match load_kokoro(&files, dir, &options, american, british, japanese) {
-                Ok((kokoro_voices, kokoro_capabilities)) => {
+                Ok((kokoro_voices, kokoro_capabilities, kokoro_precision)) => {
+                    // Kokoro alone: the engine's precision is what its network runs in.
+                    if !options.hibari_voices {
+                        precision = Some(kokoro_precision);
+                    }
                     tracing::info!(voices = kokoro_voices.len(), hibari = options.hibari_voices, "Kokoro-82M served");
                     voices.extend(kokoro_voices);
                     capabilities = Some(match capabilities {
@@ -205,14 +209,7 @@ impl HibariEngine {
         // Kokoro's voices alone: its default voice (`af_heart` when present, else its first).
         let default =
             default.or_else(|| voices.iter().position(|v| v.name == KOKORO_DEFAULT_VOICE)).unwrap_or_default();
-        // (Kokoro alone: its own precision, as `auto` chooses it.)
-        let precision = precision.unwrap_or_else(|| {
-            if options.hibari_voices {
-                Precision::Fp32
-            } else {
-                options.precision.unwrap_or_else(|| crate::KokoroModel::auto_precision(device))
-            }
-        });
+        let precision = precision.unwrap_or(Precision::Fp32);
         let workers = options.workers.unwrap_or(if device == Device::Cpu { default_workers() } else { 1 });
         let pool = Pool::start(workers, Arc::new(voices), default, &capabilities, &options)?;
         Ok(HibariEngine { capabilities, pool, precision })
@@ -265,8 +262,8 @@ fn kokoro_readers(files: &KokoroFiles, only: Option<&SynthesisRequest>) -> Reade
     readers
 }
 
-/// Kokoro's voices as the workers hold them, on one network loaded from `files`, and what
-/// they can do.
+/// Kokoro's voices as the workers hold them, on one network loaded from `files`, what they can
+/// do, and the precision the network runs in (`auto`'s choice, or fp32 for the fp32 export).
 fn load_kokoro(
     files: &KokoroFiles,
     hibari_dir: &std::path::Path,
@@ -274,7 +271,7 @@ fn load_kokoro(
     american: Arc<FrontEnd>,
     british: Arc<FrontEnd>,
     wants_japanese: bool,
-) -> Result<(Vec<VoiceModel>, EngineCapabilities), String> {
+) -> Result<(Vec<VoiceModel>, EngineCapabilities, Precision), String> {
     // `--precision auto` is Kokoro's own auto (not what hibari's probe chose for hibari).
     let precision = options.precision.unwrap_or_else(|| crate::KokoroModel::auto_precision(options.device));
     // The hand-written network reads the int8 export's weights (fp32 runs them dequantized); an
@@ -314,6 +311,7 @@ fn load_kokoro(
         (network, japanese)
     });
     let network = network?;
+    let precision = network.precision();
     match (&japanese, wants_japanese) {
         (Ok(ja), _) => tracing::info!(dictionary = %ja.dictionary_dir().display(), "Kokoro reads Japanese"),
         (Err(e), true) => tracing::warn!("Kokoro reads no Japanese: {e}"),
@@ -346,7 +344,7 @@ fn load_kokoro(
         .with_instructions(false)
         .with_word_timestamps(true)
         .with_mixing(true);
-    Ok((voices, capabilities))
+    Ok((voices, capabilities, precision))
 }
 
 impl Engine for HibariEngine {

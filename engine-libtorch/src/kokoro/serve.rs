@@ -44,6 +44,11 @@ pub trait Network: Send + Sync {
     fn device(&self) -> tch::Device {
         tch::Device::Cpu
     }
+
+    /// The arithmetic it runs.
+    fn precision(&self) -> crate::Precision {
+        crate::Precision::Fp32
+    }
 }
 
 /// Loads the network from `onnx` (a `kokoro-v1.0[.int8].onnx`): [`KokoroModel`] in
@@ -63,6 +68,10 @@ impl Network for KokoroModel {
 
     fn device(&self) -> tch::Device {
         KokoroModel::device(self)
+    }
+
+    fn precision(&self) -> crate::Precision {
+        KokoroModel::precision(self)
     }
 }
 
