@@ -218,6 +218,10 @@ struct VoiceArgs {
     /// hibari alone].
     #[arg(long, value_name = "DIR")]
     kokoro_dir: Option<PathBuf>,
+    /// Serve hibari alone: leave Kokoro's files unread even where its default directory holds
+    /// them (less memory, a faster start).
+    #[arg(long, conflicts_with = "kokoro_dir")]
+    no_kokoro: bool,
     /// Leave Kokoro's default directory alone (`say` with a voice that is not Kokoro's).
     #[arg(skip)]
     skip_default_kokoro: bool,
@@ -349,7 +353,8 @@ impl VoiceArgs {
                 .map_err(|e| format!("--lexicon {}: {e}", path.display()))?;
         }
         options.kokoro_required = self.kokoro_dir.is_some();
-        options.kokoro_dir = if self.skip_default_kokoro && self.kokoro_dir.is_none() { None } else { self.kokoro() };
+        let skip_default = self.skip_default_kokoro || self.no_kokoro;
+        options.kokoro_dir = if skip_default && self.kokoro_dir.is_none() { None } else { self.kokoro() };
         let precision = self.precision.0.map_or("auto".to_owned(), |p| p.to_string());
         let simd = speechstream_engine_libtorch::cpu::env_cap()?;
         let level = speechstream_engine_libtorch::cpu::level();
@@ -588,6 +593,9 @@ fn run_say(args: SayArgs) -> Result<(), String> {
     // for the others.
     voice_args.skip_default_kokoro = !kokoro_voice_name(&args.voice);
     voice_args.kokoro_only = kokoro_voice_name(&args.voice);
+    if voice_args.kokoro_only && voice_args.no_kokoro {
+        return Err(format!("--no-kokoro: voice {} is Kokoro's", args.voice));
+    }
     let mut request =
         SynthesisRequest::new(text).with_voice(args.voice.clone()).with_speed(args.speed).with_seed(args.seed);
     if let Some(language) = &args.language {

@@ -415,3 +415,21 @@ fn say_with_a_kokoro_voice_needs_no_hibari_model() {
     }
     let _ = std::fs::remove_dir_all(&front_end);
 }
+
+// `serve --no-kokoro` leaves Kokoro's default directory (the checkout's .cache/kokoro, which
+// set-up fills and the binary finds beside itself) unread: hibari alone is served.
+#[test]
+fn no_kokoro_serves_hibari_alone() {
+    assert!(cache().join("kokoro/kokoro-v1.0.int8.onnx").is_file(), "run scripts/setup.sh");
+    let server =
+        Server::start_engine("hibari", &["--no-kokoro", "--admission", "off", "--workers", "1", "--device", "cpu"]);
+    let (status, models) = process::get(server.addr, "/v1/models", "");
+    assert_eq!(status, 200);
+    assert!(models.contains("\"hibari\"") && !models.contains("\"kokoro\""), "{models}");
+    let (_, voices) = process::get(server.addr, "/v1/audio/voices", "");
+    assert!(voices.contains("\"heart\"") && !voices.contains("\"jf_alpha\""), "{voices}");
+    let (status, _, body) =
+        post_json(server.addr, "/v1/audio/speech", &json!({"model": "kokoro", "input": "Hello.", "voice": "jf_alpha"}));
+    assert!(status >= 400, "{status}: {}", String::from_utf8_lossy(&body));
+    assert!(!server.log().iter().any(|l| l.contains("Kokoro-82M served")), "{:?}", server.log());
+}
