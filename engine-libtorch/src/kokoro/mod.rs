@@ -84,14 +84,18 @@ impl KokoroModel {
         Ok(KokoroModel { net: net::Kokoro::load(&weights)? })
     }
 
-    /// The precision `auto` means: int8 on a CPU whose int8 kernels have VNNI dot products
-    /// (AVX-512 VNNI or AVX-VNNI), fp32 elsewhere. On a quiet Zen 4 (BENCHMARKS.md, one thread)
-    /// int8 took 0.64 of real time against fp32's 0.72 at AVX-512 VNNI, and 1.07 capped to AVX2,
-    /// where libtorch's float convolutions are the faster; int8 runs on the CPU only.
+    /// The precision `auto` means: int8 on a CPU with our AVX2 or AVX-512 int8 kernels, fp32 on
+    /// the portable baseline and on other devices (int8 runs on the CPU only). Release build, one
+    /// thread, the weather fixture, Intel Xeon (Sapphire Rapids class), 2026-12-04: int8 0.30 s
+    /// at AVX-512 VNNI; capped to AVX2 (our kernels and libtorch's: `SPEECHSTREAM_SIMD=avx2
+    /// ATEN_CPU_CAPABILITY=avx2`) int8 0.55-0.57 s against fp32's 0.83-0.85 s; at the baseline
+    /// int8 9.1 s (scalar products). (Before the AVX2 kernel summed runs of groups in int16,
+    /// fp32 was the faster at AVX2.)
     pub fn auto_precision(device: Device) -> Precision {
         use crate::cpu::Level;
         match (device, crate::cpu::level()) {
-            (Device::Cpu, Level::Avx512Vnni | Level::AvxVnni) => Precision::Int8,
+            (Device::Cpu, Level::Baseline) => Precision::Fp32,
+            (Device::Cpu, _) => Precision::Int8,
             _ => Precision::Fp32,
         }
     }
