@@ -4,7 +4,9 @@
 # the CPU's default level and capped to AVX2. Figures go to BENCHMARKS.md. ROUNDS rounds (default
 # 3) run the five one after the other, so that a busy host's load falls on all of them alike;
 # take each one's best.
-# The AVX2 rows set our kernels capped to AVX2 beside onnxruntime capped alike (cap-reference.sh).
+# The AVX2 rows set our kernels and libtorch's capped to AVX2 (SPEECHSTREAM_SIMD, ATEN_CPU_CAPABILITY,
+# MKL_ENABLE_INSTRUCTIONS) beside onnxruntime capped alike (benches/cap-reference.sh): what the
+# two run on an AVX2-only CPU.
 #
 #   [ROUNDS=3] scripts/bench-kokoro.sh [CASE.json] [REPS]
 set -euo pipefail
@@ -51,5 +53,5 @@ echo "round $round"
 "$BIN" "$MODEL" "$CASE" "$REPS"
 # shellcheck disable=SC2086 # CAPPED is a list of VAR=VALUE words
 env $CAPPED .venv-kokoro/bin/python "$ORT_PY" "$MODEL" "$CASE" "$REPS" " (capped to AVX2)"
-SPEECHSTREAM_SIMD=avx2 "$BIN" "$MODEL" "$CASE" "$REPS" int8
+SPEECHSTREAM_SIMD=avx2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 "$BIN" "$MODEL" "$CASE" "$REPS" int8
 done
