@@ -109,14 +109,14 @@ pub fn chunk_ranges(frames: usize, first: usize, size: usize) -> Vec<Range<usize
 
 /// Frame ranges for streaming with growing chunks: `first` frames, then `size`, then `max` frames
 /// per chunk (`max` below `size` counts as `size`), a short tail joined to the chunk before it:
-/// [`ChunkLengths`] of a sentence that opens its utterance.
+/// `ChunkLengths` of a sentence that opens its utterance.
 pub fn stream_ranges(frames: usize, first: usize, size: usize, max: usize) -> Vec<Range<usize>> {
     ranges(ChunkLengths::new(frames, true, ChunkSizes::frames(first, size, max)))
 }
 
 /// [`stream_ranges`] of an utterance's sentence `index` (0 = its first), as the server streams
 /// it: only the utterance's first chunk is `first` frames; a later sentence starts at `size`
-/// ([`ChunkLengths`]).
+/// (`ChunkLengths`).
 pub fn sentence_ranges(frames: usize, index: u64, first: usize, size: usize, max: usize) -> Vec<Range<usize>> {
     ranges(ChunkLengths::new(frames, index == 0, ChunkSizes::frames(first, size, max)))
 }

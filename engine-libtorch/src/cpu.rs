@@ -1,4 +1,4 @@
-//! Which vector instructions the CPU kernels ([`crate::gemm`], [`crate::kernels`], the DSP and the
+//! Which vector instructions the CPU kernels ([`crate::gemm`], `crate::kernels`, the DSP and the
 //! noise generator) may use: detected once at run time, capped by `SPEECHSTREAM_SIMD` so that one
 //! machine can run (and time) every level it has. Every level gives the same bits as
 //! [`Level::Baseline`]; the cap changes speed, never results.

@@ -97,7 +97,7 @@ impl Dsp {
         self.device
     }
 
-    /// The pulse train of a whole sentence from its f0 curve ([F] Hz): [F * 300] float32.
+    /// The pulse train of a whole sentence from its f0 curve (\[F\] Hz): \[F * 300\] float32.
     pub fn pulses(&self, f0: &Tensor) -> Tensor {
         if self.device == Device::Cpu {
             self.pulses_cpu(f0)

@@ -1,4 +1,4 @@
-//! int8 × int8 → int32 matrix products for the int8 path ([`crate::kernels::QWeight`]):
+//! int8 × int8 → int32 matrix products for the int8 path (`crate::kernels::QWeight`):
 //! C[m, j] = Σ_k A[m, k] · W[j, k], exactly (int32 accumulation, nothing saturates), with A the
 //! int8 activations [M, K] and W a Linear weight [N, K] (nn.Linear's layout, |w| ≤ 127).
 //!
@@ -13,7 +13,7 @@
 //!   panels stay in cache while the tile walks down the rows, and the first tile of a block
 //!   prefetches the next block's. There is no blocking along K (hibari's K is at most 768,
 //!   Kokoro's generator convolutions reach 256 channels × 11 taps = 2,816: a panel of 16 or 32
-//!   columns is 45-90 KB there, in L2, against L1 at hibari's); M comes in blocks from [`crate::kernels::QWeight::forward`], whose int32
+//!   columns is 45-90 KB there, in L2, against L1 at hibari's); M comes in blocks from `crate::kernels::QWeight::forward`, whose int32
 //!   sums then stay in L2 for its epilogue.
 //! - **u8 × s8.** Every kernel sees A + 128 as u8 and subtracts 128 · Σ_k W[j, k] once at the end.
 //! - **VNNI** (`vpdpbusd`): sums of 4 products into int32, nothing saturates.

@@ -46,7 +46,7 @@ pub struct HibariOptions {
     /// less decoder context computed twice, once the client has a second of audio.
     pub max_chunk_frames: usize,
     /// Arithmetic of the network's Linear layers; `None`: the faster on this machine, measured
-    /// at load ([`Hibari::set_fastest_precision`]; fp32 on CUDA).
+    /// at load ([`crate::Hibari::set_fastest_precision`]; fp32 on CUDA).
     pub precision: Option<Precision>,
     /// Kokoro-82M's files ([`crate::kokoro::voices::scan`]): its voices are served beside
     /// hibari's when the directory holds a model file and voices. `None`: no Kokoro.

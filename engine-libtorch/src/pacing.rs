@@ -134,7 +134,7 @@ impl Pace {
     }
 
     /// The stream's listener is busy with the connection's earlier audio until `until`
-    /// ([`Listeners`]): its playback of this stream, and so its deadlines after the first
+    /// (`Listeners`): its playback of this stream, and so its deadlines after the first
     /// chunk, start then at the earliest.
     pub fn plays_after(mut self, until: Option<Instant>) -> Pace {
         self.plays_after = until;
@@ -347,7 +347,7 @@ pub fn first_words_chars(text: &str, words: usize) -> usize {
 
 /// Audio seconds of the chunks a sentence is cut into (the first of an utterance, a sentence's
 /// first two, every later one), by the rule the scheduler cuts frames with
-/// ([`crate::chunks::ChunkLengths`]).
+/// (`crate::chunks::ChunkLengths`).
 pub type ChunkSizes = crate::chunks::ChunkSizes<f64>;
 
 /// The work a stream still owes, as admission models it.
@@ -541,7 +541,7 @@ fn first_miss_sorted<'a>(steps: impl Iterator<Item = &'a Step>, now: Instant, ut
 /// `admitted` (its streams' steps) and `new(delay, out)` (the new stream's steps with its first
 /// audio due `delay` after the target, appended to `out`), [`feasible`] from `now` at
 /// `utilization` (a first chunk no listener waits on yet that comes before the new stream's
-/// fails it only once past its limit: [`first_miss_adding`]). `Ok(ZERO)` where it fits as it is; else the least delay up to `bound` that
+/// fails it only once past its limit: `first_miss_adding`). `Ok(ZERO)` where it fits as it is; else the least delay up to `bound` that
 /// fits, found by halving to within [`DELAY_RESOLUTION`] (a later first deadline puts the new
 /// stream's work after more of the others' in earliest-deadline order, which mostly only helps:
 /// the halving may miss a shorter delay that fits, but it returns only a delay checked to fit,

@@ -16,7 +16,7 @@
 //! lie above 4 kHz, so the test checks the time axis there).
 //!
 //! Words are reported as the client wrote them: the text split on whitespace, each piece without
-//! the punctuation around it ("$3.50" and "https://example.com" stay whole; "world." is "world"),
+//! the punctuation around it ("$3.50" and `https://example.com` stay whole; "world." is "world"),
 //! pieces left empty dropped, so the list matches the text's words in order, each with its
 //! character offsets in the request's text. A front-end word that covers several text words
 //! ("7:30 pm") shares its time among them by character count.

@@ -1,4 +1,4 @@
-//! The engine's workers: N threads, each a [`Scheduler`] with its own requests, all computing on
+//! The engine's workers: N threads, each a `Scheduler` with its own requests, all computing on
 //! one copy of the voices' weights; the submit side that spreads requests over them and admits
 //! or refuses streams; the counters `/metrics` reads.
 //!

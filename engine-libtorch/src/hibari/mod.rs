@@ -342,7 +342,7 @@ impl Hibari {
     }
 
     /// [`Hibari::decode`] for several (sentence, frames [a, b)) items in one forward pass. The
-    /// decoder windows [a−27, b+27) are packed along time into one sequence, [`PACK_GAP`] zero
+    /// decoder windows [a−27, b+27) are packed along time into one sequence, `PACK_GAP` zero
     /// frames apart, and the residual stream is masked to zero in the gaps before every k7 conv
     /// (architecture doc §7, fine axis). The decoder is convolutional with per-frame norms only
     /// (§4.7, §8), so each window sees exactly the zeros it sees alone: equal to one call of

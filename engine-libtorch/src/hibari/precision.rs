@@ -11,7 +11,7 @@ pub enum Precision {
     /// depends on that frame's inputs only. CPU only. Not the fp32 graph's math (like
     /// onnxruntime's int8 graph, it is as far from it as it is from onnxruntime's int8 output,
     /// see `tests/hibari_int8.rs`), but exact with itself: the row-wise kernels of
-    /// [`crate::kernels`] compute every row as they would alone, so chunks equal the whole
+    /// `crate::kernels` compute every row as they would alone, so chunks equal the whole
     /// sentence and batches equal single items bit for bit, on every CPU level ([`crate::cpu`]).
     Int8,
     /// Weights dequantized to float32 (W = q·scale), float activations: the exact target of the

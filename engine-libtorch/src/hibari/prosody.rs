@@ -14,9 +14,9 @@ pub struct Prosody {
     pub durations: Vec<i64>,
     /// F, the number of fine frames (12.5 ms); the audio has F · 300 samples
     pub frames: usize,
-    /// [F] Hz (the network's f0 output)
+    /// \[F\] Hz (the network's f0 output)
     pub f0: Tensor,
-    /// [F] the internal noise-level channel n
+    /// \[F\] the internal noise-level channel n
     pub n: Tensor,
     /// decoder input [F, 130] (time-major)
     pub(super) z: Tensor,
@@ -54,7 +54,7 @@ impl Prosody {
     }
 }
 
-/// Network outputs for fine frames `start .. start + n`, each [n, 601] float32 (time-major), f0 [n].
+/// Network outputs for fine frames `start .. start + n`, each \[n, 601\] float32 (time-major), f0 \[n\].
 #[derive(Debug)]
 pub struct Spectra {
     pub start: usize,

@@ -1,7 +1,7 @@
 //! Kokoro-82M natively in tch, without onnxruntime: the network written out block by block
-//! ([`net`]), its weights read by name out of kokoro-onnx's ONNX export (`kokoro-v1.0.int8.onnx`,
-//! [`load`]), its int8 products on our own int8 kernels ([`int8`], [`crate::gemm`]; the generator's
-//! convolution inputs made in one pass, [`fused`]). The blocks, shapes, weight names and where
+//! (`net`), its weights read by name out of kokoro-onnx's ONNX export (`kokoro-v1.0.int8.onnx`,
+//! `load`), its int8 products on our own int8 kernels (`int8`, [`crate::gemm`]; the generator's
+//! convolution inputs made in one pass, `fused`). The blocks, shapes, weight names and where
 //! the int8 lives: docs/kokoro-architecture.md.
 //!
 //! [`KokoroModel::infer`] takes the phoneme ids of one utterance (without the two pad tokens,
