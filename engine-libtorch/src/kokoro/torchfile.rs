@@ -130,7 +130,7 @@ pub fn read(bytes: &[u8]) -> Result<Vec<(String, Tensor)>, String> {
         }
         return Err("not a torch.save file (no zip archive)".to_owned());
     }
-    let entries = unzip(bytes)?;
+    let entries = unzip(bytes).map_err(|e| format!("a torch.save archive that cannot be read (truncated?): {e}"))?;
     let pickles: Vec<&str> = entries
         .iter()
         .map(|(name, _)| name.as_str())
@@ -160,7 +160,8 @@ pub fn read(bytes: &[u8]) -> Result<Vec<(String, Tensor)>, String> {
     collect(&object, String::new(), 0, &mut |name, tensor| {
         let data = entry(&format!("data/{}", tensor.storage.key))
             .ok_or_else(|| format!("{name}: the storage {top}data/{} is missing", tensor.storage.key))?;
-        out.push((name.to_owned(), tensor.materialize(data).map_err(|e| format!("tensor {name:?}: {e}"))?));
+        let what = if name.is_empty() { "the tensor".to_owned() } else { format!("tensor {name:?}") };
+        out.push((name.to_owned(), tensor.materialize(data).map_err(|e| format!("{what}: {e}"))?));
         Ok(())
     })?;
     Ok(out)
