@@ -198,8 +198,9 @@ fn a_pt_voice_speaks_and_mixes_as_its_npz_twin() {
         let path = entry.unwrap().path();
         std::os::unix::fs::symlink(&path, dir.join(path.file_name().unwrap())).unwrap();
     }
-    // Copies of two packaged voices under other names, beside the npz that holds the originals.
-    save_voices(&dir, &["jf_alpha:voices/jf_copy.pt", "jm_kumo:jm_copy.pt:archive:offset"]);
+    // Copies of two packaged voices under other names, beside the npz that holds the originals;
+    // one named as a British voice (its language is its name's).
+    save_voices(&dir, &["jf_alpha:voices/jf_copy.pt", "jm_kumo:bm_copy.pt:archive:offset"]);
     let mut options = HibariOptions::new(common::hibari_assets());
     options.kokoro_dir = Some(dir.clone());
     options.kokoro_required = true;
@@ -207,16 +208,17 @@ fn a_pt_voice_speaks_and_mixes_as_its_npz_twin() {
     options.threads = Some(1);
     let engine = HibariEngine::new(options).expect("engine");
     let voices = &engine.capabilities().voices;
-    for name in ["jf_copy", "jm_copy"] {
+    for (name, language) in [("jf_copy", "ja"), ("bm_copy", "en-GB")] {
         let voice = voices.iter().find(|v| v.id == name).unwrap_or_else(|| panic!("{name} not listed"));
-        assert_eq!(voice.language.as_deref(), Some("ja"), "{name}");
+        assert_eq!(voice.language.as_deref(), Some(language), "{name}");
     }
     let alpha = speak(&engine, 1, "jf_alpha");
     assert!(alpha.len() > 24_000, "{} bytes of audio", alpha.len());
     assert!(speak(&engine, 2, "jf_copy") == alpha, "the .pt voice's audio differs from the npz voice's");
     let mix = speak(&engine, 3, "jf_alpha(2)+jm_kumo");
     assert!(mix != alpha);
-    assert!(speak(&engine, 4, "jf_copy(2)+jm_copy") == mix, "the .pt voices' mix differs from the npz voices'");
+    // (a mix reads as its first voice does: American English here, both times)
+    assert!(speak(&engine, 4, "jf_copy(2)+bm_copy") == mix, "the .pt voices' mix differs from the npz voices'");
     drop(engine);
     std::fs::remove_dir_all(&dir).unwrap();
 }
