@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest};
 use speechstream_engine_libtorch::kokoro::torchfile::{self, DType};
-use speechstream_engine_libtorch::kokoro::voices::{read_npy, read_npz, scan, VoicePack};
+use speechstream_engine_libtorch::kokoro::voices::{read_npy, read_npz, read_pt, scan, VoicePack};
 use speechstream_engine_libtorch::{AdmissionMode, HibariEngine, HibariOptions};
 
 fn script(name: &str) -> PathBuf {
@@ -164,6 +164,31 @@ fn pt_voices_are_scanned_as_npy_voices_are_and_bad_ones_left_out() {
     says("truncated.pt", &["truncated"]);
     says("legacy.pt", &["legacy", "re-save"]);
     says("kokoro-v1_0.pth", &["not read", "kokoro-v1.0.int8.onnx"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Every byte of a voice file's pickle (and its zip headers around it) changed, one at a time:
+/// an error or a table, never a panic.
+#[test]
+fn a_corrupted_pickle_is_an_error_not_a_panic() {
+    let dir = scratch("corrupt");
+    save_voices(&dir, &["jf_alpha:jf_alpha.pt"]);
+    let good = std::fs::read(dir.join("jf_alpha.pt")).unwrap();
+    assert!(read_pt(&good).is_ok());
+    let (mut errors, mut tables) = (0, 0);
+    for at in 0..400 {
+        for byte in [0x00, 0xff, good[at] ^ 0x01] {
+            let mut bad = good.clone();
+            bad[at] = byte;
+            match std::panic::catch_unwind(|| read_pt(&bad)) {
+                Ok(Ok(_)) => tables += 1,
+                Ok(Err(_)) => errors += 1,
+                Err(_) => panic!("byte {at} set to {byte:#04x}: a panic"),
+            }
+        }
+    }
+    eprintln!("{errors} errors, {tables} tables");
+    assert!(errors > 300, "{errors} errors");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -241,7 +241,7 @@ impl TensorRef {
                     self.shape, self.stride
                 ));
             }
-            expected *= dim;
+            expected = expected.saturating_mul(dim);
         }
         if count > 0 && self.offset.checked_add(count).is_none_or(|end| end > numel) {
             return Err(format!(
