@@ -11,7 +11,8 @@
 //!   with the stdlib's pickle, as torch/serialization.py does): the directory scan lists them with
 //!   their language and the same tables as the npz's, bad files are left out with the reason; and
 //!   the engine, given a directory holding both, speaks (and mixes) a `.pt` voice with the very
-//!   bits of its npz twin.
+//!   bits of its npz twin;
+//! * a voice file corrupted byte by byte is an error or a table, never a panic.
 //!
 //! Needs python3 (stdlib only; `PYTHON` to choose another) and scripts/setup.sh's `.cache`.
 
