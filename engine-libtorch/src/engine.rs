@@ -62,7 +62,12 @@ impl HibariEngine {
             .collect();
         // Kokoro's voices, when its directory has them (read before the front ends: they need
         // both accents).
-        let kokoro = match options.kokoro_dir.as_deref().map(scan) {
+        let scanned = options.kokoro_dir.as_deref().map(scan);
+        // (logged first: a file left out may be why the directory has no voices or model)
+        for skipped in scanned.iter().flat_map(|files| &files.skipped) {
+            tracing::warn!("Kokoro file left out: {skipped}");
+        }
+        let kokoro = match scanned {
             Some(files) if files.voices.is_empty() || files.model(false).is_none() => {
                 let dir = options.kokoro_dir.as_deref().unwrap_or(dir).display();
                 let what = if files.voices.is_empty() { "no voices" } else { "no kokoro-v1.0[.int8].onnx" };
@@ -77,9 +82,6 @@ impl HibariEngine {
             None if !options.hibari_voices => return Err("Kokoro: no directory of its files".to_owned()),
             files => files,
         };
-        for skipped in kokoro.iter().flat_map(|files| &files.skipped) {
-            tracing::warn!("Kokoro voice left out: {skipped}");
-        }
         let mut accents: Vec<bool> = entries.iter().map(|e| e.british).collect();
         let readers = kokoro.as_ref().map(|files| kokoro_readers(files, options.only_request.as_ref()));
         if let Some(readers) = readers {

@@ -16,7 +16,9 @@ mod net;
 // How the engine's workers serve Kokoro's voices, and the voice files users have.
 pub mod serve;
 mod signal;
+pub mod torchfile;
 pub mod voices;
+mod zip;
 
 use std::path::Path;
 

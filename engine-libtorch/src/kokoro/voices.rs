@@ -1,14 +1,17 @@
 //! Kokoro's files as users have them, in `--kokoro-dir`: the model (`kokoro-v1.0.int8.onnx`
 //! and/or `kokoro-v1.0.onnx`) and the voices, as kokoro-onnx's `voices-v1.0.bin` (an npz of
-//! all 54), any other `.npz` of voices (`voices_ja.npz`), or one `.npy` per voice, in the
-//! directory or its `voices/` folder. A voice is a style table: [510, 1, 256] (or [510, 256])
-//! f32, one 256-float row per input length; its language is the first letter of its name
-//! (Kokoro's convention: `af_heart` American English, `jf_alpha` Japanese). Read with our own
-//! npy and zip readers (stored or deflated entries, zip64 sizes as numpy writes them).
+//! all 54), any other `.npz` of voices (`voices_ja.npz`), or one `.npy` per voice, or one `.pt`
+//! per voice (hexgrad's `kokoro` package's and Kokoro-FastAPI's `voices/af_heart.pt`: a
+//! `torch.save` of the table), in the directory or its `voices/` folder. A voice is a style
+//! table: [510, 1, 256] (or [510, 256]) f32, one 256-float row per input length; its language is
+//! the first letter of its name (Kokoro's convention: `af_heart` American English, `jf_alpha`
+//! Japanese). Read with our own npy, zip ([`super::zip`]) and torch.save ([`super::torchfile`])
+//! readers. hexgrad's model weights (`kokoro-v1_0.pth`) are not read: noted in `skipped`.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
+
+pub use super::zip::unzip;
 
 /// Floats per style row.
 pub const STYLE_DIM: usize = 256;
@@ -119,7 +122,7 @@ pub struct KokoroFiles {
     /// The model files present: int8 and fp32.
     pub int8: Option<PathBuf>,
     pub fp32: Option<PathBuf>,
-    /// The voices, sorted by name (one per name: a `.npy` of its own wins over a bundle).
+    /// The voices, sorted by name (one per name: a `.npy` or `.pt` of its own wins over a bundle).
     pub voices: Vec<KokoroVoice>,
     /// Files that could not be read, with why (logged and left out).
     pub skipped: Vec<String>,
@@ -152,8 +155,14 @@ pub fn scan(dir: &Path) -> KokoroFiles {
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
             if name == VOICES_BIN || name.ends_with(".npz") {
                 bundles.push(path);
-            } else if name.ends_with(".npy") {
+            } else if name.ends_with(".npy") || name.ends_with(".pt") {
                 singles.push(path);
+            } else if name.ends_with(".pth") {
+                files.skipped.push(format!(
+                    "{}: PyTorch model weights (hexgrad's kokoro-v1_0.pth) are not read; Kokoro's model is \
+                     read from kokoro-onnx's {INT8_MODEL} or {FP32_MODEL}",
+                    path.display()
+                ));
             }
         }
     }
@@ -181,7 +190,9 @@ pub fn scan(dir: &Path) -> KokoroFiles {
     }
     for path in singles {
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_owned();
-        let data = std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| read_npy(&b));
+        let pt = path.extension().is_some_and(|e| e == "pt");
+        let data =
+            std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| if pt { read_pt(&b) } else { read_npy(&b) });
         add(&stem, data, &path, &mut files.skipped);
     }
     files.voices = voices.into_values().filter(|v| valid_name(&v.name)).collect();
@@ -235,6 +246,26 @@ pub fn read_npy(bytes: &[u8]) -> Result<Vec<f32>, String> {
     Ok(data.chunks_exact(size).map(read).collect())
 }
 
+/// The floats of a `.pt` voice: a `torch.save` file of one float tensor (f32; f64, f16 or bf16
+/// converted) whose last dimension is [`STYLE_DIM`], or of a dict holding one such tensor.
+pub fn read_pt(bytes: &[u8]) -> Result<Vec<f32>, String> {
+    let tensors = super::torchfile::read(bytes)?;
+    let [(_, tensor)] = &tensors[..] else {
+        let names: Vec<&str> = tensors.iter().map(|(n, _)| n.as_str()).take(4).collect();
+        return Err(format!("a voice file holds one tensor, this one {} ({names:?}...)", tensors.len()));
+    };
+    if !tensor.dtype.is_float() {
+        return Err(format!("a voice holds floats, this one {:?}", tensor.dtype));
+    }
+    if tensor.shape.last() != Some(&STYLE_DIM) {
+        return Err(format!(
+            "a voice's shape is [510, 1, {STYLE_DIM}] (rows of {STYLE_DIM}), this one is {:?}",
+            tensor.shape
+        ));
+    }
+    Ok(tensor.to_f32())
+}
+
 /// The text after `'key':` in a Python dict literal, up to the end.
 fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
     let at = header.find(&format!("'{key}'")).or_else(|| header.find(&format!("\"{key}\"")))?;
@@ -246,105 +277,11 @@ fn take<const N: usize>(bytes: &[u8]) -> Result<[u8; N], String> {
     bytes.get(..N).and_then(|b| b.try_into().ok()).ok_or_else(|| "truncated file".to_owned())
 }
 
-fn u16_at(b: &[u8], at: usize) -> Result<u16, String> {
-    Ok(u16::from_le_bytes(take::<2>(b.get(at..).ok_or("truncated zip")?)?))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Result<u32, String> {
-    Ok(u32::from_le_bytes(take::<4>(b.get(at..).ok_or("truncated zip")?)?))
-}
-
-fn u64_at(b: &[u8], at: usize) -> Result<u64, String> {
-    Ok(u64::from_le_bytes(take::<8>(b.get(at..).ok_or("truncated zip")?)?))
-}
-
 /// Every file of a zip archive (an `.npz`), by name: stored or deflated entries; sizes and
 /// offsets from the central directory, zip64 where the 32-bit fields say so.
 pub fn read_npz(path: &Path) -> Result<Vec<(String, Vec<u8>)>, String> {
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
     unzip(&bytes)
-}
-
-/// [`read_npz`] on the archive's bytes.
-pub fn unzip(b: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String> {
-    const EOCD: u32 = 0x0605_4b50;
-    // The end-of-central-directory record: 22 bytes and a comment of up to 64 KiB.
-    let lowest = b.len().saturating_sub(22 + 0xffff);
-    let eocd = (lowest..=b.len().saturating_sub(22))
-        .rev()
-        .find(|&i| u32_at(b, i) == Ok(EOCD))
-        .ok_or("not a zip archive (no end of central directory)")?;
-    let mut count = u64::from(u16_at(b, eocd + 10)?);
-    let mut offset = u64::from(u32_at(b, eocd + 16)?);
-    if count == 0xffff || offset == 0xffff_ffff {
-        // The zip64 locator sits just before, pointing at the zip64 record.
-        let locator = eocd.checked_sub(20).ok_or("truncated zip64 locator")?;
-        if u32_at(b, locator)? != 0x0706_4b50 {
-            return Err("zip64 archive without its locator".to_owned());
-        }
-        let record = usize::try_from(u64_at(b, locator + 8)?).map_err(|_| "zip64 offset too large")?;
-        if u32_at(b, record)? != 0x0606_4b50 {
-            return Err("zip64 end record missing".to_owned());
-        }
-        count = u64_at(b, record + 32)?;
-        offset = u64_at(b, record + 48)?;
-    }
-    let mut at = usize::try_from(offset).map_err(|_| "central directory offset too large")?;
-    let mut out = Vec::new();
-    for _ in 0..count {
-        if u32_at(b, at)? != 0x0201_4b50 {
-            return Err("bad central directory entry".to_owned());
-        }
-        let method = u16_at(b, at + 10)?;
-        let mut compressed = u64::from(u32_at(b, at + 20)?);
-        let mut size = u64::from(u32_at(b, at + 24)?);
-        let name_len = usize::from(u16_at(b, at + 28)?);
-        let extra_len = usize::from(u16_at(b, at + 30)?);
-        let comment_len = usize::from(u16_at(b, at + 32)?);
-        let mut local = u64::from(u32_at(b, at + 42)?);
-        let name = b.get(at + 46..at + 46 + name_len).ok_or("truncated zip entry name")?;
-        let name = String::from_utf8_lossy(name).into_owned();
-        // Zip64 extra field: the 64-bit values of the fields that are 0xffffffff, in order.
-        let extra = b.get(at + 46 + name_len..at + 46 + name_len + extra_len).ok_or("truncated zip extra")?;
-        let mut e = 0;
-        while e + 4 <= extra.len() {
-            let (id, len) = (u16_at(extra, e)?, usize::from(u16_at(extra, e + 2)?));
-            if id == 1 {
-                let mut v = e + 4;
-                for field in [&mut size, &mut compressed, &mut local] {
-                    if *field == 0xffff_ffff {
-                        *field = u64_at(extra, v)?;
-                        v += 8;
-                    }
-                }
-            }
-            e += 4 + len;
-        }
-        at += 46 + name_len + extra_len + comment_len;
-        let local = usize::try_from(local).map_err(|_| "zip offset too large")?;
-        if u32_at(b, local)? != 0x0403_4b50 {
-            return Err(format!("{name}: bad local header"));
-        }
-        let start = local + 30 + usize::from(u16_at(b, local + 26)?) + usize::from(u16_at(b, local + 28)?);
-        let compressed = usize::try_from(compressed).map_err(|_| "zip entry too large")?;
-        let data = b.get(start..start + compressed).ok_or_else(|| format!("{name}: truncated data"))?;
-        let data = match method {
-            0 => data.to_vec(),
-            8 => {
-                let mut out = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-                flate2::read::DeflateDecoder::new(data)
-                    .read_to_end(&mut out)
-                    .map_err(|e| format!("{name}: inflating: {e}"))?;
-                out
-            }
-            m => return Err(format!("{name}: zip compression method {m} is not supported (stored or deflate)")),
-        };
-        if data.len() as u64 != size {
-            return Err(format!("{name}: {} bytes, the directory says {size}", data.len()));
-        }
-        out.push((name, data));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
