@@ -5,7 +5,7 @@
 //! `torch.save` of the table), in the directory or its `voices/` folder. A voice is a style
 //! table: [510, 1, 256] (or [510, 256]) f32, one 256-float row per input length; its language is
 //! the first letter of its name (Kokoro's convention: `af_heart` American English, `jf_alpha`
-//! Japanese). Read with our own npy, zip ([`super::zip`]) and torch.save ([`super::torchfile`])
+//! Japanese). Read with our own npy, zip (`super::zip`) and torch.save ([`super::torchfile`])
 //! readers. hexgrad's model weights (`kokoro-v1_0.pth`) are not read: noted in `skipped`.
 
 use std::collections::BTreeMap;
