@@ -28,7 +28,9 @@
 # return folder), else target/gpu-check/results-<device>-<stamp>.md] (JSON lines beside it, .jsonl);
 # Kokoro: KOKORO_CONNS ["1 8 32 64"] listeners (loadgen --playback: each plays its audio out in real
 # time before sending the next; a chunk that comes after the audio before it ran out is late),
-# KOKORO_VOICE [jf_alpha], KOKORO_ADMISSION [off: the raw capacity], KOKORO_WORKERS [WORKERS].
+# KOKORO_VOICE [jf_alpha], KOKORO_ADMISSION [off: the raw capacity], KOKORO_WORKERS [WORKERS],
+# KOKORO_PRECISION [auto: fp32 on CUDA; fp16 runs its products in float16]. Kokoro's numeric check
+# runs in fp32 and in fp16, each against the CPU's fp32.
 # Stays within 10 minutes with the defaults: ~1 min of start-up and checks, 4 x (15 s + drain) for
 # hibari, ~1 min for Kokoro's check and start-up, 4 x (15 s + 2 s ramp + drain) for Kokoro.
 set -euo pipefail
@@ -224,19 +226,20 @@ print(f\"| $label | {g('utterances_per_s')} | {g('audio_seconds_per_s')} | {g('t
 
   if [[ -n "$kokoro_dir" ]]; then
     local voice="${KOKORO_VOICE:-jf_alpha}" admission="${KOKORO_ADMISSION:-off}" workers="${KOKORO_WORKERS:-${WORKERS:-}}"
-    say "Kokoro: numeric check, $DEVICE against the CPU (fp32)"
+    for kp in fp32 fp16; do
+    say "Kokoro: numeric check, $DEVICE in $kp against the CPU (fp32)"
     echo >>"$out"
-    "$BUNDLE/bin/device-check" --device "$DEVICE" --kokoro "$kokoro_dir" --voice "$voice" \
+    "$BUNDLE/bin/device-check" --device "$DEVICE" --kokoro "$kokoro_dir" --voice "$voice" --precision "$kp" \
       --assets "$BUNDLE/hibari" >>"$jsonl" || check=FAIL
-    python3 - "$jsonl" >>"$out" <<'PY'
+    python3 - "$jsonl" "$kp" >>"$out" <<'PY'
 import json, sys
 rs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-r = next((r for r in reversed(rs) if r.get("kind") == "device_check_kokoro"), None)
+r = next((r for r in reversed(rs) if r.get("kind") == "device_check_kokoro" and r.get("precision") == sys.argv[2]), None)
 if r is None:
     print("## Kokoro-82M on the device against the CPU\n\nno result (device-check failed: see the log)\n")
     sys.exit()
 t = r["tolerance"]
-print(f"## Kokoro-82M ({r['voice']}) on {r['device']} against the CPU ({r['precision']})\n")
+print(f"## Kokoro-82M ({r['voice']}) on {r['device']} in {r['precision']} against the CPU's fp32\n")
 print(f"tolerances: durations before rounding {t['durations_raw_frames']:g} frames, F0 and N {t['curves_rel_rms']:g} relative RMS, "
       f"audio {t['spectral_db']:g} dB log-spectral distance (another voice, {r['another_voice']}, must be twice that away): "
       f"**{'pass' if r['pass'] else 'FAIL'}**\n")
@@ -247,7 +250,9 @@ for s in r["sentences"]:
           f"{s['audio_rel_rms']:.2e} | {s['spectral_db']:.3f} | {s['another_voice_spectral_db']:.2f} |")
 print()
 PY
-    args=(serve --port "$port" --device "$DEVICE" --kokoro-dir "$kokoro_dir" --admission "$admission")
+    done
+    args=(serve --port "$port" --device "$DEVICE" --kokoro-dir "$kokoro_dir" --admission "$admission"
+      --precision "${KOKORO_PRECISION:-auto}")
     [[ -n "$workers" ]] && args+=(--workers "$workers")
     start_server "${out%.md}.kokoro-server.log" "${args[@]}"
     {

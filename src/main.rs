@@ -244,9 +244,10 @@ struct VoiceArgs {
     /// Arithmetic of the network's Linear layers: auto (times int8 and fp32 on one decoder block at
     /// start-up and keeps the faster; fp32 on CUDA), int8 (CPU only: the voice's own int8 weights
     /// with int8 activations per frame, as the reference runs it, on our own int8 kernels) or fp32
-    /// (the weights dequantized: the exact math of the float graph). The CPU kernels use the
-    /// widest instructions the CPU has (avx512vnni, avx512, avxvnni, avx2 or baseline, same bits
-    /// on all); SPEECHSTREAM_SIMD=LEVEL caps them.
+    /// (the weights dequantized: the exact math of the float graph), or fp16 (Kokoro's products in
+    /// float16, for CUDA; hibari then runs fp32). Kokoro's auto: int8 on the CPU (fp32 without
+    /// AVX2), fp32 on CUDA. The CPU kernels use the widest instructions the CPU has (avx512vnni,
+    /// avx512, avxvnni, avx2 or baseline, same bits on all); SPEECHSTREAM_SIMD=LEVEL caps them.
     #[arg(long, value_name = "PRECISION", default_value = "auto", value_parser = parse_precision)]
     precision: PrecisionArg,
     /// Engine workers: threads that each compute their own requests (batched), sharing the
@@ -323,7 +324,7 @@ struct PrecisionArg(Option<speechstream_engine_libtorch::Precision>);
 fn parse_precision(s: &str) -> Result<PrecisionArg, String> {
     match s {
         "auto" => Ok(PrecisionArg(None)),
-        _ => s.parse().map(|p| PrecisionArg(Some(p))).map_err(|_| format!("{s:?}: auto, int8 or fp32")),
+        _ => s.parse().map(|p| PrecisionArg(Some(p))).map_err(|_| format!("{s:?}: auto, int8, fp32 or fp16")),
     }
 }
 

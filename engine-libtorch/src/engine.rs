@@ -115,7 +115,8 @@ impl HibariEngine {
                 tracing::debug!(s = started.elapsed().as_secs_f64(), accents = accents.len(), "front ends loaded");
                 loaded
             });
-            let mut precision = options.precision;
+            // fp16 is Kokoro's: hibari then runs fp32
+            let mut precision = options.precision.map(|p| if p == Precision::Fp16 { Precision::Fp32 } else { p });
             let mut models = Vec::new();
             for entry in &entries {
                 let load = |precision: Option<Precision>| {

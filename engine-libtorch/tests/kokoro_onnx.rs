@@ -175,3 +175,21 @@ fn every_cpu_level_gives_the_baseline_bits() {
     }
     cpu::reset_cap();
 }
+
+/// fp16 (the products in float16, for CUDA; run here on the CPU): as close to onnxruntime as
+/// fp32 is, and near fp32 itself, on the same durations.
+#[test]
+fn fp16_agrees_with_onnxruntime_and_fp32() {
+    check(Precision::Fp16, (0.03, 5.5, 0.3));
+    let (half, full) = (
+        KokoroModel::load(&model(), Device::Cpu, Precision::Fp16).unwrap(),
+        KokoroModel::load(&model(), Device::Cpu, Precision::Fp32).unwrap(),
+    );
+    let (case, _) = fixture("weather");
+    let style = floats(&case["style"]);
+    let (h, f) = (run(&half, &case, &style), run(&full, &case, &style));
+    let (d, f0) = (spectral_distance(&h.audio, &f.audio), rel_rms(&h.f0, &f.f0));
+    eprintln!("fp16 against fp32, weather: spectra {d:.2} dB, F0 {f0:.4} (relative RMS)");
+    assert!(d < 2.0 && f0 < 0.01, "fp16 is {d} dB (F0 {f0}) from fp32");
+    assert_ne!(h.audio, f.audio, "fp16 computed in float32 after all");
+}

@@ -54,6 +54,10 @@ struct Args {
     /// the CPU's own arithmetic moves for an input change of that size (the tolerance's scale).
     #[arg(long, default_value_t = 0.0)]
     perturb: f32,
+    /// Kokoro: the device's precision, fp32 or fp16 (its products in float16), always against
+    /// the CPU's fp32 and within the same bounds.
+    #[arg(long, default_value = "fp32")]
+    precision: Precision,
 }
 
 /// Kokoro's bounds, device against CPU: durations before rounding (frames), F0 and N (relative
@@ -95,7 +99,7 @@ fn main() -> ExitCode {
             .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/hibari"))
     });
     if let Some(dir) = &args.kokoro {
-        return match kokoro_check(&assets, dir, args.voice.as_deref(), device, args.perturb) {
+        return match kokoro_check(&assets, dir, args.voice.as_deref(), device, args.perturb, args.precision) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
             Err(e) => {
@@ -178,9 +182,16 @@ fn rel_rms(a: &[f32], b: &[f32]) -> f64 {
     (e / r.max(f64::MIN_POSITIVE)).sqrt()
 }
 
-/// Kokoro-82M in fp32 on `device` against the CPU (module doc); prints its JSON line and
-/// returns whether it passed.
-fn kokoro_check(assets: &Path, dir: &Path, voice: Option<&str>, device: Device, perturb: f32) -> Result<bool, String> {
+/// Kokoro-82M in `precision` on `device` against the CPU in fp32 (module doc); prints its JSON
+/// line and returns whether it passed.
+fn kokoro_check(
+    assets: &Path,
+    dir: &Path,
+    voice: Option<&str>,
+    device: Device,
+    perturb: f32,
+    precision: Precision,
+) -> Result<bool, String> {
     let files = voices::scan(dir);
     let onnx = files.int8.as_deref().ok_or_else(|| format!("{}: no {}", dir.display(), voices::INT8_MODEL))?;
     let pick = |name: Option<&str>| files.voices.iter().find(|v| name.is_none_or(|n| v.name == n));
@@ -190,7 +201,7 @@ fn kokoro_check(assets: &Path, dir: &Path, voice: Option<&str>, device: Device, 
     let vocab = Vocab::read(&vocab_path)?;
     let front_end = FrontEnd::load(assets, Device::Cpu).map_err(|e| format!("front end: {e}"))?;
     let cpu = KokoroModel::load(onnx, Device::Cpu, Precision::Fp32)?;
-    let dev = KokoroModel::load(onnx, device, Precision::Fp32)?;
+    let dev = KokoroModel::load(onnx, device, precision)?;
     let (raw_tol, curve_tol, spectral_tol) = KOKORO_TOLERANCE;
     let mut results = Vec::new();
     let mut pass = true;
@@ -228,7 +239,7 @@ fn kokoro_check(assets: &Path, dir: &Path, voice: Option<&str>, device: Device, 
     let line = json!({
         "kind": "device_check_kokoro",
         "device": format!("{device:?}"),
-        "precision": "fp32",
+        "precision": precision.to_string(),
         "perturb": perturb,
         "voice": voice.name, "another_voice": other.name,
         "tolerance": {"durations_raw_frames": raw_tol, "curves_rel_rms": curve_tol, "spectral_db": spectral_tol},
@@ -236,6 +247,9 @@ fn kokoro_check(assets: &Path, dir: &Path, voice: Option<&str>, device: Device, 
         "sentences": results,
     });
     println!("{line}");
-    eprintln!("device-check: Kokoro on {device:?} against the CPU, fp32: {}", if pass { "pass" } else { "FAIL" });
+    eprintln!(
+        "device-check: Kokoro on {device:?} in {precision} against the CPU's fp32: {}",
+        if pass { "pass" } else { "FAIL" }
+    );
     Ok(pass)
 }

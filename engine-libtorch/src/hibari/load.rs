@@ -83,6 +83,9 @@ impl Hibari {
         if precision == Precision::Fp32 {
             return Ok(());
         }
+        if precision == Precision::Fp16 {
+            return Err(HibariError::Invalid("hibari runs in int8 or fp32 (fp16 is Kokoro's)".into()));
+        }
         if self.device != Device::Cpu {
             return Err(HibariError::Invalid(format!("int8 needs the CPU, not {:?}", self.device)));
         }
@@ -164,11 +167,9 @@ impl Hibari {
                 break;
             }
         }
-        let precision = if int8_s <= fp32_s { Precision::Int8 } else { Precision::Fp32 };
-        (self.int8, self.precision) = match precision {
-            Precision::Int8 => (Some(int8), precision),
-            Precision::Fp32 => (None, precision),
-        };
+        (self.int8, self.precision) =
+            if int8_s <= fp32_s { (Some(int8), Precision::Int8) } else { (None, Precision::Fp32) };
+        let precision = self.precision;
         Ok(PrecisionChoice { precision, level, int8_s: Some(int8_s), fp32_s: Some(fp32_s) })
     }
 

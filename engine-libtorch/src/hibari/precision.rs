@@ -17,6 +17,11 @@ pub enum Precision {
     /// Weights dequantized to float32 (W = q·scale), float activations: the exact target of the
     /// fp32 graph (docs/hibari-architecture.md §6).
     Fp32,
+    /// Kokoro only (hibari refuses it): fp32's arithmetic with the matrix products and
+    /// convolutions in float16 (weights stored in float16, inputs cast, results back to float32;
+    /// norms, LSTMs, the harmonic source and the iSTFT stay float32). For CUDA's half-precision
+    /// units; on a CPU it runs, slower than fp32 (docs/kokoro-architecture.md §4).
+    Fp16,
 }
 
 impl fmt::Display for Precision {
@@ -24,6 +29,7 @@ impl fmt::Display for Precision {
         f.write_str(match self {
             Precision::Int8 => "int8",
             Precision::Fp32 => "fp32",
+            Precision::Fp16 => "fp16",
         })
     }
 }
@@ -34,7 +40,8 @@ impl FromStr for Precision {
         match s {
             "int8" => Ok(Precision::Int8),
             "fp32" => Ok(Precision::Fp32),
-            _ => Err(format!("precision {s:?}: int8 or fp32")),
+            "fp16" => Ok(Precision::Fp16),
+            _ => Err(format!("precision {s:?}: int8, fp32 or fp16")),
         }
     }
 }

@@ -78,7 +78,7 @@ pub(super) enum Act {
 /// `DynamicQuantizeLinear` of `x` in int8; `x` itself in fp32.
 pub(super) fn quantize(precision: Precision, x: &Tensor) -> Act {
     match precision {
-        Precision::Fp32 => Act::Float(x.shallow_clone()),
+        Precision::Fp32 | Precision::Fp16 => Act::Float(x.shallow_clone()),
         Precision::Int8 => {
             let x = x.to_kind(Kind::Float).contiguous();
             let v = slice_f32(&x);
@@ -87,6 +87,16 @@ pub(super) fn quantize(precision: Precision, x: &Tensor) -> Act {
             quantize_into(v, scale, zp, &mut q);
             Act::Int8 { q, scale, zp, shape: x.size() }
         }
+    }
+}
+
+/// A weight for a float product: float16 in [`Precision::Fp16`] (the products then run in
+/// float16), else as it is.
+pub(super) fn product_weight(w: Tensor, precision: Precision) -> Tensor {
+    if precision == Precision::Fp16 {
+        w.to_kind(Kind::Half)
+    } else {
+        w
     }
 }
 
@@ -215,10 +225,10 @@ impl Linear {
         };
         let (int8, float) = match precision {
             Precision::Int8 => (Some(Int8Rows::new(&rows, n, k)), None),
-            Precision::Fp32 => {
+            Precision::Fp32 | Precision::Fp16 => {
                 let f: Vec<f32> = rows.iter().enumerate().map(|(i, &v)| f32::from(v) * w_scale[i / k]).collect();
                 let t = Tensor::from_slice(&f).view([n as i64, k as i64]).transpose(0, 1).contiguous();
-                (None, Some(t.to_device(device)))
+                (None, Some(product_weight(t.to_device(device), precision)))
             }
         };
         Ok(Linear { int8, w_scale, float, bias, n, k })
@@ -231,6 +241,10 @@ impl Linear {
     /// y [.., N] of an activation [.., K].
     pub fn forward_act(&self, a: &Act) -> Tensor {
         let y = match (a, &self.int8, &self.float) {
+            // (fp16: the product in float16, back to float32 before the bias)
+            (Act::Float(x), _, Some(w)) if w.kind() == Kind::Half => {
+                x.to_kind(Kind::Half).matmul(w).to_kind(Kind::Float)
+            }
             (Act::Float(x), _, Some(w)) => x.matmul(w),
             (Act::Int8 { q, scale, zp, shape }, Some(rows), _) => {
                 assert_eq!(*shape.last().expect("rank ≥ 1") as usize, self.k, "Linear: K");
@@ -317,9 +331,10 @@ impl Conv {
                 }
                 (Some(Int8Rows::new(&r, o, c * k)), None, None)
             }
-            Precision::Fp32 => {
+            Precision::Fp32 | Precision::Fp16 => {
                 let f: Vec<f32> = rows.iter().map(|&v| f32::from(v) * w_scale).collect();
                 let t = Tensor::from_slice(&f).view([o as i64, c as i64, k as i64]).to_device(device);
+                let t = product_weight(t, precision);
                 let b = bias_f32.as_ref().map(|b| {
                     let b: Vec<f32> = if std::env::var_os("KOKORO_FLOOR_BIAS").is_some() {
                         b.iter().map(|&v| (v / w_scale).floor() * w_scale).collect()
@@ -369,6 +384,14 @@ impl Conv {
     /// The convolution of an activation already quantized ([1, C, L]), shared with other layers.
     pub fn forward_act(&self, a: &Act) -> Tensor {
         match (a, &self.int8, &self.float) {
+            (Act::Float(x), _, Some(w)) if w.kind() == Kind::Half => {
+                let (stride, pad, dil) = ([self.stride as i64], [self.pad as i64], [self.dil as i64]);
+                let y = x.to_kind(Kind::Half).conv1d(w, None::<&Tensor>, stride, pad, dil, 1).to_kind(Kind::Float);
+                match &self.bias {
+                    Some(b) => y + b.view([-1, 1]),
+                    None => y,
+                }
+            }
             (Act::Float(x), _, Some(w)) => {
                 x.conv1d(w, self.bias.as_ref(), [self.stride as i64], [self.pad as i64], [self.dil as i64], 1)
             }
@@ -535,7 +558,8 @@ impl Lstm {
             };
             let (wq, rq, w_f32, r_f32) = match precision {
                 Precision::Int8 => (Some(Int8Rows::new(&wd, h4, input)), Some(Int8Rows::new(&rd, h4, h)), None, vec![]),
-                Precision::Fp32 => {
+                // (fp16 too: the recurrence runs step by step on the CPU in float32)
+                Precision::Fp32 | Precision::Fp16 => {
                     let rt = f(&rd, h, rs[d]);
                     let r_f32 = Vec::<f32>::try_from(rt.view([-1])).map_err(|e| e.to_string())?;
                     (None, None, Some(f(&wd, input, ws[d])), r_f32)

@@ -497,7 +497,7 @@ impl Generator {
                 x = x.reflection_pad1d([1, 0]);
             }
             x = match p {
-                Precision::Fp32 => {
+                Precision::Fp32 | Precision::Fp16 => {
                     let src = self.noise_res[i].forward(p, &self.noise_convs[i].forward_act(&har_q), sq);
                     x += src;
                     let mut sum = self.resblocks[3 * i].forward(p, &x, sq);

@@ -54,7 +54,11 @@ pub trait Network: Send + Sync {
 /// Loads the network from `onnx` (a `kokoro-v1.0[.int8].onnx`): [`KokoroModel`] in
 /// `precision` (int8 only on the CPU: fp32 elsewhere).
 pub fn load_network(onnx: &Path, device: tch::Device, precision: crate::Precision) -> Result<Arc<dyn Network>, String> {
-    let precision = if device == tch::Device::Cpu { precision } else { crate::Precision::Fp32 };
+    let precision = if device != tch::Device::Cpu && precision == crate::Precision::Int8 {
+        crate::Precision::Fp32
+    } else {
+        precision
+    };
     Ok(Arc::new(KokoroModel::load(onnx, device, precision)?))
 }
 
