@@ -8,7 +8,8 @@
 
 use tch::{Device, Kind, Tensor};
 
-use crate::cpu;
+use super::fused::Stats;
+use crate::cpu::{self, simd_fn};
 use crate::gemm::Packed;
 use crate::onnx::{AttrValue, Node, Tensor as OnnxTensor};
 use crate::tensor_slices::{f32s as slice_f32, f32s_mut};
@@ -259,6 +260,10 @@ fn ints_attr(n: &Node, name: &str, default: i64) -> i64 {
     }
 }
 
+/// Output steps per block of a convolution's products (`Conv::sums_into`): a multiple of every
+/// kernel's tile height (3, 4, 5, 6), so that blocks split into whole tiles.
+const SUM_ROWS: usize = 240;
+
 /// A 1-d convolution (`ConvInteger` + bias + scale): [1, C, L] → [1, O, L'].
 pub(super) struct Conv {
     int8: Option<Int8Rows>,
@@ -420,7 +425,27 @@ impl Conv {
         assert_eq!(xt.len(), (l + 2 * self.pad) * self.in_ch, "Conv: padded X");
         // (every value is written: a buffer of the right size is used as it is)
         out.resize(self.out_len(l) * self.out_ch, 0.0);
-        self.sums_into(rows, xt, l, scale, zp, out);
+        self.sums_into(rows, xt, l, scale, zp, out, false, None);
+    }
+
+    /// [`Conv::forward_tm`] into `out` ([L', O], its size), added to what `out` holds where `add`
+    /// (a residual sum: the same floats as adding the convolution's output afterwards), each row
+    /// of `out` also added to `stats` (the next AdaIN's [`Stats`]) while it is in cache.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_tm_into(
+        &self,
+        xt: &[u8],
+        l: usize,
+        scale: f32,
+        zp: u8,
+        out: &mut [f32],
+        add: bool,
+        stats: Option<&mut Stats>,
+    ) {
+        let rows = self.int8.as_ref().expect("time-major convolutions are int8's");
+        assert_eq!(xt.len(), (l + 2 * self.pad) * self.in_ch, "Conv: padded X");
+        assert_eq!(out.len(), self.out_len(l) * self.out_ch, "Conv: Y [L', O]");
+        self.sums_into(rows, xt, l, scale, zp, out, add, stats);
     }
 
     fn out_len(&self, l: usize) -> usize {
@@ -433,15 +458,27 @@ impl Conv {
         let (lout, o) = (self.out_len(l), self.out_ch);
         let mut out = Tensor::empty([lout as i64, o as i64], (Kind::Float, Device::Cpu));
         // SAFETY: a tensor made here and held alone while the slice lives.
-        self.sums_into(rows, xt, l, scale, zp, unsafe { f32s_mut(&mut out) });
+        self.sums_into(rows, xt, l, scale, zp, unsafe { f32s_mut(&mut out) }, false, None);
         // channel-major by libtorch's blocked transpose
         out.transpose(0, 1).contiguous().unsqueeze(0)
     }
 
     /// The int8 convolution of `xt` into `dst` (time-major [L', O]): im2col rows
     /// t = [x[:, t·s + j·d] for j] (none for a 1×1), exact sums, then (sums + the bias in the sums'
-    /// units)·a_scale·w_scale as the export's graph computes it.
-    fn sums_into(&self, rows: &Int8Rows, xt: &[u8], l: usize, scale: f32, zp: u8, dst: &mut [f32]) {
+    /// units)·a_scale·w_scale as the export's graph computes it; `add` and `stats` as in
+    /// [`Conv::forward_tm_into`].
+    #[allow(clippy::too_many_arguments)]
+    fn sums_into(
+        &self,
+        rows: &Int8Rows,
+        xt: &[u8],
+        l: usize,
+        scale: f32,
+        zp: u8,
+        dst: &mut [f32],
+        add: bool,
+        mut stats: Option<&mut Stats>,
+    ) {
         let (c, kw, o) = (self.in_ch, self.kernel, self.out_ch);
         let lout = self.out_len(l);
         let s = scale * self.w_scale;
@@ -455,22 +492,49 @@ impl Conv {
                 b.wrapping_add(corr.wrapping_mul(rows.rowsum[j]))
             })
             .collect();
-        // the sums in the thread's scratch (rewritten in full: no zeroing, no fresh allocation)
-        crate::gemm::with_scratch_i32(lout * o, |y| {
-            if kw == 1 && self.stride == 1 {
-                rows.packed.matmul_u8(&xt[..lout * c], y);
-            } else {
-                // the taps' columns of step t lie `dil` steps apart in xt (side by side without
-                // dilation): rows read in place
-                rows.packed.matmul_u8_taps(xt, lout, self.stride * c, kw, c, self.dil * c, y);
+        // the sums in the thread's scratch (rewritten in full: no zeroing, no fresh allocation),
+        // a block of output steps at a time, each block's sums turned into floats while they are
+        // still in L2 (the generator's second stage has 9,024 steps: 4.6 MB of sums at once)
+        let block = SUM_ROWS.min(lout);
+        crate::gemm::with_scratch_i32(block * o, |y| {
+            for r0 in (0..lout).step_by(block) {
+                let m = block.min(lout - r0);
+                let y = &mut y[..m * o];
+                if kw == 1 && self.stride == 1 {
+                    rows.packed.matmul_u8(&xt[r0 * c..(r0 + m) * c], y);
+                } else {
+                    // the taps' columns of step t lie `dil` steps apart in xt (side by side
+                    // without dilation): rows read in place
+                    let a = &xt[r0 * self.stride * c..];
+                    rows.packed.matmul_u8_taps(a, m, self.stride * c, kw, c, self.dil * c, y);
+                }
+                epilogue(y, &bq, s, &mut dst[r0 * o..(r0 + m) * o], add, stats.as_deref_mut());
             }
-            // time-major as the sums are: one pass the compiler vectorizes
-            for (d, yr) in dst.chunks_exact_mut(o).zip(y.chunks_exact(o)) {
-                for ((d, &v), &b) in d.iter_mut().zip(yr).zip(&bq) {
+        });
+    }
+}
+
+simd_fn! {
+    /// A block of a convolution's sums `y` [M, O] into floats in `dst` [M, O], time-major as the
+    /// sums are: (sum + `bq`)·`s`, stored or (`add`) added to `dst`, each row then added to
+    /// `stats`. One pass the compiler vectorizes; the same floats in every build (no FMA).
+    fn epilogue(y: &[i32], bq: &[i32], s: f32, dst: &mut [f32], add: bool, stats: Option<&mut Stats>) {
+        let o = bq.len();
+        let mut stats = stats;
+        for (d, yr) in dst.chunks_exact_mut(o).zip(y.chunks_exact(o)) {
+            if add {
+                for ((d, &v), &b) in d.iter_mut().zip(yr).zip(bq) {
+                    *d += v.wrapping_add(b) as f32 * s;
+                }
+            } else {
+                for ((d, &v), &b) in d.iter_mut().zip(yr).zip(bq) {
                     *d = v.wrapping_add(b) as f32 * s;
                 }
             }
-        });
+            if let Some(st) = stats.as_deref_mut() {
+                st.add_row(d);
+            }
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::fused::{adain_snake_quantize, Alpha};
+use super::fused::{adain_snake_quantize, Alpha, Stats};
 use super::int8::{quantize, to_f32s, Act, Conv, Linear, Lstm};
 use super::load::{consts, FloatConv, Weights};
 use super::signal;
@@ -370,26 +370,44 @@ impl SnakeBlock {
         x
     }
 
-    /// int8: x time-major [T, C] → [T, C], each convolution's input made in one pass
-    /// ([`adain_snake_quantize`]) and its output kept time-major.
-    fn forward_tm(&self, x: Vec<f32>, c: usize, sq: &Act) -> Vec<f32> {
+    /// int8: x time-major [T, C] (its AdaIN [`Stats`] `xs`) → [T, C], each convolution's input
+    /// made in one pass ([`adain_snake_quantize`]) and its output kept time-major, the statistics
+    /// of the next AdaIN's input gathered as the convolutions write it, the second convolution's
+    /// output added to x as it is written.
+    fn forward_tm(&self, x: Vec<f32>, c: usize, xs: &Stats, sq: &Act) -> Vec<f32> {
         let mut x = x;
         let t = x.len() / c;
         // buffers reused by every convolution of the block
-        let (mut z, mut q, mut y1, mut y) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut z, mut q, mut y1) = (Vec::new(), Vec::new(), vec![0f32; x.len()]);
+        let mut xs = xs.clone();
         for j in 0..3 {
             let conv = &self.convs1[j];
-            let (s, zp) =
-                adain_snake_quantize(&x, c, &self.adain1[j].params(sq), &self.alpha1[j].1, conv.pad(), &mut z, &mut q);
-            conv.forward_tm(&q, t, s, zp, &mut y1);
+            let (s, zp) = adain_snake_quantize(
+                &x,
+                c,
+                &xs,
+                &self.adain1[j].params(sq),
+                &self.alpha1[j].1,
+                conv.pad(),
+                &mut z,
+                &mut q,
+            );
+            let mut ys = Stats::zeros(c);
+            conv.forward_tm_into(&q, t, s, zp, &mut y1, false, Some(&mut ys));
             let conv = &self.convs2[j];
-            let (s, zp) =
-                adain_snake_quantize(&y1, c, &self.adain2[j].params(sq), &self.alpha2[j].1, conv.pad(), &mut z, &mut q);
-            conv.forward_tm(&q, t, s, zp, &mut y);
-            assert_eq!(y.len(), x.len(), "a Snake block keeps its shape");
-            for (x, &y) in x.iter_mut().zip(&y) {
-                *x += y;
-            }
+            let (s, zp) = adain_snake_quantize(
+                &y1,
+                c,
+                &ys,
+                &self.adain2[j].params(sq),
+                &self.alpha2[j].1,
+                conv.pad(),
+                &mut z,
+                &mut q,
+            );
+            // (the last one's statistics have no AdaIN to go to)
+            xs = Stats::zeros(c);
+            conv.forward_tm_into(&q, t, s, zp, &mut x, true, (j < 2).then_some(&mut xs));
         }
         x
     }
@@ -509,15 +527,18 @@ impl Generator {
                 Precision::Int8 => {
                     // time-major through the stage: one transpose in, one out
                     let c = x.size()[1] as usize;
-                    let src = self.noise_res[i].forward_tm(self.noise_convs[i].forward_act_tm(&har_q), c, sq);
+                    let src = self.noise_convs[i].forward_act_tm(&har_q);
+                    let st = Stats::of(&src, c);
+                    let src = self.noise_res[i].forward_tm(src, c, &st, sq);
                     let mut x = time_major(&x);
                     assert_eq!(src.len(), x.len(), "the source fits the up-sampled frames");
                     for (x, &s) in x.iter_mut().zip(&src) {
                         *x += s;
                     }
-                    let mut sum = self.resblocks[3 * i].forward_tm(x.clone(), c, sq);
+                    let xs = Stats::of(&x, c);
+                    let mut sum = self.resblocks[3 * i].forward_tm(x.clone(), c, &xs, sq);
                     for j in 1..3 {
-                        let r = self.resblocks[3 * i + j].forward_tm(x.clone(), c, sq);
+                        let r = self.resblocks[3 * i + j].forward_tm(x.clone(), c, &xs, sq);
                         for (s, &r) in sum.iter_mut().zip(&r) {
                             *s += r;
                         }
