@@ -45,8 +45,8 @@ fn sin2(v: f32) -> f32 {
 /// ([`Stats::of`]): the same sums in the same order, so the same bits either way.
 #[derive(Clone)]
 pub(super) struct Stats {
-    sum: Vec<f64>,
-    sq: Vec<f64>,
+    pub(super) sum: Vec<f64>,
+    pub(super) sq: Vec<f64>,
 }
 
 impl Stats {

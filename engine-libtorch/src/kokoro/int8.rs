@@ -517,25 +517,75 @@ impl Conv {
 simd_fn! {
     /// A block of a convolution's sums `y` [M, O] into floats in `dst` [M, O], time-major as the
     /// sums are: (sum + `bq`)·`s`, stored or (`add`) added to `dst`, each row then added to
-    /// `stats`. One pass the compiler vectorizes; the same floats in every build (no FMA).
+    /// `stats`. Loops the compiler vectorizes; the same floats in every build (no FMA).
     fn epilogue(y: &[i32], bq: &[i32], s: f32, dst: &mut [f32], add: bool, stats: Option<&mut Stats>) {
         let o = bq.len();
-        let mut stats = stats;
-        for (d, yr) in dst.chunks_exact_mut(o).zip(y.chunks_exact(o)) {
-            if add {
-                for ((d, &v), &b) in d.iter_mut().zip(yr).zip(bq) {
-                    *d += v.wrapping_add(b) as f32 * s;
-                }
-            } else {
-                for ((d, &v), &b) in d.iter_mut().zip(yr).zip(bq) {
-                    *d = v.wrapping_add(b) as f32 * s;
+        let Some(st) = stats else {
+            for (d, yr) in dst.chunks_exact_mut(o).zip(y.chunks_exact(o)) {
+                if add {
+                    for ((d, &v), &b) in d.iter_mut().zip(yr).zip(bq) {
+                        *d += v.wrapping_add(b) as f32 * s;
+                    }
+                } else {
+                    for ((d, &v), &b) in d.iter_mut().zip(yr).zip(bq) {
+                        *d = v.wrapping_add(b) as f32 * s;
+                    }
                 }
             }
-            if let Some(st) = stats.as_deref_mut() {
-                st.add_row(d);
+            return;
+        };
+        // With the statistics: 16 channels at a time down the block's rows, their sums in
+        // registers (row by row they were loaded and stored at every row); each channel's sums
+        // still run over the rows in order, so the same sums.
+        const W: usize = 16;
+        let mut c0 = 0;
+        while c0 + W <= o {
+            if add {
+                epilogue_chunk::<W, true>(y, bq, s, dst, st, c0);
+            } else {
+                epilogue_chunk::<W, false>(y, bq, s, dst, st, c0);
+            }
+            c0 += W;
+        }
+        for ch in c0..o {
+            if add {
+                epilogue_chunk::<1, true>(y, bq, s, dst, st, ch);
+            } else {
+                epilogue_chunk::<1, false>(y, bq, s, dst, st, ch);
             }
         }
     }
+}
+
+/// [`epilogue`]'s channels `c0..c0 + W` over all of the block's rows. (Inlined: it runs in
+/// `epilogue`'s AVX2 and AVX-512 builds.)
+#[inline(always)]
+fn epilogue_chunk<const W: usize, const ADD: bool>(
+    y: &[i32],
+    bq: &[i32],
+    s: f32,
+    dst: &mut [f32],
+    st: &mut Stats,
+    c0: usize,
+) {
+    let o = bq.len();
+    let b: [i32; W] = bq[c0..c0 + W].try_into().expect("W channels");
+    let mut sum: [f64; W] = st.sum[c0..c0 + W].try_into().expect("W channels");
+    let mut sq: [f64; W] = st.sq[c0..c0 + W].try_into().expect("W channels");
+    for (d, yr) in dst.chunks_exact_mut(o).zip(y.chunks_exact(o)) {
+        let d: &mut [f32; W] = (&mut d[c0..c0 + W]).try_into().expect("W channels");
+        let yr: &[i32; W] = yr[c0..c0 + W].try_into().expect("W channels");
+        for k in 0..W {
+            let v = yr[k].wrapping_add(b[k]) as f32 * s;
+            let v = if ADD { d[k] + v } else { v };
+            d[k] = v;
+            let v = f64::from(v);
+            sum[k] += v;
+            sq[k] += v * v;
+        }
+    }
+    st.sum[c0..c0 + W].copy_from_slice(&sum);
+    st.sq[c0..c0 + W].copy_from_slice(&sq);
 }
 
 /// One direction of a quantized LSTM: W [4H, in] and R [4H, H] (gates i, o, f, c) with their

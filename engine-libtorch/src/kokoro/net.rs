@@ -408,19 +408,24 @@ struct StageBuffers {
     r: Vec<f32>,
 }
 
-/// `x` channel-major ([C, T], contiguous) plus `src` time-major ([T, C]), time-major: the
-/// transpose and the sum in one pass, in blocks of 16 steps (a cache line of each channel).
-fn time_major_plus(x: &[f32], c: usize, src: &[f32]) -> Vec<f32> {
-    assert_eq!(x.len(), src.len(), "the source fits the up-sampled frames");
-    let t = x.len() / c;
-    let mut out = vec![0f32; x.len()];
+/// `x` channel-major ([C, T₀], contiguous) reflection-padded by `pad` steps on the left (as
+/// `reflection_pad1d([pad, 0])`), plus `src` time-major ([T₀ + pad, C]), time-major: the padding,
+/// the transpose and the sum in one pass, in blocks of 16 steps (a cache line of each channel).
+fn time_major_plus(x: &[f32], c: usize, pad: usize, src: &[f32]) -> Vec<f32> {
+    let t0 = x.len() / c;
+    assert!(pad < t0, "reflection padding within the signal");
+    assert_eq!(src.len(), (t0 + pad) * c, "the source fits the up-sampled frames");
+    let t = t0 + pad;
+    let mut out = vec![0f32; src.len()];
     const B: usize = 16;
-    for t0 in (0..t).step_by(B) {
-        let tb = B.min(t - t0);
+    for tb in (0..t).step_by(B) {
+        let n = B.min(t - tb);
         for ch in 0..c {
-            for (k, &v) in x[ch * t + t0..][..tb].iter().enumerate() {
-                let i = (t0 + k) * c + ch;
-                out[i] = v + src[i];
+            let xc = &x[ch * t0..(ch + 1) * t0];
+            for ti in tb..tb + n {
+                let from = if ti < pad { pad - ti } else { ti - pad };
+                let i = ti * c + ch;
+                out[i] = xc[from] + src[i];
             }
         }
     }
@@ -539,11 +544,13 @@ impl Generator {
         let mut leaked = false;
         for i in 0..2 {
             x = self.ups[i].forward(&if leaked { x } else { leaky(&x, 0.1) });
-            if i == 1 {
-                x = x.reflection_pad1d([1, 0]);
-            }
+            // the second stage's input starts with one step of reflection padding
+            let pad = usize::from(i == 1);
             (x, leaked) = match p {
                 Precision::Fp32 => {
+                    if pad > 0 {
+                        x = x.reflection_pad1d([pad as i64, 0]);
+                    }
                     let src = self.noise_res[i].forward(p, &self.noise_convs[i].forward_act(&har_q), sq);
                     x += src;
                     let mut sum = self.resblocks[3 * i].forward(p, &x, sq);
@@ -560,7 +567,7 @@ impl Generator {
                     let st = Stats::of(&src, c);
                     self.noise_res[i].forward_tm(&mut src, c, &st, sq, &mut buf);
                     let xc = x.to_kind(Kind::Float).contiguous();
-                    let x = time_major_plus(f32s(&xc), c, &src);
+                    let x = time_major_plus(f32s(&xc), c, pad, &src);
                     let xs = Stats::of(&x, c);
                     let mut sum = x.clone();
                     self.resblocks[3 * i].forward_tm(&mut sum, c, &xs, sq, &mut buf);
