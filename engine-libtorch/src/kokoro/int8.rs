@@ -735,6 +735,54 @@ impl Lstm {
 mod tests {
     use super::*;
 
+    /// The epilogue with statistics (16 channels at a time down the rows) gives, at every level,
+    /// the floats of the plain row-by-row epilogue and the statistics of a pass of their own
+    /// ([`Stats::of`]), bit for bit, stored and added, on a block whose channels are not a
+    /// multiple of 16.
+    #[test]
+    fn epilogue_statistics_are_a_pass_of_their_own() {
+        use crate::cpu::{reset_cap, set_cap, Level};
+        let (m, o) = (7, 37);
+        let y: Vec<i32> = (0..m * o).map(|i| ((i as i32 * 7919) % 20011) - 10000).collect();
+        let bq: Vec<i32> = (0..o).map(|j| j as i32 * 131 - 2000).collect();
+        let base: Vec<f32> = (0..m * o).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+        let s = 1.7e-3f32;
+        for add in [false, true] {
+            let want: Vec<f32> = (0..m * o)
+                .map(|i| {
+                    let v = y[i].wrapping_add(bq[i % o]) as f32 * s;
+                    if add {
+                        base[i] + v
+                    } else {
+                        v
+                    }
+                })
+                .collect();
+            let want_stats = Stats::of(&want, o);
+            for level in Level::available() {
+                set_cap(level);
+                // statistics gathered on top of earlier rows' (a previous block)
+                let mut st = Stats::of(&base[..2 * o], o);
+                let mut d = base.clone();
+                epilogue(&y, &bq, s, &mut d, add, Some(&mut st));
+                let mut plain = base.clone();
+                epilogue(&y, &bq, s, &mut plain, add, None);
+                reset_cap();
+                let mut whole = base[..2 * o].to_vec();
+                whole.extend_from_slice(&want);
+                let wst = Stats::of(&whole, o);
+                assert!(d == want && plain == want, "{level} add {add}: values");
+                assert!(st.sum == wst.sum && st.sq == wst.sq, "{level} add {add}: statistics");
+                // and from no rows: the statistics of the block alone
+                let mut st = Stats::zeros(o);
+                set_cap(level);
+                epilogue(&y, &bq, s, &mut base.clone(), add, Some(&mut st));
+                reset_cap();
+                assert!(st.sum == want_stats.sum && st.sq == want_stats.sq, "{level} add {add}: from zero");
+            }
+        }
+    }
+
     #[test]
     fn weights_are_centred_on_their_blocks_zero_points() {
         let uint8 = OnnxTensor {
