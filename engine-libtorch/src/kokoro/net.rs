@@ -423,7 +423,7 @@ fn time_major_plus(x: &[f32], c: usize, pad: usize, src: &[f32]) -> Vec<f32> {
         for ch in 0..c {
             let xc = &x[ch * t0..(ch + 1) * t0];
             for ti in tb..tb + n {
-                let from = if ti < pad { pad - ti } else { ti - pad };
+                let from = ti.abs_diff(pad);
                 let i = ti * c + ch;
                 out[i] = xc[from] + src[i];
             }
