@@ -38,13 +38,61 @@ fn sin2(v: f32) -> f32 {
     s * s
 }
 
-/// AdaIN of `x` ([T, C] time-major, `c` channels; `gb`: γ then β, C each, from the style), then
-/// the Snake of `alpha`, quantized as `DynamicQuantizeLinear` does into `q`: [T + 2·pad, C]
-/// time-major, the `pad` rows at each end the zero point (a convolution's padding). `z` is
-/// scratch. Returns the codes' scale and zero point.
+/// AdaIN's statistics of a time-major activation [T, C]: each channel's sum and sum of squares
+/// over time, in f64 (the variance as their difference loses nothing that f32 would keep), the
+/// rows added in order. Gathered by whatever writes the activation, row by row while the row is
+/// in cache (a convolution's epilogue, `Conv::forward_tm_into`), or in a pass of its own
+/// ([`Stats::of`]): the same sums in the same order, so the same bits either way.
+#[derive(Clone)]
+pub(super) struct Stats {
+    pub(super) sum: Vec<f64>,
+    pub(super) sq: Vec<f64>,
+}
+
+impl Stats {
+    /// No rows yet, `c` channels.
+    pub fn zeros(c: usize) -> Stats {
+        Stats { sum: vec![0.0; c], sq: vec![0.0; c] }
+    }
+
+    /// The statistics of `x` ([T, C] time-major, `c` channels).
+    pub fn of(x: &[f32], c: usize) -> Stats {
+        let mut s = Stats::zeros(c);
+        stats_pass(x, c, &mut s);
+        s
+    }
+
+    /// Adds a row (C values) to the sums. (Inlined: it runs in its callers' AVX2 and AVX-512
+    /// builds.)
+    #[inline(always)]
+    pub fn add_row(&mut self, row: &[f32]) {
+        debug_assert_eq!(row.len(), self.sum.len());
+        for ((s, q), &v) in self.sum.iter_mut().zip(self.sq.iter_mut()).zip(row) {
+            let v = f64::from(v);
+            *s += v;
+            *q += v * v;
+        }
+    }
+}
+
+simd_fn! {
+    /// [`Stats::of`]'s rows, in order.
+    fn stats_pass(x: &[f32], c: usize, st: &mut Stats) {
+        for row in x.chunks_exact(c) {
+            st.add_row(row);
+        }
+    }
+}
+
+/// AdaIN of `x` ([T, C] time-major, `c` channels, its [`Stats`] `stats`; `gb`: γ then β, C each,
+/// from the style), then the Snake of `alpha`, quantized as `DynamicQuantizeLinear` does into
+/// `q`: [T + 2·pad, C] time-major, the `pad` rows at each end the zero point (a convolution's
+/// padding). `z` is scratch. Returns the codes' scale and zero point.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn adain_snake_quantize(
     x: &[f32],
     c: usize,
+    stats: &Stats,
     gb: &[f32],
     alpha: &Alpha,
     pad: usize,
@@ -53,28 +101,21 @@ pub(super) fn adain_snake_quantize(
 ) -> (f32, u8) {
     assert!(c > 0 && x.len().is_multiple_of(c) && gb.len() == 2 * c, "AdaIN: [T, C] and γ, β of C");
     assert!(alpha.alpha.len() == c && alpha.inv.len() == c, "Snake: α of C");
+    assert!(stats.sum.len() == c, "AdaIN: statistics of C channels");
     z.resize(x.len(), 0.0);
-    pass(x, c, gb, alpha, pad, z, q)
+    pass(x, stats, gb, alpha, pad, z, q)
 }
 
 simd_fn! {
-    /// [`adain_snake_quantize`]'s passes (z already x's size): the channels' means and variances,
-    /// the normalized and Snaked values with each channel's extremes, the codes.
-    fn pass(x: &[f32], c: usize, gb: &[f32], alpha: &Alpha, pad: usize, z: &mut [f32], q: &mut Vec<u8>) -> (f32, u8) {
+    /// [`adain_snake_quantize`]'s passes (z already x's size): the channels' means and variances
+    /// from their sums, the normalized and Snaked values with each channel's extremes, the codes.
+    fn pass(x: &[f32], stats: &Stats, gb: &[f32], alpha: &Alpha, pad: usize, z: &mut [f32], q: &mut Vec<u8>) -> (f32, u8) {
+        let c = stats.sum.len();
         let t = x.len() / c;
-        // each channel's sum and sum of squares over time, in f64 (the variance as their difference
-        // loses nothing that f32 would keep)
-        let (mut sum, mut sq) = (vec![0f64; c], vec![0f64; c]);
-        for row in x.chunks_exact(c) {
-            for ((s, q), &v) in sum.iter_mut().zip(sq.iter_mut()).zip(row) {
-                let v = f64::from(v);
-                *s += v;
-                *q += v * v;
-            }
-        }
+        let (sum, sq) = (&stats.sum, &stats.sq);
         let n = t as f64;
         let mean: Vec<f32> = sum.iter().map(|&s| (s / n) as f32).collect();
-        let var: Vec<f32> = sum.iter().zip(&sq).map(|(&s, &q)| (q / n - (s / n) * (s / n)).max(0.0) as f32).collect();
+        let var: Vec<f32> = sum.iter().zip(sq).map(|(&s, &q)| (q / n - (s / n) * (s / n)).max(0.0) as f32).collect();
         // (x − mean)·a + β with a = (1 + γ) / √(var + ε)
         let (gamma, beta) = gb.split_at(c);
         let a: Vec<f32> = var.iter().zip(gamma).map(|(&v, &g)| (1.0 + g) / (v + 1e-5).sqrt()).collect();
@@ -173,7 +214,7 @@ mod tests {
         for level in Level::available() {
             let (mut z, mut q) = (Vec::new(), Vec::new());
             set_cap(level);
-            let (s, zp) = adain_snake_quantize(&x, c, &gb, &alpha, pad, &mut z, &mut q);
+            let (s, zp) = adain_snake_quantize(&x, c, &Stats::of(&x, c), &gb, &alpha, pad, &mut z, &mut q);
             reset_cap();
             assert!((s - ws).abs() <= ws * 1e-4 && zp.abs_diff(wzp) <= 1, "{level}: scale {s} zp {zp} vs {ws} {wzp}");
             assert_eq!(q.len(), (t + 2 * pad) * c);

@@ -8,10 +8,11 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::fused::{adain_snake_quantize, Alpha};
+use super::fused::{adain_snake_quantize, Alpha, Stats};
 use super::int8::{quantize, to_f32s, Act, Conv, Linear, Lstm};
 use super::load::{consts, FloatConv, Weights};
 use super::signal;
+use crate::tensor_slices::{f32s, f32s_mut};
 use crate::Precision;
 
 type R<T> = Result<T, String>;
@@ -370,39 +371,86 @@ impl SnakeBlock {
         x
     }
 
-    /// int8: x time-major [T, C] → [T, C], each convolution's input made in one pass
-    /// ([`adain_snake_quantize`]) and its output kept time-major.
-    fn forward_tm(&self, x: Vec<f32>, c: usize, sq: &Act) -> Vec<f32> {
-        let mut x = x;
+    /// int8: x time-major [T, C] (its AdaIN [`Stats`] `xs`) → [T, C] in place, each
+    /// convolution's input made in one pass ([`adain_snake_quantize`]) and its output kept
+    /// time-major, the statistics of the next AdaIN's input gathered as the convolutions write
+    /// it, the second convolution's output added to x as it is written. `buf`: the stage's
+    /// buffers, reused by every convolution.
+    fn forward_tm(&self, x: &mut [f32], c: usize, xs: &Stats, sq: &Act, buf: &mut StageBuffers) {
         let t = x.len() / c;
-        // buffers reused by every convolution of the block
-        let (mut z, mut q, mut y1, mut y) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let StageBuffers { z, q, y1, .. } = buf;
+        y1.resize(x.len(), 0.0);
+        let y1 = &mut y1[..x.len()];
+        let mut xs = xs.clone();
         for j in 0..3 {
             let conv = &self.convs1[j];
             let (s, zp) =
-                adain_snake_quantize(&x, c, &self.adain1[j].params(sq), &self.alpha1[j].1, conv.pad(), &mut z, &mut q);
-            conv.forward_tm(&q, t, s, zp, &mut y1);
+                adain_snake_quantize(x, c, &xs, &self.adain1[j].params(sq), &self.alpha1[j].1, conv.pad(), z, q);
+            let mut ys = Stats::zeros(c);
+            conv.forward_tm_into(q, t, s, zp, y1, false, Some(&mut ys));
             let conv = &self.convs2[j];
             let (s, zp) =
-                adain_snake_quantize(&y1, c, &self.adain2[j].params(sq), &self.alpha2[j].1, conv.pad(), &mut z, &mut q);
-            conv.forward_tm(&q, t, s, zp, &mut y);
-            assert_eq!(y.len(), x.len(), "a Snake block keeps its shape");
-            for (x, &y) in x.iter_mut().zip(&y) {
-                *x += y;
-            }
+                adain_snake_quantize(y1, c, &ys, &self.adain2[j].params(sq), &self.alpha2[j].1, conv.pad(), z, q);
+            // (the last one's statistics have no AdaIN to go to)
+            xs = Stats::zeros(c);
+            conv.forward_tm_into(q, t, s, zp, x, true, (j < 2).then_some(&mut xs));
         }
-        x
     }
 }
 
-/// [1, C, T] → time-major [T, C] floats.
-fn time_major(x: &Tensor) -> Vec<f32> {
-    to_f32s(&x.squeeze_dim(0).transpose(0, 1)).expect("a float tensor")
+/// The buffers of a generator stage's Snake blocks (int8), kept across its convolutions: the
+/// fused pass's scratch and codes, the first convolution's output, a block's copy of its input.
+#[derive(Default)]
+struct StageBuffers {
+    z: Vec<f32>,
+    q: Vec<u8>,
+    y1: Vec<f32>,
+    r: Vec<f32>,
 }
 
-/// Time-major [T, C] floats → [1, C, T].
-fn channel_major(x: &[f32], c: usize) -> Tensor {
-    Tensor::from_slice(x).view([(x.len() / c) as i64, c as i64]).transpose(0, 1).contiguous().unsqueeze(0)
+/// `x` channel-major ([C, T₀], contiguous) reflection-padded by `pad` steps on the left (as
+/// `reflection_pad1d([pad, 0])`), plus `src` time-major ([T₀ + pad, C]), time-major: the padding,
+/// the transpose and the sum in one pass, in blocks of 16 steps (a cache line of each channel).
+fn time_major_plus(x: &[f32], c: usize, pad: usize, src: &[f32]) -> Vec<f32> {
+    let t0 = x.len() / c;
+    assert!(pad < t0, "reflection padding within the signal");
+    assert_eq!(src.len(), (t0 + pad) * c, "the source fits the up-sampled frames");
+    let t = t0 + pad;
+    let mut out = vec![0f32; src.len()];
+    const B: usize = 16;
+    for tb in (0..t).step_by(B) {
+        let n = B.min(t - tb);
+        for ch in 0..c {
+            let xc = &x[ch * t0..(ch + 1) * t0];
+            for ti in tb..tb + n {
+                let from = ti.abs_diff(pad);
+                let i = ti * c + ch;
+                out[i] = xc[from] + src[i];
+            }
+        }
+    }
+    out
+}
+
+/// The Snake blocks' sum `sum` (time-major [T, C]) over 3, then LeakyReLU `alpha` (as `leaky`
+/// computes it: x·α in f32 where x < 0), channel-major [1, C, T]: one pass instead of a division,
+/// a transpose and leaky's three.
+fn mean_leaky_channel_major(sum: &[f32], c: usize, alpha: f32) -> Tensor {
+    let t = sum.len() / c;
+    let mut out = Tensor::empty([1, c as i64, t as i64], (Kind::Float, Device::Cpu));
+    // SAFETY: a tensor made here and held alone while the slice lives.
+    let o = unsafe { f32s_mut(&mut out) };
+    const B: usize = 16;
+    for c0 in (0..c).step_by(B) {
+        let cb = B.min(c - c0);
+        for (ti, row) in sum.chunks_exact(c).enumerate() {
+            for (k, &v) in row[c0..c0 + cb].iter().enumerate() {
+                let v = v / 3.0;
+                o[(c0 + k) * t + ti] = if v >= 0.0 { v } else { v * alpha };
+            }
+        }
+    }
+    out
 }
 
 /// The iSTFTNet generator with its harmonic source.
@@ -491,46 +539,54 @@ impl Generator {
         profile.mark("generator: source");
         let har_q = quantize(p, &har);
         let mut x = x.shallow_clone();
+        // int8: the LeakyReLU before each up-sampling and before conv_post is taken into the pass
+        // that ends the stage before it (`mean_leaky_channel_major`)
+        let mut leaked = false;
         for i in 0..2 {
-            x = self.ups[i].forward(&leaky(&x, 0.1));
-            if i == 1 {
-                x = x.reflection_pad1d([1, 0]);
-            }
-            x = match p {
+            x = self.ups[i].forward(&if leaked { x } else { leaky(&x, 0.1) });
+            // the second stage's input starts with one step of reflection padding
+            let pad = usize::from(i == 1);
+            (x, leaked) = match p {
                 Precision::Fp32 | Precision::Fp16 => {
+                    if pad > 0 {
+                        x = x.reflection_pad1d([pad as i64, 0]);
+                    }
                     let src = self.noise_res[i].forward(p, &self.noise_convs[i].forward_act(&har_q), sq);
                     x += src;
                     let mut sum = self.resblocks[3 * i].forward(p, &x, sq);
                     for j in 1..3 {
                         sum += self.resblocks[3 * i + j].forward(p, &x, sq);
                     }
-                    sum / 3.0
+                    (sum / 3.0, false)
                 }
                 Precision::Int8 => {
                     // time-major through the stage: one transpose in, one out
                     let c = x.size()[1] as usize;
-                    let src = self.noise_res[i].forward_tm(self.noise_convs[i].forward_act_tm(&har_q), c, sq);
-                    let mut x = time_major(&x);
-                    assert_eq!(src.len(), x.len(), "the source fits the up-sampled frames");
-                    for (x, &s) in x.iter_mut().zip(&src) {
-                        *x += s;
-                    }
-                    let mut sum = self.resblocks[3 * i].forward_tm(x.clone(), c, sq);
+                    let mut buf = StageBuffers::default();
+                    let mut src = self.noise_convs[i].forward_act_tm(&har_q);
+                    let st = Stats::of(&src, c);
+                    self.noise_res[i].forward_tm(&mut src, c, &st, sq, &mut buf);
+                    let xc = x.to_kind(Kind::Float).contiguous();
+                    let x = time_major_plus(f32s(&xc), c, pad, &src);
+                    let xs = Stats::of(&x, c);
+                    let mut sum = x.clone();
+                    self.resblocks[3 * i].forward_tm(&mut sum, c, &xs, sq, &mut buf);
                     for j in 1..3 {
-                        let r = self.resblocks[3 * i + j].forward_tm(x.clone(), c, sq);
+                        let mut r = std::mem::take(&mut buf.r);
+                        r.clear();
+                        r.extend_from_slice(&x);
+                        self.resblocks[3 * i + j].forward_tm(&mut r, c, &xs, sq, &mut buf);
                         for (s, &r) in sum.iter_mut().zip(&r) {
                             *s += r;
                         }
+                        buf.r = r;
                     }
-                    for s in &mut sum {
-                        *s /= 3.0;
-                    }
-                    channel_major(&sum, c)
+                    (mean_leaky_channel_major(&sum, c, if i == 0 { 0.1 } else { 0.01 }), true)
                 }
             };
             profile.mark(if i == 0 { "generator: stage 1" } else { "generator: stage 2" });
         }
-        let y = self.conv_post.forward(&leaky(&x, f64::from(0.01f32)));
+        let y = self.conv_post.forward(&if leaked { x } else { leaky(&x, f64::from(0.01f32)) });
         let (mag, phase) = (y.narrow(1, 0, 11).exp(), y.narrow(1, 11, 11).sin());
         let spec = Tensor::cat(&[&mag * phase.cos(), &mag * phase.sin()], 1);
         let wav = spec.conv_transpose1d(&self.inverse_basis, None::<&Tensor>, [5], [0], [0], 1, [1]).squeeze_dim(1);
