@@ -8,7 +8,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::fused::Stats;
+use super::stats::Stats;
 use crate::cpu::{self, simd_fn};
 use crate::gemm::Packed;
 use crate::onnx::{AttrValue, Node, Tensor as OnnxTensor};

@@ -16,6 +16,7 @@ mod net;
 // How the engine's workers serve Kokoro's voices, and the voice files users have.
 pub mod serve;
 mod signal;
+mod stats;
 pub mod torchfile;
 pub mod voices;
 mod zip;

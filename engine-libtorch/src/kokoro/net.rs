@@ -8,10 +8,11 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::fused::{adain_snake_quantize, Alpha, Stats};
+use super::fused::{adain_snake_quantize, Alpha};
 use super::int8::{quantize, to_f32s, Act, Conv, Linear, Lstm};
 use super::load::{consts, FloatConv, Weights};
 use super::signal;
+use super::stats::Stats;
 use crate::tensor_slices::{f32s, f32s_mut};
 use crate::Precision;
 
