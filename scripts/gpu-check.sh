@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks in one command: each network on the device against the CPU (hibari: fp32, within
-# 1e-3; Kokoro-82M: fp32, the tolerances of benches/src/bin/device_check.rs), then the server on
+# 1e-3; Kokoro-82M: fp32 and fp16, the tolerances of benches/src/bin/device_check.rs), then the server on
 # the device: hibari under 1, 16, 256 and 1024 concurrent closed-loop streams (audio seconds per
 # second, time to first audio p50/p99, late chunks from both sides, refusals), and a Kokoro voice
 # under a few counts of real-time listeners (streams per GPU at 0 late chunks, TTFA p50/p99); all

@@ -1,7 +1,7 @@
 //! In-process real-time factor of Kokoro (src/kokoro) on one thread: load once, then the best of
 //! `REPS` runs of one utterance (a fixture case's phoneme ids and style), per precision.
 //!
-//!   cargo run -p speechstream-engine-libtorch --example kokoro_rtf -- MODEL CASE.json [REPS] [int8,fp32]
+//!   cargo run -p speechstream-engine-libtorch --example kokoro_rtf -- MODEL CASE.json [REPS] [int8,fp32,fp16]
 //!
 //! scripts/bench-kokoro.sh runs it beside onnxruntime (kokoro-onnx's runtime) on the same model.
 
@@ -14,7 +14,7 @@ use tch::Device;
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 3 {
-        eprintln!("usage: kokoro_rtf MODEL CASE.json [REPS] [int8,fp32]");
+        eprintln!("usage: kokoro_rtf MODEL CASE.json [REPS] [int8,fp32,fp16]");
         std::process::exit(2);
     }
     let case: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&args[2]).unwrap()).unwrap();
