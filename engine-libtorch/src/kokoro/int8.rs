@@ -101,6 +101,25 @@ pub(super) fn product_weight(w: Tensor, precision: Precision) -> Tensor {
     }
 }
 
+/// A convolution's float product `f` of `x` with its weight `w` and bias `b` (one per output
+/// channel): in [`Precision::Fp16`] (`w` in float16) the product in float16, back to float32,
+/// and the bias added in float32 after; else `f` as it is, the bias inside.
+pub(super) fn conv_product(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    f: impl Fn(&Tensor, Option<&Tensor>) -> Tensor,
+) -> Tensor {
+    if w.kind() != Kind::Half {
+        return f(x, b);
+    }
+    let y = f(&x.to_kind(Kind::Half), None).to_kind(Kind::Float);
+    match b {
+        Some(b) => y + b.view([-1, 1]),
+        None => y,
+    }
+}
+
 /// An int8 weight as rows [N, K] (w − w_zp) packed for our kernel, with each row's sum.
 struct Int8Rows {
     packed: Packed,
@@ -242,11 +261,8 @@ impl Linear {
     /// y [.., N] of an activation [.., K].
     pub fn forward_act(&self, a: &Act) -> Tensor {
         let y = match (a, &self.int8, &self.float) {
-            // (fp16: the product in float16, back to float32 before the bias)
-            (Act::Float(x), _, Some(w)) if w.kind() == Kind::Half => {
-                x.to_kind(Kind::Half).matmul(w).to_kind(Kind::Float)
-            }
-            (Act::Float(x), _, Some(w)) => x.matmul(w),
+            // (in the weight's kind, float16 in fp16, back to float32 before the bias)
+            (Act::Float(x), _, Some(w)) => x.to_kind(w.kind()).matmul(w).to_kind(Kind::Float),
             (Act::Int8 { q, scale, zp, shape }, Some(rows), _) => {
                 assert_eq!(*shape.last().expect("rank ≥ 1") as usize, self.k, "Linear: K");
                 let c = rows.products(q, *zp);
@@ -389,16 +405,9 @@ impl Conv {
     /// The convolution of an activation already quantized ([1, C, L]), shared with other layers.
     pub fn forward_act(&self, a: &Act) -> Tensor {
         match (a, &self.int8, &self.float) {
-            (Act::Float(x), _, Some(w)) if w.kind() == Kind::Half => {
-                let (stride, pad, dil) = ([self.stride as i64], [self.pad as i64], [self.dil as i64]);
-                let y = x.to_kind(Kind::Half).conv1d(w, None::<&Tensor>, stride, pad, dil, 1).to_kind(Kind::Float);
-                match &self.bias {
-                    Some(b) => y + b.view([-1, 1]),
-                    None => y,
-                }
-            }
             (Act::Float(x), _, Some(w)) => {
-                x.conv1d(w, self.bias.as_ref(), [self.stride as i64], [self.pad as i64], [self.dil as i64], 1)
+                let (stride, pad, dil) = ([self.stride as i64], [self.pad as i64], [self.dil as i64]);
+                conv_product(x, w, self.bias.as_ref(), |x, b| x.conv1d(w, b, stride, pad, dil, 1))
             }
             (Act::Int8 { q, scale, zp, shape }, Some(rows), _) => {
                 let (xt, l) = self.padded_tm(q, *zp, shape);

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use tch::{Device, Kind, Tensor};
 
-use super::int8::{product_weight, Conv, Linear, Lstm};
+use super::int8::{conv_product, product_weight, Conv, Linear, Lstm};
 use crate::onnx::{AttrValue, DataType, Model, Node, Tensor as OnnxTensor};
 use crate::Precision;
 
@@ -38,19 +38,13 @@ pub(super) struct FloatConv {
 
 impl FloatConv {
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        // fp16: the product in the weight's float16, the bias added in float32
-        let half = self.w.kind() == Kind::Half;
-        let (xin, b) = if half { (x.to_kind(Kind::Half), None) } else { (x.shallow_clone(), self.b.as_ref()) };
-        let y = if self.transposed {
-            xin.conv_transpose1d(&self.w, b, [self.stride], [self.pad], [self.out_pad], self.groups, [self.dil])
-        } else {
-            xin.conv1d(&self.w, b, [self.stride], [self.pad], [self.dil], self.groups)
-        };
-        match (&self.b, half) {
-            (Some(b), true) => y.to_kind(Kind::Float) + b.view([-1, 1]),
-            (None, true) => y.to_kind(Kind::Float),
-            (_, false) => y,
-        }
+        conv_product(x, &self.w, self.b.as_ref(), |x, b| {
+            if self.transposed {
+                x.conv_transpose1d(&self.w, b, [self.stride], [self.pad], [self.out_pad], self.groups, [self.dil])
+            } else {
+                x.conv1d(&self.w, b, [self.stride], [self.pad], [self.dil], self.groups)
+            }
+        })
     }
 }
 
