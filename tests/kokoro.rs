@@ -3,7 +3,7 @@
 //! served on every protocol (HTTP speech routed by model and voice, mixes, `lang_code`, a
 //! language without a front end refused, Japanese read when asked; the WebSocket with word timestamps; chunked equal to
 //! whole, batched equal to alone); each packaged voice and an openai SDK call with
-//! `model="kokoro", voice="jf_alpha"` are understood by Whisper. Needs scripts/setup.sh
+//! `model="kokoro", voice="jf_alpha"` are understood by Whisper (and jf_alpha in fp16). Needs scripts/setup.sh
 //! (.cache/kokoro, .cache/hibari, .venv-whisper, .venv-clients, ffmpeg).
 
 #[path = "deploy/process.rs"]
@@ -295,16 +295,22 @@ fn each_packaged_voice_and_the_openai_sdk_are_understood_by_whisper() {
     let tmp = std::env::temp_dir();
     let mut files = Vec::new();
     let voices = ["jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"];
-    for voice in voices {
-        let wav = tmp.join(format!("speechstream-kokoro-{voice}-{}.wav", std::process::id()));
+    // each voice in the precision `auto` gives, then jf_alpha in fp16 (its products in float16)
+    let runs = voices.iter().map(|&v| (v, "auto")).chain([("jf_alpha", "fp16")]);
+    for (voice, precision) in runs {
+        let wav = tmp.join(format!("speechstream-kokoro-{voice}-{precision}-{}.wav", std::process::id()));
         let say = Command::new(env!("CARGO_BIN_EXE_speechstream"))
-            .args(["say", HELD_OUT, "--voice", voice, "--device", "cpu", "--kokoro-dir"])
+            .args(["say", HELD_OUT, "--voice", voice, "--precision", precision, "--device", "cpu", "--kokoro-dir"])
             .arg(&kokoro)
             .arg("-o")
             .arg(&wav)
             .output()
             .expect("run speechstream say");
-        assert!(say.status.success(), "say --voice {voice}: {}", String::from_utf8_lossy(&say.stderr));
+        assert!(
+            say.status.success(),
+            "say --voice {voice} --precision {precision}: {}",
+            String::from_utf8_lossy(&say.stderr)
+        );
         files.push(wav);
     }
     // model="kokoro", voice="jf_alpha" through the official openai package.
@@ -330,7 +336,7 @@ fn each_packaged_voice_and_the_openai_sdk_are_understood_by_whisper() {
         let _ = std::fs::remove_file(file);
     }
     assert_eq!(transcripts.len(), files.len(), "{transcripts:?}");
-    for (name, transcript) in voices.iter().chain(["openai sdk jf_alpha"].iter()).zip(&transcripts) {
+    for (name, transcript) in voices.iter().chain(["jf_alpha fp16", "openai sdk jf_alpha"].iter()).zip(&transcripts) {
         let (heard, of) = understood(transcript);
         eprintln!("{name}: {heard}/{of}: {transcript}");
         // A garbled voice gets few words; 70% (as hibari's test) leaves room for the recogniser
