@@ -29,10 +29,14 @@
 # Kokoro: KOKORO_CONNS ["1 8 32 64"] listeners (loadgen --playback: each plays its audio out in real
 # time before sending the next; a chunk that comes after the audio before it ran out is late),
 # KOKORO_VOICE [jf_alpha], KOKORO_ADMISSION [off: the raw capacity], KOKORO_WORKERS [WORKERS],
-# KOKORO_PRECISION [auto: fp32 on CUDA; fp16 runs its products in float16]. Kokoro's numeric check
-# runs in fp32 and in fp16, each against the CPU's fp32.
-# Stays within 10 minutes with the defaults: ~1 min of start-up and checks, 4 x (15 s + drain) for
-# hibari, ~1 min for Kokoro's check and start-up, 4 x (15 s + 2 s ramp + drain) for Kokoro.
+# KOKORO_PRECISION ["auto fp16": the server once per precision; auto is fp32 on CUDA, fp16 runs
+# its products in float16]. Kokoro's numeric check runs in fp32 and in fp16, each against the
+# CPU's fp32, then its in-process speed (kokoro_rtf, fp32 and fp16, a short and a long segment).
+# The order: numeric checks, Kokoro in process, hibari's load, Kokoro's load; a server that does
+# not start is reported and the rest still runs.
+# KOKORO_REPS [5] runs per in-process figure. Stays within 10 minutes with the defaults on a GPU:
+# ~1 min of start-up and checks, ~1 min for Kokoro's checks and in-process runs, 4 x (15 s +
+# drain) for hibari, 2 x (start-up + 4 x (15 s + 2 s ramp + drain)) for Kokoro.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -57,12 +61,17 @@ build() {
   cargo build --release --quiet --bin speechstream
   cargo build --release --quiet -p speechstream-benches --bin loadgen
   cargo build --release --quiet -p speechstream-benches --features hibari --bin device-check
+  cargo build --release --quiet -p speechstream-engine-libtorch --example kokoro_rtf
   rm -rf "$BUNDLE"
-  mkdir -p "$BUNDLE/bin" "$BUNDLE/hibari"
-  for b in speechstream loadgen device-check; do
+  mkdir -p "$BUNDLE/bin" "$BUNDLE/hibari" "$BUNDLE/cases"
+  for b in speechstream loadgen device-check examples/kokoro_rtf; do
     cp "target/release/$b" "$BUNDLE/bin/"
-    strip "$BUNDLE/bin/$b" 2>/dev/null || true
+    strip "$BUNDLE/bin/${b##*/}" 2>/dev/null || true
   done
+  cp engine-libtorch/fixtures/kokoro/weather.json "$BUNDLE/cases/"
+  # A long segment too: weather's ids eight times over (the time per segment, not what it says)
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["ids"] = c["ids"] * 8; json.dump(c, open(sys.argv[2], "w"))' \
+    engine-libtorch/fixtures/kokoro/weather.json "$BUNDLE/cases/long.json"
   cp -L .cache/hibari/* "$BUNDLE/hibari/"
   cp benches/texts/short.txt "$BUNDLE/"
   say "bundle: $BUNDLE ($(du -sh "$BUNDLE" | cut -f1))"
@@ -176,7 +185,14 @@ PY
       kill -0 "$server" 2>/dev/null || break
       sleep 0.1
     done
-    ((up)) || { say "the server did not start: $(tail -5 "$log")"; exit 1; }
+    if ((!up)); then
+      say "the server did not start: $(tail -5 "$log")"
+      echo "the server did not start: $(tail -5 "$log")" >>"$out"
+      check=FAIL
+      kill "$server" 2>/dev/null || true
+      server=""
+      return 1
+    fi
     grep -E "ready|precision" "$log" | sed 's/^/    /' >>"$out" || true
   }
   stop_server() {
@@ -208,22 +224,23 @@ print(f\"| $label | {g('utterances_per_s')} | {g('audio_seconds_per_s')} | {g('t
   local header="| utterances/s | audio s/s | TTFA p50 ms | TTFA p99 ms | late chunks (client) | of chunks | lateness p99 ms | underruns (server, cumulative) | refused | errors |"
   local rule="|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 
-  local args=(serve --port "$port" --device "$DEVICE")
-  [[ -n "${WORKERS:-}" ]] && args+=(--workers "$WORKERS")
-  start_server "${out%.md}.server.log" "${args[@]}"
-  {
-    echo
-    echo "## Load: streamed PCM over the WebSocket, closed loop, ${duration} s per point (benches/texts/short.txt, 4.03 s per utterance)"
-    echo
-    echo "| streams $header"
-    echo "$rule"
-  } >>"$out"
-  for c in $conns; do
-    say "load: $c stream(s), ${duration}s"
-    load_point "$c" -c "$c"
-  done
-  stop_server
-
+  hibari_load() {
+    local args=(serve --port "$port" --device "$DEVICE")
+    [[ -n "${WORKERS:-}" ]] && args+=(--workers "$WORKERS")
+    start_server "${out%.md}.server.log" "${args[@]}" || return 0
+    {
+      echo
+      echo "## Load: streamed PCM over the WebSocket, closed loop, ${duration} s per point (benches/texts/short.txt, 4.03 s per utterance)"
+      echo
+      echo "| streams $header"
+      echo "$rule"
+    } >>"$out"
+    for c in $conns; do
+      say "load: $c stream(s), ${duration}s"
+      load_point "$c" -c "$c"
+    done
+    stop_server
+  }
   if [[ -n "$kokoro_dir" ]]; then
     local voice="${KOKORO_VOICE:-jf_alpha}" admission="${KOKORO_ADMISSION:-off}" workers="${KOKORO_WORKERS:-${WORKERS:-}}"
     for kp in fp32 fp16; do
@@ -251,13 +268,30 @@ for s in r["sentences"]:
 print()
 PY
     done
+    local model="$kokoro_dir/kokoro-v1.0.int8.onnx"
+    [[ -f "$kokoro_dir/kokoro-v1.0.onnx" ]] && model="$kokoro_dir/kokoro-v1.0.onnx"
+    {
+      echo "## Kokoro-82M in process on $DEVICE (one utterance at a time, best of ${KOKORO_REPS:-5}, kokoro_rtf; long: the same ids eight times over)"
+      echo
+      echo '```'
+    } >>"$out"
+    for c in weather long; do
+      say "Kokoro in process: $c"
+      KOKORO_DEVICE="$DEVICE" "$BUNDLE/bin/kokoro_rtf" "$model" "$BUNDLE/cases/$c.json" "${KOKORO_REPS:-5}" fp32,fp16 2>&1 |
+        grep -E "native|rror|panic" | sed "s/^/$c: /" >>"$out" || check=FAIL
+    done
+    echo '```' >>"$out"
+  fi
+  hibari_load
+  if [[ -n "$kokoro_dir" ]]; then
+    for kprec in ${KOKORO_PRECISION:-auto fp16}; do
     args=(serve --port "$port" --device "$DEVICE" --kokoro-dir "$kokoro_dir" --admission "$admission"
-      --precision "${KOKORO_PRECISION:-auto}")
+      --precision "$kprec")
     [[ -n "$workers" ]] && args+=(--workers "$workers")
-    start_server "${out%.md}.kokoro-server.log" "${args[@]}"
+    start_server "${out%.md}.kokoro-server-$kprec.log" "${args[@]}" || continue
     {
       echo
-      echo "## Kokoro-82M ($voice): real-time listeners (loadgen --playback, 2 s ramp), --admission $admission, ${duration} s per point"
+      echo "## Kokoro-82M ($voice, --precision $kprec): real-time listeners (loadgen --playback, 2 s ramp), --admission $admission${workers:+, --workers $workers}, ${duration} s per point"
       echo
       echo "Streams per GPU at 0 late chunks: the most listeners with 0 late chunks (client) and 0 refused."
       echo
@@ -265,10 +299,11 @@ PY
       echo "$rule"
     } >>"$out"
     for c in ${KOKORO_CONNS:-1 8 32 64}; do
-      say "Kokoro load: $c listener(s), ${duration}s"
+      say "Kokoro load ($kprec): $c listener(s), ${duration}s"
       load_point "$c" -c "$c" --playback --ramp 2 --voice "$voice"
     done
     stop_server
+    done
   fi
   trap - EXIT
   echo >>"$out"

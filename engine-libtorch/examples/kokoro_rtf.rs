@@ -3,13 +3,14 @@
 //!
 //!   cargo run -p speechstream-engine-libtorch --example kokoro_rtf -- MODEL CASE.json [REPS] [int8,fp32,fp16]
 //!
+//! `KOKORO_DEVICE=cuda` (or `cuda:N`) runs it on a GPU (scripts/gpu-check.sh); the CPU otherwise.
+//!
 //! scripts/bench-kokoro.sh runs it beside onnxruntime (kokoro-onnx's runtime) on the same model.
 
 use std::path::Path;
 use std::time::Instant;
 
 use speechstream_engine_libtorch::{KokoroModel, Precision};
-use tch::Device;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -23,12 +24,19 @@ fn main() {
     let speed = case["speed"].as_f64().unwrap() as f32;
     let reps: usize = args.get(3).map(|s| s.parse().unwrap()).unwrap_or(3);
     let precisions = args.get(4).map(String::as_str).unwrap_or("int8,fp32");
+    let device = match speechstream_engine_libtorch::parse_device(&std::env::var("KOKORO_DEVICE").unwrap_or("cpu".into())) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("kokoro_rtf: {e}");
+            std::process::exit(2);
+        }
+    };
     tch::set_num_threads(1);
     speechstream_engine_libtorch::keep_freed_memory();
     for p in precisions.split(',') {
         let precision: Precision = p.parse().unwrap();
         let t = Instant::now();
-        let m = KokoroModel::load(Path::new(&args[1]), Device::Cpu, precision).unwrap();
+        let m = KokoroModel::load(Path::new(&args[1]), device, precision).unwrap();
         let load = t.elapsed().as_secs_f64();
         let mut best = f64::MAX;
         let mut seconds = 0.0;
@@ -39,8 +47,12 @@ fn main() {
             seconds = out.audio.len() as f64 / 24_000.0;
         }
         println!(
-            "native {precision} (level {}): {seconds:.2} s of audio in {best:.3} s (best of {reps}), RTF {:.3}, {:.2}x real time; load {load:.1} s",
-            speechstream_engine_libtorch::cpu::level(),
+            "native {precision} ({}): {seconds:.2} s of audio in {best:.3} s (best of {reps}), RTF {:.3}, {:.2}x real time; load {load:.1} s",
+            if device == tch::Device::Cpu {
+                format!("level {}", speechstream_engine_libtorch::cpu::level())
+            } else {
+                format!("{device:?}")
+            },
             best / seconds,
             seconds / best
         );
