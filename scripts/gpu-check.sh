@@ -28,7 +28,8 @@
 # return folder), else target/gpu-check/results-<device>-<stamp>.md] (JSON lines beside it, .jsonl);
 # Kokoro: KOKORO_CONNS ["1 8 32 64"] listeners (loadgen --playback: each plays its audio out in real
 # time before sending the next; a chunk that comes after the audio before it ran out is late),
-# KOKORO_VOICE [jf_alpha], KOKORO_ADMISSION [off: the raw capacity], KOKORO_WORKERS [WORKERS],
+# KOKORO_VOICE [jf_alpha], KOKORO_ADMISSION [off: the raw capacity], KOKORO_WORKERS [WORKERS; a
+# list runs the server once per count],
 # KOKORO_PRECISION ["auto fp16": the server once per precision; auto is fp32 on CUDA, fp16 runs
 # its products in float16]. Kokoro's numeric check runs in fp32 and in fp16, each against the
 # CPU's fp32, then its in-process speed (kokoro_rtf, fp32 and fp16, a short and a long segment).
@@ -296,14 +297,15 @@ PY
   fi
   hibari_load
   if [[ -n "$kokoro_dir" ]]; then
+    for kw in ${workers:-default}; do
     for kprec in ${KOKORO_PRECISION:-auto fp16}; do
     args=(serve --port "$port" --device "$DEVICE" --kokoro-dir "$kokoro_dir" --admission "$admission"
       --precision "$kprec")
-    [[ -n "$workers" ]] && args+=(--workers "$workers")
-    start_server "${out%.md}.kokoro-server-$kprec.log" "${args[@]}" || continue
+    [[ "$kw" != default ]] && args+=(--workers "$kw")
+    start_server "${out%.md}.kokoro-server-$kprec-$kw.log" "${args[@]}" || continue
     {
       echo
-      echo "## Kokoro-82M ($voice, --precision $kprec): real-time listeners (loadgen --playback, 2 s ramp), --admission $admission${workers:+, --workers $workers}, ${duration} s per point"
+      echo "## Kokoro-82M ($voice, --precision $kprec): real-time listeners (loadgen --playback, 2 s ramp), --admission $admission, --workers $kw, ${duration} s per point"
       echo
       echo "Streams per GPU at 0 late chunks: the most listeners with 0 late chunks (client) and 0 refused."
       echo
@@ -315,6 +317,7 @@ PY
       load_point "$c" -c "$c" --playback --ramp 2 --voice "$voice"
     done
     stop_server
+    done
     done
   fi
   trap - EXIT

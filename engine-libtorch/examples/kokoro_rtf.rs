@@ -24,13 +24,14 @@ fn main() {
     let speed = case["speed"].as_f64().unwrap() as f32;
     let reps: usize = args.get(3).map(|s| s.parse().unwrap()).unwrap_or(3);
     let precisions = args.get(4).map(String::as_str).unwrap_or("int8,fp32");
-    let device = match speechstream_engine_libtorch::parse_device(&std::env::var("KOKORO_DEVICE").unwrap_or("cpu".into())) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("kokoro_rtf: {e}");
-            std::process::exit(2);
-        }
-    };
+    let device =
+        match speechstream_engine_libtorch::parse_device(&std::env::var("KOKORO_DEVICE").unwrap_or("cpu".into())) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("kokoro_rtf: {e}");
+                std::process::exit(2);
+            }
+        };
     tch::set_num_threads(1);
     speechstream_engine_libtorch::keep_freed_memory();
     for p in precisions.split(',') {
