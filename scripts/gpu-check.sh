@@ -23,7 +23,7 @@
 # machine names a Kokoro directory instead; without either, Kokoro is left out and the results
 # say why.
 #
-# Knobs: DURATION [15] seconds per load point, CONNS ["1 16 256 1024"], WORKERS [server default],
+# Knobs: DURATION [15] seconds per load point, CONNS ["1 16 256 1024"; empty: no hibari load], WORKERS [server default],
 # PORT [28990], RESULTS [$OUT/gpu-check-<device>.md when $OUT is a folder (the device machine's
 # return folder), else target/gpu-check/results-<device>-<stamp>.md] (JSON lines beside it, .jsonl);
 # Kokoro: KOKORO_CONNS ["1 8 32 64"] listeners (loadgen --playback: each plays its audio out in real
@@ -135,7 +135,7 @@ run() {
   export LD_LIBRARY_PATH="$lib:$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export SPEECHSTREAM_ASSETS="$BUNDLE/hibari"
   ulimit -n 16384 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-  local duration="${DURATION:-15}" conns="${CONNS:-1 16 256 1024}" port="${PORT:-28990}"
+  local duration="${DURATION:-15}" conns="${CONNS-1 16 256 1024}" port="${PORT:-28990}"
   local stamp out
   stamp="$(date -u +%Y%m%dT%H%M%SZ)"
   if [[ -n "${RESULTS:-}" ]]; then
@@ -238,6 +238,7 @@ print(f\"| $label | {g('utterances_per_s')} | {g('audio_seconds_per_s')} | {g('t
   local rule="|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 
   hibari_load() {
+    [[ -n "$conns" ]] || return 0
     local args=(serve --port "$port" --device "$DEVICE")
     [[ -n "${WORKERS:-}" ]] && args+=(--workers "$WORKERS")
     start_server "${out%.md}.server.log" "${args[@]}" || return 0
