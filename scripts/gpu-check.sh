@@ -12,7 +12,8 @@
 #
 # `run` finds libtorch in the machine's own Python torch (`import torch`; the 2.11 CUDA build, see
 # docs/libtorch.md), else in the checkout's .cache/libtorch. The bundle (target/gpu-check,
-# ~32 MiB: stripped speechstream, loadgen, device-check and hibari's assets) is what the GPU machine
+# ~35 MiB: stripped speechstream, loadgen, device-check, kokoro_rtf, hibari's assets, libopus and two
+# Kokoro cases) is what the GPU machine
 # needs besides this script: carry it (`target/` is ignored by git). Kokoro's files (~95 MB) do
 # not fit beside it in one carry of the device tool (64 MiB with the working tree), so `build`
 # cuts them (one tar, .cache/kokoro without the fp32 export) into parts of KOKORO_PART_MIB
