@@ -12,9 +12,9 @@
 #
 # `run` finds libtorch in the machine's own Python torch (`import torch`; the 2.11 CUDA build, see
 # docs/libtorch.md), else in the checkout's .cache/libtorch. The bundle (target/gpu-check,
-# ~35 MiB: stripped speechstream, loadgen, device-check, kokoro_rtf, hibari's assets, libopus and two
-# Kokoro cases) is what the GPU machine
-# needs besides this script: carry it (`target/` is ignored by git). Kokoro's files (~95 MB) do
+# ~35 MiB: stripped speechstream, loadgen, device-check, kokoro_rtf, hibari's assets, libopus,
+# two Kokoro cases) is what the GPU machine needs besides this script: carry it (`target/` is
+# ignored by git). Kokoro's files (~95 MB) do
 # not fit beside it in one carry of the device tool (64 MiB with the working tree), so `build`
 # cuts them (one tar, .cache/kokoro without the fp32 export) into parts of KOKORO_PART_MIB
 # [48] MiB, target/gpu-check-kokoro/part-NN, with their sha256 in the bundle: carry each part in
