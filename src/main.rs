@@ -253,8 +253,7 @@ struct VoiceArgs {
     /// Engine workers: threads that each compute their own requests (batched), sharing the
     /// voice's weights; a new request goes to the one owing the least audio. Each uses
     /// --threads libtorch threads [default: the CPUs this process may use (its affinity mask);
-    /// 1 on CUDA, where Kokoro wants 4 or more: its segments wait on host work that more
-    /// workers overlap].
+    /// 4 on CUDA (at most one per CPU), where they overlap each other's host work].
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = positive_count)]
     workers: Option<usize>,
     /// Admission of streamed utterances: `realtime` refuses one (a WebSocket `error` frame, the

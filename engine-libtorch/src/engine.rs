@@ -26,6 +26,14 @@ use crate::scheduler::{Model, VoiceModel};
 use crate::voices::{check_voice_file, read_voice_list};
 use crate::workers::{default_workers, Pool};
 
+/// Workers on a GPU by default (at most one per CPU): a worker's passes also wait on the host
+/// (Kokoro's LSTMs and harmonic source run there, every pass copies and synchronises), which
+/// other workers overlap. Measured on an H200 (benches/results/15-gpu.md): 4 workers doubled
+/// hibari's audio per second (1,213 against 628 s/s at 64 streams, 6 late chunks of 9,192
+/// against 404 of 4,800) and Kokoro's listeners at 0 late chunks (32 against 16); 8 held
+/// Kokoro's 64 listeners a little better (4 late chunks of 640 against 42).
+const CUDA_WORKERS: usize = 4;
+
 pub struct HibariEngine {
     capabilities: EngineCapabilities,
     pool: Pool,
@@ -213,7 +221,11 @@ impl HibariEngine {
         let default =
             default.or_else(|| voices.iter().position(|v| v.name == KOKORO_DEFAULT_VOICE)).unwrap_or_default();
         let precision = precision.unwrap_or(Precision::Fp32);
-        let workers = options.workers.unwrap_or(if device == Device::Cpu { default_workers() } else { 1 });
+        let workers = options.workers.unwrap_or(if device == Device::Cpu {
+            default_workers()
+        } else {
+            CUDA_WORKERS.min(default_workers())
+        });
         let pool = Pool::start(workers, Arc::new(voices), default, &capabilities, &options)?;
         Ok(HibariEngine { capabilities, pool, precision })
     }

@@ -26,8 +26,8 @@ pub struct HibariOptions {
     /// cores) with one worker, the cores shared out between the workers with several.
     pub threads: Option<i32>,
     /// Engine workers (threads computing requests, sharing the weights); `None`: one per CPU
-    /// this process may use on the CPU ([`crate::workers::default_workers`]), one on CUDA (a
-    /// device runs one batch at a time: its workers would only take turns).
+    /// this process may use on the CPU ([`crate::workers::default_workers`]), four on CUDA (at
+    /// most one per CPU: they overlap each other's host work while the device runs).
     pub workers: Option<usize>,
     /// Deadlines and lead of streamed requests ([`crate::pacing`]).
     pub pacing: Pacing,
