@@ -453,11 +453,9 @@ impl Conv {
     /// int8: the convolution of codes already time-major and padded (`xt`, [L + 2·pad, C], with
     /// their scale and zero point), time-major into `out`: [L', O].
     pub fn forward_tm(&self, xt: &[u8], l: usize, scale: f32, zp: u8, out: &mut Vec<f32>) {
-        let rows = self.int8.as_ref().expect("time-major convolutions are int8's");
-        assert_eq!(xt.len(), (l + 2 * self.pad) * self.in_ch, "Conv: padded X");
         // (every value is written: a buffer of the right size is used as it is)
         out.resize(self.out_len(l) * self.out_ch, 0.0);
-        self.sums_into(rows, xt, l, scale, zp, out, false, None);
+        self.forward_tm_into(xt, l, scale, zp, out, false, None);
     }
 
     /// [`Conv::forward_tm`] into `out` ([L', O], its size), added to what `out` holds where `add`
