@@ -11,7 +11,7 @@
 
 use super::int8::{quantize_into, range_params};
 use super::stats::Stats;
-use crate::cpu::simd_fn;
+use crate::cpu::{prefetch, simd_fn};
 
 /// A Snake's α and 1/α per channel.
 pub(super) struct Alpha {
@@ -42,7 +42,7 @@ fn sin2(v: f32) -> f32 {
 /// AdaIN of `x` ([T, C] time-major, `c` channels, its [`Stats`] `stats`; `gb`: γ then β, C each,
 /// from the style), then the Snake of `alpha`, quantized as `DynamicQuantizeLinear` does into
 /// `q`: [T + 2·pad, C] time-major, the `pad` rows at each end the zero point (a convolution's
-/// padding). `z` is scratch. Returns the codes' scale and zero point.
+/// padding). `z` is scratch (a row). Returns the codes' scale and zero point.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn adain_snake_quantize(
     x: &[f32],
@@ -56,14 +56,29 @@ pub(super) fn adain_snake_quantize(
 ) -> (f32, u8) {
     assert!(c > 0 && x.len().is_multiple_of(c) && gb.len() == 2 * c, "AdaIN: [T, C] and γ, β of C");
     assert!(alpha.alpha.len() == c && alpha.inv.len() == c, "Snake: α of C");
-    assert!(stats.sum.len() == c, "AdaIN: statistics of C channels");
-    z.resize(x.len(), 0.0);
+    assert!(stats.sum.len() == c && stats.lo.len() == c && stats.hi.len() == c, "AdaIN: statistics of C channels");
+    z.resize(c, 0.0);
     pass(x, stats, gb, alpha, pad, z, q)
 }
 
+/// A channel's AdaIN (`m`, `a`, `b`: (x − mean)·a + β) and Snake (`al`, `inv`: α and 1/α) of `v`.
+/// (Inlined: the passes run it in their AVX2 and AVX-512 builds, and the prediction of the
+/// extremes on single values: the same operations, so the same bits.)
+#[inline(always)]
+fn adain_snake(v: f32, m: f32, a: f32, b: f32, al: f32, inv: f32) -> f32 {
+    let y = (v - m) * a + b;
+    y + inv * sin2(al * y)
+}
+
 simd_fn! {
-    /// [`adain_snake_quantize`]'s passes (z already x's size): the channels' means and variances
-    /// from their sums, the normalized and Snaked values with each channel's extremes, the codes.
+    /// [`adain_snake_quantize`]'s pass (z a row): the channels' means and variances from their
+    /// sums; the output's range predicted from each channel's extremes, since AdaIN and Snake are
+    /// monotone in each channel (x + sin²(αx)/α has the slope 1 + sin(2αx) ≥ 0); then each row
+    /// normalized, Snaked and quantized in one go (before, the values went to memory, 4.6 MB at
+    /// the second stage, and a second pass quantized them). The range is also measured as the
+    /// rows go: where rounding made the computed Snake not quite monotone and a value fell
+    /// outside the prediction, the rows are done again with the range measured, so the codes are
+    /// always those of the exact range.
     fn pass(x: &[f32], stats: &Stats, gb: &[f32], alpha: &Alpha, pad: usize, z: &mut [f32], q: &mut Vec<u8>) -> (f32, u8) {
         let c = stats.sum.len();
         let t = x.len() / c;
@@ -74,40 +89,75 @@ simd_fn! {
         // (x − mean)·a + β with a = (1 + γ) / √(var + ε)
         let (gamma, beta) = gb.split_at(c);
         let a: Vec<f32> = var.iter().zip(gamma).map(|(&v, &g)| (1.0 + g) / (v + 1e-5).sqrt()).collect();
-        // the extremes in 16 lanes of locals, from each row while it is in L1 (a per-channel array
-        // here became masked stores that the next row's loads waited on)
-        const W: usize = 16;
-        let (mut los, mut his) = ([0f32; W], [0f32; W]);
-        let (mut lo, mut hi) = (0f32, 0f32);
-        for (zr, xr) in z.chunks_exact_mut(c).zip(x.chunks_exact(c)) {
-            let snake = alpha.alpha.iter().zip(&alpha.inv);
-            let lanes = zr.iter_mut().zip(xr).zip(mean.iter().zip(&a)).zip(beta.iter().zip(snake));
-            for (((z, &v), (&m, &a)), (&b, (&al, &inv))) in lanes {
-                let y = (v - m) * a + b;
-                *z = y + inv * sin2(al * y);
-            }
-            let (chunks, rest) = zr.as_chunks::<W>();
-            for ch in chunks {
-                for ((lo, hi), &v) in los.iter_mut().zip(his.iter_mut()).zip(ch) {
-                    *lo = if v < *lo { v } else { *lo };
-                    *hi = if v > *hi { v } else { *hi };
-                }
-            }
-            for &v in rest {
-                lo = lo.min(v);
-                hi = hi.max(v);
+        let (mut plo, mut phi) = (0f32, 0f32);
+        for ch in 0..c {
+            for v in [stats.lo[ch], stats.hi[ch]] {
+                let y = adain_snake(v, mean[ch], a[ch], beta[ch], alpha.alpha[ch], alpha.inv[ch]);
+                plo = plo.min(y);
+                phi = phi.max(y);
             }
         }
-        let lo = los.iter().fold(lo, |m, &v| m.min(v));
-        let hi = his.iter().fold(hi, |m, &v| m.max(v));
-        let (scale, zp) = range_params(lo, hi);
-        // (only the padding needs its value beforehand: the rest is overwritten)
+        let (mut scale, mut zp) = range_params(plo, phi);
         q.resize((t + 2 * pad) * c, zp);
+        let (lo, hi) = rows(x, &mean, &a, beta, alpha, scale, zp, z, &mut q[pad * c..(pad + t) * c]);
+        if lo != plo || hi != phi {
+            (scale, zp) = range_params(lo, hi);
+            rows(x, &mean, &a, beta, alpha, scale, zp, z, &mut q[pad * c..(pad + t) * c]);
+        }
         q[..pad * c].fill(zp);
         q[(pad + t) * c..].fill(zp);
-        quantize_into(z, scale, zp, &mut q[pad * c..(pad + t) * c]);
         (scale, zp)
     }
+}
+
+/// [`pass`]'s rows: each row of `x` normalized and Snaked into `z` (a row, in L1), its extremes
+/// taken in 16 lanes (a per-channel array here became masked stores that the next row's loads
+/// waited on), its codes for `scale` and `zp` written to `q` ([T, C]). Returns the extremes of all
+/// the values, with 0. (Inlined: it runs in `pass`'s AVX2 and AVX-512 builds.)
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn rows(
+    x: &[f32],
+    mean: &[f32],
+    a: &[f32],
+    beta: &[f32],
+    alpha: &Alpha,
+    scale: f32,
+    zp: u8,
+    z: &mut [f32],
+    q: &mut [u8],
+) -> (f32, f32) {
+    let c = mean.len();
+    const W: usize = 16;
+    const AHEAD: usize = 8;
+    let (mut los, mut his) = ([0f32; W], [0f32; W]);
+    let (mut lo, mut hi) = (0f32, 0f32);
+    for (i, (xr, qr)) in x.chunks_exact(c).zip(q.chunks_exact_mut(c)).enumerate() {
+        // x comes from L3 or memory (4.6 MB at the second stage): its rows asked for ahead
+        if let Some(ahead) = x.get((i + AHEAD) * c..(i + AHEAD + 1) * c) {
+            ahead.chunks(16).for_each(|line| prefetch(line.as_ptr()));
+        }
+        let snake = alpha.alpha.iter().zip(&alpha.inv);
+        let lanes = z.iter_mut().zip(xr).zip(mean.iter().zip(a)).zip(beta.iter().zip(snake));
+        for (((z, &v), (&m, &a)), (&b, (&al, &inv))) in lanes {
+            *z = adain_snake(v, m, a, b, al, inv);
+        }
+        let (chunks, rest) = z.as_chunks::<W>();
+        for ch in chunks {
+            for ((lo, hi), &v) in los.iter_mut().zip(his.iter_mut()).zip(ch) {
+                *lo = if v < *lo { v } else { *lo };
+                *hi = if v > *hi { v } else { *hi };
+            }
+        }
+        for &v in rest {
+            lo = lo.min(v);
+            hi = hi.max(v);
+        }
+        quantize_into(z, scale, zp, qr);
+    }
+    let lo = los.iter().fold(lo, |m, &v| m.min(v));
+    let hi = his.iter().fold(hi, |m, &v| m.max(v));
+    (lo, hi)
 }
 
 #[cfg(test)]
@@ -142,6 +192,38 @@ mod tests {
             }
         }
         out
+    }
+
+    /// Where the predicted range falls short (here: extremes that are not the channels' own, or
+    /// none at all), the codes are still those of the true range, at every level.
+    #[test]
+    fn a_short_prediction_gives_the_codes_of_the_true_range() {
+        let (t, c, pad) = (97, 20, 3);
+        let x: Vec<f32> = (0..t * c).map(|i| ((i as f32) * 0.731).sin() * (1.0 + (i % c) as f32 * 0.2)).collect();
+        let gb: Vec<f32> = (0..2 * c).map(|i| (i as f32 * 0.37).sin() * 0.5).collect();
+        let alpha = Alpha {
+            alpha: (0..c).map(|i| 0.5 + i as f32 * 0.1).collect(),
+            inv: (0..c).map(|i| 1.0 / (0.5 + i as f32 * 0.1)).collect(),
+        };
+        let exact = Stats::of(&x, c);
+        let mut inner = exact.clone();
+        inner.lo.copy_from_slice(&x[5 * c..6 * c]);
+        inner.hi.copy_from_slice(&x[5 * c..6 * c]);
+        let mut none = exact.clone();
+        none.lo.fill(f32::INFINITY);
+        none.hi.fill(f32::NEG_INFINITY);
+        for level in Level::available() {
+            set_cap(level);
+            let run = |st: &Stats| {
+                let (mut z, mut q) = (Vec::new(), Vec::new());
+                let p = adain_snake_quantize(&x, c, st, &gb, &alpha, pad, &mut z, &mut q);
+                (p, q)
+            };
+            let want = run(&exact);
+            let (short, empty) = (run(&inner), run(&none));
+            reset_cap();
+            assert!(short == want && empty == want, "{level}: a short prediction changed the codes");
+        }
     }
 
     #[test]

@@ -602,6 +602,8 @@ fn epilogue_chunk<const W: usize, const ADD: bool>(
     let b: [i32; W] = bq[c0..c0 + W].try_into().expect("W channels");
     let mut sum: [f64; W] = st.sum[c0..c0 + W].try_into().expect("W channels");
     let mut sq: [f64; W] = st.sq[c0..c0 + W].try_into().expect("W channels");
+    let mut lo: [f32; W] = st.lo[c0..c0 + W].try_into().expect("W channels");
+    let mut hi: [f32; W] = st.hi[c0..c0 + W].try_into().expect("W channels");
     for (d, yr) in dst.chunks_exact_mut(o).zip(y.chunks_exact(o)) {
         let d: &mut [f32; W] = (&mut d[c0..c0 + W]).try_into().expect("W channels");
         let yr: &[i32; W] = yr[c0..c0 + W].try_into().expect("W channels");
@@ -614,8 +616,18 @@ fn epilogue_chunk<const W: usize, const ADD: bool>(
             sq[k] += v * v;
         }
     }
+    // the extremes in a loop of their own over the rows just written (still in L1): in the loop
+    // above they made the sums spill to the stack
+    for d in dst.chunks_exact(o) {
+        for (k, &v) in d[c0..c0 + W].iter().enumerate() {
+            lo[k] = if v < lo[k] { v } else { lo[k] };
+            hi[k] = if v > hi[k] { v } else { hi[k] };
+        }
+    }
     st.sum[c0..c0 + W].copy_from_slice(&sum);
     st.sq[c0..c0 + W].copy_from_slice(&sq);
+    st.lo[c0..c0 + W].copy_from_slice(&lo);
+    st.hi[c0..c0 + W].copy_from_slice(&hi);
 }
 
 /// One direction of a quantized LSTM: W [4H, in] and R [4H, H] (gates i, o, f, c) with their
@@ -803,13 +815,13 @@ mod tests {
                 whole.extend_from_slice(&want);
                 let wst = Stats::of(&whole, o);
                 assert!(d == want && plain == want, "{level} add {add}: values");
-                assert!(st.sum == wst.sum && st.sq == wst.sq, "{level} add {add}: statistics");
+                assert!(st == wst, "{level} add {add}: statistics");
                 // and from no rows: the statistics of the block alone
                 let mut st = Stats::zeros(o);
                 set_cap(level);
                 epilogue(&y, &bq, s, &mut base.clone(), add, Some(&mut st));
                 reset_cap();
-                assert!(st.sum == want_stats.sum && st.sq == want_stats.sq, "{level} add {add}: from zero");
+                assert!(st == want_stats, "{level} add {add}: from zero");
             }
         }
     }
