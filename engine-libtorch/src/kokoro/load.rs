@@ -10,6 +10,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::int8::{conv_product, product_weight, Conv, Linear, Lstm};
 use crate::onnx::{AttrValue, DataType, Model, Node, Tensor as OnnxTensor};
+use crate::tensor_slices::{f32s, f32s_mut};
 use crate::Precision;
 
 type R<T> = Result<T, String>;
@@ -45,6 +46,127 @@ impl FloatConv {
                 x.conv1d(&self.w, b, [self.stride], [self.pad], [self.dil], self.groups)
             }
         })
+    }
+
+    /// The same layer time-major for the int8 path's generator ([`TmConv`]); an error for what
+    /// that does not cover (groups, dilation, output padding, a strided `Conv`).
+    pub fn time_major(self) -> R<TmConv> {
+        let [c0, c1, k] = self.w.size()[..] else { return Err("a 1-d convolution's weight is [C, C, k]".into()) };
+        if self.groups != 1
+            || self.dil != 1
+            || self.out_pad != 0
+            || (!self.transposed && self.stride != 1)
+            || self.pad >= k
+        {
+            return Err("time-major: only groups 1, dilation 1, no output padding, padding under the kernel, \
+                        stride 1 unless transposed"
+                .into());
+        }
+        // ConvTranspose [C_in, C_out, k], Conv [C_out, C_in, k] → [C_in, k·C_out]: column j·C_out + o
+        let (c_out, w) =
+            if self.transposed { (c1, self.w.permute([0, 2, 1])) } else { (c0, self.w.permute([1, 2, 0])) };
+        let c_in = if self.transposed { c0 } else { c1 };
+        let b = match &self.b {
+            Some(b) => Vec::<f32>::try_from(b).map_err(|e| e.to_string())?,
+            None => vec![0.0; c_out as usize],
+        };
+        Ok(TmConv {
+            w: w.reshape([c_in, k * c_out]).contiguous(),
+            b,
+            k: k as usize,
+            stride: self.stride as usize,
+            pad: self.pad as usize,
+        })
+    }
+}
+
+/// A float convolution of the int8 path's generator, time-major: one sgemm Z = X·W of the input
+/// [T, C_in] with the weight arranged [C_in, k·C_out] at load, then each output step is the bias
+/// plus its taps' columns of Z (overlap-add), added in plain f32 (the same bits at every CPU
+/// level). Replaces oneDNN's (de)convolutions there, which reordered the weights (ups.0: ~8 ms),
+/// the activations and the layout on every call.
+pub(super) struct TmConv {
+    w: Tensor,
+    b: Vec<f32>,
+    k: usize,
+    stride: usize,
+    pad: usize,
+}
+
+impl TmConv {
+    /// The output channels.
+    pub fn c_out(&self) -> usize {
+        self.b.len()
+    }
+
+    /// Z = x·W: x [T, C_in] (any strides) → [T, k·C_out] (contiguous) and T.
+    fn product(&self, x: &Tensor) -> (Tensor, usize) {
+        let z = x.to_kind(Kind::Float).matmul(&self.w).contiguous();
+        let t = z.size()[0] as usize;
+        (z, t)
+    }
+
+    /// The transposed convolution of `x` [T, C_in] time-major ([T_out + `rpad`, C_out]),
+    /// reflection-padded by `rpad` steps at the start (as `reflection_pad1d([rpad, 0])`), plus
+    /// `src` (same shape): the padding and the sum in the overlap-add's pass.
+    pub fn up_plus(&self, x: &Tensor, rpad: usize, src: &[f32]) -> Vec<f32> {
+        let (zt, t_in) = self.product(x);
+        let z = f32s(&zt);
+        let (c, k, s, p) = (self.b.len(), self.k, self.stride, self.pad);
+        let t_out = ((t_in - 1) * s + k).checked_sub(2 * p).expect("padding within the output");
+        assert!(rpad < t_out, "reflection padding within the signal");
+        assert_eq!(src.len(), (t_out + rpad) * c, "the source fits the up-sampled steps");
+        let mut out = vec![0f32; src.len()];
+        let mut acc = vec![0f32; c];
+        for o in 0..t_out {
+            // output step o = t·s + j − p: the taps j ≡ o + p (mod s), from the latest t down
+            let q = o + p;
+            acc.copy_from_slice(&self.b);
+            for j in (q % s..k.min(q + 1)).step_by(s) {
+                let t = (q - j) / s;
+                if t < t_in {
+                    for (a, &v) in acc.iter_mut().zip(&z[(t * k + j) * c..][..c]) {
+                        *a += v;
+                    }
+                }
+            }
+            let mut put = |r: usize| {
+                for ((d, &a), &v) in out[r * c..][..c].iter_mut().zip(&acc).zip(&src[r * c..][..c]) {
+                    *d = a + v;
+                }
+            };
+            put(o + rpad);
+            if (1..=rpad).contains(&o) {
+                put(rpad - o);
+            }
+        }
+        out
+    }
+
+    /// The (stride-1) convolution of `x` [T, C_in], channel-major [1, C_out, T_out].
+    pub fn conv_channel_major(&self, x: &Tensor) -> Tensor {
+        let (zt, t_in) = self.product(x);
+        let z = f32s(&zt);
+        let (c, k, p) = (self.b.len(), self.k, self.pad);
+        let t_out = (t_in + 2 * p).checked_sub(k - 1).expect("a kernel within the padded input");
+        let mut out = Tensor::empty([1, c as i64, t_out as i64], (Kind::Float, Device::Cpu));
+        // SAFETY: a tensor made here and held alone while the slice lives.
+        let y = unsafe { f32s_mut(&mut out) };
+        let mut acc = vec![0f32; c];
+        for o in 0..t_out {
+            acc.copy_from_slice(&self.b);
+            // input step o + j − p for tap j, where it is within the input
+            for j in p.saturating_sub(o)..k.min(t_in + p - o) {
+                let t = o + j - p;
+                for (a, &v) in acc.iter_mut().zip(&z[(t * k + j) * c..][..c]) {
+                    *a += v;
+                }
+            }
+            for (ch, &a) in acc.iter().enumerate() {
+                y[ch * t_out + o] = a;
+            }
+        }
+        out
     }
 }
 

@@ -10,10 +10,10 @@ use tch::{Device, Kind, Tensor};
 
 use super::fused::{adain_snake_quantize, Alpha};
 use super::int8::{quantize, to_f32s, Act, Conv, Linear, Lstm};
-use super::load::{consts, FloatConv, Weights};
+use super::load::{consts, FloatConv, TmConv, Weights};
 use super::signal;
 use super::stats::Stats;
-use crate::tensor_slices::{f32s, f32s_mut};
+use crate::tensor_slices::f32s_mut;
 use crate::Precision;
 
 type R<T> = Result<T, String>;
@@ -409,49 +409,49 @@ struct StageBuffers {
     r: Vec<f32>,
 }
 
-/// `x` channel-major ([C, T₀], contiguous) reflection-padded by `pad` steps on the left (as
-/// `reflection_pad1d([pad, 0])`), plus `src` time-major ([T₀ + pad, C]), time-major: the padding,
-/// the transpose and the sum in one pass, in blocks of 16 steps (a cache line of each channel).
-fn time_major_plus(x: &[f32], c: usize, pad: usize, src: &[f32]) -> Vec<f32> {
-    let t0 = x.len() / c;
-    assert!(pad < t0, "reflection padding within the signal");
-    assert_eq!(src.len(), (t0 + pad) * c, "the source fits the up-sampled frames");
-    let t = t0 + pad;
-    let mut out = vec![0f32; src.len()];
-    const B: usize = 16;
-    for tb in (0..t).step_by(B) {
-        let n = B.min(t - tb);
-        for ch in 0..c {
-            let xc = &x[ch * t0..(ch + 1) * t0];
-            for ti in tb..tb + n {
-                let from = ti.abs_diff(pad);
-                let i = ti * c + ch;
-                out[i] = xc[from] + src[i];
-            }
-        }
+/// The Snake blocks' sum `sum` (time-major [T, C]) over 3, then LeakyReLU `alpha` (as `leaky`
+/// computes it: x·α in f32 where x < 0), a tensor [T, C] for the next time-major convolution: one
+/// pass instead of a division and leaky's three.
+fn mean_leaky(sum: &[f32], c: usize, alpha: f32) -> Tensor {
+    let mut out = Tensor::empty([(sum.len() / c) as i64, c as i64], (Kind::Float, Device::Cpu));
+    // SAFETY: a tensor made here and held alone while the slice lives.
+    let o = unsafe { f32s_mut(&mut out) };
+    for (o, &v) in o.iter_mut().zip(sum) {
+        let v = v / 3.0;
+        *o = if v >= 0.0 { v } else { v * alpha };
     }
     out
 }
 
-/// The Snake blocks' sum `sum` (time-major [T, C]) over 3, then LeakyReLU `alpha` (as `leaky`
-/// computes it: x·α in f32 where x < 0), channel-major [1, C, T]: one pass instead of a division,
-/// a transpose and leaky's three.
-fn mean_leaky_channel_major(sum: &[f32], c: usize, alpha: f32) -> Tensor {
-    let t = sum.len() / c;
-    let mut out = Tensor::empty([1, c as i64, t as i64], (Kind::Float, Device::Cpu));
-    // SAFETY: a tensor made here and held alone while the slice lives.
-    let o = unsafe { f32s_mut(&mut out) };
-    const B: usize = 16;
-    for c0 in (0..c).step_by(B) {
-        let cb = B.min(c - c0);
-        for (ti, row) in sum.chunks_exact(c).enumerate() {
-            for (k, &v) in row[c0..c0 + cb].iter().enumerate() {
-                let v = v / 3.0;
-                o[(c0 + k) * t + ti] = if v >= 0.0 { v } else { v * alpha };
-            }
+/// A generator's float convolution as its precision runs it: libtorch's (fp32, fp16, any device)
+/// or time-major (int8, on the CPU).
+enum GenConv {
+    Torch(FloatConv),
+    TimeMajor(TmConv),
+}
+
+impl GenConv {
+    fn load(w: &Weights, name: &str) -> R<GenConv> {
+        let conv = w.float_conv(name)?;
+        Ok(match w.precision {
+            Precision::Int8 => GenConv::TimeMajor(conv.time_major().map_err(|e| format!("{name}: {e}"))?),
+            Precision::Fp32 | Precision::Fp16 => GenConv::Torch(conv),
+        })
+    }
+
+    fn torch(&self) -> &FloatConv {
+        match self {
+            GenConv::Torch(c) => c,
+            GenConv::TimeMajor(_) => unreachable!("loaded for int8"),
         }
     }
-    out
+
+    fn time_major(&self) -> &TmConv {
+        match self {
+            GenConv::TimeMajor(c) => c,
+            GenConv::Torch(_) => unreachable!("loaded for a float precision"),
+        }
+    }
 }
 
 /// The iSTFTNet generator with its harmonic source.
@@ -460,11 +460,11 @@ pub(super) struct Generator {
     source_w: Tensor,
     source_b: Tensor,
     window: Tensor,
-    ups: Vec<FloatConv>,
+    ups: Vec<GenConv>,
     noise_convs: Vec<Conv>,
     noise_res: Vec<SnakeBlock>,
     resblocks: Vec<SnakeBlock>,
-    conv_post: FloatConv,
+    conv_post: GenConv,
     inverse_basis: Tensor,
     window_sum: Tensor,
     device: Device,
@@ -481,8 +481,8 @@ impl Generator {
             source_b: w.float(&format!("{GEN_W}.m_source.l_linear.bias"))?,
             window: w.float(&format!("{GEN}/Constant_17_output_0"))?,
             ups: vec![
-                w.float_conv(&format!("{GEN}/ups.0/ConvTranspose"))?,
-                w.float_conv(&format!("{GEN}/ups.1/ConvTranspose"))?,
+                GenConv::load(w, &format!("{GEN}/ups.0/ConvTranspose"))?,
+                GenConv::load(w, &format!("{GEN}/ups.1/ConvTranspose"))?,
             ],
             noise_convs: vec![
                 w.conv(&format!("{GEN}/noise_convs.0/Conv_quant"))?,
@@ -494,7 +494,7 @@ impl Generator {
             resblocks: (0..6)
                 .map(|i| SnakeBlock::load(w, &format!("{GEN}/resblocks.{i}"), &format!("{GEN_W}.resblocks.{i}")))
                 .collect::<R<_>>()?,
-            conv_post: w.float_conv(&format!("{GEN}/conv_post/Conv"))?,
+            conv_post: GenConv::load(w, &format!("{GEN}/conv_post/Conv"))?,
             inverse_basis: w.float(&format!("{GEN_W}.stft.istft.stft.inverse_basis"))?,
             window_sum: w.float(&format!("{GEN_W}.stft.istft.stft.window_sum"))?,
             device: w.device,
@@ -539,16 +539,19 @@ impl Generator {
         let har = self.source_spectrum(&self.source(f0));
         profile.mark("generator: source");
         let har_q = quantize(p, &har);
-        let mut x = x.shallow_clone();
-        // int8: the LeakyReLU before each up-sampling and before conv_post is taken into the pass
-        // that ends the stage before it (`mean_leaky_channel_major`)
-        let mut leaked = false;
+        // int8: time-major from the first up-sampling's input to conv_post's, the LeakyReLU before
+        // the second and before conv_post taken into the pass that ends the stage before it
+        // (`mean_leaky`)
+        let mut x = match p {
+            Precision::Int8 => leaky(x, 0.1).squeeze_dim(0).tr(),
+            Precision::Fp32 | Precision::Fp16 => x.shallow_clone(),
+        };
         for i in 0..2 {
-            x = self.ups[i].forward(&if leaked { x } else { leaky(&x, 0.1) });
             // the second stage's input starts with one step of reflection padding
             let pad = usize::from(i == 1);
-            (x, leaked) = match p {
+            x = match p {
                 Precision::Fp32 | Precision::Fp16 => {
+                    let mut x = self.ups[i].torch().forward(&leaky(&x, 0.1));
                     if pad > 0 {
                         x = x.reflection_pad1d([pad as i64, 0]);
                     }
@@ -558,17 +561,16 @@ impl Generator {
                     for j in 1..3 {
                         sum += self.resblocks[3 * i + j].forward(p, &x, sq);
                     }
-                    (sum / 3.0, false)
+                    sum / 3.0
                 }
                 Precision::Int8 => {
-                    // time-major through the stage: one transpose in, one out
-                    let c = x.size()[1] as usize;
                     let mut buf = StageBuffers::default();
                     let mut src = self.noise_convs[i].forward_act_tm(&har_q);
+                    let up = self.ups[i].time_major();
+                    let c = up.c_out();
                     let st = Stats::of(&src, c);
                     self.noise_res[i].forward_tm(&mut src, c, &st, sq, &mut buf);
-                    let xc = x.to_kind(Kind::Float).contiguous();
-                    let x = time_major_plus(f32s(&xc), c, pad, &src);
+                    let x = up.up_plus(&x, pad, &src);
                     let xs = Stats::of(&x, c);
                     let mut sum = x.clone();
                     self.resblocks[3 * i].forward_tm(&mut sum, c, &xs, sq, &mut buf);
@@ -582,12 +584,15 @@ impl Generator {
                         }
                         buf.r = r;
                     }
-                    (mean_leaky_channel_major(&sum, c, if i == 0 { 0.1 } else { 0.01 }), true)
+                    mean_leaky(&sum, c, if i == 0 { 0.1 } else { 0.01 })
                 }
             };
             profile.mark(if i == 0 { "generator: stage 1" } else { "generator: stage 2" });
         }
-        let y = self.conv_post.forward(&if leaked { x } else { leaky(&x, f64::from(0.01f32)) });
+        let y = match p {
+            Precision::Int8 => self.conv_post.time_major().conv_channel_major(&x),
+            Precision::Fp32 | Precision::Fp16 => self.conv_post.torch().forward(&leaky(&x, f64::from(0.01f32))),
+        };
         let (mag, phase) = (y.narrow(1, 0, 11).exp(), y.narrow(1, 11, 11).sin());
         let spec = Tensor::cat(&[&mag * phase.cos(), &mag * phase.sin()], 1);
         let wav = spec.conv_transpose1d(&self.inverse_basis, None::<&Tensor>, [5], [0], [0], 1, [1]).squeeze_dim(1);
