@@ -5,7 +5,8 @@
 # 3) run the five one after the other, so that a busy host's load falls on all of them alike;
 # take each one's best.
 # The AVX2 rows set our kernels and libtorch's capped to AVX2 (SPEECHSTREAM_SIMD, ATEN_CPU_CAPABILITY,
-# MKL_ENABLE_INSTRUCTIONS) beside onnxruntime capped alike (benches/cap-reference.sh): what the
+# MKL_ENABLE_INSTRUCTIONS, and ONEDNN_MAX_CPU_ISA for the oneDNN inside libtorch, whose JIT
+# kernels otherwise use AVX-512 where the CPU has it) beside onnxruntime capped alike (benches/cap-reference.sh): what the
 # two run on an AVX2-only CPU.
 #
 #   [ROUNDS=3] scripts/bench-kokoro.sh [CASE.json] [REPS]
@@ -53,5 +54,5 @@ echo "round $round"
 "$BIN" "$MODEL" "$CASE" "$REPS"
 # shellcheck disable=SC2086 # CAPPED is a list of VAR=VALUE words
 env $CAPPED .venv-kokoro/bin/python "$ORT_PY" "$MODEL" "$CASE" "$REPS" " (capped to AVX2)"
-SPEECHSTREAM_SIMD=avx2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 "$BIN" "$MODEL" "$CASE" "$REPS" int8
+SPEECHSTREAM_SIMD=avx2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 "$BIN" "$MODEL" "$CASE" "$REPS" int8
 done

@@ -46,7 +46,7 @@ impl AdaIn {
 
     /// γ then β, C each, for [`adain_snake_quantize`].
     fn params(&self, s: &Act) -> Vec<f32> {
-        to_f32s(&self.fc.forward_act(s)).expect("a float tensor")
+        self.fc.forward_int8_vec(s)
     }
 
     fn forward(&self, x: &Tensor, s: &Act) -> Tensor {
