@@ -13,6 +13,7 @@ use super::int8::{quantize, to_f32s, Act, Conv, Linear, Lstm};
 use super::load::{consts, FloatConv, TmConv, Weights};
 use super::signal;
 use super::stats::Stats;
+use crate::cpu::simd_fn;
 use crate::tensor_slices::f32s_mut;
 use crate::Precision;
 
@@ -400,27 +401,43 @@ impl SnakeBlock {
 }
 
 /// The buffers of a generator stage's Snake blocks (int8), kept across its convolutions: the
-/// fused pass's scratch and codes, the first convolution's output, a block's copy of its input.
+/// fused pass's scratch (a row) and codes, the first convolution's output.
 #[derive(Default)]
 struct StageBuffers {
     z: Vec<f32>,
     q: Vec<u8>,
     y1: Vec<f32>,
-    r: Vec<f32>,
 }
 
-/// The Snake blocks' sum `sum` (time-major [T, C]) over 3, then LeakyReLU `alpha` (as `leaky`
-/// computes it: x·α in f32 where x < 0), a tensor [T, C] for the next time-major convolution: one
-/// pass instead of a division and leaky's three.
-fn mean_leaky(sum: &[f32], c: usize, alpha: f32) -> Tensor {
+/// The Snake blocks' sum, `sum` (of the first two, time-major [T, C]) plus `last`, over 3, then
+/// LeakyReLU `alpha` (as `leaky` computes it: x·α in f32 where x < 0), a tensor [T, C] for the
+/// next time-major convolution: one pass instead of a sum, a division and leaky's three.
+fn mean_leaky(sum: &[f32], last: &[f32], c: usize, alpha: f32) -> Tensor {
+    assert_eq!(sum.len(), last.len(), "the blocks' outputs alike");
     let mut out = Tensor::empty([(sum.len() / c) as i64, c as i64], (Kind::Float, Device::Cpu));
     // SAFETY: a tensor made here and held alone while the slice lives.
-    let o = unsafe { f32s_mut(&mut out) };
-    for (o, &v) in o.iter_mut().zip(sum) {
-        let v = v / 3.0;
-        *o = if v >= 0.0 { v } else { v * alpha };
-    }
+    mean_leaky_pass(sum, last, unsafe { f32s_mut(&mut out) }, alpha);
     out
+}
+
+simd_fn! {
+    /// [`mean_leaky`]'s pass (AVX2 and AVX-512 builds: the same floats, no FMA).
+    fn mean_leaky_pass(sum: &[f32], last: &[f32], out: &mut [f32], alpha: f32) {
+        for ((o, &s), &l) in out.iter_mut().zip(sum).zip(last) {
+            let v = (s + l) / 3.0;
+            *o = if v >= 0.0 { v } else { v * alpha };
+        }
+    }
+}
+
+simd_fn! {
+    /// `sum += r`, element by element (AVX2 and AVX-512 builds: the same floats).
+    fn add_into(sum: &mut [f32], r: &[f32]) {
+        assert_eq!(sum.len(), r.len(), "the blocks' outputs alike");
+        for (s, &r) in sum.iter_mut().zip(r) {
+            *s += r;
+        }
+    }
 }
 
 /// A generator's float convolution as its precision runs it: libtorch's (fp32, fp16, any device)
@@ -570,21 +587,18 @@ impl Generator {
                     let c = up.c_out();
                     let st = Stats::of(&src, c);
                     self.noise_res[i].forward_tm(&mut src, c, &st, sq, &mut buf);
-                    let x = up.up_plus(&x, pad, &src);
+                    let mut x = up.up_plus(&x, pad, &src);
                     let xs = Stats::of(&x, c);
+                    // the three blocks of the same x: the first two on copies, the last on x
+                    // itself, whose sum the closing pass adds in (the same additions in the
+                    // same order as summing first)
                     let mut sum = x.clone();
                     self.resblocks[3 * i].forward_tm(&mut sum, c, &xs, sq, &mut buf);
-                    for j in 1..3 {
-                        let mut r = std::mem::take(&mut buf.r);
-                        r.clear();
-                        r.extend_from_slice(&x);
-                        self.resblocks[3 * i + j].forward_tm(&mut r, c, &xs, sq, &mut buf);
-                        for (s, &r) in sum.iter_mut().zip(&r) {
-                            *s += r;
-                        }
-                        buf.r = r;
-                    }
-                    mean_leaky(&sum, c, if i == 0 { 0.1 } else { 0.01 })
+                    let mut r = x.clone();
+                    self.resblocks[3 * i + 1].forward_tm(&mut r, c, &xs, sq, &mut buf);
+                    add_into(&mut sum, &r);
+                    self.resblocks[3 * i + 2].forward_tm(&mut x, c, &xs, sq, &mut buf);
+                    mean_leaky(&sum, &x, c, if i == 0 { 0.1 } else { 0.01 })
                 }
             };
             profile.mark(if i == 0 { "generator: stage 1" } else { "generator: stage 2" });
