@@ -575,74 +575,53 @@ simd_fn! {
     /// `stats`. Loops the compiler vectorizes; the same floats in every build (no FMA).
     fn epilogue(y: &[i32], bq: &[i32], s: f32, dst: &mut [f32], add: bool, stats: Option<&mut Stats>) {
         let o = bq.len();
-        let Some(st) = stats else {
-            for (d, yr) in dst.chunks_exact_mut(o).zip(y.chunks_exact(o)) {
-                if add {
-                    for ((d, &v), &b) in d.iter_mut().zip(yr).zip(bq) {
-                        *d += v.wrapping_add(b) as f32 * s;
-                    }
-                } else {
-                    for ((d, &v), &b) in d.iter_mut().zip(yr).zip(bq) {
-                        *d = v.wrapping_add(b) as f32 * s;
-                    }
+        // the values row by row: `dst` is in L3 or memory (4.6 MB at the generator's second
+        // stage), and in order its lines stream in (down the rows, 16 channels at a time, the
+        // stores waited on each line)
+        for (d, yr) in dst.chunks_exact_mut(o).zip(y.chunks_exact(o)) {
+            if add {
+                for ((d, &v), &b) in d.iter_mut().zip(yr).zip(bq) {
+                    *d += v.wrapping_add(b) as f32 * s;
+                }
+            } else {
+                for ((d, &v), &b) in d.iter_mut().zip(yr).zip(bq) {
+                    *d = v.wrapping_add(b) as f32 * s;
                 }
             }
-            return;
-        };
-        // With the statistics: 16 channels at a time down the block's rows, their sums in
-        // registers (row by row they were loaded and stored at every row); each channel's sums
-        // still run over the rows in order, so the same sums.
+        }
+        let Some(st) = stats else { return };
+        // then the statistics of the block just written (in L2): 16 channels at a time down its
+        // rows, their sums in registers (row by row they were loaded and stored at every row);
+        // each channel's sums still run over the rows in order, so the same sums
         const W: usize = 16;
         let mut c0 = 0;
         while c0 + W <= o {
-            if add {
-                epilogue_chunk::<W, true>(y, bq, s, dst, st, c0);
-            } else {
-                epilogue_chunk::<W, false>(y, bq, s, dst, st, c0);
-            }
+            block_stats::<W>(dst, o, st, c0);
             c0 += W;
         }
         for ch in c0..o {
-            if add {
-                epilogue_chunk::<1, true>(y, bq, s, dst, st, ch);
-            } else {
-                epilogue_chunk::<1, false>(y, bq, s, dst, st, ch);
-            }
+            block_stats::<1>(dst, o, st, ch);
         }
     }
 }
 
-/// [`epilogue`]'s channels `c0..c0 + W` over all of the block's rows. (Inlined: it runs in
-/// `epilogue`'s AVX2 and AVX-512 builds.)
+/// [`epilogue`]'s statistics of channels `c0..c0 + W` over the block's rows (`o` channels a
+/// row). (Inlined: it runs in `epilogue`'s AVX2 and AVX-512 builds.)
 #[inline(always)]
-fn epilogue_chunk<const W: usize, const ADD: bool>(
-    y: &[i32],
-    bq: &[i32],
-    s: f32,
-    dst: &mut [f32],
-    st: &mut Stats,
-    c0: usize,
-) {
-    let o = bq.len();
-    let b: [i32; W] = bq[c0..c0 + W].try_into().expect("W channels");
+fn block_stats<const W: usize>(dst: &[f32], o: usize, st: &mut Stats, c0: usize) {
     let mut sum: [f64; W] = st.sum[c0..c0 + W].try_into().expect("W channels");
     let mut sq: [f64; W] = st.sq[c0..c0 + W].try_into().expect("W channels");
-    let mut lo: [f32; W] = st.lo[c0..c0 + W].try_into().expect("W channels");
-    let mut hi: [f32; W] = st.hi[c0..c0 + W].try_into().expect("W channels");
-    for (d, yr) in dst.chunks_exact_mut(o).zip(y.chunks_exact(o)) {
-        let d: &mut [f32; W] = (&mut d[c0..c0 + W]).try_into().expect("W channels");
-        let yr: &[i32; W] = yr[c0..c0 + W].try_into().expect("W channels");
-        for k in 0..W {
-            let v = yr[k].wrapping_add(b[k]) as f32 * s;
-            let v = if ADD { d[k] + v } else { v };
-            d[k] = v;
+    for d in dst.chunks_exact(o) {
+        for (k, &v) in d[c0..c0 + W].iter().enumerate() {
             let v = f64::from(v);
             sum[k] += v;
             sq[k] += v * v;
         }
     }
-    // the extremes in a loop of their own over the rows just written (still in L1): in the loop
-    // above they made the sums spill to the stack
+    // the extremes in a loop of their own (in L1 now): in the loop above they made the sums
+    // spill to the stack
+    let mut lo: [f32; W] = st.lo[c0..c0 + W].try_into().expect("W channels");
+    let mut hi: [f32; W] = st.hi[c0..c0 + W].try_into().expect("W channels");
     for d in dst.chunks_exact(o) {
         for (k, &v) in d[c0..c0 + W].iter().enumerate() {
             lo[k] = if v < lo[k] { v } else { lo[k] };
@@ -803,9 +782,9 @@ impl Lstm {
 mod tests {
     use super::*;
 
-    /// The epilogue with statistics (16 channels at a time down the rows) gives, at every level,
-    /// the floats of the plain row-by-row epilogue and the statistics of a pass of their own
-    /// ([`Stats::of`]), bit for bit, stored and added, on a block whose channels are not a
+    /// The epilogue with statistics (gathered 16 channels at a time down the rows) gives, at
+    /// every level, the floats of the epilogue without them and the statistics of a pass of their
+    /// own ([`Stats::of`]), bit for bit, stored and added, on a block whose channels are not a
     /// multiple of 16.
     #[test]
     fn epilogue_statistics_are_a_pass_of_their_own() {
