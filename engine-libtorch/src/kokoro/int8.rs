@@ -204,8 +204,9 @@ pub(super) struct Linear {
     w_scale: Vec<f32>,
     /// fp32: W [K, N] dequantized
     float: Option<Tensor>,
+    /// fp32: the bias on the weight's device
     bias: Option<Tensor>,
-    /// int8: the bias as floats (none: empty), for [`Linear::forward_int8_vec`]
+    /// int8: the bias as floats (none: empty)
     bias_f32: Vec<f32>,
     n: usize,
     k: usize,
@@ -260,23 +261,25 @@ impl Linear {
         Ok(Linear { int8, w_scale, float, bias, bias_f32, n, k })
     }
 
-    /// int8: [`Linear::forward_act`] of a quantized activation as floats, without libtorch (the
-    /// same values: the sums scaled, then the bias added, in f32): for the style's Linears, 48
-    /// per generator pass on one row, whose tensor operations took ~2% of an inference.
+    /// int8: y = x·W + b of a quantized activation as floats, without libtorch: the sums scaled,
+    /// then the bias added, in f32 (the same values libtorch's add gave). [`Linear::forward_act`]'s
+    /// int8 arm, and the style's Linears' (48 per generator pass on one row, whose tensor
+    /// operations took ~2% of an inference).
     pub fn forward_int8_vec(&self, a: &Act) -> Vec<f32> {
         let (Act::Int8 { q, scale, zp, shape }, Some(rows)) = (a, &self.int8) else {
-            panic!("forward_int8_vec: an int8 activation and weights")
+            panic!("an activation of the other precision")
         };
         assert_eq!(*shape.last().expect("rank ≥ 1") as usize, self.k, "Linear: K");
-        let y = rows.products(q, *zp);
-        let mut out = Vec::with_capacity(y.len());
-        for row in y.chunks_exact(self.n) {
-            for (j, &v) in row.iter().enumerate() {
-                let v = v as f32 * (scale * self.w_scale[j]);
-                out.push(if self.bias_f32.is_empty() { v } else { v + self.bias_f32[j] });
+        let m: Vec<f32> = self.w_scale.iter().map(|&w| scale * w).collect();
+        let mut y: Vec<f32> = rows.products(q, *zp).iter().zip(m.iter().cycle()).map(|(&v, &s)| v as f32 * s).collect();
+        if !self.bias_f32.is_empty() {
+            for row in y.chunks_exact_mut(self.n) {
+                for (v, &b) in row.iter_mut().zip(&self.bias_f32) {
+                    *v += b;
+                }
             }
         }
-        out
+        y
     }
 
     pub fn forward(&self, precision: Precision, x: &Tensor) -> Tensor {
@@ -285,24 +288,21 @@ impl Linear {
 
     /// y [.., N] of an activation [.., K].
     pub fn forward_act(&self, a: &Act) -> Tensor {
-        let y = match (a, &self.int8, &self.float) {
+        match (a, &self.float) {
             // (in the weight's kind, float16 in fp16, back to float32 before the bias)
-            (Act::Float(x), _, Some(w)) => x.to_kind(w.kind()).matmul(w).to_kind(Kind::Float),
-            (Act::Int8 { q, scale, zp, shape }, Some(rows), _) => {
-                assert_eq!(*shape.last().expect("rank ≥ 1") as usize, self.k, "Linear: K");
-                let c = rows.products(q, *zp);
-                let m: Vec<f32> = self.w_scale.iter().map(|&w| scale * w).collect();
-                let y: Vec<f32> =
-                    c.chunks_exact(self.n).flat_map(|row| row.iter().zip(&m).map(|(&v, &s)| v as f32 * s)).collect();
+            (Act::Float(x), Some(w)) => {
+                let y = x.to_kind(w.kind()).matmul(w).to_kind(Kind::Float);
+                match &self.bias {
+                    Some(b) => y + b,
+                    None => y,
+                }
+            }
+            (Act::Int8 { shape, .. }, _) => {
                 let mut out = shape.clone();
                 *out.last_mut().expect("rank ≥ 1") = self.n as i64;
-                Tensor::from_slice(&y).view(out.as_slice())
+                Tensor::from_slice(&self.forward_int8_vec(a)).view(out.as_slice())
             }
             _ => panic!("an activation of the other precision"),
-        };
-        match &self.bias {
-            Some(b) => y + b,
-            None => y,
         }
     }
 }
