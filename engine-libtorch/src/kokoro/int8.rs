@@ -475,6 +475,11 @@ impl Conv {
         self.pad
     }
 
+    /// O, the output's channels.
+    pub fn out_channels(&self) -> usize {
+        self.out_ch
+    }
+
     /// int8: the convolution of codes already time-major and padded (`xt`, [L + 2·pad, C], with
     /// their scale and zero point), time-major into `out`: [L', O].
     pub fn forward_tm(&self, xt: &[u8], l: usize, scale: f32, zp: u8, out: &mut Vec<f32>) {

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use tch::{Device, Kind, Tensor};
 
 use super::int8::{conv_product, product_weight, Conv, Linear, Lstm};
+use crate::cpu::simd_fn;
 use crate::onnx::{AttrValue, DataType, Model, Node, Tensor as OnnxTensor};
 use crate::tensor_slices::{f32s, f32s_mut};
 use crate::Precision;
@@ -78,9 +79,83 @@ impl FloatConv {
             pad: self.pad as usize,
         })
     }
+    /// The same layer for the int8 path's AdaIN blocks, time-major ([`DepthwiseUp`]); an error
+    /// for what is not a depthwise (groups = channels, weight [C, 1, k]) transposed convolution
+    /// without dilation.
+    pub fn depthwise_up(&self) -> R<DepthwiseUp> {
+        let [c, one, k] = self.w.size()[..] else { return Err("a 1-d convolution's weight is [C, 1, k]".into()) };
+        if !self.transposed || self.groups != c || one != 1 || self.dil != 1 {
+            return Err("depthwise: a transposed convolution of one weight row per channel, no dilation".into());
+        }
+        // [C, 1, k] → [k, C]: tap j's weights in a row, as the time-major rows are
+        let w = Vec::<f32>::try_from(self.w.view([c, k]).tr().contiguous().view(-1)).map_err(|e| e.to_string())?;
+        let b = match &self.b {
+            Some(b) => Vec::<f32>::try_from(b).map_err(|e| e.to_string())?,
+            None => vec![0.0; c as usize],
+        };
+        Ok(DepthwiseUp {
+            w,
+            b,
+            k: k as usize,
+            stride: self.stride as usize,
+            pad: self.pad as usize,
+            out_pad: self.out_pad as usize,
+        })
+    }
 }
 
-/// A float convolution of the int8 path's generator, time-major: one sgemm Z = X·W of the input
+/// A depthwise transposed convolution time-major (the ×2 up-sampling `pool` of the AdaIN blocks
+/// F0.1, N.1 and decode.3, for the int8 path): output row j of channel c is
+/// Σ x[i, c]·w[t, c] over the taps t (in order) with i·stride − pad + t = j, plus the bias; rows
+/// of channels, so each step is one vectorized loop (the same bits at every CPU level).
+pub(super) struct DepthwiseUp {
+    /// [k, C]
+    w: Vec<f32>,
+    b: Vec<f32>,
+    k: usize,
+    stride: usize,
+    pad: usize,
+    out_pad: usize,
+}
+
+impl DepthwiseUp {
+    /// x [T, C] time-major → [(T − 1)·stride − 2·pad + k + out_pad, C].
+    pub fn forward(&self, x: &[f32]) -> Vec<f32> {
+        let c = self.b.len();
+        assert!(x.len().is_multiple_of(c), "depthwise: [T, C]");
+        let t = x.len() / c;
+        let lout = ((t.max(1) - 1) * self.stride + self.k + self.out_pad).saturating_sub(2 * self.pad);
+        let mut out = vec![0f32; lout * c];
+        depthwise_rows(x, &self.w, &self.b, self.stride, self.pad, &mut out);
+        out
+    }
+}
+
+simd_fn! {
+    /// [`DepthwiseUp::forward`]'s rows: each output row's taps added in order, then the bias.
+    fn depthwise_rows(x: &[f32], w: &[f32], b: &[f32], stride: usize, pad: usize, out: &mut [f32]) {
+        let c = b.len();
+        let t = x.len() / c;
+        for (j, o) in out.chunks_exact_mut(c).enumerate() {
+            for (tap, wr) in w.chunks_exact(c).enumerate() {
+                // input step i with i·stride − pad + tap = j
+                let Some(at) = (j + pad).checked_sub(tap) else { continue };
+                if !at.is_multiple_of(stride) || at / stride >= t {
+                    continue;
+                }
+                let i = at / stride;
+                for ((o, &v), &w) in o.iter_mut().zip(&x[i * c..(i + 1) * c]).zip(wr) {
+                    *o += v * w;
+                }
+            }
+            for (o, &b) in o.iter_mut().zip(b) {
+                *o += b;
+            }
+        }
+    }
+}
+
+// A float convolution of the int8 path's generator, time-major: one sgemm Z = X·W of the input
 /// [T, C_in] with the weight arranged [C_in, k·C_out] at load, then each output step is the bias
 /// plus its taps' columns of Z (overlap-add), added in plain f32 (the same bits at every CPU
 /// level). Replaces oneDNN's (de)convolutions there, which reordered the weights (ups.0: ~8 ms),
@@ -359,4 +434,43 @@ impl<'a> Weights<'a> {
 /// A float tensor of `v` on `device` (constants).
 pub(super) fn consts(v: &[f32], device: Device) -> Tensor {
     Tensor::from_slice(v).to_kind(Kind::Float).to_device(device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::{reset_cap, set_cap, Level};
+
+    /// The AdaIN blocks' up-sampling (groups = channels, k 3, stride 2, padding 1, output padding
+    /// 1), time-major, against libtorch's transposed convolution of the same weights, and the
+    /// same bits at every level.
+    #[test]
+    fn depthwise_up_matches_libtorch_at_every_level() {
+        let (c, t) = (13i64, 29i64);
+        let w = Tensor::from_slice(&(0..c * 3).map(|i| ((i as f32) * 0.37).sin()).collect::<Vec<_>>()).view([c, 1, 3]);
+        let b = Tensor::from_slice(&(0..c).map(|i| (i as f32) * 0.1 - 0.5).collect::<Vec<_>>());
+        let conv = FloatConv { w, b: Some(b), stride: 2, pad: 1, out_pad: 1, dil: 1, groups: c, transposed: true };
+        let x: Vec<f32> = (0..c * t).map(|i| ((i as f32) * 0.731).cos() * 2.0).collect();
+        // libtorch's, channel-major [1, C, T] in, [1, C, 2T] out
+        let xc = Tensor::from_slice(&x).view([t, c]).tr().unsqueeze(0);
+        let want = conv.forward(&xc).squeeze_dim(0).tr().contiguous().view(-1);
+        let want = Vec::<f32>::try_from(want).expect("floats");
+        let up = conv.depthwise_up().expect("a depthwise transposed convolution");
+        let mut first: Option<Vec<f32>> = None;
+        for level in Level::available() {
+            set_cap(level);
+            let got = up.forward(&x);
+            reset_cap();
+            assert_eq!(got.len(), want.len(), "2T rows");
+            let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(worst < 1e-5, "{level}: {worst} from libtorch's");
+            match &first {
+                None => first = Some(got),
+                Some(f) => assert!(f == &got, "{level}: other bits than the baseline's"),
+            }
+        }
+        // a grouped convolution is refused
+        let plain = FloatConv { groups: 1, ..conv };
+        assert!(plain.depthwise_up().is_err());
+    }
 }

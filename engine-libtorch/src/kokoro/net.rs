@@ -8,9 +8,9 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::fused::{adain_snake_quantize, Alpha};
-use super::int8::{quantize, to_f32s, Act, Conv, Linear, Lstm};
-use super::load::{consts, FloatConv, TmConv, Weights};
+use super::fused::{adain_leaky, adain_quantize, Activation, Alpha};
+use super::int8::{quant_params, quantize, quantize_into, range_params, to_f32s, Act, Conv, Linear, Lstm};
+use super::load::{consts, DepthwiseUp, FloatConv, TmConv, Weights};
 use super::signal;
 use super::stats::Stats;
 use crate::cpu::simd_fn;
@@ -45,7 +45,7 @@ impl AdaIn {
         Ok(AdaIn { fc: w.linear(&format!("{prefix}/fc/Gemm_MatMul_quant"))? })
     }
 
-    /// γ then β, C each, for [`adain_snake_quantize`].
+    /// γ then β, C each, for [`adain_quantize`].
     fn params(&self, s: &Act) -> Vec<f32> {
         self.fc.forward_int8_vec(s)
     }
@@ -66,7 +66,8 @@ struct ResBlk {
     conv1: Conv,
     conv2: Conv,
     conv1x1: Option<Conv>,
-    pool: Option<FloatConv>,
+    /// the ×2 up-sampling, as libtorch runs it (fp32, fp16) and time-major (int8)
+    pool: Option<(FloatConv, DepthwiseUp)>,
 }
 
 impl ResBlk {
@@ -79,7 +80,13 @@ impl ResBlk {
             conv1: w.conv(&format!("{prefix}/conv1/Conv_quant"))?,
             conv2: w.conv(&format!("{prefix}/conv2/Conv_quant"))?,
             conv1x1: if learned { Some(w.conv(&format!("{prefix}/conv1x1/Conv_quant"))?) } else { None },
-            pool: if upsample { Some(w.float_conv(&format!("{prefix}/pool/ConvTranspose"))?) } else { None },
+            pool: if upsample {
+                let pool = w.float_conv(&format!("{prefix}/pool/ConvTranspose"))?;
+                let tm = pool.depthwise_up()?;
+                Some((pool, tm))
+            } else {
+                None
+            },
         })
     }
 
@@ -90,7 +97,7 @@ impl ResBlk {
             short = c.forward(p, &short);
         }
         let mut r = leaky(&self.norm1.forward(x, s), 0.2);
-        if let Some(pool) = &self.pool {
+        if let Some((pool, _)) = &self.pool {
             r = pool.forward(&r);
         }
         let r = self.conv1.forward(p, &r);
@@ -98,6 +105,90 @@ impl ResBlk {
         let r = self.conv2.forward(p, &r);
         (r + short) / SQRT2
     }
+
+    /// int8: x time-major [T, C] (its AdaIN [`Stats`] `xs`) → (r + shortcut)/√2 time-major [T', O]
+    /// (T' = 2T where the block up-samples), as the generator's blocks run: each AdaIN +
+    /// LeakyReLU + quantize in one pass ([`adain_quantize`]), the convolutions time-major, the
+    /// first one's output statistics gathered as it is written, the second one's output added to
+    /// the shortcut as it is written. No transposes, no tensor passes.
+    fn forward_tm(&self, x: &[f32], c: usize, xs: &Stats, sq: &Act, buf: &mut StageBuffers) -> Vec<f32> {
+        let t = x.len() / c;
+        let t2 = if self.pool.is_some() { 2 * t } else { t };
+        let StageBuffers { z, q, y1 } = buf;
+        // the shortcut: x, or its 1×1 convolution (of x repeated ×2 where the block up-samples:
+        // the repeated codes, since repeating rows leaves the range as it is)
+        let mut out = match &self.conv1x1 {
+            Some(conv) => {
+                assert_eq!(conv.pad(), 0, "a 1×1 convolution");
+                let lo = xs.lo.iter().fold(0f32, |m, &v| m.min(v));
+                let hi = xs.hi.iter().fold(0f32, |m, &v| m.max(v));
+                let (scale, zp) = range_params(lo, hi);
+                q.resize(t2 * c, zp);
+                if t2 == t {
+                    quantize_into(x, scale, zp, q);
+                } else {
+                    for (xr, qr) in x.chunks_exact(c).zip(q.chunks_exact_mut(2 * c)) {
+                        let (a, b) = qr.split_at_mut(c);
+                        quantize_into(xr, scale, zp, a);
+                        b.copy_from_slice(a);
+                    }
+                }
+                let mut out = vec![0f32; t2 * conv.out_channels()];
+                conv.forward_tm_into(q, t2, scale, zp, &mut out, false, None);
+                out
+            }
+            None => {
+                assert!(self.pool.is_none(), "an up-sampling block has a learned shortcut");
+                x.to_vec()
+            }
+        };
+        let gb = self.norm1.params(sq);
+        let pad = self.conv1.pad();
+        let (scale, zp) = match &self.pool {
+            None => adain_quantize(x, c, xs, &gb, Activation::Leaky(0.2), pad, z, q),
+            Some((_, up)) => {
+                // the up-sampling sits between the activation and the quantization
+                let u = up.forward(&adain_leaky(x, xs, &gb, 0.2));
+                let (scale, zp) = quant_params(&u);
+                q.clear();
+                q.resize((t2 + 2 * pad) * c, zp);
+                quantize_into(&u, scale, zp, &mut q[pad * c..(pad + t2) * c]);
+                (scale, zp)
+            }
+        };
+        let mid = self.conv1.out_channels();
+        y1.resize(t2 * mid, 0.0);
+        let y1 = &mut y1[..t2 * mid];
+        let mut ys = Stats::zeros(mid);
+        self.conv1.forward_tm_into(q, t2, scale, zp, y1, false, Some(&mut ys));
+        let pad = self.conv2.pad();
+        let (scale, zp) = adain_quantize(y1, mid, &ys, &self.norm2.params(sq), Activation::Leaky(0.2), pad, z, q);
+        self.conv2.forward_tm_into(q, t2, scale, zp, &mut out, true, None);
+        let sqrt2 = SQRT2 as f32;
+        for v in &mut out {
+            *v /= sqrt2;
+        }
+        out
+    }
+}
+
+/// Time-major rows side by side: row t of the result is row t of each part in turn (each part
+/// [T, its channels]), a channel-wise concatenation.
+fn cat_rows(parts: &[(&[f32], usize)]) -> Vec<f32> {
+    let t = parts[0].0.len() / parts[0].1;
+    assert!(parts.iter().all(|&(x, c)| x.len() == t * c), "parts of T rows");
+    let mut out = Vec::with_capacity(t * parts.iter().map(|p| p.1).sum::<usize>());
+    for i in 0..t {
+        for &(x, c) in parts {
+            out.extend_from_slice(&x[i * c..(i + 1) * c]);
+        }
+    }
+    out
+}
+
+/// A float tensor's values (any layout) in a vector.
+fn floats(x: &Tensor) -> Vec<f32> {
+    to_f32s(x).expect("a float tensor")
 }
 
 /// PL-BERT: ALBERT with one shared layer applied 12 times (12 heads of 64).
@@ -243,7 +334,28 @@ impl Prosody {
 
     /// en [1, 640, T] → (F0, N), each [1, 2T].
     fn f0_n(&self, p: Precision, en: &Tensor, sq: &Act) -> (Tensor, Tensor) {
-        let x = self.shared.forward(&en.squeeze_dim(0).transpose(0, 1)).transpose(0, 1).unsqueeze(0);
+        let x = self.shared.forward(&en.squeeze_dim(0).transpose(0, 1));
+        if p == Precision::Int8 {
+            // time-major as the LSTM gives it ([T, 512]), the blocks as the decoder's
+            let (x, c) = (floats(&x), x.size()[1] as usize);
+            let run = |blocks: &[ResBlk], proj: &Conv| {
+                let mut buf = StageBuffers::default();
+                let (mut y, mut c) = (x.clone(), c);
+                for b in blocks {
+                    y = b.forward_tm(&y, c, &Stats::of(&y, c), sq, &mut buf);
+                    c = b.conv2.out_channels();
+                }
+                assert_eq!(proj.pad(), 0, "a 1×1 projection");
+                let (scale, zp) = quant_params(&y);
+                let mut q = vec![0u8; y.len()];
+                quantize_into(&y, scale, zp, &mut q);
+                let mut out = Vec::new();
+                proj.forward_tm(&q, y.len() / c, scale, zp, &mut out);
+                Tensor::from_slice(&out).view([1, out.len() as i64])
+            };
+            return (run(&self.f0, &self.f0_proj), run(&self.n, &self.n_proj));
+        }
+        let x = x.transpose(0, 1).unsqueeze(0);
         let run = |blocks: &[ResBlk], proj: &Conv| {
             let mut y = x.shallow_clone();
             for b in blocks {
@@ -311,11 +423,31 @@ impl Decoder {
         })
     }
 
-    /// asr [1, 512, T], F0 and N [1, 2T] → [1, 512, 2T].
+    /// asr [1, 512, T], F0 and N [1, 2T] → [1, 512, 2T]; int8: time-major, [2T, 512].
     fn forward(&self, p: Precision, asr: &Tensor, f0: &Tensor, n: &Tensor, sq: &Act) -> Tensor {
         let f0c = self.f0_conv.forward(p, &f0.unsqueeze(1));
         let nc = self.n_conv.forward(p, &n.unsqueeze(1));
         let asr_q = quantize(p, asr);
+        if p == Precision::Int8 {
+            // time-major throughout: each block's input is its rows side by side with asr_res's,
+            // F0's and N's
+            let (f0c, nc) = (floats(&f0c), floats(&nc));
+            let asr_res = self.asr_res.forward_act_tm(&asr_q);
+            let ca = self.asr_res.out_channels();
+            let asr = floats(&asr.squeeze_dim(0).tr());
+            let mut buf = StageBuffers::default();
+            let input = cat_rows(&[(&asr, asr.len() / f0c.len()), (&f0c, 1), (&nc, 1)]);
+            let mut c = input.len() / f0c.len();
+            let mut x = self.encode.forward_tm(&input, c, &Stats::of(&input, c), sq, &mut buf);
+            for block in &self.decode {
+                let co = x.len() / f0c.len();
+                let input = cat_rows(&[(&x, co), (&asr_res, ca), (&f0c, 1), (&nc, 1)]);
+                c = co + ca + 2;
+                x = block.forward_tm(&input, c, &Stats::of(&input, c), sq, &mut buf);
+            }
+            let co = self.decode.last().map_or(c, |b| b.conv2.out_channels());
+            return Tensor::from_slice(&x).view([(x.len() / co) as i64, co as i64]);
+        }
         let mut x = self.encode.forward(p, &Tensor::cat(&[asr, &f0c, &nc], 1), sq);
         let asr_res = self.asr_res.forward_act(&asr_q);
         for block in &self.decode {
@@ -374,7 +506,7 @@ impl SnakeBlock {
     }
 
     /// int8: x time-major [T, C] (its AdaIN [`Stats`] `xs`) → [T, C] in place, each
-    /// convolution's input made in one pass ([`adain_snake_quantize`]) and its output kept
+    /// convolution's input made in one pass ([`adain_quantize`]) and its output kept
     /// time-major, the statistics of the next AdaIN's input gathered as the convolutions write
     /// it, the second convolution's output added to x as it is written. `buf`: the stage's
     /// buffers, reused by every convolution.
@@ -386,13 +518,29 @@ impl SnakeBlock {
         let mut xs = xs.clone();
         for j in 0..3 {
             let conv = &self.convs1[j];
-            let (s, zp) =
-                adain_snake_quantize(x, c, &xs, &self.adain1[j].params(sq), &self.alpha1[j].1, conv.pad(), z, q);
+            let (s, zp) = adain_quantize(
+                x,
+                c,
+                &xs,
+                &self.adain1[j].params(sq),
+                Activation::Snake(&self.alpha1[j].1),
+                conv.pad(),
+                z,
+                q,
+            );
             let mut ys = Stats::zeros(c);
             conv.forward_tm_into(q, t, s, zp, y1, false, Some(&mut ys));
             let conv = &self.convs2[j];
-            let (s, zp) =
-                adain_snake_quantize(y1, c, &ys, &self.adain2[j].params(sq), &self.alpha2[j].1, conv.pad(), z, q);
+            let (s, zp) = adain_quantize(
+                y1,
+                c,
+                &ys,
+                &self.adain2[j].params(sq),
+                Activation::Snake(&self.alpha2[j].1),
+                conv.pad(),
+                z,
+                q,
+            );
             // (the last one's statistics have no AdaIN to go to)
             xs = Stats::zeros(c);
             conv.forward_tm_into(q, t, s, zp, x, true, (j < 2).then_some(&mut xs));
@@ -551,7 +699,7 @@ impl Generator {
         Tensor::cat(&[mag, phase], 1)
     }
 
-    /// x [1, 512, 2T] from the decoder, F0 [1, 2T] → audio [600T].
+    /// x [1, 512, 2T] from the decoder (int8: time-major, [2T, 512]), F0 [1, 2T] → audio [600T].
     fn forward(&self, p: Precision, x: &Tensor, f0: &Tensor, sq: &Act, profile: &mut Profile) -> Tensor {
         let har = self.source_spectrum(&self.source(f0));
         profile.mark("generator: source");
@@ -560,7 +708,8 @@ impl Generator {
         // the second and before conv_post taken into the pass that ends the stage before it
         // (`mean_leaky`)
         let mut x = match p {
-            Precision::Int8 => leaky(x, 0.1).squeeze_dim(0).tr(),
+            // (the decoder's output is time-major in int8)
+            Precision::Int8 => leaky(x, 0.1),
             Precision::Fp32 | Precision::Fp16 => x.shallow_clone(),
         };
         for i in 0..2 {
