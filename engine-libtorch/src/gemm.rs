@@ -899,20 +899,24 @@ mod tests {
     }
 
     /// Every level this CPU has against the plain sum, on shapes around every tile and panel
-    /// edge and on the extremes (-128 activations, ±127 weights), where a saturating kernel fails.
+    /// edge and on the extremes (-128 activations, ±127 weights), where a saturating kernel fails;
+    /// and with small weights (±6), which the `vpmaddubsw` levels sum in runs of 8 groups.
     #[test]
     fn every_level_is_exact() {
         let shapes = [(1, 1, 1), (1, 17, 3), (7, 33, 130), (6, 64, 256), (13, 3005, 256), (200, 24, 1024), (5, 9, 5)];
-        for (case, &(m, n, k)) in shapes.iter().enumerate() {
+        for ((case, &(m, n, k)), spread) in shapes.iter().enumerate().flat_map(|s| [(s, 127), (s, 6)]) {
             let a = bytes(m * k, case as u64 + 1, -128, 127);
-            let w = bytes(n * k, case as u64 + 100, -127, 127);
+            let w = bytes(n * k, case as u64 + 100, -spread, spread);
             let want = naive(&a, &w, m, n, k);
             for level in Level::available() {
                 let p = Packed::new(&w, n, k, level);
                 assert_eq!(p.level(), level);
+                if level == Level::Avx2 && spread == 6 && k >= 32 {
+                    assert_eq!(p.span, 8, "small weights in runs of 8 groups");
+                }
                 let mut c = vec![i32::MIN; m * n];
                 p.matmul(&a, &mut c);
-                assert!(c == want, "{level} on {m}x{n}x{k}");
+                assert!(c == want, "{level} on {m}x{n}x{k}, weights ±{spread}");
                 // where 16-bit pair sums of u8 × s8 products would saturate (255 · 127 · 2)
                 for (x, y) in [(-128i8, -127i8), (127, 127), (127, -127), (-128, 127)] {
                     let (ea, ew) = (vec![x; m * k], vec![y; n * k]);
