@@ -8,13 +8,14 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::dsp;
 use super::fused::{adain_leaky, adain_quantize, Activation, Alpha};
 use super::int8::{quant_params, quantize, quantize_into, range_params, to_f32s, Act, Conv, Linear, Lstm};
-use super::load::{consts, DepthwiseUp, FloatConv, TmConv, Weights};
+use super::load::{DepthwiseUp, FloatConv, TmConv, Weights};
 use super::signal;
 use super::stats::Stats;
 use crate::cpu::simd_fn;
-use crate::tensor_slices::f32s_mut;
+use crate::tensor_slices::{f32s, f32s_mut};
 use crate::Precision;
 
 type R<T> = Result<T, String>;
@@ -632,7 +633,6 @@ pub(super) struct Generator {
     conv_post: GenConv,
     inverse_basis: Tensor,
     window_sum: Tensor,
-    device: Device,
 }
 
 const GEN: &str = "/decoder/decoder/generator";
@@ -662,46 +662,38 @@ impl Generator {
             conv_post: GenConv::load(w, &format!("{GEN}/conv_post/Conv"))?,
             inverse_basis: w.float(&format!("{GEN_W}.stft.istft.stft.inverse_basis"))?,
             window_sum: w.float(&format!("{GEN_W}.stft.istft.stft.window_sum"))?,
-            device: w.device,
         })
     }
 
     /// The harmonic source of F0 [1, 2T] → [1, 600T] (SineGen without its random phase and noise,
-    /// as the export computes it; the Linear 9 → 1 and tanh).
-    fn source(&self, f0: &Tensor) -> Tensor {
-        let dev = self.device;
-        let f0 = f0.unsqueeze(1); // [1, 1, 2T]
-        let up = signal::resize_nearest(&f0, 300.0); // [1, 1, 600T]
-        let harmonics = consts(&[1., 2., 3., 4., 5., 6., 7., 8., 9.], dev).view([1, 9, 1]);
-        let rad = (&up * harmonics) / 24000.0;
-        let frac = &rad - rad.floor();
-        let down = signal::resize_linear(&frac, 1.0 / 300.0); // [1, 9, 2T]
-        let phase = signal::cumsum_f32(&down.transpose(1, 2), 1).transpose(1, 2);
-        let phase = ((phase * 2.0) * f64::from(std::f32::consts::PI)) * 300.0;
-        let phase = signal::resize_linear(&phase, 300.0); // [1, 9, 600T]
-        let voiced = up.gt(10.0).to_kind(Kind::Float);
-        let sines = (phase.sin() * f64::from(0.1f32)) * voiced;
-        let m = sines.transpose(1, 2).matmul(&self.source_w) + &self.source_b; // [1, 600T, 1]
-        m.tanh().transpose(1, 2).squeeze_dim(1)
+    /// as the export computes it; the Linear 9 → 1 and tanh): libtorch's passes, or in int8 (on
+    /// the CPU) one Rust pass over the samples ([`dsp::harmonic_source`]).
+    fn source(&self, p: Precision, f0: &Tensor) -> Tensor {
+        match p {
+            Precision::Int8 => {
+                let f0 = f0.to_kind(Kind::Float).contiguous();
+                let b = f32s(&self.source_b)[0];
+                Tensor::from_slice(&dsp::harmonic_source(f32s(&f0), f32s(&self.source_w), b)).unsqueeze(0)
+            }
+            Precision::Fp32 | Precision::Fp16 => signal::harmonic_source(f0, &self.source_w, &self.source_b),
+        }
     }
 
-    /// The source's STFT (n_fft 20, hop 5, reflect padding): magnitudes and phases [1, 22, frames].
-    fn source_spectrum(&self, m: &Tensor) -> Tensor {
-        let padded = m.unsqueeze(1).reflection_pad1d([10, 10]).squeeze_dim(1);
-        let spec = signal::stft(&padded, 5, &self.window, 20); // [1, frames, 11, 2]
-        let spec = spec.transpose(1, 2);
-        let (re, im) = (spec.select(3, 0), spec.select(3, 1));
-        let mag = (&re * &re + &im * &im).sqrt();
-        let atan = (&im / &re).atan();
-        let pi = f64::from(std::f32::consts::PI);
-        let wrapped = (&atan + pi).where_self(&im.gt(0.0), &(&atan - pi));
-        let phase = wrapped.where_self(&re.lt(0.0), &atan);
-        Tensor::cat(&[mag, phase], 1)
+    /// The source's STFT (n_fft 20, hop 5, reflect padding): magnitudes and phases [1, 22, frames]
+    /// (int8: Rust loops, [`dsp::source_spectrum`]).
+    fn source_spectrum(&self, p: Precision, m: &Tensor) -> Tensor {
+        match p {
+            Precision::Int8 => {
+                let (spec, frames) = dsp::source_spectrum(f32s(m), f32s(&self.window));
+                Tensor::from_slice(&spec).view([1, 22, frames as i64])
+            }
+            Precision::Fp32 | Precision::Fp16 => signal::source_spectrum(m, &self.window),
+        }
     }
 
     /// x [1, 512, 2T] from the decoder (int8: time-major, [2T, 512]), F0 [1, 2T] → audio [600T].
     fn forward(&self, p: Precision, x: &Tensor, f0: &Tensor, sq: &Act, profile: &mut Profile) -> Tensor {
-        let har = self.source_spectrum(&self.source(f0));
+        let har = self.source_spectrum(p, &self.source(p, f0));
         profile.mark("generator: source");
         let har_q = quantize(p, &har);
         // int8: time-major from the first up-sampling's input to conv_post's, the LeakyReLU before
@@ -752,21 +744,17 @@ impl Generator {
             };
             profile.mark(if i == 0 { "generator: stage 1" } else { "generator: stage 2" });
         }
-        let y = match p {
-            Precision::Int8 => self.conv_post.time_major().conv_channel_major(&x),
-            Precision::Fp32 | Precision::Fp16 => self.conv_post.torch().forward(&leaky(&x, f64::from(0.01f32))),
+        let out = match p {
+            Precision::Int8 => {
+                let y = self.conv_post.time_major().conv_channel_major(&x);
+                let (basis, ws) = (f32s(&self.inverse_basis), f32s(&self.window_sum));
+                Tensor::from_slice(&dsp::istft(f32s(&y), basis, ws))
+            }
+            Precision::Fp32 | Precision::Fp16 => {
+                let y = self.conv_post.torch().forward(&leaky(&x, f64::from(0.01f32)));
+                signal::istft(&y, &self.inverse_basis, &self.window_sum)
+            }
         };
-        let (mag, phase) = (y.narrow(1, 0, 11).exp(), y.narrow(1, 11, 11).sin());
-        let spec = Tensor::cat(&[&mag * phase.cos(), &mag * phase.sin()], 1);
-        let wav = spec.conv_transpose1d(&self.inverse_basis, None::<&Tensor>, [5], [0], [0], 1, [1]).squeeze_dim(1);
-        // the export divides by its window sum where that is stored (its first 20 samples)
-        let len = wav.size()[1];
-        let k = len.min(self.window_sum.size()[0]);
-        let ws = self.window_sum.narrow(0, 0, k);
-        let head = wav.narrow(1, 0, k);
-        let head = (&head / &ws).where_self(&ws.gt(f64::from(f32::MIN_POSITIVE)), &head);
-        let wav = Tensor::cat(&[head, wav.narrow(1, k, len - k)], 1) * 4.0;
-        let out = wav.narrow(1, 10, len - 20).squeeze_dim(0);
         profile.mark("generator: iSTFT");
         out
     }

@@ -1,8 +1,12 @@
 //! The signal operations of the generator's source as the export computes them: `Resize` along the
 //! last axis with onnxruntime's float32 coordinates, running sums in f32 one after the other, and
-//! the STFT as the ONNX definition sums it.
+//! the STFT as the ONNX definition sums it; the harmonic source, its spectrum and the iSTFT out of
+//! them in libtorch's tensor passes (fp32 and fp16, on any device; int8 runs them in Rust loops,
+//! `super::dsp`).
 
 use tch::{Kind, Tensor};
+
+use super::load::consts;
 
 fn floats(t: &Tensor) -> Vec<f32> {
     Vec::<f32>::try_from(t.to_kind(Kind::Float).contiguous().flatten(0, -1).to_device(tch::Device::Cpu))
@@ -98,4 +102,55 @@ pub(super) fn stft(sig: &Tensor, step: usize, win: &Tensor, n: usize) -> Tensor 
         }
     }
     Tensor::from_slice(&out).view([b as i64, frames as i64, bins as i64, 2]).to_device(sig.device())
+}
+
+/// The harmonic source of F0 [1, 2T] → [1, 600T] (SineGen without its random phase and noise,
+/// as the export computes it), `w` [9, 1] and `b` [1] its Linear 9 → 1, then tanh.
+pub(super) fn harmonic_source(f0: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
+    let f0 = f0.unsqueeze(1); // [1, 1, 2T]
+    let up = resize_nearest(&f0, 300.0); // [1, 1, 600T]
+    let harmonics = consts(&[1., 2., 3., 4., 5., 6., 7., 8., 9.], f0.device()).view([1, 9, 1]);
+    let rad = (&up * harmonics) / 24000.0;
+    let frac = &rad - rad.floor();
+    let down = resize_linear(&frac, 1.0 / 300.0); // [1, 9, 2T]
+    let phase = cumsum_f32(&down.transpose(1, 2), 1).transpose(1, 2);
+    let phase = ((phase * 2.0) * f64::from(std::f32::consts::PI)) * 300.0;
+    let phase = resize_linear(&phase, 300.0); // [1, 9, 600T]
+    let voiced = up.gt(10.0).to_kind(Kind::Float);
+    let sines = (phase.sin() * f64::from(0.1f32)) * voiced;
+    let m = sines.transpose(1, 2).matmul(w) + b; // [1, 600T, 1]
+    m.tanh().transpose(1, 2).squeeze_dim(1)
+}
+
+/// The source's STFT (n_fft 20, hop 5, reflect padding, the Hann `window`): magnitudes and
+/// phases [1, 22, frames] of `m` [1, L].
+pub(super) fn source_spectrum(m: &Tensor, window: &Tensor) -> Tensor {
+    let padded = m.unsqueeze(1).reflection_pad1d([10, 10]).squeeze_dim(1);
+    let spec = stft(&padded, 5, window, 20); // [1, frames, 11, 2]
+    let spec = spec.transpose(1, 2);
+    let (re, im) = (spec.select(3, 0), spec.select(3, 1));
+    let mag = (&re * &re + &im * &im).sqrt();
+    let atan = (&im / &re).atan();
+    let pi = f64::from(std::f32::consts::PI);
+    let wrapped = (&atan + pi).where_self(&im.gt(0.0), &(&atan - pi));
+    let phase = wrapped.where_self(&re.lt(0.0), &atan);
+    Tensor::cat(&[mag, phase], 1)
+}
+
+/// The iSTFT of `conv_post`'s output `y` [1, 22, frames] (log-magnitudes, then phases before
+/// their sine) → audio [5·(frames − 1)]: a transposed convolution with the `inverse_basis`
+/// [22, 1, 20] (stride 5), divided by the `window_sum` where the export stores it (its first
+/// samples), × 4, 10 samples trimmed at each end.
+pub(super) fn istft(y: &Tensor, inverse_basis: &Tensor, window_sum: &Tensor) -> Tensor {
+    let (mag, phase) = (y.narrow(1, 0, 11).exp(), y.narrow(1, 11, 11).sin());
+    let spec = Tensor::cat(&[&mag * phase.cos(), &mag * phase.sin()], 1);
+    let wav = spec.conv_transpose1d(inverse_basis, None::<&Tensor>, [5], [0], [0], 1, [1]).squeeze_dim(1);
+    // the export divides by its window sum where that is stored (its first 20 samples)
+    let len = wav.size()[1];
+    let k = len.min(window_sum.size()[0]);
+    let ws = window_sum.narrow(0, 0, k);
+    let head = wav.narrow(1, 0, k);
+    let head = (&head / &ws).where_self(&ws.gt(f64::from(f32::MIN_POSITIVE)), &head);
+    let wav = Tensor::cat(&[head, wav.narrow(1, k, len - k)], 1) * 4.0;
+    wav.narrow(1, 10, len - 20).squeeze_dim(0)
 }
