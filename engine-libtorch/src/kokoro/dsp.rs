@@ -26,7 +26,7 @@ const BLOCK: usize = 64;
 /// sin(r) for |r| ≤ π/2 (a little beyond is fine): its Taylor series to r¹¹ (error below 6e-8).
 /// Odd to the bit.
 #[inline(always)]
-fn sin_poly(r: f32) -> f32 {
+pub(super) fn sin_poly(r: f32) -> f32 {
     let r2 = r * r;
     let p =
         -1.0 / 6.0 + r2 * (1.0 / 120.0 + r2 * (-1.0 / 5040.0 + r2 * (1.0 / 362_880.0 + r2 * (-1.0 / 39_916_800.0))));
@@ -62,7 +62,7 @@ fn sin(x: f32) -> f32 {
 /// overflows to ∞ and falls through the subnormals to 0 as eˣ does (x is clamped to
 /// [−104, 89], where that has happened).
 #[inline(always)]
-fn exp(x: f32) -> f32 {
+pub(super) fn exp(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5·2²³
     const LN2_A: f32 = 0.693_359_4; // 355/512
     const LN2_B: f32 = -2.121_944_4e-4;
@@ -83,7 +83,7 @@ fn exp(x: f32) -> f32 {
 /// tanh(x) as Cephes' `tanhf` computes it: x + x³·P(x²) for |x| < 0.625, else 1 − 2/(e^{2|x|} + 1)
 /// with x's sign (within ~2e-7; ±1 for large |x|).
 #[inline(always)]
-fn tanh(x: f32) -> f32 {
+pub(super) fn tanh(x: f32) -> f32 {
     let z = x.abs();
     let far = (1.0 - 2.0 / (exp(z + z) + 1.0)).copysign(x);
     let x2 = x * x;

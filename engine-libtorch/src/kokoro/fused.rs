@@ -10,6 +10,7 @@
 //! run over time in order (in f64), and nothing is fused into FMAs, so the wider builds
 //! (`cpu::simd_fn!`'s AVX2 and AVX-512 builds of its passes) give the same bits as the baseline one.
 
+use super::dsp::sin_poly;
 use super::int8::{quantize_into, range_params};
 use super::stats::Stats;
 use crate::cpu::{prefetch, simd_fn};
@@ -43,10 +44,7 @@ fn sin2(v: f32) -> f32 {
     let v = v.clamp(-1_048_576.0, 1_048_576.0);
     let k = (v * std::f32::consts::FRAC_1_PI + MAGIC) - MAGIC;
     let r = ((v - k * PI_A) - k * PI_B) - k * PI_C;
-    let r2 = r * r;
-    let p =
-        -1.0 / 6.0 + r2 * (1.0 / 120.0 + r2 * (-1.0 / 5040.0 + r2 * (1.0 / 362_880.0 + r2 * (-1.0 / 39_916_800.0))));
-    let s = r + r * r2 * p;
+    let s = sin_poly(r);
     s * s
 }
 

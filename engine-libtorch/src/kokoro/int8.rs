@@ -8,6 +8,7 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::dsp;
 use super::stats::Stats;
 use crate::cpu::{self, simd_fn};
 use crate::gemm::Packed;
@@ -662,39 +663,10 @@ pub(super) struct Lstm {
     hidden: usize,
 }
 
-/// eˣ in f32 without libm and without branches, so that loops of it vectorize and give the same
-/// bits in every build: x = n·ln 2 + r with |r| ≤ ln 2/2 (ln 2 in two parts, Cody and Waite's:
-/// n·C1 exact), eʳ by its Taylor series to r⁷ (truncation below 1e-8 relative), times 2ⁿ through
-/// the exponent bits. x is clamped to [−87, 88], where eˣ is a normal f32.
-#[inline(always)]
-fn exp_f32(x: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0; // 1.5·2²³: adding it rounds to an integer in the low bits
-    const C1: f32 = 355.0 / 512.0; // 0.693359375, exact in 9 bits
-    const C2: f32 = -2.121_944_4e-4;
-    let x = x.clamp(-87.0, 88.0);
-    let t = x * std::f32::consts::LOG2_E + MAGIC;
-    let n = t - MAGIC;
-    let r = (x - n * C1) - n * C2;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    // n from t's low bits (two's complement within the mantissa), then 2ⁿ as its exponent
-    let n = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
-    p * f32::from_bits((n.wrapping_add(127) as u32) << 23)
-}
-
-/// The logistic function, 1/(1 + e⁻ˣ), by [`exp_f32`].
+/// The logistic function, 1/(1 + e⁻ˣ), by [`dsp::exp`]'s branch-free eˣ (loops of it vectorize).
 #[inline(always)]
 fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + exp_f32(-x))
-}
-
-/// tanh x = 1 − 2/(e²ˣ + 1) for x ≥ 0 (by [`exp_f32`]; odd), within ~1e-7 of it.
-#[inline(always)]
-fn tanh_f32(x: f32) -> f32 {
-    let t = 1.0 - 2.0 / (exp_f32(2.0 * x.abs()) + 1.0);
-    t.copysign(x)
+    1.0 / (1.0 + dsp::exp(-x))
 }
 
 simd_fn! {
@@ -708,8 +680,8 @@ simd_fn! {
         let pre = |k: usize| gates[k * h..(k + 1) * h].iter().zip(&bias[k * h..(k + 1) * h]).map(|(&g, &b)| g + b);
         let states = cs.iter_mut().zip(hs.iter_mut());
         for ((((c, hv), i), o), (f, g)) in states.zip(pre(0)).zip(pre(1)).zip(pre(2).zip(pre(3))) {
-            *c = sigmoid(f) * *c + sigmoid(i) * tanh_f32(g);
-            *hv = sigmoid(o) * tanh_f32(*c);
+            *c = sigmoid(f) * *c + sigmoid(i) * dsp::tanh(g);
+            *hv = sigmoid(o) * dsp::tanh(*c);
         }
     }
 }
@@ -828,24 +800,16 @@ impl Lstm {
 mod tests {
     use super::*;
 
-    /// The LSTM's exp, logistic and tanh within a few f32 roundings of f64's, over the range an
-    /// LSTM's pre-activations take and beyond (where they saturate).
+    /// The LSTM's logistic within a few f32 roundings of f64's, over the range an LSTM's
+    /// pre-activations take and beyond (where it saturates).
     #[test]
-    fn lstm_nonlinearities_are_within_f32_rounding() {
-        let (mut exp_rel, mut sig_abs, mut tanh_abs) = (0f64, 0f64, 0f64);
+    fn the_logistic_is_within_f32_rounding() {
+        let mut worst = 0f64;
         for i in -400_000..=400_000 {
             let x = i as f32 * 2.5e-4; // −100 .. 100
-            let xd = f64::from(x);
-            if x.abs() < 80.0 {
-                exp_rel = exp_rel.max((f64::from(exp_f32(x)) / xd.exp() - 1.0).abs());
-            }
-            sig_abs = sig_abs.max((f64::from(sigmoid(x)) - 1.0 / (1.0 + (-xd).exp())).abs());
-            tanh_abs = tanh_abs.max((f64::from(tanh_f32(x)) - xd.tanh()).abs());
+            worst = worst.max((f64::from(sigmoid(x)) - 1.0 / (1.0 + (-f64::from(x)).exp())).abs());
         }
-        assert!(exp_rel < 4e-7, "exp off by {exp_rel} (relative)");
-        assert!(sig_abs < 2e-7 && tanh_abs < 3e-7, "logistic off by {sig_abs}, tanh by {tanh_abs}");
-        assert_eq!(tanh_f32(0.0), 0.0);
-        assert!(tanh_f32(-3.0) < 0.0 && (tanh_f32(-3.0) + tanh_f32(3.0)).abs() == 0.0, "odd");
+        assert!(worst < 2e-7, "logistic off by {worst}");
     }
 
     /// The epilogue with statistics (gathered 16 channels at a time down the rows) gives, at
