@@ -4,7 +4,10 @@
 //! source, STFT, up-sampling with Snake resblocks, iSTFT). Every weighted layer is read off the
 //! export ([`super::load`]) and runs in the model's precision ([`super::int8`]); everything between
 //! them is float tch on the model's device, computed as the export's graph computes it (the same
-//! operations in the same order, so that the int8 path requantizes the same tensors).
+//! operations in the same order, so that the int8 path requantizes the same tensors). In int8 the
+//! decoder, the F0/N blocks and the generator run time-major in Rust passes instead (the AdaIN,
+//! activation and quantization fused, [`super::fused`]; the source and the iSTFT, [`super::dsp`]):
+//! the same operations, their float rounding our own and the same at every CPU level.
 
 use tch::{Device, Kind, Tensor};
 
