@@ -10,7 +10,7 @@
 //! run over time in order (in f64), and nothing is fused into FMAs, so the wider builds
 //! (`cpu::simd_fn!`'s AVX2 and AVX-512 builds of its passes) give the same bits as the baseline one.
 
-use super::dsp::sin_poly;
+use super::approx::sin_poly;
 use super::int8::{quantize_into, range_params};
 use super::stats::Stats;
 use crate::cpu::{prefetch, simd_fn};

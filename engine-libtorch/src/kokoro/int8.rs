@@ -8,7 +8,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::dsp;
+use super::approx;
 use super::stats::Stats;
 use crate::cpu::{self, simd_fn};
 use crate::gemm::Packed;
@@ -663,10 +663,10 @@ pub(super) struct Lstm {
     hidden: usize,
 }
 
-/// The logistic function, 1/(1 + e⁻ˣ), by [`dsp::exp`]'s branch-free eˣ (loops of it vectorize).
+/// The logistic function, 1/(1 + e⁻ˣ), by [`approx::exp`]'s branch-free eˣ (loops of it vectorize).
 #[inline(always)]
 fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + dsp::exp(-x))
+    1.0 / (1.0 + approx::exp(-x))
 }
 
 simd_fn! {
@@ -680,8 +680,8 @@ simd_fn! {
         let pre = |k: usize| gates[k * h..(k + 1) * h].iter().zip(&bias[k * h..(k + 1) * h]).map(|(&g, &b)| g + b);
         let states = cs.iter_mut().zip(hs.iter_mut());
         for ((((c, hv), i), o), (f, g)) in states.zip(pre(0)).zip(pre(1)).zip(pre(2).zip(pre(3))) {
-            *c = sigmoid(f) * *c + sigmoid(i) * dsp::tanh(g);
-            *hv = sigmoid(o) * dsp::tanh(*c);
+            *c = sigmoid(f) * *c + sigmoid(i) * approx::tanh(g);
+            *hv = sigmoid(o) * approx::tanh(*c);
         }
     }
 }

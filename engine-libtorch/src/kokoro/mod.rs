@@ -9,6 +9,7 @@
 //! audio with the predicted durations (frames of [`SAMPLES_PER_FRAME`] samples per input token,
 //! both pads included).
 
+mod approx;
 mod dsp;
 mod fused;
 mod int8;
