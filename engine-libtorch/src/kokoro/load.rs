@@ -49,6 +49,14 @@ impl FloatConv {
         })
     }
 
+    /// The bias as floats, zeros for `c_out` channels where the node has none.
+    fn bias_floats(&self, c_out: i64) -> R<Vec<f32>> {
+        match &self.b {
+            Some(b) => Vec::<f32>::try_from(b).map_err(|e| e.to_string()),
+            None => Ok(vec![0.0; c_out as usize]),
+        }
+    }
+
     /// The same layer time-major for the int8 path's generator ([`TmConv`]); an error for what
     /// that does not cover (groups, dilation, output padding, a strided `Conv`).
     pub fn time_major(self) -> R<TmConv> {
@@ -67,10 +75,7 @@ impl FloatConv {
         let (c_out, w) =
             if self.transposed { (c1, self.w.permute([0, 2, 1])) } else { (c0, self.w.permute([1, 2, 0])) };
         let c_in = if self.transposed { c0 } else { c1 };
-        let b = match &self.b {
-            Some(b) => Vec::<f32>::try_from(b).map_err(|e| e.to_string())?,
-            None => vec![0.0; c_out as usize],
-        };
+        let b = self.bias_floats(c_out)?;
         Ok(TmConv {
             w: w.reshape([c_in, k * c_out]).contiguous(),
             b,
@@ -79,6 +84,7 @@ impl FloatConv {
             pad: self.pad as usize,
         })
     }
+
     /// The same layer for the int8 path's AdaIN blocks, time-major ([`DepthwiseUp`]); an error
     /// for what is not a depthwise (groups = channels, weight [C, 1, k]) transposed convolution
     /// without dilation.
@@ -89,10 +95,7 @@ impl FloatConv {
         }
         // [C, 1, k] → [k, C]: tap j's weights in a row, as the time-major rows are
         let w = Vec::<f32>::try_from(self.w.view([c, k]).tr().contiguous().view(-1)).map_err(|e| e.to_string())?;
-        let b = match &self.b {
-            Some(b) => Vec::<f32>::try_from(b).map_err(|e| e.to_string())?,
-            None => vec![0.0; c as usize],
-        };
+        let b = self.bias_floats(c)?;
         Ok(DepthwiseUp {
             w,
             b,
@@ -155,7 +158,7 @@ simd_fn! {
     }
 }
 
-// A float convolution of the int8 path's generator, time-major: one sgemm Z = X·W of the input
+/// A float convolution of the int8 path's generator, time-major: one sgemm Z = X·W of the input
 /// [T, C_in] with the weight arranged [C_in, k·C_out] at load, then each output step is the bias
 /// plus its taps' columns of Z (overlap-add), added in plain f32 (the same bits at every CPU
 /// level). Replaces oneDNN's (de)convolutions there, which reordered the weights (ups.0: ~8 ms),

@@ -190,11 +190,6 @@ fn cat_rows(parts: &[(&[f32], usize)]) -> Vec<f32> {
     out
 }
 
-/// A float tensor's values (any layout) in a vector.
-fn floats(x: &Tensor) -> Vec<f32> {
-    to_f32s(x).expect("a float tensor")
-}
-
 /// PL-BERT: ALBERT with one shared layer applied 12 times (12 heads of 64).
 pub(super) struct Albert {
     word: Tensor,
@@ -341,7 +336,7 @@ impl Prosody {
         let x = self.shared.forward(&en.squeeze_dim(0).transpose(0, 1));
         if p == Precision::Int8 {
             // time-major as the LSTM gives it ([T, 512]), the blocks as the decoder's
-            let (x, c) = (floats(&x), x.size()[1] as usize);
+            let (x, c) = (signal::floats(&x), x.size()[1] as usize);
             let run = |blocks: &[ResBlk], proj: &Conv| {
                 let mut buf = StageBuffers::default();
                 let (mut y, mut c) = (x.clone(), c);
@@ -435,10 +430,10 @@ impl Decoder {
         if p == Precision::Int8 {
             // time-major throughout: each block's input is its rows side by side with asr_res's,
             // F0's and N's
-            let (f0c, nc) = (floats(&f0c), floats(&nc));
+            let (f0c, nc) = (signal::floats(&f0c), signal::floats(&nc));
             let asr_res = self.asr_res.forward_act_tm(&asr_q);
             let ca = self.asr_res.out_channels();
-            let asr = floats(&asr.squeeze_dim(0).tr());
+            let asr = signal::floats(&asr.squeeze_dim(0).tr());
             let mut buf = StageBuffers::default();
             let input = cat_rows(&[(&asr, asr.len() / f0c.len()), (&f0c, 1), (&nc, 1)]);
             let mut c = input.len() / f0c.len();

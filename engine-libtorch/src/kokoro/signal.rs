@@ -6,11 +6,12 @@
 
 use tch::{Kind, Tensor};
 
+use super::int8::to_f32s;
 use super::load::consts;
 
-fn floats(t: &Tensor) -> Vec<f32> {
-    Vec::<f32>::try_from(t.to_kind(Kind::Float).contiguous().flatten(0, -1).to_device(tch::Device::Cpu))
-        .expect("a float tensor")
+/// A float tensor's values (any layout, any device) in a vector.
+pub(super) fn floats(t: &Tensor) -> Vec<f32> {
+    to_f32s(t).expect("a float tensor")
 }
 
 /// `Resize` nearest (asymmetric coordinates, floor) of the last axis by `scale`.
