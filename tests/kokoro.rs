@@ -336,13 +336,21 @@ fn each_packaged_voice_and_the_openai_sdk_are_understood_by_whisper() {
         let _ = std::fs::remove_file(file);
     }
     assert_eq!(transcripts.len(), files.len(), "{transcripts:?}");
+    // A garbled voice gets few words. Whisper's hearing of the voices' Japanese accent turns on
+    // small changes of the audio: on the CPU code paths of scripts/cpu-paths.sh (AMD EPYC Zen 4,
+    // 2026-12-06) jf_nezumi's "train to the city leaves at half past seven" was heard or became
+    // "Triangle of the City Lives at Half-Boss 7" (15 to 20 of 21 words; jf_alpha 17 to 20, the
+    // others 20 or 21). So each run is held to 60%, and all of them together to 80% (measured
+    // 89-96%): what breaks every voice (the front end, the network) fails the second at once.
+    let (mut all_heard, mut all_of) = (0, 0);
     for (name, transcript) in voices.iter().chain(["jf_alpha fp16", "openai sdk jf_alpha"].iter()).zip(&transcripts) {
         let (heard, of) = understood(transcript);
         eprintln!("{name}: {heard}/{of}: {transcript}");
-        // A garbled voice gets few words; 70% (as hibari's test) leaves room for the recogniser
-        // and the voices' Japanese accent (measured: jf_nezumi, the weakest, 15 to 18 of 21).
-        assert!(heard * 10 >= of * 7, "{name}: {heard} of {of} words heard: {transcript:?}");
+        assert!(heard * 10 >= of * 6, "{name}: {heard} of {of} words heard: {transcript:?}");
+        (all_heard, all_of) = (all_heard + heard, all_of + of);
     }
+    eprintln!("all together: {all_heard}/{all_of}");
+    assert!(all_heard * 10 >= all_of * 8, "{all_heard} of {all_of} words heard over every voice: {transcripts:?}");
 }
 
 // Issue 34: `speed` is Kokoro's own duration scale, honoured on streamed replies as on whole

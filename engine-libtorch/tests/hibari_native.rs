@@ -12,6 +12,11 @@ use tch::{Device, Tensor};
 const OUTPUTS: [&str; 5] = ["lh", "theta", "ln", "lr", "phi"];
 const TOL: f32 = 1e-3;
 
+/// f0 against onnxruntime, Hz: 3.0e-4 on this CPU's own path, 7.4e-4 on MKL's SSE2 branch
+/// (`MKL_CBWR=COMPATIBLE`, scripts/cpu-paths.sh; AMD EPYC Zen 4, 2026-12-06), where [`TOL`]
+/// left a third of that; 2e-3 Hz is still 1e-5 of a 200 Hz voice.
+const F0_TOL: f32 = 2e-3;
+
 fn model() -> Hibari {
     Hibari::load(hibari_assets(), Device::Cpu).expect("loading hibari")
 }
@@ -90,7 +95,7 @@ fn network_matches_onnxruntime() {
         let f0 = to_vec(&p.f0);
         let e = max_abs_diff(&f0, &data[5 * nf * 601..5 * nf * 601 + fr]);
         worst[5] = worst[5].max(e);
-        if e > TOL {
+        if e > F0_TOL {
             failures.push(format!("{name}: f0 off by {e}"));
         }
         assert_eq!(to_vec(&sp.f0), f0);

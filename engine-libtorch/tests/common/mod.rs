@@ -62,6 +62,24 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
+/// Kokoro's int8 export (scripts/setup-voice.sh kokoro).
+pub fn kokoro_model() -> PathBuf {
+    cached("kokoro/kokoro-v1.0.int8.onnx", "scripts/setup-voice.sh kokoro")
+}
+
+/// One of fixtures/kokoro's cases (onnxruntime's outputs on its inputs), and onnxruntime's audio.
+pub fn kokoro_fixture(name: &str) -> (serde_json::Value, Vec<f32>) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/kokoro");
+    let case: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap()).unwrap();
+    (case, read_f32(&dir.join(format!("{name}.audio.f32"))))
+}
+
+/// A JSON array of numbers as f32 (a fixture case's style, durations before rounding, curves).
+pub fn reals(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+}
+
 /// A JSON array of integers (a fixture case's ids or durations).
 pub fn ints(v: &serde_json::Value) -> Vec<i64> {
     v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect()
