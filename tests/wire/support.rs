@@ -94,6 +94,11 @@ impl TestServer {
 
     /// A plain HTTP/1.1 request; returns the status code and body.
     pub async fn http(&self, method: &str, path: &str) -> (u16, String) {
+        self.try_http(method, path).await.expect("http")
+    }
+
+    /// [`TestServer::http`], with the connection's error (a reset, say) returned.
+    pub async fn try_http(&self, method: &str, path: &str) -> io::Result<(u16, String)> {
         let exchange = async {
             let mut stream = TcpStream::connect(self.addr).await?;
             let request = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
@@ -102,11 +107,11 @@ impl TestServer {
             stream.read_to_end(&mut response).await?;
             io::Result::Ok(response)
         };
-        let response = tokio::time::timeout(TIMEOUT, exchange).await.expect("http timed out").expect("http");
+        let response = tokio::time::timeout(TIMEOUT, exchange).await.expect("http timed out")?;
         let response = String::from_utf8(response).expect("utf-8 response");
         let (head, body) = response.split_once("\r\n\r\n").expect("response head");
         let status = head.split_whitespace().nth(1).and_then(|code| code.parse().ok()).expect("status code");
-        (status, body.to_owned())
+        Ok((status, body.to_owned()))
     }
 }
 
