@@ -5,8 +5,8 @@
 # emulate, and prints each run's verdict and the figures the tests report. Run it before stopping
 # after any change to the numerics (docs/engines.md, "The same tests on every CPU").
 #
-#   scripts/cpu-paths.sh                 # the engine's numeric tests, every path (~15 min on 2 vCPUs)
-#   scripts/cpu-paths.sh --full          # and the server's recogniser tests (~35 min)
+#   scripts/cpu-paths.sh                 # the engine's numeric tests, every path (~20 min on 2 vCPUs)
+#   scripts/cpu-paths.sh --full          # and the server's recogniser tests (~55 min)
 #   scripts/cpu-paths.sh avx2 native     # only these paths
 #
 # The paths (the environment each run gets):

@@ -66,9 +66,9 @@ struct Bounds {
 
 /// hibari: the bound of the issue, 30 ms on average. The aligner works in 10 ms frames and places
 /// some boundaries (a stop's closure, a fricative's tail) differently from any duration model: a
-/// few words may sit further off. hibari's int8 audio is the same bits on every CPU code path
-/// (tests/cpu_paths.rs), so these figures are every CPU's: starts 18.0-18.8 ms (p90 35-40),
-/// ends 16.1-16.2 (p90 30).
+/// few words may sit further off. hibari's int8 audio (what `auto` picks wherever our int8
+/// kernels run) is the same bits on every CPU code path (tests/cpu_paths.rs), so these figures
+/// are every such CPU's: starts 18.0-18.8 ms (p90 35-40), ends 16.1-16.2 (p90 30).
 const HIBARI_BOUNDS: Bounds = Bounds { mean_ms: 30.0, p90_ms: 50, lost: 0 };
 
 /// Kokoro's packaged voices are Japanese speakers reading English, and the aligner's American
