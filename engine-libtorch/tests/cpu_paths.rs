@@ -32,9 +32,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::*;
-use speechstream_core::engine::{
-    Engine, EngineEvent, EngineEventKind, EventSink, OutputKind, RequestId, SynthesisRequest,
-};
+use speechstream_core::engine::{Engine, EngineEventKind, OutputKind, RequestId, SynthesisRequest};
 use speechstream_engine_libtorch::{dsp, HibariEngine, HibariOptions, KokoroModel, Precision};
 
 /// The environment variable that makes this test a child: the file it writes its audio to.
@@ -96,14 +94,6 @@ const CASES: [(&str, Option<&str>, Precision); 4] = [
     ("jf_alpha", Some("jf_alpha"), Precision::Int8),
     ("jm_kumo", Some("jm_kumo"), Precision::Int8),
 ];
-
-struct Sink(mpsc::Sender<EngineEvent>);
-
-impl EventSink for Sink {
-    fn send(&self, event: EngineEvent) -> bool {
-        self.0.send(event).is_ok()
-    }
-}
 
 /// One case's output: its 24 kHz samples and its words' (start, end) in ms.
 #[derive(serde::Serialize, serde::Deserialize)]

@@ -15,9 +15,7 @@ use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use speechstream_core::engine::{
-    Engine, EngineEvent, EngineEventKind, EventSink, Failure, RequestId, SynthesisRequest,
-};
+use speechstream_core::engine::{Engine, EngineEventKind, Failure, RequestId, SynthesisRequest};
 use speechstream_engine_libtorch::{AdmissionMode, HibariEngine, HibariOptions};
 
 /// Connections (`SPEECHSTREAM_CLOSED_LOOP_CONNECTIONS` overrides: the issue's 16, 32, 64),
@@ -29,14 +27,6 @@ const UTTERANCES: u64 = 6;
 const TEXT: &str = "The library closes early on Sundays, so we went on Saturday instead. \
                     My brother bought a red bicycle there, and rode it home in the rain.";
 const TIMEOUT: Duration = Duration::from_secs(600);
-
-struct Sink(mpsc::Sender<EngineEvent>);
-
-impl EventSink for Sink {
-    fn send(&self, event: EngineEvent) -> bool {
-        self.0.send(event).is_ok()
-    }
-}
 
 /// What a closed loop saw.
 struct Run {

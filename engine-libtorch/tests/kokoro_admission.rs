@@ -15,9 +15,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use speechstream_core::engine::{
-    Engine, EngineEvent, EngineEventKind, EventSink, Failure, RequestId, SynthesisRequest,
-};
+use speechstream_core::engine::{Engine, EngineEventKind, Failure, RequestId, SynthesisRequest};
 use speechstream_engine_libtorch::{AdmissionMode, HibariEngine, HibariOptions};
 
 /// Listeners at the least (more on a CPU fast enough to keep up with more).
@@ -25,14 +23,6 @@ const MIN_LISTENERS: u64 = 16;
 const TEXT: &str = "The weather today is sunny with a light breeze from the west. \
                     We walked along the river until the sun went down.";
 const TIMEOUT: Duration = Duration::from_secs(600);
-
-struct Sink(mpsc::Sender<EngineEvent>);
-
-impl EventSink for Sink {
-    fn send(&self, event: EngineEvent) -> bool {
-        self.0.send(event).is_ok()
-    }
-}
 
 #[test]
 fn kokoro_listeners_past_capacity_are_refused_instead_of_admitted_late() {

@@ -23,7 +23,8 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest};
+use common::Sink;
+use speechstream_core::engine::{Engine, EngineEventKind, RequestId, SynthesisRequest};
 use speechstream_engine_libtorch::kokoro::torchfile::{self, DType};
 use speechstream_engine_libtorch::kokoro::voices::{read_npy, read_npz, read_pt, scan, VoicePack};
 use speechstream_engine_libtorch::{AdmissionMode, HibariEngine, HibariOptions};
@@ -191,14 +192,6 @@ fn a_corrupted_pickle_is_an_error_not_a_panic() {
     eprintln!("{errors} errors, {tables} tables");
     assert!(errors > 300, "{errors} errors");
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-struct Sink(mpsc::Sender<EngineEvent>);
-
-impl EventSink for Sink {
-    fn send(&self, event: EngineEvent) -> bool {
-        self.0.send(event).is_ok()
-    }
 }
 
 /// One utterance's audio (24 kHz s16 bytes).

@@ -34,7 +34,7 @@ use std::time::Duration;
 use common::*;
 use speechstream_core::config::ResponseFormat;
 use speechstream_core::engine::{
-    Engine, EngineEvent, EngineEventKind, EventSink, OutputKind, RequestId, SynthesisRequest, WordTiming,
+    Engine, EngineEvent, EngineEventKind, OutputKind, RequestId, SynthesisRequest, WordTiming,
 };
 use speechstream_core::resample::{Resampler, SUPPORTED_RATES};
 use speechstream_engine_libtorch::HibariEngine;
@@ -105,14 +105,6 @@ fn engine() -> &'static HibariEngine {
         options.kokoro_required = true;
         HibariEngine::new(options).expect("engine")
     })
-}
-
-struct Sink(mpsc::Sender<EngineEvent>);
-
-impl EventSink for Sink {
-    fn send(&self, event: EngineEvent) -> bool {
-        self.0.send(event).is_ok()
-    }
 }
 
 /// The voices measured: hibari's default, and Kokoro's packaged voices, a female and a male one

@@ -3,6 +3,18 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::sync::mpsc;
+
+use speechstream_core::engine::{EngineEvent, EventSink};
+
+/// An engine request's events, into a channel the test reads.
+pub struct Sink(pub mpsc::Sender<EngineEvent>);
+
+impl EventSink for Sink {
+    fn send(&self, event: EngineEvent) -> bool {
+        self.0.send(event).is_ok()
+    }
+}
 
 pub fn cache() -> PathBuf {
     std::env::var_os("SPEECHSTREAM_CACHE")
