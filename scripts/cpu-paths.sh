@@ -49,6 +49,12 @@ for arg in "$@"; do
 done
 [ ${#paths[@]} -gt 0 ] || paths=("${DEFAULT_PATHS[@]}")
 
+# The switches the paths set, cleared before each run sets its own (as tests/cpu_paths.rs does).
+UNSET=()
+for var in SPEECHSTREAM_SIMD ATEN_CPU_CAPABILITY MKL_ENABLE_INSTRUCTIONS MKL_CBWR ONEDNN_MAX_CPU_ISA; do
+  UNSET+=(-u "$var")
+done
+
 path_env() {
   case "$1" in
     native) echo "" ;;
@@ -83,15 +89,15 @@ for path in "${paths[@]}"; do
     for t in "${SERVER_TESTS[@]}"; do runs+=("speechstream $t"); done
   fi
   for run in "${runs[@]}"; do
-    read -r pkg test <<<"$run"
-    name="$test"
-    if [ "$test" = lib ]; then selector=(--lib); else selector=(--test "$test"); fi
+    read -r pkg name <<<"$run"
+    if [ "$name" = lib ]; then selector=(--lib); else selector=(--test "$name"); fi
     start=$(date +%s)
     # Our kernels' every-level check (Kokoro's runs the network at the portable level, minutes)
     # gives the same on every path: once, on the first.
     skip=()
     [ "$path" = "${paths[0]}" ] || skip=(--skip every_cpu_level_gives_the_baseline_bits)
-    if env "${vars[@]}" cargo test -p "$pkg" "${selector[@]}" --quiet -- --nocapture --test-threads 1 "${skip[@]}" \
+    # Each path's switches and no others (one set in this shell would bend `native` too).
+    if env "${UNSET[@]}" "${vars[@]}" cargo test -p "$pkg" "${selector[@]}" --quiet -- --nocapture --test-threads 1 "${skip[@]}" \
         >"$dir/$name.log" 2>&1; then
       verdict=ok
     else
