@@ -5,16 +5,16 @@
 #   benches/first-byte.sh                 # TEXT=benches/texts/long.txt N=5
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 TEXT="${TEXT:-benches/texts/long.txt}"
 N="${N:-5}"
 export LD_LIBRARY_PATH="$ROOT/.cache/libtorch/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cargo build --release --quiet --bin speechstream
 PORT="${PORT:-18731}"
-target/release/speechstream serve --port "$PORT" --admission off >/tmp/first-byte-server.log 2>&1 &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/ready" >/dev/null && break; sleep 0.2; done
+: >/tmp/first-byte-server.log
+start_server speechstream "$PORT" /tmp/first-byte-server.log target/release/speechstream serve --port "$PORT" --admission off
 BODY=$(python3 -c 'import json,sys; print(json.dumps({"input": open(sys.argv[1]).read()}))' "$TEXT")
 echo "text: $TEXT ($(wc -w <"$TEXT") words); $N runs each; seconds: median first byte / median total"
 for format in wav mp3 opus pcm; do

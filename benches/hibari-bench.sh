@@ -42,6 +42,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 
 THREADS="${THREADS:-1}"
@@ -134,17 +136,7 @@ WORK="$(mktemp -d)"
 : >"$RESULTS"
 LOAD_BEFORE="$(uptime)"
 
-SERVER_PID=""
-cleanup() {
-  if [[ -n "$SERVER_PID" ]]; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$SERVER_PID" 2>/dev/null || true
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'stop_all; rm -rf "$WORK"' EXIT
 
 pin_for() { # THREADS -> the taskset prefix for measured processes
   if [[ "$PIN" == 1 && "$1" == 1 ]] && command -v taskset >/dev/null && [[ "$(nproc)" -ge 2 ]]; then
@@ -213,17 +205,10 @@ for T in $THREADS; do
     # of lead) each utterance would last ~40 s. What is measured here is the first audio, which
     # pacing does not touch, so the server computes as fast as it can.
     args="${OURS_SERVE_ARGS:-serve --host 127.0.0.1 --port $PORT --engine hibari --device cpu --threads $T --max-lead 3600}"
-    ! (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null || die "port $PORT is in use (set PORT)"
+    port_free "$PORT" || die "port $PORT is in use (set PORT)"
     # shellcheck disable=SC2086
-    env "${TENV[@]}" "${PINP[@]}" "$OURS_BIN" $args >"$OUT_DIR/hibari-server-$STAMP.log" 2>&1 &
-    SERVER_PID=$!
-    ok=0
-    for _ in $(seq 600); do
-      kill -0 "$SERVER_PID" 2>/dev/null || break
-      if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then ok=1; break; fi
-      sleep 0.1
-    done
-    if [[ $ok == 1 ]]; then
+    if start_server "our server" "$PORT" "$OUT_DIR/hibari-server-$STAMP.log" \
+      env "${TENV[@]}" "${PINP[@]}" "$OURS_BIN" $args; then
       lpin=()
       [[ ${#PINP[@]} -gt 0 ]] && lpin=(taskset -c 0)
       for t in $TTFA_TEXTS; do
@@ -232,13 +217,8 @@ for T in $THREADS; do
           -n "$UTTERANCES" -d 120 --text "$(text_of "$t")" --pid "$SERVER_PID" >>"$RESULTS" ||
           say "loadgen on ours ($t) failed"
       done
-    else
-      say "our server did not start; its log:"
-      tail -n 20 "$OUT_DIR/hibari-server-$STAMP.log" >&2 || true
+      stop_server "$SERVER_PID"
     fi
-    kill "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=""
   fi
 done
 

@@ -18,6 +18,8 @@
 # Needs .cache/kokoro (scripts/setup.sh). Results: target/bench/kokoro-server-<stamp>.{md,jsonl}.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 VOICE="${VOICE:-jf_alpha}"
 STREAMS="${STREAMS:-1 2 3 4}"
@@ -38,17 +40,6 @@ STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
 OUT="target/bench/kokoro-server-$STAMP"
 mkdir -p target/bench
 TEXT="$(cat benches/texts/short.txt)"
-server=""
-cleanup() { [[ -n "$server" ]] && kill "$server" 2>/dev/null; wait 2>/dev/null || true; }
-trap cleanup EXIT
-start() { # args... -> pid in $server
-  taskset -c "$CPU" target/release/speechstream serve --port "$PORT" --workers 1 --threads 1 "$@" \
-    2>>"$OUT.server.log" &
-  server=$!
-  for _ in $(seq 1 1200); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0; sleep 0.1; done
-  say "nothing listens on $PORT"; return 1
-}
-metric() { curl -s "127.0.0.1:$PORT/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git rev-parse --short HEAD); nproc $(nproc); load: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); flags: $(grep -o -w -E 'avx2|avx512f|avx512_vnni|avx_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
@@ -59,20 +50,21 @@ metric() { curl -s "127.0.0.1:$PORT/metrics" | awk -v m="$1" '$1 == m {print $2}
 } | tee "$OUT.md" >&2
 run() { # label n server-args...
   local label=$1 n=$2
-  start "${@:3}"
+  start_server speechstream "$PORT" "$OUT.server.log" \
+    taskset -c "$CPU" target/release/speechstream serve --port "$PORT" --workers 1 --threads 1 "${@:3}"
   say "$label, $n listener(s), ${DURATION}s"
   line="$(taskset -c "$LOADGEN_CPU" target/release/loadgen run -u "ws://127.0.0.1:$PORT$WS" -l "$label" -c "$n" \
     -d "$DURATION" -m pcm --playback --ramp "$RAMP" --voice "$VOICE" --text "$TEXT" --utterance-timeout 60 \
-    --pid "$server")"
+    --pid "$SERVER_PID")"
   echo "$line" >>"$OUT.jsonl"
-  under="$(metric speechstream_stream_underruns_total)"
+  under="$(metric "$PORT" speechstream_stream_underruns_total)"
   echo "$line" | python3 -c "
 import json, sys
 r = json.load(sys.stdin)
 g = lambda *p: (lambda v: '-' if v is None else v)(__import__('functools').reduce(lambda a, k: (a or {}).get(k), p, r))
 print(f\"| $label | $n | {g('utterances_ok')} | {g('audio_seconds_per_s')} | {g('ttfa_ms','p50')} | {g('ttfa_ms','p99')} | {g('late_chunks')} | {g('chunks')} | {g('lateness_ms','p99')} | ${under:--} | {g('refused')} |\")
 " | tee -a "$OUT.md"
-  kill "$server"; wait "$server" 2>/dev/null || true; server=""
+  stop_server "$SERVER_PID"
 }
 for admission in $ADMISSIONS; do
   for n in $STREAMS; do

@@ -26,6 +26,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 
 DURATION="${DURATION:-10}"
@@ -108,55 +110,23 @@ RESULTS="$OUT_DIR/server-$STAMP.jsonl"
 REPORT="$OUT_DIR/server-$STAMP.md"
 : >"$RESULTS"
 
-cleanup() {
-  for pid in $OURS_PID $REF_PID; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in $OURS_PID $REF_PID; do
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# wait_ready NAME PID PORT LOG: until the port accepts TCP, the process dies, or 30 s pass.
-wait_ready() {
-  local name=$1 pid=$2 port=$3 log=$4
-  for _ in $(seq 300); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      say "$name exited during start-up; its log ($log):"
-      tail -n 20 "$log" >&2 || true
-      return 1
-    fi
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  say "$name did not listen on port $port within 30 s"
-  return 1
-}
-
 if [[ "$SKIP_OURS" != 1 ]]; then
   port_free "$OURS_PORT" || die "port $OURS_PORT is in use (set OURS_PORT)"
   # shellcheck disable=SC2086 # OURS_ARGS is a word list on purpose
-  "${SERVER_PIN[@]}" "$OURS_BIN" $OURS_ARGS >"$OUT_DIR/ours-$STAMP.log" 2>&1 &
-  OURS_PID=$!
-  if ! wait_ready ours "$OURS_PID" "$OURS_PORT" "$OUT_DIR/ours-$STAMP.log"; then
+  if start_server ours "$OURS_PORT" "$OUT_DIR/ours-$STAMP.log" "${SERVER_PIN[@]}" "$OURS_BIN" $OURS_ARGS; then
+    OURS_PID=$SERVER_PID
+  else
     say "continuing with the reference only"
-    kill "$OURS_PID" 2>/dev/null || true
-    OURS_PID=""
     SKIP_OURS=1
   fi
 fi
 if [[ "$SKIP_REF" != 1 ]]; then
   port_free "$REF_PORT" || die "port $REF_PORT is in use (set REF_PORT)"
-  # run-reference.sh execs python, so $! is the server's own pid (for /proc readings).
+  # run-reference.sh execs python, so SERVER_PID is the server's own pid (for /proc readings).
   # shellcheck disable=SC2086
-  "${SERVER_PIN[@]}" "$ROOT/scripts/run-reference.sh" $REF_ARGS >"$OUT_DIR/reference-$STAMP.log" 2>&1 &
-  REF_PID=$!
-  wait_ready reference "$REF_PID" "$REF_PORT" "$OUT_DIR/reference-$STAMP.log" || die "reference did not start"
+  start_server reference "$REF_PORT" "$OUT_DIR/reference-$STAMP.log" \
+    "${SERVER_PIN[@]}" "$ROOT/scripts/run-reference.sh" $REF_ARGS || die "reference did not start"
+  REF_PID=$SERVER_PID
 fi
 [[ -n "$OURS_PID$REF_PID" ]] || die "no server to benchmark"
 

@@ -33,6 +33,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 SHARED="${SPEECHSTREAM_SHARED:-$ROOT/../shared}"
 CONNS="${CONNS:-1 4 16 32}"
@@ -72,20 +74,6 @@ STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
 OUT="target/bench/voice-server-$STAMP"
 mkdir -p target/bench
 TEXT="$(cat "$TEXT_FILE")"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-
-# Waits until a WebSocket server answers on the port (the voice loads first).
-wait_port() {
-  for _ in $(seq 1 600); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  say "nothing listens on port $1"
-  return 1
-}
-
 run_one() { # label port pid conns
   say "$1: $4 connection(s), ${DURATION}s"
   "${pin_load[@]}" target/release/loadgen run -u "ws://127.0.0.1:$2$WS_PATH" -l "$1" -c "$4" \
@@ -100,21 +88,17 @@ run_one() { # label port pid conns
 ours_pid="" ref_pid=""
 if [[ "$SKIP_OURS" != 1 ]]; then
   # shellcheck disable=SC2086
-  "${pin_server[@]}" target/release/speechstream serve --port "$OURS_PORT" --threads 1 ${OURS_EXTRA:-} \
-    2>"$OUT.ours.log" &
-  ours_pid=$!
-  pids+=("$ours_pid")
-  wait_port "$OURS_PORT"
+  start_server ours "$OURS_PORT" "$OUT.ours.log" \
+    "${pin_server[@]}" target/release/speechstream serve --port "$OURS_PORT" --threads 1 ${OURS_EXTRA:-}
+  ours_pid=$SERVER_PID
   grep -E "precision auto|cpu_kernels" "$OUT.ours.log" | sed 's/^/  ours: /' | tee -a "$OUT.md" >&2 || true
 fi
 if [[ "$SKIP_REF" != 1 ]]; then
   caps="$(benches/cap-reference.sh "${REF_SIMD:-native}")" || exit 1
   read -r -a REF_ENV <<<"$caps"
-  "${pin_server[@]}" env "${REF_ENV[@]}" .venv-hibari/bin/python "$SHARED/reference/reference_server.py" --engine hibari \
-    --threads 1 --port "$REF_PORT" 2>"$OUT.ref.log" &
-  ref_pid=$!
-  pids+=("$ref_pid")
-  wait_port "$REF_PORT"
+  start_server reference "$REF_PORT" "$OUT.ref.log" "${pin_server[@]}" env "${REF_ENV[@]}" \
+    .venv-hibari/bin/python "$SHARED/reference/reference_server.py" --engine hibari --threads 1 --port "$REF_PORT"
+  ref_pid=$SERVER_PID
 fi
 for c in $CONNS; do
   [[ -z "$ours_pid" ]] || run_one ours "$OURS_PORT" "$ours_pid" "$c"

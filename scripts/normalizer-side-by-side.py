@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
-"""Side by side (issue 33): our test set (engine-libtorch/tests/normalize/cases.tsv) through three
+"""Side by side (issue 33): our test set (text/tests/normalize/cases.tsv) through three
 normalisers, with one reader for all: hibari's Python G2P (hibari-tts 0.2.1, its own normalisation
 included). A normaliser reads a sentence as expected when hibari's G2P gives the same phonemes for
 its output as for the expected spoken form, stress marks and spaces aside (so "F B I" and "FBI",
 or "point" stressed or not, count as the same reading).
 
-- ours: g2p::spoken (`cargo run -p speechstream-engine-libtorch --example spoken`), its output fed
+- ours: speechstream_text::spoken (`cargo run -p speechstream-text --example spoken`), its output fed
   to hibari's G2P;
 - hibari: the written sentence straight into hibari's G2P (its normaliser and number reading);
 - nemo: NVIDIA's nemo_text_processing (PyPI) English normaliser, its output fed to hibari's G2P.
 
-Also reports ours by exact text (what tests/normalize.rs checks).
+Also reports ours by exact text (what text/tests/normalize.rs checks).
 
 Needs a venv with `hibari-tts==0.2.1` (installed --no-deps from .cache/wheels), onnxruntime, numpy,
 and optionally nemo_text_processing (skipped when missing):
@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def cases():
     out = []
-    with open(os.path.join(ROOT, "engine-libtorch/tests/normalize/cases.tsv"), encoding="utf-8") as f:
+    with open(os.path.join(ROOT, "text/tests/normalize/cases.tsv"), encoding="utf-8") as f:
         for line in f:
             line = line.rstrip("\n")
             if not line.strip() or line.startswith("#"):
@@ -39,7 +39,7 @@ def cases():
 def ours(written):
     env = dict(os.environ)
     p = subprocess.run(
-        ["cargo", "run", "-q", "-p", "speechstream-engine-libtorch", "--example", "spoken"],
+        ["cargo", "run", "-q", "-p", "speechstream-text", "--example", "spoken"],
         input="\n".join(written) + "\n", capture_output=True, text=True, cwd=ROOT, env=env, check=True)
     lines = p.stdout.split("\n")
     return lines[:len(written)]
@@ -90,7 +90,7 @@ def main():
             for r in rows:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
     n = len(cs)
-    print(f"{n} sentences (engine-libtorch/tests/normalize/cases.tsv)")
+    print(f"{n} sentences (text/tests/normalize/cases.tsv)")
     for k, v in score.items():
         print(f"{k:>18}: {v}/{n} read as expected ({100.0 * v / n:.1f}%)")
 

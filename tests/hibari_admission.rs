@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use speechstream_core::session::SessionOptions;
-use speechstream_engine_libtorch::{HibariEngine, HibariOptions};
+use speechstream_engine_libtorch::{EngineOptions, TorchEngine};
 use speechstream_transports::{serve, ServerConfig, STREAM_PATH};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
@@ -69,11 +69,11 @@ async fn frames_until_done(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_streams_get_clear_errors_and_the_rest_is_served() {
-    let mut options = HibariOptions::new(assets());
+    let mut options = EngineOptions::new(assets());
     options.threads = Some(1);
     options.workers = Some(2);
     options.max_streams = Some(0);
-    let engine = Arc::new(tokio::task::block_in_place(|| HibariEngine::new(options)).expect("engine"));
+    let engine = Arc::new(tokio::task::block_in_place(|| TorchEngine::new(options)).expect("engine"));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -12,7 +12,7 @@ use base64::Engine as _;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use speechstream_core::session::SessionOptions;
-use speechstream_engine_libtorch::{HibariEngine, HibariOptions};
+use speechstream_engine_libtorch::{EngineOptions, TorchEngine};
 use speechstream_transports::{serve, ServerConfig, STREAM_PATH};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
@@ -120,12 +120,12 @@ fn ffmpeg_decode(file: &[u8], name: &str) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hibari_through_every_mode() {
-    let mut options = HibariOptions::new(assets());
+    let mut options = EngineOptions::new(assets());
     // Behaviour, not capacity, is tested here: admission (which reads the machine's speed)
     // must not refuse a stream because the tests run side by side.
     options.admission = speechstream_engine_libtorch::AdmissionMode::Off;
     options.threads = Some(1);
-    let engine = Arc::new(tokio::task::block_in_place(|| HibariEngine::new(options)).expect("engine"));
+    let engine = Arc::new(tokio::task::block_in_place(|| TorchEngine::new(options)).expect("engine"));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -265,11 +265,11 @@ async fn hibari_through_every_mode() {
 /// answer); near the end it was sent whole and `input.cancelled` does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_time_listener_that_barges_in_hears_what_it_is_told() {
-    let mut options = HibariOptions::new(assets());
+    let mut options = EngineOptions::new(assets());
     options.admission = speechstream_engine_libtorch::AdmissionMode::Off;
     options.threads = Some(1);
     options.pacing.max_lead = Duration::from_millis(1500);
-    let engine = Arc::new(tokio::task::block_in_place(|| HibariEngine::new(options)).expect("engine"));
+    let engine = Arc::new(tokio::task::block_in_place(|| TorchEngine::new(options)).expect("engine"));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

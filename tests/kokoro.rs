@@ -431,6 +431,50 @@ fn say_with_a_kokoro_voice_needs_no_hibari_model() {
     let _ = std::fs::remove_dir_all(&front_end);
 }
 
+// `--voices-dir DIR` names every family's folder at once (DIR/hibari, DIR/kokoro): the same
+// voices as the two family flags, and a clear error where DIR lacks hibari's files.
+#[test]
+fn voices_dir_holds_every_familys_folder() {
+    let fresh = |tag: &str| {
+        let dir = std::env::temp_dir().join(format!("speechstream-voices-dir-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    };
+    let dir = fresh("both");
+    for family in ["hibari", "kokoro"] {
+        std::os::unix::fs::symlink(cache().join(family), dir.join(family)).unwrap();
+    }
+    let wav =
+        |tag: &str| std::env::temp_dir().join(format!("speechstream-voices-dir-{tag}-{}.wav", std::process::id()));
+    let say = |flags: &[&std::ffi::OsStr], out: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_speechstream"))
+            .args(["say", "The quick brown fox.", "--voice", "jf_alpha", "--seed", "1", "--device", "cpu"])
+            .args(flags)
+            .arg("-o")
+            .arg(out)
+            .output()
+            .expect("run speechstream say")
+    };
+    let (one, two) = (wav("one"), wav("two"));
+    let out = say(&["--voices-dir".as_ref(), dir.as_os_str()], &one);
+    assert!(out.status.success(), "say --voices-dir: {}", String::from_utf8_lossy(&out.stderr));
+    let (hibari, kokoro) = (cache().join("hibari"), cache().join("kokoro"));
+    let out = say(&["--assets-dir".as_ref(), hibari.as_os_str(), "--kokoro-dir".as_ref(), kokoro.as_os_str()], &two);
+    assert!(out.status.success(), "say with both family flags: {}", String::from_utf8_lossy(&out.stderr));
+    let (a, b) = (std::fs::read(&one).unwrap(), std::fs::read(&two).unwrap());
+    assert!(a.len() > 48_000 && a == b, "{} and {} bytes", a.len(), b.len());
+    let empty = fresh("empty");
+    let out = say(&["--voices-dir".as_ref(), empty.as_os_str()], &one);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && log.contains("--voices-dir") && log.contains("hibari/"), "{log}");
+    for path in [&one, &two] {
+        let _ = std::fs::remove_file(path);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&empty);
+}
+
 // `serve --no-kokoro` leaves Kokoro's default directory (the checkout's .cache/kokoro, which
 // set-up fills and the binary finds beside itself) unread: hibari alone is served.
 #[test]

@@ -1,5 +1,5 @@
 //! The normaliser's readings through audio (issue 33): a sample of our test set
-//! (engine-libtorch/tests/normalize/cases.tsv, one sentence from each kind of hard text) spoken by
+//! (text/tests/normalize/cases.tsv, one sentence from each kind of hard text) spoken by
 //! `speechstream say` and transcribed by Whisper base (an independent recogniser, in .venv-whisper
 //! from scripts/setup-whisper.sh). Whisper writes numbers, money and addresses in digits and
 //! symbols; its transcript goes through the same normaliser to be compared in words. A sentence is
@@ -48,7 +48,7 @@ fn canonical(text: &str) -> Vec<String> {
 fn a_sample_of_the_test_set_is_heard_as_expected() {
     let python = root().join(".venv-whisper/bin/python");
     assert!(python.exists(), "{} missing: run scripts/setup.sh (or scripts/setup-whisper.sh)", python.display());
-    let cases = std::fs::read_to_string(root().join("engine-libtorch/tests/normalize/cases.tsv")).expect("cases.tsv");
+    let cases = std::fs::read_to_string(root().join("text/tests/normalize/cases.tsv")).expect("cases.tsv");
     let expected: Vec<String> = SAMPLE
         .iter()
         .map(|s| {

@@ -21,7 +21,7 @@ fn main() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let assets = root.join(".cache/hibari");
     let h = Hibari::load(&assets, Device::Cpu).unwrap();
-    let fe = g2p::FrontEnd::load(&assets, Device::Cpu).unwrap();
+    let fe = load_front_end(&assets, Device::Cpu, false).unwrap();
     let text = std::fs::read_to_string(root.join("benches/texts/long.txt")).unwrap();
     let items: Vec<(Prosody, Spectra)> = fe
         .sentences(&text)

@@ -11,10 +11,10 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use speechstream_engine_libtorch::g2p::FrontEnd;
 use speechstream_engine_libtorch::kokoro::serve::{split_first, Vocab};
 use speechstream_engine_libtorch::kokoro::voices::scan;
 use speechstream_engine_libtorch::kokoro::KokoroModel;
+use speechstream_engine_libtorch::load_front_end;
 use tch::Device;
 
 fn cpu_seconds() -> f64 {
@@ -36,7 +36,7 @@ fn main() -> Result<(), String> {
         .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache"), PathBuf::from);
     tch::set_num_threads(1);
     speechstream_engine_libtorch::keep_freed_memory();
-    let front_end = FrontEnd::load(cache.join("hibari"), Device::Cpu).map_err(|e| e.to_string())?;
+    let front_end = load_front_end(&cache.join("hibari"), Device::Cpu, false).map_err(|e| e.to_string())?;
     let mut segments = Vec::new();
     for (i, sentence) in front_end.sentences(&text).into_iter().enumerate() {
         segments.extend(if i == 0 { split_first(sentence) } else { vec![sentence] });

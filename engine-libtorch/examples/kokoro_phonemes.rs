@@ -7,14 +7,14 @@
 
 use std::path::PathBuf;
 
-use speechstream_engine_libtorch::g2p::FrontEnd;
 use speechstream_engine_libtorch::kokoro::serve::split_first;
+use speechstream_engine_libtorch::load_front_end;
 
 fn main() -> Result<(), String> {
     let text = std::env::args().nth(1).ok_or("usage: kokoro_phonemes TEXT")?;
     let cache = std::env::var_os("SPEECHSTREAM_CACHE")
         .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache"), PathBuf::from);
-    let front_end = FrontEnd::load(cache.join("hibari"), tch::Device::Cpu).map_err(|e| e.to_string())?;
+    let front_end = load_front_end(&cache.join("hibari"), tch::Device::Cpu, false).map_err(|e| e.to_string())?;
     for (i, sentence) in front_end.sentences(&text).into_iter().enumerate() {
         let segments = if i == 0 { split_first(sentence) } else { vec![sentence] };
         for segment in segments {

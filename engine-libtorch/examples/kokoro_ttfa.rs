@@ -15,10 +15,9 @@ use std::time::{Duration, Instant};
 
 use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest};
 use speechstream_engine_libtorch::g2p::japanese::{has_japanese_script, Japanese, WORD_LIST};
-use speechstream_engine_libtorch::g2p::FrontEnd;
 use speechstream_engine_libtorch::kokoro::voices::scan;
 use speechstream_engine_libtorch::kokoro::KokoroModel;
-use speechstream_engine_libtorch::{AdmissionMode, HibariEngine, HibariOptions, Precision};
+use speechstream_engine_libtorch::{AdmissionMode, EngineOptions, Precision, TorchEngine};
 
 const TEXT: &str = "The weather today is sunny with a light breeze from the west. \
                     Tomorrow it will rain in the morning, and clear up by the afternoon.";
@@ -42,16 +41,17 @@ fn main() -> Result<(), String> {
     let voice = std::env::var("VOICE").unwrap_or_else(|_| "jf_alpha".to_owned());
     let text = std::env::var("TEXT").unwrap_or_else(|_| TEXT.to_owned());
     let runs: usize = std::env::var("RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
-    let mut options = HibariOptions::new(cache.join("hibari"));
-    options.kokoro_dir = Some(cache.join("kokoro"));
-    options.kokoro_required = true;
+    let mut options = EngineOptions::new(cache.join("hibari"));
+    options.kokoro.dir = Some(cache.join("kokoro"));
+    options.kokoro.required = true;
     options.workers = Some(1);
     options.threads = Some(1);
     options.admission = AdmissionMode::Off;
     tch::set_num_threads(1);
-    let engine = HibariEngine::new(options)?;
+    let engine = TorchEngine::new(options)?;
     // The whole first sentence in one pass, as the first audio would be without the split.
-    let front_end = FrontEnd::load(cache.join("hibari"), tch::Device::Cpu).map_err(|e| e.to_string())?;
+    let front_end = speechstream_engine_libtorch::load_front_end(&cache.join("hibari"), tch::Device::Cpu, false)
+        .map_err(|e| e.to_string())?;
     let files = scan(&cache.join("kokoro"));
     let pack = &files.voices.iter().find(|v| v.name == voice).ok_or("no such voice")?.pack;
     let precision = KokoroModel::auto_precision(tch::Device::Cpu);

@@ -1,4 +1,4 @@
-//! Where loading the voice goes: each piece of `HibariEngine::new` timed alone, wall and CPU time.
+//! Where loading the voice goes: each piece of `TorchEngine::new` timed alone, wall and CPU time.
 //!
 //! ```sh
 //! taskset -c 0 cargo run --release -p speechstream-engine-libtorch --example load_time          # the pieces
@@ -11,9 +11,9 @@ use std::time::Instant;
 use speechstream_engine_libtorch::g2p::assets::read_text;
 use speechstream_engine_libtorch::g2p::lexicon::Dict;
 use speechstream_engine_libtorch::g2p::tagger::Tagger;
-use speechstream_engine_libtorch::g2p::FrontEnd;
+use speechstream_engine_libtorch::load_front_end;
 use speechstream_engine_libtorch::voices::{check_voice_file, read_voice_list};
-use speechstream_engine_libtorch::{Hibari, HibariEngine, HibariOptions, NoiseSource, Precision};
+use speechstream_engine_libtorch::{EngineOptions, Hibari, NoiseSource, Precision, TorchEngine};
 use tch::Device;
 
 fn cpu_seconds() -> f64 {
@@ -33,13 +33,13 @@ fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
 
 fn main() {
     let dir = Path::new(".cache/hibari");
-    // as HibariEngine::new does first
+    // as TorchEngine::new does first
     speechstream_engine_libtorch::keep_freed_memory();
     tch::set_num_threads(1);
     if std::env::args().nth(1).as_deref() == Some("engine") {
-        let mut options = HibariOptions::new(dir);
+        let mut options = EngineOptions::new(dir);
         options.threads = Some(1);
-        let engine = timed("HibariEngine::new", || HibariEngine::new(options).unwrap());
+        let engine = timed("TorchEngine::new", || TorchEngine::new(options).unwrap());
         timed("dropping it", || drop(engine));
         return;
     }
@@ -52,7 +52,7 @@ fn main() {
         let dict = timed(&format!("Dict::from_json {lexicon}"), || Dict::from_json(&text).unwrap());
         timed(&format!("dropping the {lexicon} lexicon"), || drop(dict));
     }
-    let front_end = timed("FrontEnd::load (all of it)", || FrontEnd::load(dir, Device::Cpu).unwrap());
+    let front_end = timed("load_front_end (all of it)", || load_front_end(dir, Device::Cpu, false).unwrap());
     let voices = read_voice_list(dir).unwrap();
     let heart = voices.iter().find(|v| v.name == "heart").unwrap();
     timed("check_voice_file heart (sha256)", || check_voice_file(dir, heart).unwrap());

@@ -1,4 +1,4 @@
-//! Row-wise CPU kernels of the int8 path ([`crate::hibari::Precision::Int8`]): the int8 matmuls
+//! Row-wise CPU kernels of the int8 path ([`crate::Precision::Int8`]): the int8 matmuls
 //! ([`crate::gemm`]) and everything between them in a ConvNeXt block or transformer pass, fused
 //! into one pass per row over time-major [rows, channels] data.
 //!

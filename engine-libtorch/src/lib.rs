@@ -1,7 +1,8 @@
-//! speechstream-engine-libtorch: the hibari voice natively in tch ([`Hibari`], [`dsp`], [`NoiseSource`]),
-//! its text front end ([`g2p`]), and [`HibariEngine`], which serves it behind speechstream-core's
-//! `Engine` trait with worker threads that stream, batch and pace requests by their playback
-//! deadlines ([`pacing`], [`workers`]).
+//! speechstream-engine-libtorch: voice families natively in tch, and [`TorchEngine`], which
+//! hosts them behind speechstream-core's `Engine` trait with worker threads that stream, batch
+//! and pace requests by their playback deadlines ([`pacing`], [`workers`]). A family is one
+//! module behind one contract ([`family`]): hibari ([`Hibari`], [`dsp`], [`NoiseSource`]) and
+//! Kokoro-82M ([`kokoro`]). Their text front ends are the `speechstream-text` crate ([`g2p`]).
 //!
 //! The weights come from the voice's ONNX file, read without onnxruntime (`onnx`, on the
 //! protobuf walker in `proto`); `quant` names and dequantizes its int8 Linear weights, and
@@ -14,6 +15,7 @@ mod chunks;
 pub mod cpu;
 pub mod dsp;
 mod engine;
+pub mod family;
 mod float32;
 pub mod gemm;
 mod hibari;
@@ -21,8 +23,10 @@ mod kernels;
 pub mod kokoro;
 mod noise;
 mod onnx;
+mod oov;
 mod options;
 pub mod pacing;
+mod precision;
 mod proto;
 mod quant;
 mod scheduler;
@@ -32,18 +36,20 @@ pub mod timing;
 pub mod voices;
 pub mod workers;
 
-pub use chunks::{chunk_ranges, sentence_ranges, stream_ranges};
+pub use chunks::{chunk_ranges, sentence_ranges, stream_ranges, ChunkSizes};
 pub use cpu::Level;
-pub use engine::HibariEngine;
-pub use hibari::{Hibari, HibariError, Precision, PrecisionChoice, Prosody, Spectra};
+pub use engine::{families, TorchEngine};
+pub use hibari::{Hibari, HibariError, PrecisionChoice, Prosody, Spectra};
 pub use kokoro::{
     KokoroModel, KokoroOutput, KokoroTrace, MAX_IDS as KOKORO_MAX_IDS, SAMPLES_PER_FRAME as KOKORO_SAMPLES_PER_FRAME,
     SAMPLE_RATE as KOKORO_SAMPLE_RATE,
 };
 pub use noise::NoiseSource;
 pub use onnx::{read_initializers, DataType, Model, OnnxError, Tensor};
-pub use options::{HibariOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE};
+pub use oov::{load_front_end, OovNet};
+pub use options::{EngineOptions, HibariOptions, KokoroOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE, FRAME_SECONDS};
 pub use pacing::Pacing;
+pub use precision::Precision;
 pub use quant::{linear_weights, parameters, LinearWeight};
 pub use stats::AdmissionMode;
 
@@ -76,7 +82,11 @@ pub fn load_cuda() -> bool {
         })
     })
 }
-pub mod g2p;
+/// The text front end: the speechstream-text crate, under the name it had as this crate's
+/// module. Its English G2P runs here with the OOV net on tch ([`load_front_end`]).
+pub use speechstream_text as g2p;
+/// The tch this crate is built on, for families written outside it.
+pub use tch;
 
 /// The device named by `--device`: `auto` (CUDA device 0 when libtorch sees one, else the CPU),
 /// `cpu`, `cuda` or `cuda:N`. Loads libtorch_cuda first ([`load_cuda`]).

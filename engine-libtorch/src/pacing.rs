@@ -1080,23 +1080,23 @@ mod tests {
     }
 
     #[test]
-    fn a_kokoro_stream_costs_its_own_rate_and_waits_for_its_whole_first_segment() {
+    fn a_whole_segment_stream_costs_its_own_rate_and_waits_for_its_whole_first_segment() {
         // Kokoro at ~0.65 of real time per core (43 ms of compute per phoneme character, at 15
-        // characters per second of audio), its chunks slices of computed segments; hibari at
-        // ~1/100. A Kokoro stream of 90 characters whose first segment (its first six words)
+        // characters per second of audio), its chunks slices of computed segments; a causal family (hibari)
+        // at ~1/100. A Kokoro stream of 90 characters whose first segment (its first six words)
         // has 30.
         let t0 = Instant::now();
         let pacing = Pacing::default();
-        let hibari = Costs { per_audio_second: 0.003, per_first_second: 0.007, per_char: 0.0001 };
-        let kokoro = Costs { per_audio_second: 0.0001, per_first_second: 0.0001, per_char: 0.043 };
-        let first_work = Duration::from_secs_f64(30.0 * kokoro.per_char);
+        let causal = Costs { per_audio_second: 0.003, per_first_second: 0.007, per_char: 0.0001 };
+        let whole = Costs { per_audio_second: 0.0001, per_first_second: 0.0001, per_char: 0.043 };
+        let first_work = Duration::from_secs_f64(30.0 * whole.per_char);
         let new = |at: u64, costs: &Costs, first_work: Duration, out: &mut Vec<Step>| {
             let outlook = Outlook::new_for(t0 + ms(at), &pacing, 90, 30, None, first_work);
             let outlook = if first_work > Duration::ZERO { outlook.whole_segments(30) } else { outlook };
             outlook.steps(costs, &SIZES, t0 + ADMISSION_HORIZON, out)
         };
         let mut one = Vec::new();
-        new(0, &kokoro, first_work, &mut one);
+        new(0, &whole, first_work, &mut one);
         // Its first audio is due its first segment's compute after the target, and that
         // compute is the first step's work; the first segment's 2 s are then only sent, and
         // its next segment (the first sentence's other 30 characters) is needed whole before
@@ -1108,32 +1108,32 @@ mod tests {
         assert_eq!(one[2].limit - one[0].due, ms(2000 - 50));
         assert!(feasible(&mut one.clone(), t0, ADMISSION_UTILIZATION));
         // However slow the machine, its first segment is counted, even due past the horizon.
-        let slow = Costs { per_char: 0.2, ..kokoro };
+        let slow = Costs { per_char: 0.2, ..whole };
         let mut far = Vec::new();
         new(0, &slow, Duration::from_secs(6), &mut far);
         assert_eq!(far.len(), 1);
         assert!((far[0].work - 6.0).abs() < 1e-3, "{far:?}");
         // A second such stream on the same worker would wait for the first one's segment and
-        // start after its own target: refused. At hibari's costs (how Kokoro was costed before),
+        // start after its own target: refused. At a causal family's costs (how Kokoro was costed before),
         // both "fit", and their listeners would run dry.
         let mut two = one.clone();
-        new(1, &kokoro, first_work, &mut two);
+        new(1, &whole, first_work, &mut two);
         assert!(!feasible(&mut two, t0, ADMISSION_UTILIZATION));
-        let mut as_hibari = Vec::new();
-        new(0, &hibari, Duration::ZERO, &mut as_hibari);
-        new(1, &hibari, Duration::ZERO, &mut as_hibari);
-        assert!(feasible(&mut as_hibari, t0, ADMISSION_UTILIZATION));
-        // A hibari stream playing on that worker goes first where its chunk is due first: the
+        let mut as_causal = Vec::new();
+        new(0, &causal, Duration::ZERO, &mut as_causal);
+        new(1, &causal, Duration::ZERO, &mut as_causal);
+        assert!(feasible(&mut as_causal, t0, ADMISSION_UTILIZATION));
+        // A causal stream playing on that worker goes first where its chunk is due first: the
         // Kokoro stream is taken if both still fit.
         let mut pace = Pace::new(t0 - ms(1000), true);
         pace.delivered(t0 - ms(900), 1.2);
         let mut mixed = one.clone();
-        pace.outlook(&pacing, vec![2.5], 0, 0).steps(&hibari, &SIZES, t0 + ADMISSION_HORIZON, &mut mixed);
+        pace.outlook(&pacing, vec![2.5], 0, 0).steps(&causal, &SIZES, t0 + ADMISSION_HORIZON, &mut mixed);
         assert!(feasible(&mut mixed, t0, ADMISSION_UTILIZATION));
     }
 
     #[test]
-    fn a_kokoro_voice_starts_with_its_first_words() {
+    fn a_whole_segment_voice_starts_with_its_first_words() {
         assert_eq!(first_words_chars("One two three four five six seven eight.", 6), 27);
         assert_eq!(first_words_chars("Short one. Then more words follow here today.", 6), 10);
         assert_eq!(first_words_chars("  Lead  spaces and words", 2), 14);

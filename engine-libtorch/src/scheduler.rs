@@ -28,28 +28,13 @@ use speechstream_core::engine::{
 };
 
 use crate::chunks::{self, sentence_ranges};
-use crate::dsp::SAMPLE_RATE;
+use crate::family::{guarded, Family, Loaded, Segment, SegmentInput, Speeds, Streaming, Style, VoiceModel};
 use crate::g2p::spoken::{Pronunciation, Pronunciations};
-use crate::g2p::{FrontEnd, Reader, Sentence};
-use crate::hibari::{Hibari, Prosody, SAMPLES_PER_FRAME};
-use crate::kokoro::serve::{
-    coarse_durations, split_first, KokoroVoiceModel, FIRST_SEGMENT_WORDS, KOKORO_DEFAULT_VOICE,
-};
-use crate::kokoro::voices::VoicePack;
-use crate::noise::NoiseSource;
-use crate::options::HibariOptions;
+use crate::g2p::{Reader, Sentence};
+use crate::options::EngineOptions;
 use crate::pacing::{self, Candidate, ChunkSizes, Costs, Delivery, Outlook, Pace, Pacing, Speed, Work};
 use crate::stats::{Admission, AdmissionMode, WorkerStats, CHARS_PER_SECOND};
 use crate::timing::{word_timings, Acoustics};
-
-/// The phonemes ("hello.") every voice's network is warmed with at start.
-const WARM_PHONEMES: &str = "həlˈO.";
-/// A typical first segment of a Kokoro stream (six words: "The weather today is sunny with,"),
-/// whose warm pass is admission's first measure of Kokoro's cost per phoneme character. A
-/// 6-character input's fixed costs made it twice the real segments' (34 against 17-18 ms a
-/// character on a Xeon with AMX), refusing streams the worker then served on time until real
-/// segments refined it.
-const KOKORO_MEASURE_PHONEMES: &str = "ðə wˈɛðəɹ tədˈA ɪz sˈʌni wɪð,";
 
 /// How long to wait before retrying when every request is paused on a slow consumer.
 const PAUSE_POLL: Duration = Duration::from_millis(3);
@@ -85,90 +70,75 @@ pub(crate) struct Submission {
     pub refusal: Option<Overloaded>,
 }
 
-/// A loaded voice: its weights and the front end of its accent.
-pub(crate) struct VoiceModel {
+/// A loaded voice, of one of the families.
+pub(crate) struct VoiceEntry {
     pub name: String,
-    pub model: Model,
-    pub front_end: Arc<FrontEnd>,
+    /// Its family's index in [`Voices::families`].
+    pub family: usize,
+    pub model: Arc<dyn VoiceModel>,
 }
 
-/// The voice families the workers serve, on the same rounds, deadlines and admission. (A few
-/// voices, each loaded once: the size of a hibari voice inline is no matter.)
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Model {
-    /// A hibari voice: prosody per sentence, then its audio decoded chunk by chunk.
-    Hibari(Hibari),
-    /// A Kokoro voice: each segment's audio from one pass ([`crate::kokoro::serve`]), then
-    /// streamed in the same chunks.
-    Kokoro(KokoroVoiceModel),
+/// A family the workers serve, and its default voice.
+pub(crate) struct FamilyEntry {
+    pub family: Arc<dyn Family>,
+    /// The voice a request naming only its model gets (an index in [`Voices::voices`]).
+    pub default_voice: usize,
 }
 
-impl Model {
-    /// `[0, ids..., 0]`: the phoneme ids with both boundary tokens.
-    fn ids(&self, phonemes: &str) -> Vec<i64> {
-        match self {
-            Model::Hibari(model) => model.ids(phonemes),
-            Model::Kokoro(voice) => {
-                let mut ids = vec![0];
-                ids.extend(voice.vocab.ids(phonemes));
-                ids.push(0);
-                ids
+/// Every voice of every family the engine loaded, as the workers share them.
+pub(crate) struct Voices {
+    pub voices: Vec<VoiceEntry>,
+    /// In the order their capabilities are hosted (a request's route is an index here).
+    pub families: Vec<FamilyEntry>,
+    /// The engine's default voice (its first family's).
+    pub default_voice: usize,
+}
+
+impl Voices {
+    /// The table of what the families loaded, in order.
+    pub fn new(loaded: Vec<(Arc<dyn Family>, Loaded)>) -> Result<Voices, String> {
+        let mut voices = Vec::new();
+        let mut families = Vec::new();
+        for (index, (family, loaded)) in loaded.into_iter().enumerate() {
+            let first = voices.len();
+            for (declared, model) in loaded.voices {
+                voices.push(VoiceEntry { name: declared.id, family: index, model });
             }
+            let default_voice = voices[first..]
+                .iter()
+                .position(|v| v.name == loaded.default_voice)
+                .map(|k| first + k)
+                .ok_or_else(|| format!("{}: no voice {}", family.name(), loaded.default_voice))?;
+            families.push(FamilyEntry { family, default_voice });
         }
-    }
-
-    /// The token each phoneme character gives (`None` where the vocabulary has none).
-    fn char_tokens(&self, phonemes: &str) -> Vec<Option<usize>> {
-        match self {
-            Model::Hibari(model) => model.char_tokens(phonemes),
-            Model::Kokoro(voice) => voice.vocab.char_tokens(phonemes),
-        }
-    }
-
-    fn device(&self) -> tch::Device {
-        match self {
-            Model::Hibari(model) => model.device(),
-            Model::Kokoro(voice) => voice.network.device(),
-        }
+        let default_voice = families.first().map(|f| f.default_voice).ok_or("no voices to serve")?;
+        Ok(Voices { voices, families, default_voice })
     }
 }
 
-/// The sentence being streamed.
+/// The segment being streamed.
 struct Current {
-    source: Source,
+    /// Its family's state.
+    segment: Segment,
     ranges: Vec<Range<usize>>,
     next: usize,
-}
-
-/// Where a sentence's chunks come from.
-enum Source {
-    /// hibari: decoded chunk by chunk from its prosody.
-    Hibari { prosody: Prosody, noise: NoiseSource },
-    /// Kokoro: the segment's audio, computed whole; its chunks are slices of it.
-    Audio(Vec<f32>),
-}
-
-impl Source {
-    /// Samples of the whole sentence.
-    fn samples(&self) -> usize {
-        match self {
-            Source::Hibari { prosody, .. } => prosody.samples(),
-            Source::Audio(audio) => audio.len(),
-        }
-    }
 }
 
 struct Job {
     id: RequestId,
     sink: Box<dyn EventSink>,
     voice: usize,
+    /// Its voice's family (an index in [`Voices::families`]).
+    family: usize,
+    /// Seconds of one of its voice's frames.
+    frame_seconds: f64,
     speed: f32,
     seed: u64,
     word_timestamps: bool,
-    /// The front end of the language it reads in.
-    front_end: Reader,
-    /// A Kokoro voice's style table (its own, or the mix the request named).
-    style: Option<Arc<VoicePack>>,
+    /// The front end of the language it reads in (`None` for a request born failed).
+    front_end: Option<Reader>,
+    /// The mix of voices the request named.
+    style: Option<Style>,
     /// Sentences of the text not yet through the front end (done one per round, when needed).
     texts: VecDeque<String>,
     /// Where each of `texts` starts in the request's text (chars).
@@ -214,7 +184,7 @@ impl Job {
         let mut delivered = false;
         while let Some(kind) = self.pending.pop_front() {
             let seconds = match &kind {
-                EngineEventKind::Audio { pcm, .. } => Some(pcm.len() as f64 / 2.0 / f64::from(SAMPLE_RATE)),
+                EngineEventKind::Audio { pcm, sample_rate } => Some(pcm.len() as f64 / 2.0 / f64::from(*sample_rate)),
                 _ => None,
             };
             // A stream that played out: its listener is busy until it has heard it. Said before
@@ -267,12 +237,12 @@ impl Job {
     /// characters for the rest.
     fn owed_seconds(&self) -> f64 {
         let current = self.current.as_ref().map_or(0, |c| c.ranges[c.next..].iter().map(|r| r.len()).sum::<usize>());
-        (current * SAMPLES_PER_FRAME) as f64 / f64::from(SAMPLE_RATE) + self.chars_left as f64 / CHARS_PER_SECOND
+        current as f64 * self.frame_seconds + self.chars_left as f64 / CHARS_PER_SECOND
     }
 
     /// Its remaining work, for admission ([`Outlook`]).
     fn outlook(&self, pacing: &Pacing) -> Outlook {
-        let seconds = |r: &Range<usize>| (r.len() * SAMPLES_PER_FRAME) as f64 / f64::from(SAMPLE_RATE);
+        let seconds = |r: &Range<usize>| r.len() as f64 * self.frame_seconds;
         let current = self.current.as_ref().map_or_else(Vec::new, |c| c.ranges[c.next..].iter().map(seconds).collect());
         let next_chars = match (self.sentences.front(), self.texts.front()) {
             (Some(s), _) => s.phonemes.chars().count(),
@@ -283,8 +253,8 @@ impl Job {
     }
 
     /// Skips the next sentences with no phoneme the model knows, as the reference does.
-    fn drop_unspeakable(&mut self, model: &Model) {
-        while self.sentences.front().is_some_and(|s| model.ids(&s.phonemes).len() < 3) {
+    fn drop_unspeakable(&mut self, model: &dyn VoiceModel) {
+        while self.sentences.front().is_some_and(|s| !model.speakable(&s.phonemes)) {
             if let Some(s) = self.sentences.pop_front() {
                 self.chars_left = self.chars_left.saturating_sub(s.phonemes.chars().count());
             }
@@ -320,8 +290,7 @@ impl Job {
 }
 
 pub(crate) struct Scheduler {
-    voices: Arc<Vec<VoiceModel>>,
-    default_voice: usize,
+    voices: Arc<Voices>,
     capabilities: EngineCapabilities,
     /// The chunk sizes in frames (`sizes` in seconds).
     frames: chunks::ChunkSizes<usize>,
@@ -330,36 +299,23 @@ pub(crate) struct Scheduler {
     commands: Receiver<Command>,
     stats: Arc<WorkerStats>,
     admission: Arc<Admission>,
-    /// Audio per second of all its rounds (the real-time factor `/metrics` shows).
+    /// Audio computed per second of all its rounds (the real-time factor `/metrics` shows).
     speed: Speed,
-    /// Audio per second of its chunk rounds (and of its rounds of first chunks), and characters
-    /// per second of its prosody rounds: the costs admission models hibari's streams with.
-    chunk_speed: Speed,
-    first_speed: Speed,
-    prosody_speed: Speed,
-    /// Phoneme characters hibari's front end makes of a character of text (decaying totals:
-    /// phonemes, text): its prosody is measured per phoneme character, admission counts text.
-    phonemes_per_char: (f64, f64),
-    /// Kokoro's own: phoneme characters per second of its segment rounds (the whole network),
-    /// audio per second of the rounds that send a segment's chunks.
-    kokoro_speed: Speed,
-    kokoro_chunk_speed: Speed,
+    /// What each family's work measured here (indexed as [`Voices::families`]): the speeds
+    /// admission costs its streams with.
+    speeds: Vec<Speeds>,
     sizes: ChunkSizes,
     jobs: Vec<Job>,
 }
 
-/// What one round did: chunks holding this many seconds of audio (utterances' first chunks
-/// apart), or the front end and prosody of sentences of this many characters.
-#[derive(Clone, Copy)]
+/// What one round did, for one family: chunks sent holding this many seconds of audio
+/// (utterances' first chunks apart), or segments of this many phoneme characters started
+/// (the front end and the segment pass); and the seconds of audio it computed.
+#[derive(Clone, Copy, Debug)]
 enum Round {
-    Chunks(f64),
-    FirstChunks(f64),
-    Prosody(usize),
-    /// Kokoro segments of this many phoneme characters computed, holding this many seconds of
-    /// audio.
-    KokoroSegments(usize, f64),
-    /// Kokoro chunks sent (slices of computed segments), holding this many seconds of audio.
-    Kokoro(f64),
+    Chunks { family: usize, sent: f64, computed: f64 },
+    FirstChunks { family: usize, sent: f64, computed: f64 },
+    Segments { family: usize, chars: usize, computed: f64 },
 }
 
 enum Wait {
@@ -370,17 +326,16 @@ enum Wait {
 
 impl Scheduler {
     pub fn new(
-        voices: Arc<Vec<VoiceModel>>,
-        default_voice: usize,
+        voices: Arc<Voices>,
         capabilities: EngineCapabilities,
-        options: &HibariOptions,
+        options: &EngineOptions,
         commands: Receiver<Command>,
         stats: Arc<WorkerStats>,
         admission: Arc<Admission>,
     ) -> Scheduler {
         Scheduler {
+            speeds: vec![Speeds::default(); voices.families.len()],
             voices,
-            default_voice,
             capabilities,
             frames: options.chunk_frames(),
             max_batch: options.max_batch.max(1),
@@ -389,100 +344,35 @@ impl Scheduler {
             stats,
             admission,
             speed: Speed::new(1.0, 1.0),
-            chunk_speed: Speed::new(1.0, 1.0),
-            first_speed: Speed::new(1.0, 1.0),
-            prosody_speed: Speed::new(1.0, 0.0),
-            phonemes_per_char: (1.0, 1.0),
-            kokoro_speed: Speed::new(1.0, 0.0),
-            kokoro_chunk_speed: Speed::new(1.0, 0.0),
             sizes: options.chunk_sizes(),
             jobs: Vec::new(),
         }
     }
 
-    /// Runs each voice once on a short sentence: libtorch's first passes allocate and pick
-    /// kernels, which would otherwise land on the first request's time to first audio. With
-    /// admission on, then streams a longer sentence of the default voice, warm, as this
-    /// worker's first measure of its speed (what admission starts from; the work it does
-    /// refines it).
+    /// Runs each voice's weights once on a short sentence: libtorch's first passes allocate
+    /// and pick kernels, which would otherwise land on the first request's time to first audio.
+    /// With admission on, then measures each family's work on its default voice, warm, as this
+    /// worker's first figures of its speed (what admission starts from; the work it does
+    /// refines them); the engine's default family's gives the worker's real-time factor.
     pub fn warm_up(&mut self) {
-        let mut kokoro_warm = false;
-        for voice in self.voices.iter() {
-            let model = match &voice.model {
-                Model::Hibari(model) => model,
-                // One pass warms the network every Kokoro voice shares.
-                Model::Kokoro(kokoro) if !kokoro_warm => {
-                    kokoro_warm = true;
-                    let ids = kokoro.vocab.ids(WARM_PHONEMES);
-                    let _ = guarded(|| kokoro.network.infer(&ids, kokoro.pack.style(ids.len()), 1.0));
-                    let _ = kokoro.american.sentences("Hello there.");
-                    if self.admission.mode != AdmissionMode::Off {
-                        // Warm, a pass over a first segment's worth is Kokoro's first measure of
-                        // its cost per character (its real segments refine it).
-                        let ids = kokoro.vocab.ids(KOKORO_MEASURE_PHONEMES);
-                        let started = Instant::now();
-                        let _ = guarded(|| kokoro.network.infer(&ids, kokoro.pack.style(ids.len()), 1.0));
-                        let chars = KOKORO_MEASURE_PHONEMES.chars().count() as f64;
-                        self.kokoro_speed = Speed::new(chars, started.elapsed().as_secs_f64());
-                    }
-                    continue;
-                }
-                Model::Kokoro(_) => continue,
-            };
-            let ids = model.ids(WARM_PHONEMES);
-            let prosody = model.prosody(&ids, 1.0);
-            let end = prosody.frames.min(self.frames.first);
-            let _ = model.synthesize_chunk(&prosody, 0, end, &NoiseSource::new(0, 0));
-            if end < prosody.frames {
-                let _ = model.synthesize_chunk(&prosody, end, prosody.frames, &NoiseSource::new(0, 0));
+        let mut warmed = std::collections::HashSet::new();
+        for voice in &self.voices.voices {
+            if warmed.insert(voice.model.weights()) {
+                voice.model.warm_up(&self.frames);
             }
-            let _ = voice.front_end.sentences("Hello there.");
         }
         if self.admission.mode == AdmissionMode::Off {
             return;
         }
-        const TEXT: &str = "Hello there, this sentence measures how fast the voice runs on this worker.";
-        let voice = &self.voices[self.default_voice];
-        let Model::Hibari(model) = &voice.model else { return };
-        // Three times: the first pass of these larger shapes still allocates; the faster of the
-        // other two is measured (a moment's preemption on a busy host would otherwise set the
-        // estimates a burst of new streams is admitted with).
-        // (audio s, chunk s, chars, front end and prosody s: TEXT is one sentence, so the time to
-        // its prosody is the front end's and the prosody pass's, and the rest its chunks')
-        // (and the first chunk's audio s and time apart)
-        let mut measured = (0.0, f64::MAX, 0.0, 0.0);
-        let mut first = (0.0, 0.0);
-        for pass in 0..3 {
-            let started = Instant::now();
-            let (mut samples, mut chars, mut prosody_s) = (0, 0, 0.0);
-            let mut first_pass = (0.0, 0.0);
-            for (index, sentence) in (0..).zip(voice.front_end.sentences(TEXT)) {
-                let prosody = model.prosody(&model.ids(&sentence.phonemes), 1.0);
-                chars += sentence.phonemes.chars().count();
-                prosody_s = started.elapsed().as_secs_f64();
-                let noise = NoiseSource::new(0, 0);
-                let f = self.frames;
-                for (k, r) in sentence_ranges(prosody.frames, index, f.first, f.chunk, f.max).into_iter().enumerate() {
-                    let chunk_started = Instant::now();
-                    let n = model.synthesize_chunk(&prosody, r.start, r.end, &noise).numel();
-                    if index == 0 && k == 0 {
-                        first_pass = (n as f64 / f64::from(SAMPLE_RATE), chunk_started.elapsed().as_secs_f64());
-                    }
-                    samples += n;
-                }
-            }
-            let chunk_s = started.elapsed().as_secs_f64() - prosody_s;
-            if pass > 0 && chunk_s + prosody_s < measured.1 + measured.3 {
-                measured = (samples as f64 / f64::from(SAMPLE_RATE), chunk_s, chars as f64, prosody_s);
-                first = first_pass;
+        let voices = self.voices.clone();
+        for (index, family) in voices.families.iter().enumerate() {
+            let voice = &voices.voices[family.default_voice];
+            let overall = voice.model.measure(&self.frames, &mut self.speeds[index]);
+            if let (Some(speed), true) = (overall, family.default_voice == voices.default_voice) {
+                self.speed = speed;
+                self.stats.set_factor(self.speed.factor());
             }
         }
-        self.speed = Speed::new(measured.0, measured.1 + measured.3);
-        self.chunk_speed = Speed::new(measured.0 - first.0, measured.1 - first.1);
-        self.first_speed = Speed::new(first.0, first.1);
-        self.prosody_speed = Speed::new(measured.2, measured.3);
-        self.phonemes_per_char = (measured.2, TEXT.chars().count() as f64);
-        self.stats.set_factor(self.speed.factor());
         self.publish_demand(Instant::now());
     }
 
@@ -537,48 +427,28 @@ impl Scheduler {
     fn measure(&mut self, round: Option<(Instant, Round)>) {
         if let Some((started, done)) = round {
             let busy = started.elapsed().as_secs_f64();
-            let audio = match done {
-                Round::Chunks(audio) => {
-                    self.chunk_speed.record(audio, busy);
-                    audio
+            let computed = match done {
+                Round::Chunks { family, sent, computed } => {
+                    self.speeds[family].chunk.record(sent, busy);
+                    computed
                 }
-                Round::FirstChunks(audio) => {
-                    self.first_speed.record(audio, busy);
-                    audio
+                Round::FirstChunks { family, sent, computed } => {
+                    self.speeds[family].first.record(sent, busy);
+                    computed
                 }
-                Round::Prosody(chars) => {
-                    self.prosody_speed.record(chars as f64, busy);
-                    0.0
-                }
-                // Kokoro's rounds count in its own costs, not in hibari's.
-                Round::KokoroSegments(chars, audio) => {
-                    self.kokoro_speed.record(chars as f64, busy);
-                    audio
-                }
-                Round::Kokoro(audio) => {
-                    self.kokoro_chunk_speed.record(audio, busy);
-                    0.0
+                Round::Segments { family, chars, computed } => {
+                    self.speeds[family].segment.record(chars as f64, busy);
+                    computed
                 }
             };
-            self.speed.record(audio, busy);
+            self.speed.record(computed, busy);
             self.stats.record_work(busy, self.speed.factor());
         }
     }
 
-    /// What each voice family's work costs on this worker ([`Costs`]): hibari's, Kokoro's.
-    fn costs(&self) -> (Costs, Costs) {
-        let per = |speed: &Speed| 1.0 / speed.factor().max(1e-9);
-        let hibari = Costs {
-            per_audio_second: per(&self.chunk_speed),
-            per_first_second: per(&self.first_speed),
-            per_char: per(&self.prosody_speed) * self.phonemes_per_char.0 / self.phonemes_per_char.1.max(1.0),
-        };
-        let kokoro = Costs {
-            per_audio_second: per(&self.kokoro_chunk_speed),
-            per_first_second: per(&self.kokoro_chunk_speed),
-            per_char: per(&self.kokoro_speed),
-        };
-        (hibari, kokoro)
+    /// What each family's work costs on this worker ([`Costs`]), as [`Voices::families`].
+    fn costs(&self) -> Vec<Costs> {
+        self.voices.families.iter().zip(&self.speeds).map(|(f, speeds)| f.family.costs(speeds)).collect()
     }
 
     /// Publishes what its streams owe within admission's horizon, and its costs.
@@ -586,24 +456,24 @@ impl Scheduler {
         if self.admission.mode == AdmissionMode::Off {
             return;
         }
-        let (costs, kokoro) = self.costs();
+        let costs = self.costs();
         let horizon = now + pacing::ADMISSION_HORIZON;
         let mut steps = Vec::new();
         // A stream paused on its consumer owes nothing until the consumer reads.
         for job in self.jobs.iter().filter(|j| j.admitted_stream && j.ready()) {
-            match self.voices[job.voice].model {
-                Model::Kokoro(_) => {
-                    // Each segment whole, the one after next known once through the front end.
+            let outlook = match self.voices.families[job.family].family.streaming() {
+                // Each segment whole, the one after next known once through the front end.
+                Streaming::WholeSegments { .. } => {
                     let then = job.sentences.get(1).map_or(0, |s| s.phonemes.chars().count());
-                    job.outlook(&self.pacing).whole_segments(then).steps(&kokoro, &self.sizes, horizon, &mut steps);
+                    job.outlook(&self.pacing).whole_segments(then)
                 }
-                Model::Hibari(_) => job.outlook(&self.pacing).steps(&costs, &self.sizes, horizon, &mut steps),
-            }
+                Streaming::Chunked => job.outlook(&self.pacing),
+            };
+            outlook.steps(&costs[job.family], &self.sizes, horizon, &mut steps);
         }
         let mut demand = self.stats.demand.lock().unwrap_or_else(|p| p.into_inner());
         demand.steps = steps;
         demand.costs = costs;
-        demand.kokoro = kokoro;
     }
 
     /// Handles queued commands, first waiting as told; false once the engine is shutting down.
@@ -663,14 +533,17 @@ impl Scheduler {
     fn admit(&self, submission: Submission) -> Job {
         let Submission { id, request, sink, submitted, plays_after, first_delay, admitted_stream, owed_us, refusal } =
             submission;
+        let default = &self.voices.voices[self.voices.default_voice];
         let mut job = Job {
             id,
             sink,
-            voice: self.default_voice,
+            voice: self.voices.default_voice,
+            family: default.family,
+            frame_seconds: frame_seconds(default.model.as_ref()),
             speed: 1.0,
             seed: request.seed.map_or_else(random_seed, |s| s as u64),
             word_timestamps: request.output.words(),
-            front_end: Reader::English(self.voices[self.default_voice].front_end.clone()),
+            front_end: None,
             style: None,
             texts: VecDeque::new(),
             text_starts: VecDeque::new(),
@@ -691,27 +564,29 @@ impl Scheduler {
         };
         match refusal.map_or_else(|| self.check(&request).map_err(Failure::Engine), |r| Err(Failure::Overloaded(r))) {
             Ok((voice, style)) => {
+                let entry = &self.voices.voices[voice];
                 job.voice = voice;
+                job.family = entry.family;
+                job.frame_seconds = frame_seconds(entry.model.as_ref());
+                job.style = style;
                 let speed = if request.speed.is_finite() { request.speed } else { 1.0 };
                 job.speed = speed.clamp(SPEED_RANGE.0, SPEED_RANGE.1) as f32;
-                if let Model::Kokoro(kokoro) = &self.voices[voice].model {
-                    match kokoro.reader(request.language.as_deref(), &request.text) {
-                        Ok(reader) => job.front_end = reader,
-                        Err(message) => {
-                            job.finish(EngineEventKind::Failed(Failure::Engine(message)));
-                            return job;
-                        }
+                let front_end = match entry.model.reader(request.language.as_deref(), &request.text) {
+                    Ok(reader) => reader,
+                    Err(message) => {
+                        job.finish(EngineEventKind::Failed(Failure::Engine(message)));
+                        return job;
                     }
-                    job.style = Some(style.unwrap_or_else(|| kokoro.pack.clone()));
+                };
+                job.front_end = Some(front_end.clone());
+                if let Streaming::WholeSegments { first_words } = self.voices.families[entry.family].family.streaming()
+                {
                     // Its first audio waits for its whole first segment: due that much later.
-                    let chars = pacing::first_words_chars(&request.text, FIRST_SEGMENT_WORDS);
-                    let work = self.costs().1.per_char * chars as f64;
+                    let chars = pacing::first_words_chars(&request.text, first_words);
+                    let work = self.costs()[entry.family].per_char * chars as f64;
                     job.pace = job.pace.clone().first_work(Duration::from_secs_f64(work.clamp(0.0, 3600.0)));
-                } else {
-                    job.front_end = Reader::English(self.voices[voice].front_end.clone());
                 }
-                let front_end = job.front_end.clone();
-                match pronunciations(&request.pronunciations, &self.voices[voice].model) {
+                match pronunciations(&request.pronunciations, entry.model.as_ref()) {
                     Ok(p) => job.pronunciations = p,
                     Err(message) => {
                         job.finish(EngineEventKind::Failed(Failure::Engine(message)));
@@ -737,33 +612,29 @@ impl Scheduler {
     /// What the voices can't do is refused by the core's rules (the session has already refused
     /// it; this covers callers of the engine that skip the session); returns the voice's index
     /// (a family's default voice for a request naming only its model; a mix's first voice)
-    /// and, for a mix of Kokoro voices, its style table.
-    fn check(&self, request: &SynthesisRequest) -> Result<(usize, Option<Arc<VoicePack>>), String> {
+    /// and, for a mix, its style.
+    fn check(&self, request: &SynthesisRequest) -> Result<(usize, Option<Style>), String> {
         self.capabilities.check(request)?;
         let voice = self.capabilities.resolve_voice(request.voice.as_deref())?;
-        let index = |name: &str| self.voices.iter().position(|v| v.name == name);
+        let voices = &self.voices.voices;
+        let index = |name: &str| voices.iter().position(|v| v.name == name);
         if let Some(parts) = voice.and_then(|name| self.capabilities.mix(name)) {
-            let mut packs = Vec::new();
+            let first = index(parts[0].0).unwrap_or(self.voices.default_voice);
+            let mut models = Vec::new();
             for (name, weight) in &parts {
-                match index(name).map(|i| &self.voices[i].model) {
-                    Some(Model::Kokoro(kokoro)) => packs.push((kokoro.pack.as_ref(), *weight)),
+                match index(name).map(|i| &voices[i]) {
+                    Some(v) if v.family == voices[first].family => models.push((v.model.as_ref(), *weight)),
                     _ => return Err(format!("voice '{name}' cannot be mixed")),
                 }
             }
-            let first = index(parts[0].0).unwrap_or(self.default_voice);
-            return Ok((first, Some(Arc::new(VoicePack::mix(&packs)?))));
+            return Ok((first, Some(voices[first].model.mix(&models)?)));
         }
+        // No voice named: the default voice of the family whose model the request names.
         let family_default = || {
-            // No voice named: the default voice of the family whose model the request names
-            // (hibari's `heart`, Kokoro's `af_heart` when present, else its first voice).
-            let family = self.capabilities.hosted.get(self.capabilities.route(request)?)?;
-            if family.voice(&self.voices[self.default_voice].name).is_some() {
-                return Some(self.default_voice);
-            }
-            let default = family.voice(KOKORO_DEFAULT_VOICE).or(family.voices.first())?;
-            index(&default.id)
+            let route = self.capabilities.route(request)?;
+            self.voices.families.get(route).map(|f| f.default_voice)
         };
-        Ok((voice.and_then(index).or_else(family_default).unwrap_or(self.default_voice), None))
+        Ok((voice.and_then(index).or_else(family_default).unwrap_or(self.voices.default_voice), None))
     }
 
     /// Ends the jobs with no sentence left (`Finished`).
@@ -773,7 +644,7 @@ impl Scheduler {
             if !job.ready() || job.current.is_some() {
                 continue;
             }
-            job.drop_unspeakable(&self.voices[job.voice].model);
+            job.drop_unspeakable(self.voices.voices[job.voice].model.as_ref());
             if job.sentences.is_empty() && job.texts.is_empty() {
                 job.finish(EngineEventKind::Finished);
                 job.flush(&self.stats, &self.admission);
@@ -804,7 +675,7 @@ impl Scheduler {
             };
             candidates.push(Candidate { index, voice: job.voice, work, urgency: job.pace.urgency(&self.pacing) });
         }
-        let cpu_round = match candidates.first().map(|c| self.voices[c.voice].model.device()) {
+        let cpu_round = match candidates.first().map(|c| self.voices.voices[c.voice].model.device()) {
             Some(tch::Device::Cpu) => CPU_ROUND,
             _ => self.max_batch,
         };
@@ -816,7 +687,7 @@ impl Scheduler {
             None => return (None, resume),
             Some(Work::Prosody) => self.start_sentences(&batch),
             Some(Work::FirstChunk) => match self.step(&batch) {
-                Round::Chunks(audio) => Round::FirstChunks(audio),
+                Round::Chunks { family, sent, computed } => Round::FirstChunks { family, sent, computed },
                 other => other,
             },
             Some(Work::Chunk) => self.step(&batch),
@@ -824,10 +695,7 @@ impl Scheduler {
         tracing::trace!(
             work = ?work,
             batch = batch.len(),
-            did = match done {
-                Round::Chunks(s) | Round::FirstChunks(s) | Round::Kokoro(s) | Round::KokoroSegments(_, s) => s,
-                Round::Prosody(c) => c as f64,
-            },
+            did = ?done,
             ms = now.elapsed().as_secs_f64() * 1e3,
             "round"
         );
@@ -839,124 +707,88 @@ impl Scheduler {
         (Some(done), resume)
     }
 
-    /// Starts the next sentence of each job of `batch` (one voice): the front end on its next
+    /// Starts the next segment of each job of `batch` (one voice): the front end on its next
     /// text if it has no sentence ready (one per job and round: a sentence is bounded, and the
     /// commands are read between rounds, so an abort drops the rest of the text unprepared),
-    /// then one batched prosody pass for those that have one (a Kokoro voice: each one's next
-    /// segment, [`Scheduler::kokoro_segments`]); returns what the round did.
+    /// then one batched pass of the voice's family over those that have one
+    /// ([`VoiceModel::start`]); returns what the round did.
     fn start_sentences(&mut self, batch: &[usize]) -> Round {
-        let Some(&lead) = batch.first() else { return Round::Prosody(0) };
-        let voice = self.jobs[lead].voice;
-        let kokoro = matches!(self.voices[voice].model, Model::Kokoro(_));
+        let Some(&lead) = batch.first() else { return Round::Segments { family: 0, chars: 0, computed: 0.0 } };
+        let voices = self.voices.clone();
+        let entry = &voices.voices[self.jobs[lead].voice];
+        let model = entry.model.as_ref();
+        let family = entry.family;
         let mut ready = Vec::new();
         for &i in batch {
             let job = &mut self.jobs[i];
             if job.sentences.is_empty() {
-                if let Some(text) = job.texts.pop_front() {
+                if let (Some(text), Some(front_end)) = (job.texts.pop_front(), job.front_end.as_ref()) {
                     job.text_base = job.text_starts.pop_front().unwrap_or(0);
-                    let mut sentences = job.front_end.sentences_with(&text, &job.pronunciations);
-                    if kokoro && job.started_sentences == 0 && !sentences.is_empty() {
-                        // Kokoro's first audio waits for a whole segment: make the first short.
-                        let first = split_first(sentences.remove(0));
-                        sentences.splice(0..0, first);
+                    let mut sentences = front_end.sentences_with(&text, &job.pronunciations);
+                    if job.started_sentences == 0 {
+                        sentences = model.first_segments(sentences);
                     }
                     let phonemes: usize = sentences.iter().map(|s| s.phonemes.chars().count()).sum();
-                    if !kokoro {
-                        // (hibari's front end, over the last few hundred sentences)
-                        let (p, t) = self.phonemes_per_char;
-                        self.phonemes_per_char = (p * 0.995 + phonemes as f64, t * 0.995 + text.chars().count() as f64);
-                    }
+                    // (its front end, over the last few hundred sentences)
+                    let (p, t) = self.speeds[family].phonemes_per_char;
+                    self.speeds[family].phonemes_per_char =
+                        (p * 0.995 + phonemes as f64, t * 0.995 + text.chars().count() as f64);
                     job.chars_left = job.chars_left.saturating_sub(text.chars().count()) + phonemes;
                     job.sentences.extend(sentences);
                 }
             }
-            job.drop_unspeakable(&self.voices[voice].model);
+            job.drop_unspeakable(model);
             if !job.sentences.is_empty() {
                 ready.push(i);
             }
         }
         let chars =
             ready.iter().filter_map(|&i| self.jobs[i].sentences.front()).map(|s| s.phonemes.chars().count()).sum();
-        if kokoro {
-            // Its cost is the segments' inference, per character of their phonemes.
-            let audio = self.kokoro_segments(voice, &ready);
-            return Round::KokoroSegments(chars, audio);
-        }
-        if !ready.is_empty() {
-            self.prosody(voice, &ready);
-        }
-        Round::Prosody(chars)
+        let computed = if ready.is_empty() { 0 } else { self.start_segments(model, &ready) };
+        Round::Segments { family, chars, computed: computed as f64 / f64::from(model.sample_rate()) }
     }
 
-    /// Computes the next segment of each job of `batch` (one Kokoro voice; each its own style):
-    /// its whole audio in one pass, its word timings from the predicted durations, and its
-    /// chunks, cut as hibari's are, to be sent by [`Scheduler::step`]; returns the seconds of
-    /// audio computed.
-    fn kokoro_segments(&mut self, voice: usize, batch: &[usize]) -> f64 {
-        let voices = self.voices.clone();
-        let Model::Kokoro(kokoro) = &voices[voice].model else { return 0.0 };
-        let mut samples = 0;
-        for &i in batch {
+    /// Starts the next segment of each job of `batch` (one voice) in one pass of its family,
+    /// with their word timings, and cuts each into chunks; returns the samples it computed.
+    fn start_segments(&mut self, model: &dyn VoiceModel, batch: &[usize]) -> usize {
+        let sentences: Vec<Sentence> = batch.iter().filter_map(|&i| self.jobs[i].sentences.pop_front()).collect();
+        let inputs: Vec<SegmentInput> = batch
+            .iter()
+            .zip(&sentences)
+            .map(|(&i, sentence)| {
+                let job = &self.jobs[i];
+                SegmentInput {
+                    phonemes: &sentence.phonemes,
+                    speed: job.speed,
+                    seed: job.seed,
+                    index: job.started_sentences,
+                    style: job.style.as_ref(),
+                }
+            })
+            .collect();
+        let segments = match guarded(|| model.start(&inputs)).and_then(|r| r) {
+            Ok(segments) => segments,
+            Err(message) => {
+                for &i in batch {
+                    self.jobs[i].finish(EngineEventKind::Failed(message.clone().into()));
+                    self.jobs[i].flush(&self.stats, &self.admission);
+                }
+                return 0;
+            }
+        };
+        self.stats.record_batch(batch.len());
+        let mut computed = 0;
+        for ((&i, sentence), segment) in batch.iter().zip(sentences).zip(segments) {
             let job = &mut self.jobs[i];
-            let Some(sentence) = job.sentences.pop_front() else { continue };
-            let ids = kokoro.vocab.ids(&sentence.phonemes);
-            let style = job.style.clone().unwrap_or_else(|| kokoro.pack.clone());
-            let speech = guarded(|| kokoro.network.infer(&ids, style.style(ids.len()), job.speed))
-                .and_then(|r| r.map_err(|e| format!("kokoro: {e}")));
-            let speech = match speech {
-                Ok(speech) => speech,
+            let segment = match segment {
+                Ok(segment) => segment,
                 Err(message) => {
                     job.finish(EngineEventKind::Failed(message.into()));
                     job.flush(&self.stats, &self.admission);
                     continue;
                 }
             };
-            job.chars_left = job.chars_left.saturating_sub(sentence.phonemes.chars().count());
-            if !job.running {
-                job.running = true;
-                self.stats.queued.fetch_sub(1, Ordering::Relaxed);
-                self.stats.running.fetch_add(1, Ordering::Relaxed);
-            }
-            if job.word_timestamps {
-                let durations = coarse_durations(&speech.durations, speech.samples_per_frame);
-                job.time_words(Acoustics::KOKORO, &sentence, &kokoro.vocab.char_tokens(&sentence.phonemes), &durations);
-            }
-            samples += speech.audio.len();
-            let frames = speech.audio.len().div_ceil(SAMPLES_PER_FRAME);
-            let f = self.frames;
-            let ranges = sentence_ranges(frames, job.started_sentences, f.first, f.chunk, f.max);
-            job.started_sentences += 1;
-            if ranges.is_empty() {
-                continue;
-            }
-            job.current = Some(Current { source: Source::Audio(speech.audio), ranges, next: 0 });
-        }
-        self.stats.record_batch(batch.len());
-        samples as f64 / f64::from(SAMPLE_RATE)
-    }
-
-    fn prosody(&mut self, voice: usize, batch: &[usize]) {
-        let voices = self.voices.clone();
-        let Model::Hibari(model) = &voices[voice].model else { return };
-        let sentences: Vec<Sentence> = batch.iter().filter_map(|&i| self.jobs[i].sentences.pop_front()).collect();
-        let ids: Vec<Vec<i64>> = sentences.iter().map(|s| model.ids(&s.phonemes)).collect();
-        let items: Vec<(&[i64], f32)> =
-            ids.iter().zip(batch).map(|(ids, &i)| (ids.as_slice(), self.jobs[i].speed)).collect();
-        // tch turns libtorch's C++ exceptions (e.g. out of device memory) into panics: fail the
-        // requests concerned instead of losing the worker and every other request with it.
-        let prosodies = match guarded(|| model.prosody_batch(&items)) {
-            Ok(prosodies) => prosodies,
-            Err(message) => {
-                for &i in batch {
-                    self.jobs[i].finish(EngineEventKind::Failed(message.clone().into()));
-                    self.jobs[i].flush(&self.stats, &self.admission);
-                }
-                return;
-            }
-        };
-        self.stats.record_batch(batch.len());
-        for ((&i, sentence), prosody) in batch.iter().zip(sentences).zip(prosodies) {
-            let job = &mut self.jobs[i];
+            computed += segment.computed;
             job.chars_left = job.chars_left.saturating_sub(sentence.phonemes.chars().count());
             if !job.running {
                 job.running = true;
@@ -965,79 +797,48 @@ impl Scheduler {
             }
             if job.word_timestamps {
                 job.time_words(
-                    Acoustics::HIBARI,
+                    model.acoustics(),
                     &sentence,
                     &model.char_tokens(&sentence.phonemes),
-                    &prosody.durations,
+                    &segment.durations,
                 );
             }
-            let ranges = sentence_ranges(
-                prosody.frames,
-                job.started_sentences,
-                self.frames.first,
-                self.frames.chunk,
-                self.frames.max,
-            );
-            let noise = NoiseSource::new(job.seed, job.started_sentences);
+            let f = self.frames;
+            let ranges = sentence_ranges(segment.frames, job.started_sentences, f.first, f.chunk, f.max);
             job.started_sentences += 1;
-            job.current = Some(Current { source: Source::Hibari { prosody, noise }, ranges, next: 0 });
+            if ranges.is_empty() {
+                continue;
+            }
+            job.current = Some(Current { segment, ranges, next: 0 });
         }
+        computed
     }
 
-    /// Computes and sends the next chunk of each job of `batch` (one voice) in one decoder pass
-    /// ([`Hibari::synthesize_chunks`]; the DSP stays per request), or, for a Kokoro voice, sends
-    /// the next slice of each one's segment; returns what the round did (the seconds of audio
-    /// made).
+    /// Makes and sends the next chunk of each job of `batch` (one voice) in one pass of its
+    /// family ([`VoiceModel::chunks`]); returns what the round did.
     fn step(&mut self, batch: &[usize]) -> Round {
-        let Some(&lead) = batch.first() else { return Round::Chunks(0.0) };
+        let Some(&lead) = batch.first() else { return Round::Chunks { family: 0, sent: 0.0, computed: 0.0 } };
         let voices = self.voices.clone();
-        let audio = match &voices[self.jobs[lead].voice].model {
-            Model::Hibari(model) => self.decode(model, batch),
-            Model::Kokoro(_) => Ok(batch
-                .iter()
-                .filter_map(|&i| self.jobs[i].current.as_ref())
-                .map(|c| match &c.source {
-                    Source::Audio(audio) => {
-                        let r = &c.ranges[c.next];
-                        let end = (r.end * SAMPLES_PER_FRAME).min(audio.len());
-                        audio[(r.start * SAMPLES_PER_FRAME).min(end)..end].to_vec()
-                    }
-                    Source::Hibari { .. } => Vec::new(),
-                })
-                .collect()),
-        };
-        let seconds = self.send(batch, audio);
-        match &voices[self.jobs[lead].voice].model {
-            Model::Hibari(_) => Round::Chunks(seconds),
-            Model::Kokoro(_) => Round::Kokoro(seconds),
-        }
-    }
-
-    /// The next chunk of each job of `batch` (one hibari voice), in one decoder pass.
-    fn decode(&self, model: &Hibari, batch: &[usize]) -> Result<Vec<Vec<f32>>, String> {
-        let items: Vec<(&Prosody, usize, usize, &NoiseSource)> = batch
+        let entry = &voices.voices[self.jobs[lead].voice];
+        let model = entry.model.as_ref();
+        let items: Vec<_> = batch
             .iter()
-            .map(|&i| self.jobs[i].current.as_ref().expect("picked jobs have a sentence"))
-            .filter_map(|c| match &c.source {
-                Source::Hibari { prosody, noise } => {
-                    Some((prosody, c.ranges[c.next].start, c.ranges[c.next].end, noise))
-                }
-                Source::Audio(_) => None,
-            })
+            .map(|&i| self.jobs[i].current.as_ref().expect("picked jobs have a segment"))
+            .map(|c| (&c.segment.state, c.ranges[c.next].clone()))
             .collect();
-        let audio = guarded(|| {
-            let chunks = model.synthesize_chunks(&items);
-            chunks
-                .iter()
-                .map(|audio| Vec::<f32>::try_from(&audio.to_device(tch::Device::Cpu)))
-                .collect::<Result<Vec<_>, _>>()
-        });
-        audio.and_then(|r| r.map_err(|e| format!("hibari: reading the audio failed: {e}")))
+        let audio = guarded(|| model.chunks(&items)).and_then(|r| r);
+        let sent = self.send(batch, audio, model.sample_rate());
+        // Audio computed in these rounds, or sliced from segments computed whole.
+        let computed = match voices.families[entry.family].family.streaming() {
+            Streaming::Chunked => sent,
+            Streaming::WholeSegments { .. } => 0.0,
+        };
+        Round::Chunks { family: entry.family, sent, computed }
     }
 
     /// Sends each job of `batch` its next chunk (`audio`, in order) and moves it on, or fails
     /// them all with the error; returns the seconds of audio sent.
-    fn send(&mut self, batch: &[usize], audio: Result<Vec<Vec<f32>>, String>) -> f64 {
+    fn send(&mut self, batch: &[usize], audio: Result<Vec<Vec<f32>>, String>, sample_rate: u32) -> f64 {
         let audio = match audio {
             Ok(audio) => audio,
             Err(message) => {
@@ -1055,14 +856,14 @@ impl Scheduler {
             let Some(current) = job.current.as_mut() else { continue };
             current.next += 1;
             if current.next == current.ranges.len() {
-                job.offset += current.source.samples() as u64;
+                job.offset += current.segment.samples as u64;
                 job.current = None;
             }
             samples_made += samples.len();
-            job.pending.push_back(EngineEventKind::Audio { pcm: to_s16le(&samples), sample_rate: SAMPLE_RATE });
+            job.pending.push_back(EngineEventKind::Audio { pcm: to_s16le(&samples), sample_rate });
             job.flush(&self.stats, &self.admission);
         }
-        samples_made as f64 / f64::from(SAMPLE_RATE)
+        samples_made as f64 / f64::from(sample_rate)
     }
 
     /// Drops jobs that are over: aborted, consumer gone, or last event delivered.
@@ -1085,18 +886,6 @@ impl Scheduler {
     }
 }
 
-/// Runs model code, turning a panic into an error message.
-fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
-        let what = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("unknown error");
-        format!("hibari failed: {}", what.lines().next().unwrap_or(what))
-    })
-}
-
 /// As hibari's `write_wav`: clip to [-1, 1], scale by 32767, truncate toward zero.
 pub fn to_s16le(samples: &[f32]) -> Vec<u8> {
     let mut out = Vec::with_capacity(samples.len() * 2);
@@ -1105,6 +894,11 @@ pub fn to_s16le(samples: &[f32]) -> Vec<u8> {
         out.extend_from_slice(&((x * 32767.0) as i16).to_le_bytes());
     }
     out
+}
+
+/// Seconds of one of `model`'s frames.
+fn frame_seconds(model: &dyn VoiceModel) -> f64 {
+    model.samples_per_frame() as f64 / f64::from(model.sample_rate())
 }
 
 /// A seed for a request that gave none: different per request, unpredictable enough.
@@ -1117,7 +911,7 @@ fn random_seed() -> u64 {
 
 /// A request's pronunciations, each given as phonemes checked against the voice's alphabet; a
 /// bad entry is an error that names the word.
-fn pronunciations(entries: &[(String, String)], model: &Model) -> Result<Pronunciations, String> {
+fn pronunciations(entries: &[(String, String)], model: &dyn VoiceModel) -> Result<Pronunciations, String> {
     let mut out = Pronunciations::new();
     for (word, value) in entries {
         let p = Pronunciation::parse(value);

@@ -165,9 +165,9 @@ pub(crate) struct WorkerStats {
 pub(crate) struct Demand {
     pub steps: Vec<Step>,
     pub arrivals: Vec<(RequestId, Vec<Step>)>,
-    /// hibari's costs, Kokoro's.
-    pub costs: Costs,
-    pub kokoro: Costs,
+    /// What each family's work costs (indexed as the engine's families; empty until the
+    /// worker first publishes).
+    pub costs: Vec<Costs>,
 }
 
 impl WorkerStats {
@@ -179,12 +179,7 @@ impl WorkerStats {
             pending_us: AtomicI64::new(0),
             busy_us: AtomicU64::new(0),
             factor: AtomicU64::new(0f64.to_bits()),
-            demand: Mutex::new(Demand {
-                steps: Vec::new(),
-                arrivals: Vec::new(),
-                costs: Costs { per_audio_second: 1.0, per_first_second: 1.0, per_char: 0.0 },
-                kokoro: Costs { per_audio_second: 0.0, per_first_second: 0.0, per_char: 0.1 },
-            }),
+            demand: Mutex::new(Demand { steps: Vec::new(), arrivals: Vec::new(), costs: Vec::new() }),
             batch_sizes: Mutex::new(BTreeMap::new()),
             timing: Mutex::new(StreamTiming { lateness: Histogram::new(LATENESS_BUCKETS), ..StreamTiming::default() }),
         }

@@ -2,12 +2,10 @@
 //! one copy of the voices' weights; the submit side that spreads requests over them and admits
 //! or refuses streams; the counters `/metrics` reads.
 //!
-//! Sharing the weights: a [`Hibari`] is read-only once loaded (tensors and packed matrices that
-//! no forward pass writes; per-sentence state lives in each request's [`crate::Prosody`], per-
-//! thread scratch in thread-locals), and libtorch's ops may read one tensor from several
-//! threads at once (its reference counts are atomic), which is how PyTorch serves one module
-//! from many threads. tch marks its tensors `Send` only, conservatively, so the voice is
-//! declared `Sync` here, where that sharing is made.
+//! Sharing the weights: every family's voices are `Sync` ([`crate::family::VoiceModel`]): read-only
+//! once loaded, with per-segment state in each request's segment and per-thread scratch in
+//! thread-locals; libtorch's ops may read one tensor from several threads at once (its
+//! reference counts are atomic), which is how PyTorch serves one module from many threads.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,17 +19,11 @@ use speechstream_core::engine::{
     EngineCapabilities, EngineEvent, EngineEventKind, EngineLoad, EventSink, RequestId, SynthesisRequest, TrySendError,
 };
 
-use crate::hibari::Hibari;
-use crate::kokoro::serve::{FIRST_SEGMENT_WORDS, KOKORO_MODEL_NAME};
-use crate::options::HibariOptions;
+use crate::family::Streaming;
+use crate::options::EngineOptions;
 use crate::pacing::{self, ChunkSizes, Outlook, Pacing, Step};
-use crate::scheduler::{Command, Scheduler, Submission, VoiceModel};
+use crate::scheduler::{Command, Scheduler, Submission, Voices};
 use crate::stats::{Admission, AdmissionMode, Listener, WorkerStats, CHARS_PER_SECOND, LATENESS_BUCKETS};
-
-// SAFETY: see the module doc: nothing in a loaded `Hibari` is written after loading (the one
-// lazily built tensor of `gemm::Packed` is behind a `OnceLock`), and libtorch supports reading a
-// tensor from several threads at once.
-unsafe impl Sync for Hibari {}
 
 /// Milliseconds from `now` to `t`, negative when `t` has passed.
 fn signed_ms(t: Instant, now: Instant) -> f64 {
@@ -40,6 +32,10 @@ fn signed_ms(t: Instant, now: Instant) -> f64 {
         None => -(now - t).as_secs_f64() * 1e3,
     }
 }
+
+/// A family's costs before its worker published any (its first stream is taken whatever they
+/// say: a worker with no stream takes one).
+const INITIAL_COSTS: pacing::Costs = pacing::Costs { per_audio_second: 1.0, per_first_second: 1.0, per_char: 0.1 };
 
 /// Seconds the refusal tells a client to wait before trying again.
 const RETRY_AFTER_SECONDS: u32 = pacing::RETRY_AFTER.as_secs() as u32;
@@ -60,6 +56,9 @@ pub(crate) struct Pool {
     turn: AtomicU64,
     /// What the engine serves: which family a request goes to (each costs its own).
     capabilities: EngineCapabilities,
+    /// How each family's audio comes (as the voices' families, in the order of
+    /// `capabilities.hosted`).
+    streaming: Vec<Streaming>,
 }
 
 /// The default worker count: the CPUs this process may run on (its affinity mask, and a cgroup
@@ -72,11 +71,11 @@ impl Pool {
     /// Starts `count` workers on the shared voices and waits until each is warm.
     pub fn start(
         count: usize,
-        voices: Arc<Vec<VoiceModel>>,
-        default_voice: usize,
+        voices: Arc<Voices>,
         capabilities: &EngineCapabilities,
-        options: &HibariOptions,
+        options: &EngineOptions,
     ) -> Result<Pool, String> {
+        let streaming = voices.families.iter().map(|f| f.family.streaming()).collect();
         let admission = Arc::new(Admission::new(options.admission, options.max_streams));
         let mut workers = Vec::new();
         let mut warm = Vec::new();
@@ -85,7 +84,6 @@ impl Pool {
             let (commands, receiver) = mpsc::channel();
             let mut scheduler = Scheduler::new(
                 voices.clone(),
-                default_voice,
                 capabilities.clone(),
                 options,
                 receiver,
@@ -100,7 +98,7 @@ impl Pool {
             let (warm_tx, warm_rx) = mpsc::channel();
             let warm_up = options.warm_up;
             let thread = std::thread::Builder::new()
-                .name(format!("hibari-worker-{n}"))
+                .name(format!("engine-worker-{n}"))
                 .spawn(move || {
                     // OpenMP's thread count is per calling thread: set it where the work runs
                     // (one libtorch thread per worker by default, so N workers use N cores).
@@ -121,7 +119,7 @@ impl Pool {
         }
         // Ready to serve only once warm: the first request's latency is then the steady one.
         for rx in warm {
-            rx.recv().map_err(|_| "a hibari worker failed while warming up".to_owned())?;
+            rx.recv().map_err(|_| "an engine worker failed while warming up".to_owned())?;
         }
         Ok(Pool {
             workers,
@@ -130,6 +128,7 @@ impl Pool {
             sizes: options.chunk_sizes(),
             turn: AtomicU64::new(0),
             capabilities: capabilities.clone(),
+            streaming,
         })
     }
 
@@ -146,13 +145,13 @@ impl Pool {
             _ => None,
         };
         let (index, first_delay, refusal) = if request.stream {
-            // (One family alone, as Kokoro's for `say`, hosts none.)
+            // (One family alone hosts none.)
             let family = match self.capabilities.route(&request) {
-                Some(i) => self.capabilities.hosted.get(i),
-                None => self.capabilities.hosted.is_empty().then_some(&self.capabilities),
+                Some(i) => i,
+                None if self.capabilities.hosted.is_empty() => 0,
+                None => usize::MAX,
             };
-            let kokoro = family.is_some_and(|family| family.serves_model(KOKORO_MODEL_NAME));
-            match self.admit_stream(id, &request.text, kokoro, submitted, listener, &pending, start) {
+            match self.admit_stream(id, &request.text, family, submitted, listener, &pending, start) {
                 Some((index, delay)) => (index, delay, None),
                 None => {
                     self.admission.refused.fetch_add(1, Ordering::Relaxed);
@@ -190,7 +189,7 @@ impl Pool {
                 worker.stats.streams.fetch_sub(1, Ordering::Relaxed);
                 self.admission.streams.fetch_sub(1, Ordering::Relaxed);
             }
-            tracing::error!(request = %id, "the hibari worker is not running");
+            tracing::error!(request = %id, "the engine worker is not running");
         }
     }
 
@@ -198,7 +197,7 @@ impl Pool {
     /// and how much later than the target its first audio is due: with admission on, the first
     /// by least pending audio (from `start`, as [`pacing::least_pending`]) that keeps every
     /// deadline of its streams with this one added ([`pacing::feasible`]), at the costs of its
-    /// voice family (`kokoro`, else hibari); where none does and its client is not known to
+    /// voice family (`family`, an index in the hosted families); where none does and its client is not known to
     /// listen in real time (`listener` not [`Listener::Free`]), the first that does with this
     /// one's first audio due later, by the least delay up to [`Pacing::max_first_delay`] (for
     /// a new connection, counted from its first try) ([`pacing::least_delay`]). Its steps are recorded there until the worker takes it.
@@ -207,7 +206,7 @@ impl Pool {
         &self,
         id: RequestId,
         text: &str,
-        kokoro: bool,
+        family: usize,
         now: Instant,
         listener: Listener,
         pending: &[f64],
@@ -237,11 +236,14 @@ impl Pool {
         order.sort_by(|&a, &b| pending[a].total_cmp(&pending[b]));
         let horizon = now + pacing::ADMISSION_HORIZON;
         let chars = text.chars().count();
-        // A Kokoro voice's first segment is its first words; its first audio waits for it whole.
-        let first = if kokoro {
-            pacing::first_words_chars(text, FIRST_SEGMENT_WORDS)
-        } else {
-            pacing::first_sentence_chars(text)
+        // (a request no family serves is refused by the worker: costed as the first family's)
+        let family = if family < self.streaming.len() { family } else { 0 };
+        let streaming = self.streaming.get(family).copied().unwrap_or(Streaming::Chunked);
+        // A family computing segments whole: its first segment is its first words, and its
+        // first audio waits for it whole.
+        let first = match streaming {
+            Streaming::WholeSegments { first_words } => pacing::first_words_chars(text, first_words),
+            Streaming::Chunked => pacing::first_sentence_chars(text),
         };
         // On time on any worker first; only then later (a client listening in real time is
         // refused at once instead: its first audio is due by the target, and a refusal lets it
@@ -262,12 +264,13 @@ impl Pool {
         for bound in bounds {
             for &index in &order {
                 let mut demand = self.workers[index].stats.demand.lock().unwrap_or_else(|p| p.into_inner());
-                let costs = if kokoro { demand.kokoro } else { demand.costs };
-                let first_work = if kokoro { (costs.per_char * first as f64).clamp(0.0, 3600.0) } else { 0.0 };
+                let costs = demand.costs.get(family).copied().unwrap_or(INITIAL_COSTS);
+                let whole = matches!(streaming, Streaming::WholeSegments { .. });
+                let first_work = if whole { (costs.per_char * first as f64).clamp(0.0, 3600.0) } else { 0.0 };
                 let outlook =
                     Outlook::new_for(now, &self.pacing, chars, first, plays_after, Duration::from_secs_f64(first_work));
-                // Kokoro's next segment is the rest of its first sentence.
-                let outlook = if kokoro {
+                // Its next segment is the rest of its first sentence.
+                let outlook = if whole {
                     outlook.whole_segments(pacing::first_sentence_chars(text).saturating_sub(first))
                 } else {
                     outlook

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use common::*;
 use speechstream_core::engine::{Engine, EngineEventKind, OutputKind, RequestId, SynthesisRequest};
-use speechstream_engine_libtorch::{dsp, HibariEngine, HibariOptions, KokoroModel, Precision};
+use speechstream_engine_libtorch::{dsp, EngineOptions, KokoroModel, Precision, TorchEngine};
 
 /// The environment variable that makes this test a child: the file it writes its audio to.
 const CHILD: &str = "SPEECHSTREAM_CPU_PATH_OUT";
@@ -120,20 +120,20 @@ struct Report {
 /// fixtures/kokoro's cases: jf_alpha and jm_kumo voices (make_fixtures.py).
 const FIXTURES: [&str; 2] = ["hello", "weather"];
 
-fn engine(precision: Precision, kokoro: bool) -> HibariEngine {
-    let mut options = HibariOptions::new(hibari_assets());
+fn engine(precision: Precision, kokoro: bool) -> TorchEngine {
+    let mut options = EngineOptions::new(hibari_assets());
     options.admission = speechstream_engine_libtorch::AdmissionMode::Off;
     options.threads = Some(1);
     options.workers = Some(1);
     options.precision = Some(precision);
     if kokoro {
-        options.kokoro_dir = Some(cache().join("kokoro"));
-        options.kokoro_required = true;
+        options.kokoro.dir = Some(cache().join("kokoro"));
+        options.kokoro.required = true;
     }
-    HibariEngine::new(options).expect("engine")
+    TorchEngine::new(options).expect("engine")
 }
 
-fn speak(engine: &HibariEngine, voice: Option<&str>) -> Spoken {
+fn speak(engine: &TorchEngine, voice: Option<&str>) -> Spoken {
     let mut request = SynthesisRequest::new(TEXT).with_seed(Some(5)).with_output(OutputKind::AudioAndWords);
     if let Some(voice) = voice {
         request = request.with_voice(voice);

@@ -1,11 +1,15 @@
-//! The hibari text front end against the Python reference's own outputs (fixtures/g2p, written by
+//! The hibari text front end (speechstream-text with the OOV net on tch, as the engine runs it:
+//! `load_front_end`) against the Python reference's own outputs (fixtures/g2p, written by
 //! fixtures/g2p/make_expected.py). Needs the voice assets: `scripts/setup-voice.sh hibari`.
+//! What needs no OOV net is tested in text/tests/front_end.rs.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use serde_json::Value;
 use speechstream_engine_libtorch::g2p::FrontEnd;
+use speechstream_engine_libtorch::{load_front_end, OovNet};
+use tch::Device;
 
 fn assets() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/hibari");
@@ -20,9 +24,9 @@ fn assets() -> PathBuf {
 fn front_end() -> &'static FrontEnd {
     static FE: OnceLock<FrontEnd> = OnceLock::new();
     FE.get_or_init(|| {
-        let mut fe = FrontEnd::load(assets(), tch::Device::Cpu).expect("load the hibari front end");
+        let mut fe = load_front_end(&assets(), Device::Cpu, false).expect("load the hibari front end");
         // These tests compare with the reference's own readings: its normalisation, not the
-        // spoken form of g2p::spoken (checked on its own in tests/normalize.rs).
+        // spoken form of g2p::spoken (checked on its own in text/tests/normalize.rs).
         fe.set_reference_normalization(true);
         fe
     })
@@ -114,8 +118,7 @@ fn words_map_to_phonemes() {
 
 #[test]
 fn oov_net_matches_onnxruntime() {
-    let fe = front_end();
-    let oov = fe.oov().expect("oov net");
+    let oov = OovNet::load(&assets().join("oov.onnx"), Device::Cpu).expect("load the OOV net");
     let cases = fixture("oov.jsonl");
     let mut bad = 0;
     for c in &cases {
@@ -137,30 +140,6 @@ fn oov_net_matches_onnxruntime() {
 }
 
 #[test]
-fn normalisation_matches_reference() {
-    let fe = front_end();
-    let cases = [
-        ("It is 7:30 pm.", "It is seven thirty P.M."),
-        ("At 5:05 a.m. sharp", "At five oh five A.M. sharp"),
-        ("Meet at 12:00", "Meet at twelve o'clock"),
-        ("Ends 2:30:15", "Ends two thirty and fifteen seconds"),
-        ("At 8:00 AM", "At eight A.M."),
-        ("On 2024-03-04 and 12/25/99", "On March fourth, 2024 and December twenty-fifth, 1999"),
-        ("$5 million and 50¢", "5 million dollars and 50 cents"),
-        ("Chapter IV and Henry VIII", "Chapter 4 and Henry the eighth"),
-        ("Call 555-123-4567", "Call 5 5 5, 1 2 3, 4 5 6 7"),
-        ("3/4 and 5/31 and 13/40", "3 quarters and May thirty-first and 13 slash 40"),
-        ("pages 10-20", "pages 10 to 20"),
-        ("No. 5 and #42", "Number 5 and number 42"),
-        ("Dr. Smith", "Dr Smith"),
-        ("-5°C and 25 kg", "-5 degrees Celsius and 25 kilograms"),
-    ];
-    for (text, want) in cases {
-        assert_eq!(fe.normalize(text), want, "normalize({text:?})");
-    }
-}
-
-#[test]
 fn numbers_read_as_reference() {
     let fe = front_end();
     for (text, want) in [
@@ -174,7 +153,7 @@ fn numbers_read_as_reference() {
 
 #[test]
 fn british_front_end() {
-    let fe = FrontEnd::load_accent(assets(), tch::Device::Cpu, true).expect("load the British front end");
+    let fe = load_front_end(&assets(), Device::Cpu, true).expect("load the British front end");
     assert_eq!(fe.phonemize("Hello there."), "həlˈQ ðˈɛː.");
     // The OOV net (oov_gb.onnx, int8 in the wheel; dequantized here).
     assert_eq!(fe.phonemize("Zyxqwort is a word."), "zˈɪkskwɔːt ɪz ɐ wˈɜːd.");
@@ -185,7 +164,7 @@ fn british_front_end() {
 #[test]
 fn spoken_form_front_end() {
     use speechstream_engine_libtorch::g2p::spoken::{Pronunciation, Pronunciations};
-    let mut fe = FrontEnd::load(assets(), tch::Device::Cpu).expect("load the hibari front end");
+    let mut fe = load_front_end(&assets(), Device::Cpu, false).expect("load the hibari front end");
     let cases = fixture("expected.jsonl");
     let mut same = 0;
     for c in &cases {

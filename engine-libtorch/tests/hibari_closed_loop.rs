@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use speechstream_core::engine::{Engine, EngineEventKind, Failure, RequestId, SynthesisRequest};
-use speechstream_engine_libtorch::{AdmissionMode, HibariEngine, HibariOptions};
+use speechstream_engine_libtorch::{AdmissionMode, EngineOptions, TorchEngine};
 
 /// Connections (`SPEECHSTREAM_CLOSED_LOOP_CONNECTIONS` overrides: the 16, 32, 64),
 /// their starts spread over a second, as a load generator's ramp.
@@ -51,10 +51,10 @@ fn log() {
 /// Runs the closed loop on a fresh engine: `connections` clients, their starts spread evenly
 /// over `spread`, `utterances` each.
 fn closed_loop(admission: AdmissionMode, connections: u64, spread: Duration, utterances: u64) -> Run {
-    let mut options = HibariOptions::new(hibari_assets());
+    let mut options = EngineOptions::new(hibari_assets());
     options.admission = admission;
     options.threads = Some(1);
-    let engine = HibariEngine::new(options).expect("engine");
+    let engine = TorchEngine::new(options).expect("engine");
     let engine = &engine;
     let results: Vec<(u64, Vec<Duration>)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..connections)
@@ -114,7 +114,7 @@ fn closed_loop(admission: AdmissionMode, connections: u64, spread: Duration, utt
 fn a_closed_loop_is_not_refused_where_it_is_served_in_time() {
     let _machine = MACHINE.lock().unwrap_or_else(|p| p.into_inner());
     log();
-    let target = HibariOptions::new(hibari_assets()).pacing.first_audio;
+    let target = EngineOptions::new(hibari_assets()).pacing.first_audio;
     let n = connections();
     let p99_off = closed_loop(AdmissionMode::Off, n, Duration::from_secs(1), UTTERANCES).p99;
     let run = closed_loop(AdmissionMode::Realtime, n, Duration::from_secs(1), UTTERANCES);
@@ -145,7 +145,7 @@ fn burst() -> u64 {
 fn a_burst_of_new_connections_is_delayed_rather_than_refused() {
     let _machine = MACHINE.lock().unwrap_or_else(|p| p.into_inner());
     log();
-    let pacing = HibariOptions::new(hibari_assets()).pacing;
+    let pacing = EngineOptions::new(hibari_assets()).pacing;
     let bound = pacing.first_audio + pacing.max_first_delay();
     let p99_off = closed_loop(AdmissionMode::Off, burst(), Duration::ZERO, 2).p99;
     let run = closed_loop(AdmissionMode::Realtime, burst(), Duration::ZERO, 2);

@@ -1,4 +1,4 @@
-//! HibariEngine end to end through speechstream-core's `Engine` trait: events, word timings from
+//! TorchEngine end to end through speechstream-core's `Engine` trait: events, word timings from
 //! the durations, streaming equal to whole-sentence synthesis, abort, slow consumers, seeds,
 //! batching, invalid requests, and a cheap intelligibility smoke check. Needs `.cache` from
 //! scripts/setup-voice.sh. No timing asserts: waits are generous timeouts only.
@@ -17,20 +17,20 @@ use speechstream_core::engine::{
 };
 use speechstream_engine_libtorch::g2p::FrontEnd;
 use speechstream_engine_libtorch::timing::clean_word;
-use speechstream_engine_libtorch::{chunk_ranges, Hibari, HibariEngine, HibariOptions, NoiseSource};
+use speechstream_engine_libtorch::{chunk_ranges, EngineOptions, Hibari, NoiseSource, TorchEngine};
 use tch::Device;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-fn engine() -> &'static HibariEngine {
-    static ENGINE: OnceLock<HibariEngine> = OnceLock::new();
+fn engine() -> &'static TorchEngine {
+    static ENGINE: OnceLock<TorchEngine> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        let mut options = HibariOptions::new(hibari_assets());
+        let mut options = EngineOptions::new(hibari_assets());
         // Behaviour, not capacity, is tested here: admission (which reads the machine's speed)
         // must not refuse a stream because the tests run side by side.
         options.admission = speechstream_engine_libtorch::AdmissionMode::Off;
         options.threads = Some(1);
-        HibariEngine::new(options).expect("engine")
+        TorchEngine::new(options).expect("engine")
     })
 }
 
@@ -42,7 +42,7 @@ fn reference() -> MutexGuard<'static, (Hibari, FrontEnd)> {
         // in the precision the engine chose, so the engine's audio can be compared
         let model =
             Hibari::load(hibari_assets(), Device::Cpu).and_then(|h| h.with_precision(engine().precision())).unwrap();
-        Mutex::new((model, FrontEnd::load(hibari_assets(), Device::Cpu).unwrap()))
+        Mutex::new((model, speechstream_engine_libtorch::load_front_end(&hibari_assets(), Device::Cpu, false).unwrap()))
     })
     .lock()
     .unwrap_or_else(|p| p.into_inner())

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::hibari_assets;
 use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest};
 use speechstream_engine_libtorch::g2p::{FrontEnd, MAX_CHUNK_PHONEMES, MAX_SENTENCE_CHARS};
-use speechstream_engine_libtorch::{HibariEngine, HibariOptions};
+use speechstream_engine_libtorch::{EngineOptions, TorchEngine};
 
 const MIB: usize = 1 << 20;
 
@@ -45,7 +45,8 @@ fn front_end() -> &'static FrontEnd {
     FE.get_or_init(|| {
         // As the engine runs it (`--threads 1`): the OOV net's small passes only contend for cores.
         tch::set_num_threads(1);
-        FrontEnd::load(hibari_assets(), tch::Device::Cpu).expect("load the hibari front end")
+        speechstream_engine_libtorch::load_front_end(&hibari_assets(), tch::Device::Cpu, false)
+            .expect("load the hibari front end")
     })
 }
 
@@ -110,7 +111,7 @@ impl EventSink for ChannelSink {
     }
 }
 
-fn submit(engine: &HibariEngine, connection: u64, text: &str) -> (RequestId, mpsc::Receiver<EngineEvent>) {
+fn submit(engine: &TorchEngine, connection: u64, text: &str) -> (RequestId, mpsc::Receiver<EngineEvent>) {
     let id = RequestId { connection, utterance: 0 };
     let (tx, rx) = mpsc::channel();
     engine.submit(id, SynthesisRequest::new(text).with_seed(Some(7)), Box::new(ChannelSink(tx)));
@@ -138,14 +139,14 @@ fn completes(rx: &mpsc::Receiver<EngineEvent>, timeout: Duration, what: &str) {
 fn a_megabyte_of_hostile_text_stalls_no_one_and_stops_at_its_abort() {
     // Never dropped: dropping joins the scheduler thread, and a test that fails because that
     // thread is stuck in one request's text must fail, not hang.
-    static ENGINE: OnceLock<HibariEngine> = OnceLock::new();
+    static ENGINE: OnceLock<TorchEngine> = OnceLock::new();
     let engine = ENGINE.get_or_init(|| {
-        let mut options = HibariOptions::new(hibari_assets());
+        let mut options = EngineOptions::new(hibari_assets());
         // Behaviour, not capacity, is tested here: admission (which reads the machine's speed)
         // must not refuse a stream because the tests run side by side.
         options.admission = speechstream_engine_libtorch::AdmissionMode::Off;
         options.threads = Some(1);
-        HibariEngine::new(options).expect("engine")
+        TorchEngine::new(options).expect("engine")
     });
     // Every shape in one utterance, each a run long enough to be a worst case of its own; the
     // punctuation first, as it once held the model's thread for hours.

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use speechstream_core::engine::{Engine, EngineEventKind, Failure, RequestId, SynthesisRequest};
-use speechstream_engine_libtorch::{AdmissionMode, HibariEngine, HibariOptions};
+use speechstream_engine_libtorch::{AdmissionMode, EngineOptions, TorchEngine};
 
 /// Listeners at the least (more on a CPU fast enough to keep up with more).
 const MIN_LISTENERS: u64 = 16;
@@ -27,13 +27,13 @@ const TIMEOUT: Duration = Duration::from_secs(600);
 #[test]
 fn kokoro_listeners_past_capacity_are_refused_instead_of_admitted_late() {
     cached("kokoro/vocab.json", "scripts/setup-voice.sh");
-    let mut options = HibariOptions::new(hibari_assets());
-    options.kokoro_dir = Some(cache().join("kokoro"));
-    options.kokoro_required = true;
+    let mut options = EngineOptions::new(hibari_assets());
+    options.kokoro.dir = Some(cache().join("kokoro"));
+    options.kokoro.required = true;
     options.admission = AdmissionMode::Realtime;
     options.workers = Some(2);
     options.threads = Some(1);
-    let engine = HibariEngine::new(options).expect("engine");
+    let engine = TorchEngine::new(options).expect("engine");
     // One utterance alone, whole (not paced): what a worker computes per second of audio here.
     let (tx, rx) = mpsc::channel();
     let alone = Instant::now();

@@ -27,7 +27,7 @@ use common::Sink;
 use speechstream_core::engine::{Engine, EngineEventKind, RequestId, SynthesisRequest};
 use speechstream_engine_libtorch::kokoro::torchfile::{self, DType};
 use speechstream_engine_libtorch::kokoro::voices::{read_npy, read_npz, read_pt, scan, VoicePack};
-use speechstream_engine_libtorch::{AdmissionMode, HibariEngine, HibariOptions};
+use speechstream_engine_libtorch::{AdmissionMode, EngineOptions, TorchEngine};
 
 fn script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/torchfile").join(name)
@@ -195,7 +195,7 @@ fn a_corrupted_pickle_is_an_error_not_a_panic() {
 }
 
 /// One utterance's audio (24 kHz s16 bytes).
-fn speak(engine: &HibariEngine, id: u64, voice: &str) -> Vec<u8> {
+fn speak(engine: &TorchEngine, id: u64, voice: &str) -> Vec<u8> {
     let (tx, rx) = mpsc::channel();
     let request = SynthesisRequest::new("Good morning.").with_model("kokoro").with_voice(voice);
     engine.submit(RequestId { connection: id, utterance: 0 }, request, Box::new(Sink(tx)));
@@ -220,12 +220,12 @@ fn a_pt_voice_speaks_and_mixes_as_its_npz_twin() {
     // Copies of two packaged voices under other names, beside the npz that holds the originals;
     // one named as a British voice (its language is its name's).
     save_voices(&dir, &["jf_alpha:voices/jf_copy.pt", "jm_kumo:bm_copy.pt:archive:offset"]);
-    let mut options = HibariOptions::new(common::hibari_assets());
-    options.kokoro_dir = Some(dir.clone());
-    options.kokoro_required = true;
+    let mut options = EngineOptions::new(common::hibari_assets());
+    options.kokoro.dir = Some(dir.clone());
+    options.kokoro.required = true;
     options.admission = AdmissionMode::Off;
     options.threads = Some(1);
-    let engine = HibariEngine::new(options).expect("engine");
+    let engine = TorchEngine::new(options).expect("engine");
     let voices = &engine.capabilities().voices;
     for (name, language) in [("jf_copy", "ja"), ("bm_copy", "en-GB")] {
         let voice = voices.iter().find(|v| v.id == name).unwrap_or_else(|| panic!("{name} not listed"));

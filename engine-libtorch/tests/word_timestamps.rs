@@ -37,7 +37,7 @@ use speechstream_core::engine::{
     Engine, EngineEvent, EngineEventKind, OutputKind, RequestId, SynthesisRequest, WordTiming,
 };
 use speechstream_core::resample::{Resampler, SUPPORTED_RATES};
-use speechstream_engine_libtorch::HibariEngine;
+use speechstream_engine_libtorch::TorchEngine;
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -93,17 +93,17 @@ const TIME_AXIS_SEARCH_MS: usize = 30;
 /// A word the aligner places this far from ours at both edges is one it lost, not a timing error.
 const LOST_MS: i64 = 250;
 
-fn engine() -> &'static HibariEngine {
-    static ENGINE: OnceLock<HibariEngine> = OnceLock::new();
+fn engine() -> &'static TorchEngine {
+    static ENGINE: OnceLock<TorchEngine> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        let mut options = speechstream_engine_libtorch::HibariOptions::new(hibari_assets());
+        let mut options = speechstream_engine_libtorch::EngineOptions::new(hibari_assets());
         options.admission = speechstream_engine_libtorch::AdmissionMode::Off;
         options.threads = Some(1);
         let kokoro = common::cache().join("kokoro");
         assert!(kokoro.join("voices_ja.npz").is_file(), "{} missing: run scripts/setup.sh", kokoro.display());
-        options.kokoro_dir = Some(kokoro);
-        options.kokoro_required = true;
-        HibariEngine::new(options).expect("engine")
+        options.kokoro.dir = Some(kokoro);
+        options.kokoro.required = true;
+        TorchEngine::new(options).expect("engine")
     })
 }
 

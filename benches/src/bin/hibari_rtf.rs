@@ -24,8 +24,9 @@ use std::time::Instant;
 
 use clap::Parser;
 use serde_json::json;
-use speechstream_engine_libtorch::g2p::FrontEnd;
-use speechstream_engine_libtorch::{keep_freed_memory, sentence_ranges, Hibari, NoiseSource, Precision};
+use speechstream_engine_libtorch::{
+    keep_freed_memory, load_front_end, sentence_ranges, Hibari, NoiseSource, Precision,
+};
 use tch::Device;
 
 #[derive(Parser)]
@@ -45,13 +46,13 @@ struct Args {
     #[arg(long, default_value_t = 1.0)]
     speed: f32,
     /// Frames (12.5 ms) in the first streamed chunk of the text's first sentence (as the server:
-    /// `HibariOptions::first_chunk_frames`).
+    /// `EngineOptions::first_chunk_frames`).
     #[arg(long, default_value_t = 16)]
     first_frames: usize,
     /// Frames in the second streamed chunk, and in the first of each later sentence.
     #[arg(long, default_value_t = 80)]
     chunk_frames: usize,
-    /// Frames in each later streamed chunk (as the server: `HibariOptions::max_chunk_frames`).
+    /// Frames in each later streamed chunk (as the server: `EngineOptions::max_chunk_frames`).
     #[arg(long, default_value_t = 200)]
     max_chunk_frames: usize,
     #[arg(long, default_value = "ours")]
@@ -111,13 +112,13 @@ fn main() -> ExitCode {
             .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache"), PathBuf::from)
             .join("hibari")
     });
-    keep_freed_memory(); // as the server does (HibariEngine::new)
+    keep_freed_memory(); // as the server does (TorchEngine::new)
     tch::set_num_threads(a.threads);
     tch::set_num_interop_threads(a.threads);
     let t = Instant::now();
     let precision = a.precision;
     let model = Hibari::load(&assets, Device::Cpu).and_then(|h| h.with_precision(precision));
-    let (fe, h) = match (FrontEnd::load(&assets, Device::Cpu), model) {
+    let (fe, h) = match (load_front_end(&assets, Device::Cpu, false), model) {
         (Ok(fe), Ok(h)) => (fe, h),
         (Err(e), _) => {
             eprintln!("hibari-rtf: front end from {}: {e} (run scripts/setup-voice.sh)", assets.display());

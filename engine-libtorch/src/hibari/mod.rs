@@ -15,7 +15,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
-use std::str::FromStr;
 
 use tch::{Device, Kind, Tensor};
 
@@ -51,6 +50,8 @@ mod int8;
 mod load;
 mod precision;
 mod prosody;
+// hibari as a voice family of the engine.
+pub mod serve;
 
 pub use error::HibariError;
 pub(crate) use int8::DecState;

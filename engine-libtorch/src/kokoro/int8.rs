@@ -13,8 +13,8 @@ use super::stats::Stats;
 use crate::cpu::{self, simd_fn};
 use crate::gemm::Packed;
 use crate::onnx::{AttrValue, Node, Tensor as OnnxTensor};
+use crate::precision::Precision;
 use crate::tensor_slices::{f32s as slice_f32, f32s_mut};
-use crate::Precision;
 
 type R<T> = Result<T, String>;
 

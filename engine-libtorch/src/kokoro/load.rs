@@ -11,8 +11,8 @@ use tch::{Device, Kind, Tensor};
 use super::int8::{conv_product, product_weight, Conv, Linear, Lstm};
 use crate::cpu::simd_fn;
 use crate::onnx::{AttrValue, DataType, Model, Node, Tensor as OnnxTensor};
+use crate::precision::Precision;
 use crate::tensor_slices::{f32s, f32s_mut};
-use crate::Precision;
 
 type R<T> = Result<T, String>;
 

@@ -28,7 +28,7 @@ use std::path::Path;
 use tch::{Device, Kind, Tensor};
 
 use crate::onnx::Model;
-use crate::Precision;
+use crate::precision::Precision;
 
 /// Audio samples per duration frame (24 kHz, 40 frames a second).
 pub const SAMPLES_PER_FRAME: usize = 600;

@@ -18,8 +18,8 @@ use super::load::{DepthwiseUp, FloatConv, TmConv, Weights};
 use super::signal;
 use super::stats::Stats;
 use crate::cpu::simd_fn;
+use crate::precision::Precision;
 use crate::tensor_slices::{f32s, f32s_mut};
-use crate::Precision;
 
 type R<T> = Result<T, String>;
 

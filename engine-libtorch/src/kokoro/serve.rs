@@ -1,22 +1,36 @@
-//! Kokoro's voices as the engine's workers serve them, beside hibari's: what a Kokoro voice
-//! is to the scheduler ([`KokoroVoiceModel`]: the shared network, the voice's style table, the
-//! front ends of its language), how a request picks its accent, and how an utterance is cut
-//! so its first audio comes early ([`split_first`]).
+//! Kokoro-82M as a voice family of the engine ([`crate::family`]): its files and voices
+//! ([`KokoroFamily`], from [`crate::kokoro::voices`]), what a Kokoro voice is to the workers
+//! ([`KokoroVoiceModel`]: the shared network, the voice's style table, the front ends of its
+//! languages), how a request picks its accent, and how an utterance is cut so its first audio
+//! comes early ([`split_first`]).
 //!
 //! Kokoro is not causal: a segment's audio comes out whole from one pass over its phonemes.
 //! So an utterance's first segment is short (its first clause, or its first words), and later
 //! ones are sentences; each segment is computed in one round of a worker, then streamed in
-//! chunks as hibari's are.
+//! chunks, slices of it, as hibari's are.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
-use crate::g2p::japanese::{has_japanese_script, Japanese};
+use speechstream_core::config::TaskType;
+use speechstream_core::engine::{voice_mix, EngineCapabilities, Language, SynthesisRequest, Voice};
+
+use crate::chunks::ChunkSizes;
+use crate::family::{
+    cost, guarded, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, Streaming, Style,
+    VoiceModel,
+};
+use crate::g2p::japanese::{has_japanese_script, Japanese, WORD_LIST};
 use crate::g2p::{FrontEnd, Reader, Sentence};
-use crate::kokoro::voices::VoicePack;
-use crate::kokoro::KokoroModel;
+use crate::kokoro::voices::{scan, KokoroFiles, VoicePack};
+use crate::kokoro::{KokoroModel, SAMPLE_RATE};
+use crate::pacing::{Costs, Speed};
+use crate::precision::Precision;
+use crate::timing::Acoustics;
 
 /// The model name Kokoro's voices are served under, as Kokoro-FastAPI names it.
 pub const KOKORO_MODEL_NAME: &str = "kokoro";
@@ -46,19 +60,16 @@ pub trait Network: Send + Sync {
     }
 
     /// The arithmetic it runs.
-    fn precision(&self) -> crate::Precision {
-        crate::Precision::Fp32
+    fn precision(&self) -> Precision {
+        Precision::Fp32
     }
 }
 
 /// Loads the network from `onnx` (a `kokoro-v1.0[.int8].onnx`): [`KokoroModel`] in
 /// `precision` (int8 only on the CPU: fp32 elsewhere).
-pub fn load_network(onnx: &Path, device: tch::Device, precision: crate::Precision) -> Result<Arc<dyn Network>, String> {
-    let precision = if device != tch::Device::Cpu && precision == crate::Precision::Int8 {
-        crate::Precision::Fp32
-    } else {
-        precision
-    };
+pub fn load_network(onnx: &Path, device: tch::Device, precision: Precision) -> Result<Arc<dyn Network>, String> {
+    let precision =
+        if device != tch::Device::Cpu && precision == Precision::Int8 { Precision::Fp32 } else { precision };
     Ok(Arc::new(KokoroModel::load(onnx, device, precision)?))
 }
 
@@ -74,7 +85,7 @@ impl Network for KokoroModel {
         KokoroModel::device(self)
     }
 
-    fn precision(&self) -> crate::Precision {
+    fn precision(&self) -> Precision {
         KokoroModel::precision(self)
     }
 }
@@ -263,10 +274,347 @@ pub fn coarse_durations(durations: &[i64], samples_per_frame: usize) -> Vec<i64>
     out
 }
 
+/// Samples in one of the scheduler's frames (12.5 ms), what its segments are chunked in.
+const CHUNK_FRAME_SAMPLES: usize = 300;
+/// The phonemes ("hello.") the network is warmed with.
+const WARM_PHONEMES: &str = "həlˈO.";
+/// A typical first segment of a Kokoro stream (six words: "The weather today is sunny with,"),
+/// whose warm pass is admission's first measure of Kokoro's cost per phoneme character. A
+/// 6-character input's fixed costs made it twice the real segments' (34 against 17-18 ms a
+/// character on a Xeon with AMX), refusing streams the worker then served on time until real
+/// segments refined it.
+const MEASURE_PHONEMES: &str = "ðə wˈɛðəɹ tədˈA ɪz sˈʌni wɪð,";
+
+/// The Kokoro-82M family.
+pub struct KokoroFamily;
+
+impl Family for KokoroFamily {
+    fn name(&self) -> &str {
+        "kokoro"
+    }
+
+    /// Its voices when [`crate::KokoroOptions::dir`] holds a model file and voices. A directory
+    /// the operator named (or Kokoro alone, hibari's voices off) must have them; the default
+    /// one may not.
+    fn load(&self, context: &LoadContext) -> Result<Option<Loaded>, String> {
+        let options = context.options;
+        let required = options.kokoro.required || !options.hibari.voices;
+        let Some(dir) = options.kokoro.dir.as_deref() else {
+            return if required { Err("Kokoro: no directory of its files".to_owned()) } else { Ok(None) };
+        };
+        let files = scan(dir);
+        // (logged first: a file left out may be why the directory has no voices or model)
+        for skipped in &files.skipped {
+            tracing::warn!("Kokoro file left out: {skipped}");
+        }
+        if files.voices.is_empty() || files.model(false).is_none() {
+            let what = if files.voices.is_empty() { "no voices" } else { "no kokoro-v1.0[.int8].onnx" };
+            if required {
+                return Err(format!("Kokoro: {} has {what} (run scripts/setup-voice.sh kokoro)", dir.display()));
+            }
+            if !files.voices.is_empty() || files.model(false).is_some() {
+                tracing::warn!("Kokoro left out: {} has {what}", dir.display());
+            }
+            return Ok(None);
+        }
+        match load_kokoro(&files, dir, context) {
+            Ok(loaded) => {
+                tracing::info!(voices = loaded.voices.len(), "Kokoro-82M served");
+                Ok(Some(loaded))
+            }
+            Err(e) if required => Err(format!("Kokoro: {e}")),
+            Err(e) => {
+                tracing::warn!("Kokoro left out: {e}");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Its segments cost per phoneme character (the whole network), its chunks (slices of
+    /// computed audio) per audio second.
+    fn costs(&self, speeds: &Speeds) -> Costs {
+        Costs {
+            per_audio_second: cost(&speeds.chunk),
+            per_first_second: cost(&speeds.chunk),
+            per_char: cost(&speeds.segment),
+        }
+    }
+
+    fn streaming(&self) -> Streaming {
+        Streaming::WholeSegments { first_words: FIRST_SEGMENT_WORDS }
+    }
+}
+
+/// Which of Kokoro's front ends to load.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Readers {
+    american: bool,
+    british: bool,
+    japanese: bool,
+}
+
+/// The front ends Kokoro's voices read with: all of them, or, for the one request an engine is
+/// made for ([`crate::EngineOptions::only_request`]) naming Kokoro's voices, those its voice
+/// (each of a mix's) reads its text with.
+fn kokoro_readers(files: &KokoroFiles, only: Option<&SynthesisRequest>) -> Readers {
+    let all = Readers { american: true, british: true, japanese: true };
+    let Some(request) = only else { return all };
+    let Some(parts) = request.voice.as_deref().and_then(voice_mix) else { return all };
+    let mut readers = Readers { american: false, british: false, japanese: false };
+    let language = request.language.as_deref();
+    for (name, _) in parts {
+        // Another voice (an OpenAI name, `default`): what it is is known once resolved.
+        let Some(voice) = files.voices.iter().find(|v| v.name.eq_ignore_ascii_case(name)) else { return all };
+        if reads_japanese(voice.language, language, &request.text) {
+            readers.japanese = true;
+        } else if reads_british(voice.language, language) {
+            readers.british = true;
+        } else {
+            readers.american = true;
+        }
+    }
+    readers
+}
+
+/// Kokoro's voices on one network loaded from `files` (in `dir`), what they can do, and the
+/// precision the network runs in (`auto`'s choice, or fp32 for the fp32 export).
+fn load_kokoro(files: &KokoroFiles, dir: &Path, context: &LoadContext) -> Result<Loaded, String> {
+    let options = context.options;
+    let readers = kokoro_readers(files, options.only_request.as_ref());
+    // `--precision auto` is Kokoro's own auto (not what hibari's probe chose for hibari).
+    let precision = options.precision.unwrap_or_else(|| KokoroModel::auto_precision(options.device));
+    // The hand-written network reads the int8 export's weights (fp32 runs them dequantized); an
+    // fp32 export alone is refused with a clear error at load.
+    let onnx = files.model(false).ok_or("no model file")?;
+    // Kokoro's vocabulary: its own vocab.json when present, else hibari's (the same alphabet,
+    // checked in this module's tests).
+    let hibari_dir = context.front_ends.dir();
+    let vocab_path = Some(dir.join("vocab.json")).filter(|p| p.is_file());
+    let vocab = Arc::new(Vocab::read(&vocab_path.unwrap_or_else(|| hibari_dir.join("vocab.json")))?);
+    // Japanese: Debian's Open JTalk dictionary (or $SPEECHSTREAM_JA_DICTIONARY's) and misaki's
+    // word list beside Kokoro's files; without the dictionary Japanese requests are refused
+    // with what to install, and the rest is served. Read, with the English front ends, while
+    // the network loads.
+    let dictionary = std::env::var_os("SPEECHSTREAM_JA_DICTIONARY").map(std::path::PathBuf::from);
+    let word_list = dir.join(WORD_LIST);
+    let (network, japanese, english) = std::thread::scope(|scope| {
+        let japanese = scope.spawn(|| {
+            if !readers.japanese {
+                return Err("Japanese is not loaded: this engine was made for one request in English".to_owned());
+            }
+            let started = Instant::now();
+            let loaded = Japanese::load(dictionary.as_deref(), &word_list).map(Arc::new);
+            tracing::debug!(s = started.elapsed().as_secs_f64(), "Japanese front end loaded");
+            loaded
+        });
+        // (one English accent at least: every voice holds one; an accent left out, the one
+        // request reading with the other, is the other's)
+        let english = scope.spawn(|| {
+            let american = readers.american || !readers.british;
+            let first = context.front_ends.english(!american)?;
+            let other =
+                if readers.american && readers.british { context.front_ends.english(true)? } else { first.clone() };
+            Ok::<_, String>((first, other))
+        });
+        let started = Instant::now();
+        let network = match load_network(onnx, options.device, precision) {
+            // `auto` chose int8, but the file is the fp32 export: its own arithmetic then.
+            Err(e) if options.precision.is_none() && precision == Precision::Int8 => {
+                tracing::info!(file = %onnx.display(), reason = %e, "Kokoro in fp32");
+                load_network(onnx, options.device, Precision::Fp32)
+            }
+            result => result,
+        };
+        tracing::debug!(s = started.elapsed().as_secs_f64(), "Kokoro's network loaded");
+        let japanese = japanese.join().unwrap_or_else(|_| Err("loading the Japanese front end panicked".to_owned()));
+        let english = english.join().unwrap_or_else(|_| Err("loading the English front end panicked".to_owned()));
+        (network, japanese, english)
+    });
+    let network = network?;
+    let (american, british) = english?;
+    let precision = network.precision();
+    match (&japanese, readers.japanese) {
+        (Ok(ja), _) => tracing::info!(dictionary = %ja.dictionary_dir().display(), "Kokoro reads Japanese"),
+        (Err(e), true) => tracing::warn!("Kokoro reads no Japanese: {e}"),
+        (Err(e), false) => tracing::debug!("Kokoro reads no Japanese: {e}"),
+    }
+    let mut voices = Vec::new();
+    for voice in &files.voices {
+        let mut listed = Voice::new(voice.name.clone()).with_description(voice.description());
+        if let Some(language) = voice.language {
+            listed = listed.with_language(language);
+        }
+        let model = KokoroVoiceModel {
+            network: network.clone(),
+            vocab: vocab.clone(),
+            pack: Arc::new(voice.pack.clone()),
+            language: voice.language,
+            american: american.clone(),
+            british: british.clone(),
+            japanese: japanese.clone(),
+        };
+        voices.push((listed, Arc::new(model) as Arc<dyn VoiceModel>));
+    }
+    let capabilities = EngineCapabilities::new(KOKORO_MODEL_NAME, SAMPLE_RATE)
+        .with_voices(voices.iter().map(|(v, _)| v.clone()).collect::<Vec<Voice>>())
+        .with_languages([Language::new("English", "en"), Language::new("Japanese", "ja")])
+        .with_task_types([TaskType::CustomVoice])
+        .with_instructions(false)
+        .with_word_timestamps(true)
+        .with_mixing(true);
+    // Its default voice: `af_heart` when present, else its first.
+    let default_voice = files
+        .voices
+        .iter()
+        .find(|v| v.name == KOKORO_DEFAULT_VOICE)
+        .or(files.voices.first())
+        .map(|v| v.name.clone())
+        .unwrap_or_default();
+    Ok(Loaded { capabilities, voices, default_voice, precision })
+}
+
+impl VoiceModel for KokoroVoiceModel {
+    fn device(&self) -> tch::Device {
+        self.network.device()
+    }
+
+    fn sample_rate(&self) -> u32 {
+        SAMPLE_RATE
+    }
+
+    fn samples_per_frame(&self) -> usize {
+        CHUNK_FRAME_SAMPLES
+    }
+
+    fn weights(&self) -> usize {
+        Arc::as_ptr(&self.network) as *const () as usize
+    }
+
+    fn char_tokens(&self, phonemes: &str) -> Vec<Option<usize>> {
+        self.vocab.char_tokens(phonemes)
+    }
+
+    fn reader(&self, language: Option<&str>, text: &str) -> Result<Reader, String> {
+        KokoroVoiceModel::reader(self, language, text)
+    }
+
+    /// Its first audio waits for a whole segment: the first is short ([`split_first`]).
+    fn first_segments(&self, mut sentences: Vec<Sentence>) -> Vec<Sentence> {
+        if !sentences.is_empty() {
+            let first = split_first(sentences.remove(0));
+            sentences.splice(0..0, first);
+        }
+        sentences
+    }
+
+    fn mix(&self, parts: &[(&dyn VoiceModel, f32)]) -> Result<Style, String> {
+        let mut packs = Vec::new();
+        for (voice, weight) in parts {
+            let voice = voice.as_any().downcast_ref::<KokoroVoiceModel>().ok_or("only Kokoro's voices mix")?;
+            packs.push((voice.pack.as_ref(), *weight));
+        }
+        Ok(Arc::new(VoicePack::mix(&packs)?))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn acoustics(&self) -> Acoustics {
+        Acoustics::KOKORO
+    }
+
+    /// Each segment's whole audio in one pass of the network (each with its own style), its
+    /// word timings from the predicted durations.
+    fn start(&self, batch: &[SegmentInput]) -> Result<Vec<Result<Segment, String>>, String> {
+        Ok(batch
+            .iter()
+            .map(|s| {
+                let ids = self.vocab.ids(s.phonemes);
+                let style = s.style.and_then(|style| style.downcast_ref::<VoicePack>()).unwrap_or(&self.pack);
+                let speech = guarded(|| self.network.infer(&ids, style.style(ids.len()), s.speed))
+                    .and_then(|r| r.map_err(|e| format!("kokoro: {e}")))?;
+                Ok(Segment {
+                    frames: speech.audio.len().div_ceil(CHUNK_FRAME_SAMPLES),
+                    samples: speech.audio.len(),
+                    durations: coarse_durations(&speech.durations, speech.samples_per_frame),
+                    computed: speech.audio.len(),
+                    state: Box::new(speech.audio),
+                })
+            })
+            .collect())
+    }
+
+    /// Slices of each segment's audio.
+    fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
+        batch
+            .iter()
+            .map(|(state, frames)| {
+                let audio = state.downcast_ref::<Vec<f32>>().ok_or("kokoro: a segment of another family")?;
+                let end = (frames.end * CHUNK_FRAME_SAMPLES).min(audio.len());
+                Ok(audio[(frames.start * CHUNK_FRAME_SAMPLES).min(end)..end].to_vec())
+            })
+            .collect()
+    }
+
+    fn warm_up(&self, _frames: &ChunkSizes<usize>) {
+        let ids = self.vocab.ids(WARM_PHONEMES);
+        let _ = guarded(|| self.network.infer(&ids, self.pack.style(ids.len()), 1.0));
+        let _ = self.american.sentences("Hello there.");
+    }
+
+    /// Warm, a pass over a first segment's worth is its first measure of its cost per
+    /// character (its real segments refine it).
+    fn measure(&self, _frames: &ChunkSizes<usize>, speeds: &mut Speeds) -> Option<Speed> {
+        let ids = self.vocab.ids(MEASURE_PHONEMES);
+        let started = Instant::now();
+        let _ = guarded(|| self.network.infer(&ids, self.pack.style(ids.len()), 1.0));
+        speeds.segment = Speed::new(MEASURE_PHONEMES.chars().count() as f64, started.elapsed().as_secs_f64());
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::g2p::Word;
+    use crate::kokoro::voices::KokoroVoice;
+
+    #[test]
+    fn one_requests_kokoro_voice_loads_only_the_front_ends_it_reads_with() {
+        let voice = |name: &str, language| KokoroVoice {
+            name: name.to_owned(),
+            language: Some(language),
+            pack: VoicePack::new(vec![0.0; 256]).unwrap(),
+            file: "voices.npz".into(),
+        };
+        let files = KokoroFiles {
+            voices: vec![voice("af_heart", "en-US"), voice("bf_emma", "en-GB"), voice("jf_alpha", "ja")],
+            ..KokoroFiles::default()
+        };
+        let readers = |voice: &str, language: Option<&str>, text: &str| {
+            let mut request = SynthesisRequest::new(text).with_voice(voice);
+            if let Some(language) = language {
+                request = request.with_language(language);
+            }
+            let r = kokoro_readers(&files, Some(&request));
+            (r.american, r.british, r.japanese)
+        };
+        let all = (true, true, true);
+        assert_eq!(readers("af_heart", None, "Hello."), (true, false, false));
+        assert_eq!(readers("AF_HEART", Some("en-GB"), "Hello."), (false, true, false));
+        assert_eq!(readers("bf_emma", None, "Hello."), (false, true, false));
+        // a Japanese voice reads English as American, Japanese script (or language ja) as Japanese
+        assert_eq!(readers("jf_alpha", None, "Hello."), (true, false, false));
+        assert_eq!(readers("jf_alpha", None, "今日は。"), (false, false, true));
+        assert_eq!(readers("af_heart", Some("ja"), "Hello."), (false, false, true));
+        assert_eq!(readers("af_heart(2)+bf_emma", None, "Hello."), (true, true, false));
+        // names only resolved later (OpenAI's, `default`, hibari's), and any engine: everything
+        assert_eq!(readers("alloy", None, "Hello."), all);
+        assert_eq!(readers("af_heart+nobody", None, "Hello."), all);
+        let r = kokoro_readers(&files, None);
+        assert_eq!((r.american, r.british, r.japanese), all);
+    }
 
     fn sentence(text: &str) -> Sentence {
         // Phonemes: each word's letters, a space between, punctuation kept.

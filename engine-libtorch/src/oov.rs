@@ -1,17 +1,27 @@
 //! The OOV net (`oov.onnx`, 734,936 parameters) natively in tch: a 4-layer pre-norm transformer
 //! encoder over the word's characters (d 128, 4 heads, GELU feed-forward 384), a final LayerNorm
 //! and a head giving `slots` (4) CTC frames of 54 classes per input character; argmax, collapse
-//! repeats, drop blanks (0).
+//! repeats, drop blanks (0). It is the text front end's ([`speechstream_text`]) guesser for the
+//! words no lexicon has ([`speechstream_text::Oov`]); [`load_front_end`] builds the front end
+//! with it.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use serde_json::Value;
+use speechstream_text::{FrontEnd, G2pError};
 use tch::{Device, Kind, Tensor};
 
-use super::G2pError;
 use crate::onnx::Model;
 use crate::quant::parameters;
+
+/// The English front end of one accent from the hibari assets directory (`.cache/hibari`), with
+/// the OOV net of that accent (`oov.onnx`, or `oov_gb.onnx` when `british`) on `device`
+/// guessing the words no lexicon has: the front end the engine runs.
+pub fn load_front_end(dir: &Path, device: Device, british: bool) -> Result<FrontEnd, G2pError> {
+    let net = OovNet::load(&dir.join(if british { "oov_gb.onnx" } else { "oov.onnx" }), device)?;
+    FrontEnd::load_accent(dir, british, Some(Box::new(net)))
+}
 
 struct Layer {
     n1: (Tensor, Tensor),
@@ -26,7 +36,8 @@ struct Layer {
     l2_b: Tensor,
 }
 
-pub struct Oov {
+/// The OOV net of one accent, loaded on a device.
+pub struct OovNet {
     cin: HashMap<char, i64>,
     cout: Vec<String>,
     maxlen: usize,
@@ -43,9 +54,9 @@ pub struct Oov {
 const D: i64 = 128;
 const HEADS: i64 = 4;
 
-impl Oov {
+impl OovNet {
     /// Loads `<dir>/<name>.onnx` and `<dir>/<name>.json` (name `oov` or `oov_gb`).
-    pub fn load(onnx: &Path, device: Device) -> Result<Oov, G2pError> {
+    pub fn load(onnx: &Path, device: Device) -> Result<OovNet, G2pError> {
         let meta_path = onnx.with_extension("json");
         let meta: Value = serde_json::from_str(
             &std::fs::read_to_string(&meta_path).map_err(|e| G2pError::Io(meta_path.display().to_string(), e))?,
@@ -89,7 +100,7 @@ impl Oov {
                 l2_b: get(&format!("{p}linear2.bias"))?,
             });
         }
-        Ok(Oov {
+        Ok(OovNet {
             cin,
             cout,
             maxlen,
@@ -151,5 +162,11 @@ impl Oov {
             prev = i;
         }
         Some(out)
+    }
+}
+
+impl speechstream_text::Oov for OovNet {
+    fn phonemize(&mut self, word: &str) -> Option<String> {
+        OovNet::phonemize(self, word)
     }
 }

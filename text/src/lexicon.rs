@@ -32,13 +32,17 @@ fn split_runs(s: &str) -> Vec<&str> {
     out
 }
 
+/// The primary stress mark.
 pub const PRIMARY: char = 'ˈ';
+/// The secondary stress mark.
 pub const SECONDARY: char = 'ˌ';
 
+/// A vowel of misaki's alphabet (its diphthongs as one letter: `A`, `I`, `O`, `Q`, `W`, `Y`).
 pub fn is_vowel(c: char) -> bool {
     "AIOQWYaiuæɑɒɔəɛɜɪʊʌᵻ".contains(c)
 }
 
+/// A consonant of misaki's alphabet.
 pub fn is_consonant(c: char) -> bool {
     "bdfhjklmnpstvwzðŋɡɹɾʃʒʤʧθ".contains(c)
 }
@@ -75,6 +79,7 @@ fn is_ordinal(s: &str) -> bool {
     matches!(s, "st" | "nd" | "rd" | "th")
 }
 
+/// misaki's `stress_weight`: the phonemes' length, diphthongs counting two.
 pub fn stress_weight(ps: &str) -> usize {
     ps.chars().map(|c| if is_diphthong(c) { 2 } else { 1 }).sum()
 }
@@ -120,6 +125,7 @@ pub fn apply_stress(ps: &str, stress: Option<f64>) -> String {
     }
 }
 
+/// The coarse class of a Penn Treebank tag (`VERB`, `NOUN`, `ADV`, `ADJ`), or the tag itself.
 pub fn parent_tag(tag: &str) -> &str {
     if tag.starts_with("VB") {
         "VERB"
@@ -137,7 +143,9 @@ pub fn parent_tag(tag: &str) -> &str {
 /// A dictionary entry: a phoneme string, or phonemes by tag (`None`: null in the file).
 #[derive(Debug, Clone, Copy)]
 pub enum Entry<'a> {
+    /// The word's phonemes.
     Word(&'a str),
+    /// Phonemes by tag (`DEFAULT`, `VERB`, `NNP`, ...).
     Pos(&'a HashMap<String, Option<String>>),
 }
 
@@ -219,6 +227,7 @@ impl Dict {
         })
     }
 
+    /// The entry of `w`, else of its capitalised or lowercased form (misaki's case folding).
     pub fn get(&self, w: &str) -> Option<Entry<'_>> {
         if let Some(v) = self.entry(w) {
             return Some(v);
@@ -237,6 +246,7 @@ impl Dict {
         None
     }
 
+    /// Whether [`Dict::get`] finds `w`.
     pub fn has(&self, w: &str) -> bool {
         self.get(w).is_some()
     }
@@ -252,19 +262,27 @@ impl Dict {
 /// Context of the words to the right (misaki `TokenContext`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Ctx {
+    /// Whether the next word starts with a vowel (`None`: punctuation or nothing follows).
     pub future_vowel: Option<bool>,
+    /// Whether the next word is "to".
     pub future_to: bool,
 }
 
 /// What the lexicon needs of a token.
 pub struct LexToken<'a> {
+    /// The token as written.
     pub text: &'a str,
+    /// A word to read instead ("2" between letters reads "to").
     pub alias: Option<&'a str>,
+    /// Its part-of-speech tag (Penn Treebank).
     pub tag: &'a str,
+    /// The currency symbol an amount follows (`$`, `£`, `€`).
     pub currency: Option<&'a str>,
+    /// Whether it starts a word (not a later piece of one split by the tokenizer).
     pub is_head: bool,
 }
 
+/// misaki's lexicon of one accent: the gold and silver dictionaries and the rules around them.
 pub struct Lexicon {
     golds: Dict,
     silvers: Dict,
@@ -272,6 +290,7 @@ pub struct Lexicon {
 }
 
 impl Lexicon {
+    /// The lexicon of the given dictionaries (`british`: misaki's British rules).
     pub fn new(golds: Dict, silvers: Dict, british: bool) -> Lexicon {
         Lexicon { golds, silvers, british }
     }
@@ -369,6 +388,8 @@ impl Lexicon {
         rest == rest.to_uppercase()
     }
 
+    /// misaki's `lookup`: the phonemes of `word` as tagged `tag`, stressed by `stress`, in the
+    /// context of the words after it.
     pub fn lookup(&self, word: &str, tag: Option<&str>, stress: Option<f64>, ctx: Option<&Ctx>) -> Option<String> {
         let mut word = word.to_string();
         let mut is_nnp = false;

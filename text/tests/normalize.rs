@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use speechstream_engine_libtorch::g2p::spoken::{verbalize, Pronunciations, TextOptions};
+use speechstream_text::spoken::{verbalize, Pronunciations, TextOptions};
 
 /// (category, written, expected) of every case.
 fn cases() -> Vec<(String, String, String)> {

@@ -1,15 +1,52 @@
-//! The hibari voice's text front end, natively: sentence and clause splitting as `tts.py` does, and
-//! the G2P of `g2p/` (a port of misaki 0.9.4 without spaCy or espeak): normalise -> tokenise -> tag
-//! -> lexicon -> OOV net -> stress resolution, giving hibari's own phoneme strings. Every sentence
-//! keeps, for each word of the input text, the range of phoneme characters it produced.
+//! speechstream-text: the text front end of speechstream's voices, in plain Rust (no libtorch, no
+//! async runtime). It turns written text into the phoneme strings a voice reads, sentence by
+//! sentence, and keeps, for each word of the input, the range of phonemes it produced (for word
+//! timestamps).
+//!
+//! - [`spoken`]: the spoken-form normaliser (numbers, money, dates and times, units, URLs,
+//!   e-mail addresses, abbreviations, markdown, HTML, emoji, ...), with a request's and the
+//!   server's pronunciations ([`spoken::Pronunciations`]); [`normalize`] is hibari's own
+//!   normalisation, kept for parity checks against its Python package.
+//! - [`FrontEnd`]: English G2P, a port of misaki 0.9.4 without spaCy or espeak: normalise ->
+//!   tokenise ([`tokenize`]) -> tag ([`tagger`]) -> lexicon ([`lexicon`], American or British)
+//!   -> out-of-vocabulary guess -> stress resolution, giving hibari's (and Kokoro's English)
+//!   phoneme strings.
+//! - [`japanese`]: Japanese G2P (Kokoro's Japanese voices): MeCab's analysis ([`mecab`]) over
+//!   Open JTalk's naist-jdic, misaki's kana rules ([`kana`]).
+//! - [`split`]: sentence and clause splitting as hibari's `tts.py` does, within the model's caps
+//!   ([`MAX_SENTENCE_CHARS`], [`MAX_PHONEMES`], [`MAX_CHUNK_PHONEMES`]).
+//! - [`assets`]: reading the voice's lexicons, tagger and tables (gzipped JSON).
+//!
+//! It is not a voice and runs no network. The one neural step of the English front end, the
+//! out-of-vocabulary guesser (misaki's OOV net), is behind the [`Oov`] trait: the engine crate
+//! (speechstream-engine-libtorch) implements it on libtorch and builds the full front end with
+//! it; a [`FrontEnd`] without one leaves the words that no lexicon has unspoken.
+//!
+//! The next languages' front ends go here, each a module beside [`japanese`] giving [`Sentence`]s
+//! with their [`Word`]s, and a variant of [`Reader`]: espeak-ng's readings for the languages it
+//! covers, kept at arm's length (a separate program behind a small trait, as the OOV guesser is,
+//! so that its GPL-3+ stays out of this Apache-2.0 crate), and Mandarin.
+//!
+//! The spoken form needs no assets:
+//!
+//! ```
+//! use speechstream_text::spoken::{verbalize, Pronunciations, TextOptions};
+//! let spoken = verbalize("It costs $3.50.", &TextOptions::default(), &Pronunciations::new());
+//! assert_eq!(spoken.text, "It costs three dollars and fifty cents.");
+//! ```
+//!
+//! The G2P reads the voice's lexicons, tagger and tables (speechstream's scripts/setup-voice.sh
+//! hibari puts them in .cache/hibari):
 //!
 //! ```no_run
-//! # use speechstream_engine_libtorch::g2p::FrontEnd;
-//! let fe = FrontEnd::load(".cache/hibari", tch::Device::Cpu).unwrap();
+//! use speechstream_text::FrontEnd;
+//! let fe = FrontEnd::load(".cache/hibari", None).unwrap(); // no OOV guesser
 //! for s in fe.sentences("Dr. Smith paid $9.99. It's 7:30 pm.") {
 //!     println!("{} -> {}", s.text, s.phonemes);
 //! }
 //! ```
+
+#![warn(missing_docs)]
 
 pub mod assets;
 pub mod japanese;
@@ -18,7 +55,6 @@ pub mod lexicon;
 pub mod mecab;
 pub mod normalize;
 pub mod numbers;
-pub mod oov;
 pub mod pystr;
 pub mod split;
 pub mod spoken;
@@ -28,14 +64,13 @@ pub mod tokenize;
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use fancy_regex::Regex;
 use serde_json::Value;
 
 use lexicon::{apply_stress, is_consonant, is_vowel, stress_weight, Ctx, Dict, LexToken, Lexicon, PRIMARY};
 use normalize::Normalizer;
-use oov::Oov;
 use spoken::{Pronunciations, TextOptions};
 use tagger::Tagger;
 use tokenize::Tokenizer;
@@ -45,7 +80,9 @@ pub use split::{split_clauses, split_sentences, MAX_CHUNK_PHONEMES, MAX_PHONEMES
 /// A front end as a request's job holds it: hibari's English (either accent) or Japanese.
 #[derive(Clone)]
 pub enum Reader {
+    /// The English G2P of one accent.
     English(Arc<FrontEnd>),
+    /// The Japanese front end.
     Japanese(Arc<japanese::Japanese>),
 }
 
@@ -70,7 +107,9 @@ impl Reader {
 /// Errors loading the front end's assets.
 #[derive(Debug)]
 pub enum G2pError {
+    /// A file (named) that could not be read.
     Io(String, std::io::Error),
+    /// A file's content that could not be used, with what was wrong.
     Data(String),
 }
 
@@ -84,6 +123,15 @@ impl std::fmt::Display for G2pError {
 }
 
 impl std::error::Error for G2pError {}
+
+/// A guesser of the phonemes of words that no lexicon has (misaki's OOV net, in the engine crate
+/// on libtorch). [`FrontEnd`] asks it for each alphabetic piece of a word it could not read,
+/// one at a time (it holds it behind a mutex, so an implementation need only be `Send`).
+pub trait Oov: Send {
+    /// The phonemes of `word` (letters, as written: any case, maybe with an apostrophe) in the
+    /// front end's alphabet, or `None` when there is no guess (the piece is then not spoken).
+    fn phonemize(&mut self, word: &str) -> Option<String>;
+}
 
 /// One word (or a run of words read together, like "7:30 pm") of a sentence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,7 +163,9 @@ pub struct Sentence {
 /// char range of the input line it came from.
 #[derive(Debug, Clone)]
 pub struct Phonemized {
+    /// The phoneme string, trimmed.
     pub phonemes: String,
+    /// Per token: (its phoneme char range, the char range of the line it came from).
     pub spans: Vec<(Range<usize>, Range<usize>)>,
 }
 
@@ -304,8 +354,9 @@ pub struct FrontEnd {
     tokenizer: Tokenizer,
     tagger: Tagger,
     lexicon: Lexicon,
-    /// Behind a mutex so the front end is `Sync` (tch tensors are only `Send`).
-    oov: Option<std::sync::Mutex<Oov>>,
+    /// The guesser for words no lexicon has. Behind a mutex so the front end is `Sync` (the
+    /// engine's, on tch tensors, is only `Send`).
+    oov: Option<Mutex<Box<dyn Oov>>>,
     subtoken: Regex,
     fallback_piece: Regex,
     link: Regex,
@@ -332,13 +383,22 @@ fn read_dict(path: &Path) -> Result<Dict, G2pError> {
 }
 
 impl FrontEnd {
-    /// The American front end (the "heart" voice) from the assets directory (`.cache/hibari`).
-    pub fn load(assets: impl AsRef<Path>, device: tch::Device) -> Result<FrontEnd, G2pError> {
-        Self::load_accent(assets, device, false)
+    /// The American front end (the "heart" voice) from the assets directory (`.cache/hibari`),
+    /// with `oov` guessing the words no lexicon has (see [`FrontEnd::load_accent`]).
+    pub fn load(assets: impl AsRef<Path>, oov: Option<Box<dyn Oov>>) -> Result<FrontEnd, G2pError> {
+        Self::load_accent(assets, false, oov)
     }
 
-    /// `british`: misaki's British lexicon and rules and the British OOV net.
-    pub fn load_accent(assets: impl AsRef<Path>, device: tch::Device, british: bool) -> Result<FrontEnd, G2pError> {
+    /// The front end of one accent from the assets directory (`.cache/hibari`: normalisation,
+    /// tokenizer exceptions, tagger, lexicons). `british`: misaki's British lexicon and rules.
+    /// `oov` reads the words that no lexicon has (it should be of the same accent); without one
+    /// their runs of letters are not spoken (their digits and symbols still are), and a word of
+    /// letters only keeps an empty phoneme range.
+    pub fn load_accent(
+        assets: impl AsRef<Path>,
+        british: bool,
+        oov: Option<Box<dyn Oov>>,
+    ) -> Result<FrontEnd, G2pError> {
         let dir: PathBuf = assets.as_ref().to_path_buf();
         let acc = if british { "gb" } else { "us" };
         let normalizer = Normalizer::new(&assets::read_text(&dir.join("normalize.json"))?)?;
@@ -357,8 +417,7 @@ impl FrontEnd {
         let tagger = Tagger::from_json(&assets::read_text(&dir.join("tagger.json.gz"))?)?;
         let gold = read_dict(&dir.join(format!("lexicon_{acc}_gold.json.gz")))?;
         let silver = read_dict(&dir.join(format!("lexicon_{acc}_silver.json.gz")))?;
-        let oov_path = dir.join(if british { "oov_gb.onnx" } else { "oov.onnx" });
-        let oov = Some(std::sync::Mutex::new(Oov::load(&oov_path, device)?));
+        let oov = oov.map(Mutex::new);
         let re = |p: &str| Regex::new(p).map_err(|e| G2pError::Data(format!("regex: {e}")));
         Ok(FrontEnd {
             normalizer,
@@ -441,8 +500,14 @@ impl FrontEnd {
         }
     }
 
-    /// The OOV net, for checks.
-    pub fn oov(&self) -> Option<std::sync::MutexGuard<'_, Oov>> {
+    /// Whether words that no lexicon has are guessed (an [`Oov`] was given at load).
+    pub fn has_oov(&self) -> bool {
+        self.oov.is_some()
+    }
+
+    /// The OOV guesser, if any. A lock poisoned by a panicking guess is taken anyway: each guess
+    /// is of one word, and the engine's net keeps nothing between words.
+    fn oov(&self) -> Option<MutexGuard<'_, Box<dyn Oov>>> {
         self.oov.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
@@ -738,7 +803,7 @@ impl FrontEnd {
             let ps = if first.is_numeric() {
                 self.lexicon.get_number(piece, None, false)
             } else if first.is_alphabetic() {
-                self.oov().and_then(|o| o.phonemize(piece))
+                self.oov().and_then(|mut o| o.phonemize(piece))
             } else {
                 Some(piece.chars().map(symbol_phonemes).collect())
             };

@@ -10,6 +10,7 @@ use super::assets::{Str, StrMap, StrSet};
 use super::pystr::{is_alpha, is_digit_str, is_lower, is_upper, last_chars};
 use super::G2pError;
 
+/// The averaged perceptron of `tagger.json.gz`: Penn Treebank tags for a sentence's words.
 pub struct Tagger {
     tagdict: StrMap<String>,
     tags: Vec<String>,

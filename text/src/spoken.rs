@@ -39,8 +39,11 @@ pub enum Emoji {
 /// emoji dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TextOptions {
+    /// Inline code (`` `x` ``).
     pub code_spans: Code,
+    /// Fenced code blocks.
     pub code_blocks: Code,
+    /// Emoji.
     pub emoji: Emoji,
 }
 
@@ -53,7 +56,9 @@ impl Default for TextOptions {
 /// How one word is to be said: phonemes in the voice's alphabet, or a respelling in letters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pronunciation {
+    /// Phonemes in the voice's alphabet, used as they are.
     Phonemes(String),
+    /// Words to read instead ("engine x" for "nginx").
     Respelling(String),
 }
 
@@ -75,18 +80,22 @@ pub struct Pronunciations {
 }
 
 impl Pronunciations {
+    /// None.
     pub fn new() -> Pronunciations {
         Pronunciations::default()
     }
 
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
 
+    /// The number of words.
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
+    /// Says `word` as `p` (over an earlier entry of the same word).
     pub fn insert(&mut self, word: &str, p: Pronunciation) {
         self.map.insert(word.to_string(), p);
     }
@@ -98,6 +107,7 @@ impl Pronunciations {
         Pronunciations { map }
     }
 
+    /// The words and their pronunciations, in no order.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Pronunciation)> {
         self.map.iter()
     }

@@ -15,11 +15,14 @@ use super::G2pError;
 /// A string with, for each char, the char range of the original text it came from.
 #[derive(Debug, Clone)]
 pub struct Tracked {
+    /// The text.
     pub text: String,
+    /// Per char of `text`, the char range of the original it came from.
     pub origin: Vec<Range<usize>>,
 }
 
 impl Tracked {
+    /// `text` as it is: each char from itself.
     pub fn new(text: &str) -> Tracked {
         Tracked { text: text.to_string(), origin: (0..text.chars().count()).map(|i| i..i + 1).collect() }
     }
@@ -115,6 +118,7 @@ fn re(p: &str) -> Result<Regex, G2pError> {
 pub struct Normalizer {
     months: HashMap<String, String>,
     month_names: Vec<String>,
+    /// Titles ("Dr", "Mr", ...) and how they are read; a title's stop ends no sentence.
     pub titles: HashMap<String, String>,
     abbrev: HashMap<String, String>,
     units: HashMap<String, (String, String)>,
@@ -194,6 +198,7 @@ fn symbol_order(raw: &str) -> Vec<String> {
 }
 
 impl Normalizer {
+    /// The normaliser of `normalize.json`'s text.
     pub fn new(raw_json: &str) -> Result<Normalizer, G2pError> {
         let v: Value = serde_json::from_str(raw_json).map_err(|e| G2pError::Data(format!("normalize.json: {e}")))?;
         let months_v = v.get("months").and_then(Value::as_object).ok_or_else(|| G2pError::Data("months".into()))?;

@@ -55,10 +55,12 @@ impl<V> Default for StrMap<V> {
 }
 
 impl<V> StrMap<V> {
+    /// The number of entries.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// Whether it has no entry.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -82,11 +84,13 @@ impl<V> StrMap<V> {
         }
     }
 
+    /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<&V> {
         let e = self.slots[self.slot(key, hash_str(key) as u32)].1;
         (e != 0).then(|| &self.entries[e as usize - 1].2)
     }
 
+    /// Whether `key` has a value.
     pub fn contains_key(&self, key: &str) -> bool {
         self.get(key).is_some()
     }
@@ -151,6 +155,7 @@ impl<'de, V: Deserialize<'de>> Deserialize<'de> for StrMap<V> {
 pub struct StrSet(StrMap<()>);
 
 impl StrSet {
+    /// Whether `key` is in the set.
     pub fn contains(&self, key: &str) -> bool {
         self.0.contains_key(key)
     }

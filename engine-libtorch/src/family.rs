@@ -1,0 +1,273 @@
+//! The contract between the engine and a voice family: everything the engine, its workers and
+//! admission know of a family is what [`Family`] and [`VoiceModel`] say. hibari
+//! (`crate::hibari::serve`) and Kokoro-82M (`crate::kokoro::serve`) implement it; the engine
+//! lists them in [`crate::families`], and an embedder (or a test) may bring its own with
+//! [`crate::TorchEngine::with_families`]. docs/architecture.md, "Adding a voice family", walks
+//! through one.
+//!
+//! A family's work for one stream, as the workers drive it:
+//! 1. **Text.** The voice's [`VoiceModel::reader`] (a text front end of `speechstream-text`)
+//!    cuts the request's text into sentences and phonemes; [`VoiceModel::first_segments`] may
+//!    cut the first sentence shorter, so a family that computes a segment whole sends its first
+//!    audio early.
+//! 2. **Segments.** [`VoiceModel::start`] takes a batch of segments (one per stream, same voice)
+//!    and returns what each needs to make its audio ([`Segment`]: its length in frames, its
+//!    durations for word timings, and the family's own state), in one pass where it can batch.
+//! 3. **Chunks.** [`VoiceModel::chunks`] makes the next chunk of a batch of segments, each a
+//!    range of frames cut by the engine's one chunk rule (`crate::chunks`): a causal family
+//!    decodes it (hibari), a non-causal one slices audio it computed whole (Kokoro).
+//!
+//! Admission costs each family's streams by its own measured speeds ([`Speeds`], turned into
+//! [`Costs`] by [`Family::costs`]) and by how its first audio comes ([`Streaming`]).
+
+use std::any::Any;
+use std::ops::Range;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use speechstream_core::engine::{EngineCapabilities, Voice};
+use tch::Device;
+
+use crate::chunks::ChunkSizes;
+use crate::g2p::{FrontEnd, Reader, Sentence};
+use crate::options::EngineOptions;
+use crate::pacing::{Costs, Speed};
+use crate::precision::Precision;
+use crate::timing::Acoustics;
+
+/// A family's state for one segment (what its [`VoiceModel::chunks`] reads), opaque to the
+/// engine.
+pub type SegmentState = Box<dyn Any + Send>;
+/// A voice's style for one request (a mix of voices, [`VoiceModel::mix`]), opaque to the engine.
+pub type Style = Arc<dyn Any + Send + Sync>;
+
+/// One voice family: how its voices are found and loaded, and what its work costs.
+pub trait Family: Send + Sync {
+    /// Its name, for logs and errors (`hibari`).
+    fn name(&self) -> &str;
+
+    /// Loads its voices as `options` ask; `Ok(None)`: nothing of it to serve (not asked for, or
+    /// its default files absent: say why in a log line). An error stops the engine: give it when
+    /// the operator named files that are missing or broken.
+    fn load(&self, context: &LoadContext) -> Result<Option<Loaded>, String>;
+
+    /// Admission's costs of its streams on a worker that measured `speeds` for it.
+    fn costs(&self, speeds: &Speeds) -> Costs;
+
+    /// How its first audio comes ([`Streaming`]).
+    fn streaming(&self) -> Streaming {
+        Streaming::Chunked
+    }
+}
+
+/// How a family's audio comes, as admission models it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Streaming {
+    /// Causal: each chunk computed on its own, after a segment's pass (hibari's prosody).
+    Chunked,
+    /// Each segment's audio computed whole; the first segment is at most the text's first
+    /// `first_words` words ([`VoiceModel::first_segments`]), and the first audio waits for it.
+    WholeSegments { first_words: usize },
+}
+
+/// What a family loads with: the engine's options and the text front ends every family shares.
+pub struct LoadContext<'a> {
+    pub options: &'a EngineOptions,
+    pub front_ends: &'a FrontEnds,
+}
+
+/// A family's voices, loaded.
+pub struct Loaded {
+    /// What it serves (model names, voices, languages, ...): the core checks and routes each
+    /// request against it.
+    pub capabilities: EngineCapabilities,
+    /// Each voice as it is declared, and as the workers run it.
+    pub voices: Vec<(Voice, Arc<dyn VoiceModel>)>,
+    /// The voice a request naming only the family's model gets.
+    pub default_voice: String,
+    /// The arithmetic its networks run in (what `auto` chose).
+    pub precision: Precision,
+}
+
+/// One loaded voice as the workers run it. Shared by every worker: `&self` only.
+pub trait VoiceModel: Send + Sync {
+    /// Where it runs.
+    fn device(&self) -> Device;
+
+    /// Its audio's sample rate.
+    fn sample_rate(&self) -> u32;
+
+    /// Samples in one of the frames its segments are counted and chunked in (12.5 ms: 300 at
+    /// 24 kHz).
+    fn samples_per_frame(&self) -> usize;
+
+    /// The weights it runs on: voices that return the same value share them (one warm-up pass
+    /// warms them all).
+    fn weights(&self) -> usize;
+
+    /// The token each phoneme character gives (`None` where its vocabulary has none), counting
+    /// a leading boundary token as 0: word timings and the pronunciation checks read it.
+    fn char_tokens(&self, phonemes: &str) -> Vec<Option<usize>>;
+
+    /// Whether `phonemes` hold anything it can say (a sentence without is skipped).
+    fn speakable(&self, phonemes: &str) -> bool {
+        self.char_tokens(phonemes).iter().any(Option::is_some)
+    }
+
+    /// The text front end that reads `text` for a request in `language` (the core has refused
+    /// the languages its capabilities lack), or why it cannot.
+    fn reader(&self, language: Option<&str>, text: &str) -> Result<Reader, String>;
+
+    /// An utterance's first sentences, recut so its first audio comes early (a family that
+    /// computes a segment whole cuts the first short). By default as they are.
+    fn first_segments(&self, sentences: Vec<Sentence>) -> Vec<Sentence> {
+        sentences
+    }
+
+    /// A style mixing `parts` (voices of this family, with weights), for a request naming a
+    /// mix; by default, voices do not mix.
+    fn mix(&self, parts: &[(&dyn VoiceModel, f32)]) -> Result<Style, String> {
+        let _ = parts;
+        Err("this voice cannot be mixed".to_owned())
+    }
+
+    /// The voice as `Any`, for [`VoiceModel::mix`] to read the other voices of its family.
+    fn as_any(&self) -> &dyn Any;
+
+    /// How its audio leads its durations, for word timings.
+    fn acoustics(&self) -> Acoustics;
+
+    /// Starts a batch of segments (one per stream): each one's [`Segment`], or why it failed.
+    /// An error for the whole batch fails every stream in it. Panics (libtorch's exceptions)
+    /// are caught by the caller and fail the batch.
+    fn start(&self, batch: &[SegmentInput]) -> Result<Vec<Result<Segment, String>>, String>;
+
+    /// The next chunk of each of a batch of segments: `(state, frames)`, the frames counted
+    /// from the segment's start (the last chunk may end past its samples: cut it there).
+    fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String>;
+
+    /// Runs a short sentence through its networks, so that the first request does not pay for
+    /// libtorch's first passes.
+    fn warm_up(&self, frames: &ChunkSizes<usize>);
+
+    /// Warm, measures what its work costs on this thread (admission's first figures, refined
+    /// by the work it does), into `speeds`; returns the speed of a whole utterance, audio
+    /// seconds per second, where it measured one.
+    fn measure(&self, frames: &ChunkSizes<usize>, speeds: &mut Speeds) -> Option<Speed>;
+}
+
+/// One segment to start.
+pub struct SegmentInput<'a> {
+    pub phonemes: &'a str,
+    /// The speaking rate (1 natural).
+    pub speed: f32,
+    /// The request's seed, and which of its segments this is (their noise streams).
+    pub seed: u64,
+    pub index: u64,
+    /// The request's style, if it named a mix ([`VoiceModel::mix`]).
+    pub style: Option<&'a Style>,
+}
+
+/// A started segment.
+pub struct Segment {
+    /// Its length in the voice's frames (what its chunks are cut from).
+    pub frames: usize,
+    /// Its length in samples.
+    pub samples: usize,
+    /// Frames of 600 samples per token (both boundary tokens included), for word timings.
+    pub durations: Vec<i64>,
+    /// Samples of audio computed while starting it (a family that computes segments whole).
+    pub computed: usize,
+    pub state: SegmentState,
+}
+
+/// What a worker measured of one family's work: decaying speeds that admission's costs are
+/// made of ([`Family::costs`]).
+#[derive(Clone, Debug)]
+pub struct Speeds {
+    /// Audio seconds per second of its rounds of chunks (after an utterance's first).
+    pub chunk: Speed,
+    /// Audio seconds per second of its rounds of utterances' first chunks.
+    pub first: Speed,
+    /// Phoneme characters per second of its rounds of segments (the front end and the segment
+    /// pass).
+    pub segment: Speed,
+    /// Phoneme characters its front end made of a character of text (decaying totals:
+    /// phonemes, text).
+    pub phonemes_per_char: (f64, f64),
+}
+
+impl Default for Speeds {
+    fn default() -> Speeds {
+        Speeds {
+            chunk: Speed::new(1.0, 1.0),
+            first: Speed::new(1.0, 1.0),
+            segment: Speed::new(1.0, 0.0),
+            phonemes_per_char: (1.0, 1.0),
+        }
+    }
+}
+
+/// Seconds of compute per unit of `speed` (audio second, or character).
+pub fn cost(speed: &Speed) -> f64 {
+    1.0 / speed.factor().max(1e-9)
+}
+
+/// The English front ends every family shares, each loaded once, when a family first asks for
+/// it: misaki's American and British G2P with hibari's OOV nets, from the options' assets
+/// directory, with the server's pronunciations and text options.
+pub struct FrontEnds {
+    dir: std::path::PathBuf,
+    device: Device,
+    pronunciations: crate::g2p::spoken::Pronunciations,
+    text: crate::g2p::spoken::TextOptions,
+    english: [OnceLock<Result<Arc<FrontEnd>, String>>; 2],
+}
+
+impl FrontEnds {
+    pub fn new(options: &EngineOptions) -> FrontEnds {
+        FrontEnds {
+            dir: options.assets_dir.clone(),
+            device: options.device,
+            pronunciations: options.pronunciations.clone(),
+            text: options.text,
+            english: [OnceLock::new(), OnceLock::new()],
+        }
+    }
+
+    /// The directory of their files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The English front end of one accent (`british`), loaded on first use.
+    pub fn english(&self, british: bool) -> Result<Arc<FrontEnd>, String> {
+        self.english[usize::from(british)]
+            .get_or_init(|| {
+                let started = std::time::Instant::now();
+                let loaded = crate::oov::load_front_end(&self.dir, self.device, british)
+                    .map(|mut fe| {
+                        fe.set_pronunciations(self.pronunciations.clone());
+                        fe.set_text_options(self.text);
+                        Arc::new(fe)
+                    })
+                    .map_err(|e| format!("the English text front end: {e}"));
+                tracing::debug!(s = started.elapsed().as_secs_f64(), british, "front end loaded");
+                loaded
+            })
+            .clone()
+    }
+}
+
+/// Runs model code, turning a panic (tch turns libtorch's C++ exceptions, such as running out
+/// of device memory, into panics) into an error message.
+pub fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("unknown error");
+        format!("the voice failed: {}", what.lines().next().unwrap_or(what))
+    })
+}
