@@ -564,8 +564,11 @@ impl VoiceModel for KokoroVoiceModel {
     }
 
     /// Warm, a pass over a first segment's worth is its first measure of its cost per
-    /// character (its real segments refine it).
+    /// character (its real segments refine it); its chunks, slices of computed audio, cost
+    /// nothing until their rounds are measured.
     fn measure(&self, _frames: &ChunkSizes<usize>, speeds: &mut Speeds) -> Option<Speed> {
+        speeds.chunk = Speed::new(1.0, 0.0);
+        speeds.first = Speed::new(1.0, 0.0);
         let ids = self.vocab.ids(MEASURE_PHONEMES);
         let started = Instant::now();
         let _ = guarded(|| self.network.infer(&ids, self.pack.style(ids.len()), 1.0));
