@@ -2,7 +2,8 @@
 # Set up everything speechstream needs on a fresh Debian machine, idempotently:
 # Debian packages (decoders for the tests, libopus for the encoder, chromium for the
 # playground's browser test), the reference server's Python venv (for differential tests and
-# benchmarks), the browser test's npm packages, and a release build.
+# benchmarks), the browser test's npm packages, espeak-ng's helper program (tools/espeak-phonemes,
+# built against Debian's libespeak-ng), and a release build.
 #
 #   scripts/setup.sh            # then: target/release/speechstream serve
 set -euo pipefail
@@ -53,6 +54,9 @@ scripts/setup-asr.sh
 
 say "Whisper base for the tests that check what a voice says (.venv-whisper, .cache/whisper-base)"
 scripts/setup-whisper.sh
+
+say "espeak-ng's helper (tools/espeak-phonemes, GPL-3.0-or-later, a separate program against Debian's libespeak-ng)"
+cargo build --release --quiet --manifest-path tools/espeak-phonemes/Cargo.toml
 
 say "building target/release/speechstream"
 cargo build --release --quiet --bin speechstream

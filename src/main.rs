@@ -801,15 +801,7 @@ fn voice_names(engine: &dyn Engine) -> Vec<String> {
 /// limits and idle timeout, and the voices as the engine declares them (language, description;
 /// hibari's from its voices.json).
 fn wyoming_options(args: &ServeArgs, capabilities: &EngineCapabilities) -> WyomingOptions {
-    let voices = capabilities
-        .voices
-        .iter()
-        .map(|voice| WyomingVoice {
-            name: voice.id.clone(),
-            description: voice.description.clone(),
-            languages: vec![voice.language.clone().unwrap_or_else(|| "en".to_owned())],
-        })
-        .collect();
+    let voices = capabilities.voices.iter().map(|voice| WyomingVoice::of(voice, "en")).collect();
     let engine = match args.engine {
         EngineKind::Hibari if capabilities.models.len() > 1 => "the hibari voice and Kokoro-82M",
         EngineKind::Hibari => "the hibari voice",

@@ -161,8 +161,8 @@ fn a_dropped_in_voices_bin_is_listed_and_served_on_every_protocol() {
     assert!(playground.contains("\"af_heart\"") && playground.contains("\"kokoro\""), "{playground}");
     let listed = wyoming_voices(server.wyoming_addr());
     let language = |name: &str| listed.iter().find(|(n, _)| n == name).map(|(_, l)| l.clone());
-    assert_eq!(language("af_heart"), Some(vec!["en-US".to_owned()]), "{listed:?}");
-    assert_eq!(language("bm_lewis"), Some(vec!["en-GB".to_owned()]), "{listed:?}");
+    assert_eq!(language("af_heart"), Some(vec!["en_US".to_owned()]), "{listed:?}");
+    assert_eq!(language("bm_lewis"), Some(vec!["en_GB".to_owned()]), "{listed:?}");
     assert!(language("heart").is_some(), "{listed:?}");
 
     // HTTP: the model alone gets Kokoro's default voice; by voice; a mix; lang_code.
@@ -184,13 +184,15 @@ fn a_dropped_in_voices_bin_is_listed_and_served_on_every_protocol() {
     let british = pcm(json!({"voice": "bm_lewis"}));
     assert_ne!(british, lewis, "bm_lewis reads British English unless asked otherwise");
     assert_eq!(pcm(json!({"voice": "bm_lewis", "language": "en-GB"})), british);
-    // A language without a front end here, refused naming it; Japanese is read when asked,
-    // by an English voice too (`lang_code` j).
+    // A language without a front end here, refused naming it; Japanese and French are read
+    // when asked, by an English voice too (`lang_code` j).
     let (status, _, body) =
-        post_json(addr, "/v1/audio/speech", &json!({"input": text, "voice": "af_heart", "language": "fr"}));
+        post_json(addr, "/v1/audio/speech", &json!({"input": text, "voice": "af_heart", "language": "de"}));
     let body = String::from_utf8_lossy(&body);
     assert_eq!(status, 400, "{body}");
-    assert!(body.contains("'fr'") && body.contains("kokoro"), "{body}");
+    assert!(body.contains("'de'") && body.contains("kokoro"), "{body}");
+    let french = pcm(json!({"input": "Bonjour, comment allez-vous ?", "voice": "af_heart", "language": "fr"}));
+    assert!(french.len() > 24_000, "{} bytes of French", french.len());
     let japanese = pcm(json!({"input": "こんにちは。", "voice": "af_heart", "lang_code": "j"}));
     assert!(japanese.len() > 24_000, "{} bytes of Japanese", japanese.len());
     let (status, _, _) = post_json(addr, "/v1/audio/speech", &json!({"input": text, "voice": "af_heart+nobody"}));
@@ -429,6 +431,75 @@ fn say_with_a_kokoro_voice_needs_no_hibari_model() {
         let _ = std::fs::remove_file(path);
     }
     let _ = std::fs::remove_dir_all(&front_end);
+}
+
+/// Kokoro's languages beyond English and Japanese, with the voice kokoro-onnx's
+/// `voices-v1.0.bin` gives each and a sentence in it.
+const LANGUAGES: [(&str, &str, &str); 6] = [
+    ("ef_dora", "es_ES", "Hola, ¿cómo estás? Hoy es el 3 de mayo."),
+    ("ff_siwis", "fr_FR", "Bonjour, comment allez-vous ? Il est 8 heures."),
+    ("hf_alpha", "hi_IN", "नमस्ते, आप कैसे हैं?"),
+    ("if_sara", "it_IT", "Ciao, come stai? Oggi piove a Roma."),
+    ("pf_dora", "pt_BR", "Olá, tudo bem? Hoje faz 30 graus."),
+    ("zf_xiaobei", "zh_CN", "你好，今天天气很好。我们去公园吧。"),
+];
+
+// Every language of a dropped-in `voices-v1.0.bin` (its voices made from the packaged
+// jf_alpha's table), served by voice on HTTP, listed by language on HTTP and Wyoming, read in the
+// voice's own language by default and in another when asked; without espeak-ng's program, its
+// languages are a clear per-request error and the rest is served.
+#[test]
+fn every_language_of_a_voices_bin_is_listed_and_served() {
+    let packaged = cache().join("kokoro");
+    let dir = std::env::temp_dir().join(format!("speechstream-kokoro-languages-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(packaged.join("kokoro-v1.0.int8.onnx"), dir.join("kokoro-v1.0.int8.onnx")).unwrap();
+    let entries = read_npz(&packaged.join("voices_ja.npz")).expect("voices_ja.npz");
+    let table = entries.iter().find(|(n, _)| n == "jf_alpha.npy").map(|(_, b)| b.as_slice()).expect("jf_alpha");
+    let names: Vec<String> = LANGUAGES.iter().map(|(voice, _, _)| format!("{voice}.npy")).collect();
+    let files: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), table)).collect();
+    std::fs::write(dir.join("voices-v1.0.bin"), npz(&files)).unwrap();
+
+    let server = start(&dir, &["--wyoming-port", "0"]);
+    let addr = server.addr;
+    let (_, voices) = process::get(addr, "/v1/audio/voices", "");
+    let voices: Value = serde_json::from_str(&voices).unwrap();
+    let listed = wyoming_voices(server.wyoming_addr());
+    for (voice, wyoming, text) in LANGUAGES {
+        // Listed with its language: BCP 47 on HTTP, as wyoming-piper writes it on Wyoming.
+        assert_eq!(voices["languages"][voice], wyoming.replace('_', "-"), "{voices}");
+        let language = listed.iter().find(|(n, _)| n == voice).map(|(_, l)| l.clone());
+        assert_eq!(language, Some(vec![wyoming.to_owned()]), "{listed:?}");
+        // Read in its own language; the same voice asked for English reads it otherwise.
+        let own = speech(addr, json!({"input": text, "voice": voice, "response_format": "pcm"}));
+        assert!(own.len() > 48_000, "{voice}: {} bytes", own.len());
+        let code = wyoming.split('_').next().unwrap();
+        let asked = speech(addr, json!({"input": text, "voice": voice, "language": code, "response_format": "pcm"}));
+        assert_eq!(asked, own, "{voice}: its own language by default");
+    }
+    let english =
+        speech(addr, json!({"input": "Good morning.", "voice": "ef_dora", "language": "en", "response_format": "pcm"}));
+    let spanish = speech(addr, json!({"input": "Good morning.", "voice": "ef_dora", "response_format": "pcm"}));
+    assert_ne!(english, spanish, "ef_dora reads Spanish unless asked for English");
+    // English asked of text with no Latin letter: an error naming the way out, not silence.
+    let (status, _, body) =
+        post_json(addr, "/v1/audio/speech", &json!({"input": "你好。", "voice": "ef_dora", "language": "en"}));
+    let body = String::from_utf8_lossy(&body);
+    assert!(status >= 400 && body.contains("language"), "{status} {body}");
+    drop(server);
+
+    // No espeak-ng program: its languages are refused, saying what to install; Mandarin is served.
+    let args = ["--kokoro-dir", dir.to_str().unwrap(), "--admission", "off", "--workers", "1", "--device", "cpu"];
+    let server =
+        Server::start_under(&["env", "SPEECHSTREAM_ESPEAK_PHONEMES=/nonexistent/espeak-phonemes"], "hibari", &args);
+    let (status, _, body) = post_json(server.addr, "/v1/audio/speech", &json!({"input": "Hola.", "voice": "ef_dora"}));
+    let body = String::from_utf8_lossy(&body);
+    assert!(status >= 400 && body.contains("espeak-ng"), "{status} {body}");
+    let zh = speech(server.addr, json!({"input": "你好。", "voice": "zf_xiaobei", "response_format": "pcm"}));
+    assert!(zh.len() > 12_000, "{} bytes of Mandarin", zh.len());
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 // `--voices-dir DIR` names every family's folder at once (DIR/hibari, DIR/kokoro): the same

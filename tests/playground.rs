@@ -1,10 +1,13 @@
 //! The browser playground (`GET /`) in a real browser: starts `speechstream serve` with the
-//! synthetic engine on free loopback ports and runs tests/browser/playground.test.mjs (node's
-//! test runner driving Debian's chromium through playwright-core) against them.
+//! synthetic engine on free loopback ports, and once with real voices that declare their
+//! languages (hibari's `heart`, American English, beside the packaged Japanese Kokoro voices, on
+//! the CPU), and runs tests/browser/playground.test.mjs (node's test runner driving Debian's
+//! chromium through playwright-core) against them.
 //!
-//! Needs node 20+, chromium (`/usr/bin/chromium`, or `$CHROMIUM`) and `node_modules/`, all
-//! installed by scripts/setup.sh. Set SPEECHSTREAM_SKIP_BROWSER_TESTS=1 to skip it on a machine
-//! without them; SPEECHSTREAM_UPDATE_SCREENSHOT=1 to rewrite docs/playground.png.
+//! Needs node 20+, chromium (`/usr/bin/chromium`, or `$CHROMIUM`), `node_modules/` and the voices
+//! in `.cache/` (hibari/, kokoro/; or `$SPEECHSTREAM_CACHE`), all installed by scripts/setup.sh.
+//! Set SPEECHSTREAM_SKIP_BROWSER_TESTS=1 to skip it on a machine without them;
+//! SPEECHSTREAM_UPDATE_SCREENSHOT=1 to rewrite docs/playground.png.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -28,9 +31,14 @@ struct Server {
 }
 
 impl Server {
+    /// `speechstream serve` with the synthetic engine and `extra`.
     fn start(extra: &[&str]) -> Server {
+        Server::start_engine("synthetic", extra)
+    }
+
+    fn start_engine(engine: &str, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_speechstream"))
-            .args(["serve", "--engine", "synthetic", "--host", "127.0.0.1", "--port", "0"])
+            .args(["serve", "--engine", engine, "--host", "127.0.0.1", "--port", "0"])
             .args(extra)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -75,6 +83,23 @@ impl Drop for Server {
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The voices' folders (hibari/, kokoro/), as scripts/setup.sh lays them out.
+fn cache() -> PathBuf {
+    std::env::var_os("SPEECHSTREAM_CACHE").map_or_else(|| root().join(".cache"), PathBuf::from)
+}
+
+/// A server whose voices declare their languages: hibari's `heart` (en-US, from its
+/// voices.json) and the packaged Kokoro voices (`jf_alpha`, ...: ja), on the CPU.
+fn start_with_languages() -> Server {
+    let cache = cache();
+    for file in ["hibari/hibari.onnx", "kokoro/kokoro-v1.0.int8.onnx", "kokoro/voices_ja.npz"] {
+        let path = cache.join(file);
+        assert!(path.is_file(), "the browser tests need {}: {SETUP_HINT}", path.display());
+    }
+    let cache = cache.to_str().expect("a UTF-8 cache path");
+    Server::start_engine("hibari", &["--voices-dir", cache, "--device", "cpu", "--workers", "1", "--admission", "off"])
 }
 
 /// Node's major version, or why there is no usable node.
@@ -148,6 +173,7 @@ fn playground_works_in_chromium() {
     let fast = Server::start(&[]);
     let paced = Server::start(&["--synthetic-real-time-factor", "1.0"]);
     let keyed = wants_api_key_flag().then(|| Server::start(&["--api-key", API_KEY]));
+    let languages = start_with_languages();
     if keyed.is_none() {
         eprintln!("this build has no `serve --api-key`: the browser test's API key case is skipped");
     }
@@ -162,6 +188,7 @@ fn playground_works_in_chromium() {
         .args(["--test", "--test-reporter=spec", "--test-timeout=120000", "tests/browser/playground.test.mjs"])
         .env("PLAYGROUND_URL", &fast.url)
         .env("PLAYGROUND_PACED_URL", &paced.url)
+        .env("PLAYGROUND_LANGUAGES_URL", &languages.url)
         .env("PLAYGROUND_SCREENSHOT", &screenshot)
         .env("CHROMIUM", &chromium);
     if let Some(keyed) = &keyed {
@@ -169,7 +196,11 @@ fn playground_works_in_chromium() {
     }
     let (status, output) = run_with_limit(node, BROWSER_TESTS);
     let server_logs = || {
-        [&fast, &paced].into_iter().chain(keyed.as_ref()).map(|s| s.log.lock().unwrap().join("\n")).collect::<Vec<_>>()
+        [&fast, &paced, &languages]
+            .into_iter()
+            .chain(keyed.as_ref())
+            .map(|s| s.log.lock().unwrap().join("\n"))
+            .collect::<Vec<_>>()
     };
     match status {
         Some(status) if status.success() => eprintln!("{output}\nscreenshot: {}", screenshot.display()),

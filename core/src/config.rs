@@ -412,13 +412,13 @@ pub fn kokoro_language(code: char) -> Option<&'static str> {
     Some(match code.to_ascii_lowercase() {
         'a' => "en-US",
         'b' => "en-GB",
-        'e' => "es",
-        'f' => "fr",
-        'h' => "hi",
-        'i' => "it",
+        'e' => "es-ES",
+        'f' => "fr-FR",
+        'h' => "hi-IN",
+        'i' => "it-IT",
         'j' => "ja",
         'p' => "pt-BR",
-        'z' => "zh",
+        'z' => "zh-CN",
         _ => return None,
     })
 }

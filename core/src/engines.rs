@@ -206,6 +206,8 @@ mod tests {
         assert_eq!(crate::config::lang_code("a"), "en-US");
         assert_eq!(crate::config::lang_code("b"), "en-GB");
         assert_eq!(crate::config::lang_code("j"), "ja");
+        assert_eq!(crate::config::lang_code("e"), "es-ES");
+        assert_eq!(crate::config::lang_code("z"), "zh-CN");
         assert_eq!(crate::config::lang_code("en-gb"), "en-gb");
         assert_eq!(crate::config::lang_code("x"), "x");
     }

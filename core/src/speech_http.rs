@@ -434,7 +434,19 @@ pub fn voices_json(catalog: &Catalog) -> String {
         .iter()
         .map(|(alias, voice)| (alias.to_lowercase(), serde_json::Value::from(voice.to_lowercase())))
         .collect();
-    serde_json::json!({"voices": voices, "uploaded_voices": [], "aliases": aliases}).to_string()
+    // Our extension, beside the shape OpenAI-style clients read: each voice's language (BCP 47),
+    // where the engine declares one.
+    let languages: serde_json::Map<String, serde_json::Value> = catalog
+        .capabilities()
+        .voices
+        .iter()
+        .filter_map(|v| Some((v.id.to_lowercase(), serde_json::Value::from(v.language.clone()?))))
+        .collect();
+    let mut body = serde_json::json!({"voices": voices, "uploaded_voices": [], "aliases": aliases});
+    if !languages.is_empty() {
+        body["languages"] = serde_json::Value::Object(languages);
+    }
+    body.to_string()
 }
 
 /// The `Content-Type` of each format (docs/protocol.md §e.1).

@@ -2,7 +2,7 @@ use super::*;
 use std::sync::Arc;
 
 use crate::catalog::Naming;
-use crate::engine::CodecSpec;
+use crate::engine::{CodecSpec, Voice};
 
 fn caps() -> EngineCapabilities {
     EngineCapabilities {
@@ -152,6 +152,12 @@ fn voices_are_sorted_with_default() {
     let voice = |body: &str| parse_speech_request(body, &aliased, 1 << 20).map(|r| r.synthesis.voice);
     assert_eq!(voice(r#"{"input":"x","voice":"NOVA"}"#), Ok(Some("vivian".to_owned())));
     assert_eq!(voice(r#"{"input":"x","voice":"alloy"}"#), Ok(None));
+    // Voices that declare a language say it, in an extra field.
+    let spoken = caps().with_voices([Voice::new("Aiden").with_language("es-ES"), Voice::new("vivian")]);
+    assert_eq!(
+        voices_json(&Catalog::new(Arc::new(spoken), Naming::new())),
+        r#"{"aliases":{},"languages":{"aiden":"es-ES"},"uploaded_voices":[],"voices":["aiden","default","vivian"]}"#
+    );
 }
 
 #[test]

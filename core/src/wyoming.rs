@@ -61,8 +61,21 @@ pub struct WyomingVoice {
     pub name: String,
     /// Shown to users.
     pub description: Option<String>,
-    /// Language codes, e.g. `en-US`.
+    /// Language codes, e.g. `en_US` (`-` and `_` alike when a client asks for one).
     pub languages: Vec<String>,
+}
+
+impl WyomingVoice {
+    /// An engine's voice as Wyoming lists it: its language written as wyoming-piper writes them
+    /// (`en_US`, `es_ES`), which Home Assistant groups voices by; `fallback` for a voice that
+    /// declares none.
+    pub fn of(voice: &crate::engine::Voice, fallback: &str) -> WyomingVoice {
+        WyomingVoice {
+            name: voice.id.clone(),
+            description: voice.description.clone(),
+            languages: vec![voice.language.as_deref().unwrap_or(fallback).replace('-', "_")],
+        }
+    }
 }
 
 /// How the server describes itself and what it allows; shared by the connections of a listener.
@@ -434,12 +447,7 @@ impl WyomingSession {
                 .map(|name| WyomingVoice { name, description: None, languages: vec![fallback.clone()] })
                 .collect();
         }
-        let voice = |v: &crate::engine::Voice| WyomingVoice {
-            name: v.id.clone(),
-            description: v.description.clone(),
-            languages: vec![v.language.clone().unwrap_or_else(|| fallback.clone())],
-        };
-        capabilities.voices.iter().map(voice).collect()
+        capabilities.voices.iter().map(|v| WyomingVoice::of(v, fallback)).collect()
     }
 
     fn handle_event(&mut self, event: RawEvent) {

@@ -6,15 +6,22 @@
 //! `TEXT` replaces the utterance (Japanese text is read by the Japanese front end, as the
 //! engine reads it for a Japanese voice).
 //!
+//! `KOKORO_DIR` names another Kokoro directory (a user's, with `voices-v1.0.bin`): its voices of
+//! other languages read in theirs (Spanish through espeak-ng's program, Mandarin, ...).
+//!
 //!     cargo run --release -p speechstream-engine-libtorch --example kokoro_ttfa
 //!     TEXT="今日は良い天気ですね。明日は雨が降るそうです。" cargo run ... --example kokoro_ttfa
+//!     KOKORO_DIR=/path/with/voices-v1.0.bin VOICE=ef_dora TEXT="Hola. ¿Qué tal?" cargo run ...
 
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest};
-use speechstream_engine_libtorch::g2p::japanese::{has_japanese_script, Japanese, WORD_LIST};
+use speechstream_engine_libtorch::g2p::espeak::Espeak;
+use speechstream_engine_libtorch::g2p::japanese::{Japanese, WORD_LIST};
+use speechstream_engine_libtorch::g2p::mandarin::Mandarin;
+use speechstream_engine_libtorch::kokoro::serve::{read_as, ReadAs};
 use speechstream_engine_libtorch::kokoro::voices::scan;
 use speechstream_engine_libtorch::kokoro::KokoroModel;
 use speechstream_engine_libtorch::{AdmissionMode, EngineOptions, Precision, TorchEngine};
@@ -41,8 +48,9 @@ fn main() -> Result<(), String> {
     let voice = std::env::var("VOICE").unwrap_or_else(|_| "jf_alpha".to_owned());
     let text = std::env::var("TEXT").unwrap_or_else(|_| TEXT.to_owned());
     let runs: usize = std::env::var("RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
+    let kokoro = std::env::var_os("KOKORO_DIR").map_or_else(|| cache.join("kokoro"), PathBuf::from);
     let mut options = EngineOptions::new(cache.join("hibari"));
-    options.kokoro.dir = Some(cache.join("kokoro"));
+    options.kokoro.dir = Some(kokoro.clone());
     options.kokoro.required = true;
     options.workers = Some(1);
     options.threads = Some(1);
@@ -52,17 +60,19 @@ fn main() -> Result<(), String> {
     // The whole first sentence in one pass, as the first audio would be without the split.
     let front_end = speechstream_engine_libtorch::load_front_end(&cache.join("hibari"), tch::Device::Cpu, false)
         .map_err(|e| e.to_string())?;
-    let files = scan(&cache.join("kokoro"));
-    let pack = &files.voices.iter().find(|v| v.name == voice).ok_or("no such voice")?.pack;
+    let files = scan(&kokoro);
+    let listed = files.voices.iter().find(|v| v.name == voice).ok_or("no such voice")?;
+    let pack = &listed.pack;
     let precision = KokoroModel::auto_precision(tch::Device::Cpu);
     let model =
         KokoroModel::load(files.model(precision == Precision::Fp32).ok_or("no model")?, tch::Device::Cpu, precision)?;
-    let sentence = if has_japanese_script(&text) {
-        let japanese = Japanese::load(None, &cache.join("kokoro").join(WORD_LIST))?;
-        japanese.sentences(&text).into_iter().next().ok_or("no sentence")?
-    } else {
-        front_end.sentences(&text).into_iter().next().ok_or("no sentence")?
+    let sentences = match read_as(listed.language, None, &text)? {
+        ReadAs::Japanese => Japanese::load(None, &cache.join("kokoro").join(WORD_LIST))?.sentences(&text),
+        ReadAs::Mandarin => Mandarin::new()?.sentences(&text),
+        ReadAs::Espeak(language) => Espeak::new().sentences(language, &text)?,
+        ReadAs::American | ReadAs::British => front_end.sentences(&text),
     };
+    let sentence = sentences.into_iter().next().ok_or("no sentence")?;
     let vocab = speechstream_engine_libtorch::kokoro::serve::Vocab::read(&cache.join("kokoro/vocab.json"))?;
     let ids = vocab.ids(&sentence.phonemes);
     let (mut firsts, mut totals, mut passes) = (Vec::new(), Vec::new(), Vec::new());

@@ -259,6 +259,19 @@ impl FrontEnds {
     }
 }
 
+/// Whether English can read `text`: an error, naming the way out, for text with letters but no
+/// Latin one (Chinese, Japanese, Devanagari, ...), which an English front end would read as
+/// nothing, a silent empty answer.
+pub fn english_reads(text: &str) -> Result<(), String> {
+    let latin = |c: char| c.is_ascii_alphabetic() || ('\u{c0}'..='\u{24f}').contains(&c);
+    if text.chars().any(latin) || !text.chars().any(|c| c.is_alphabetic()) {
+        return Ok(());
+    }
+    Err("this text has no Latin letters for the voice's English to read: give its language (`language`: zh, ja, \
+         hi, ...) with a voice that speaks it"
+        .to_owned())
+}
+
 /// Runs model code, turning a panic (tch turns libtorch's C++ exceptions, such as running out
 /// of device memory, into panics) into an error message.
 pub fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {

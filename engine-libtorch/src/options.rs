@@ -67,6 +67,9 @@ pub struct EngineOptions {
     pub pronunciations: crate::g2p::spoken::Pronunciations,
     /// What the text normaliser does with code and emoji.
     pub text: crate::g2p::spoken::TextOptions,
+    /// espeak-ng's program of ours (`espeak-phonemes`, GPL, built by set-up), which reads the
+    /// languages espeak-ng covers; `None`: found as [`crate::g2p::espeak::Espeak`] finds it.
+    pub espeak_program: Option<PathBuf>,
     /// hibari's own.
     pub hibari: HibariOptions,
     /// Kokoro-82M's own.
@@ -111,6 +114,7 @@ impl EngineOptions {
             max_streams: None,
             pronunciations: Default::default(),
             text: Default::default(),
+            espeak_program: None,
             only_request: None,
             warm_up: true,
             hibari: HibariOptions { voices: true, model_name: DEFAULT_MODEL_NAME.to_owned() },

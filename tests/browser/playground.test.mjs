@@ -5,6 +5,8 @@
 //   PLAYGROUND_URL        a server that generates as fast as it can
 //   PLAYGROUND_PACED_URL  one that paces its audio in real time (so a cancel lands mid-stream)
 //   PLAYGROUND_KEYED_URL  one started with --api-key PLAYGROUND_API_KEY (optional: skipped without)
+//   PLAYGROUND_LANGUAGES_URL  one with real voices that declare their languages: hibari's heart
+//                         (en-US) and the packaged Kokoro voices (ja) (optional: skipped without)
 //   PLAYGROUND_SCREENSHOT where to write a screenshot of the page (optional)
 //   CHROMIUM              the browser (default /usr/bin/chromium)
 import { test, before, after } from 'node:test';
@@ -18,6 +20,7 @@ const URL_FAST = process.env.PLAYGROUND_URL;
 const URL_PACED = process.env.PLAYGROUND_PACED_URL || URL_FAST;
 const URL_KEYED = process.env.PLAYGROUND_KEYED_URL;
 const API_KEY = process.env.PLAYGROUND_API_KEY;
+const URL_LANGUAGES = process.env.PLAYGROUND_LANGUAGES_URL;
 const SCREENSHOT = process.env.PLAYGROUND_SCREENSHOT;
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const WAIT = { timeout: 30_000 };
@@ -84,14 +87,46 @@ async function until(page, predicate, arg) {
 
 const words = (text) => text.trim().split(/\s+/);
 
+/** The voice picker as shown: its options outside any group, then each group's label, language
+ * and voices, in order. */
+const picker = (page) => page.$eval('#voice', (select) => ({
+  loose: [...select.children].filter((c) => c.tagName === 'OPTION').map((o) => ({ value: o.value, text: o.textContent })),
+  groups: [...select.querySelectorAll('optgroup')].map((g) => ({
+    label: g.label,
+    language: g.dataset.language ?? null,
+    voices: [...g.querySelectorAll('option')].map((o) => o.value),
+  })),
+}));
+
+/** The session.config messages the page sent, parsed from its protocol log. */
+const sentConfigs = (page) => page.$$eval('#log li.sent', (items) => items
+  .map((li) => li.textContent.replace(/^→ /, ''))
+  .filter((text) => text.startsWith('{"type":"session.config"'))
+  .map((text) => JSON.parse(text)));
+
 test('the page loads from the binary with the engine\'s voices', async () => {
   const { page, context, problems } = await open(URL_FAST);
   assert.equal(await page.title(), 'speechstream playground');
-  const voices = await page.$$eval('#voices option', (options) => options.map((o) => o.value));
-  assert.ok(voices.includes('vivian'), `voices: ${voices}`);
-  for (const id of ['speak', 'type', 'cancel', 'download', 'api-key', 'voice', 'speed', 'seed', 'format']) {
+  // The picker: the engine's default first, then the voices; the synthetic engine declares no
+  // languages, so they are all under "Other".
+  const shown = await picker(page);
+  assert.deepEqual(shown.loose, [{ value: '', text: 'engine default' }]);
+  assert.deepEqual(shown.groups.map((g) => g.label), ['Other']);
+  assert.ok(shown.groups[0].voices.includes('vivian'), `voices: ${shown.groups[0].voices}`);
+  assert.ok(!shown.groups[0].voices.includes('default'), 'the placeholder `default` is the first option already');
+  assert.equal(await page.inputValue('#voice'), '');
+  // The typed field suggests the same names.
+  const suggested = await page.$$eval('#voices option', (options) => options.map((o) => o.value));
+  assert.deepEqual(suggested, shown.groups[0].voices);
+  for (const id of ['speak', 'type', 'cancel', 'download', 'api-key', 'voice', 'voice-mix', 'speed', 'seed', 'format']) {
     assert.ok(await page.$(`#${id}`), `#${id} missing`);
   }
+  // Every field has its label (the accessible name a screen reader reads).
+  assert.equal(await page.getByLabel('from the list (by language)').getAttribute('id'), 'voice');
+  assert.equal(await page.getByLabel('or type a voice or mix').getAttribute('id'), 'voice-mix');
+  assert.equal(await page.textContent('#voice-used'), 'Speaks with the engine default.');
+  // Streamed speech takes any speed now: no note says otherwise.
+  assert.doesNotMatch(await page.textContent('.settings'), /streaming needs/);
   assert.deepEqual(problems, []);
   await context.close();
 });
@@ -100,7 +135,7 @@ test('speaks a sentence, plays its audio and highlights its words in order', asy
   const { page, context, problems } = await open(URL_FAST);
   const text = 'The quick brown fox jumps over the lazy dog.';
   await page.fill('#text', text);
-  await page.fill('#voice', 'vivian');
+  await page.selectOption('#voice', 'vivian');
   await page.click('#speak');
   let s = await until(page, (s) => s.utterances[0]?.status === 'done' && s.utterances[0].words !== null);
   const u = s.utterances[0];
@@ -120,6 +155,7 @@ test('speaks a sentence, plays its audio and highlights its words in order', asy
   assert.ok(s.audioTime > atStart, 'the audio clock did not advance');
   assert.ok(s.audioTime >= s.scheduledUntil - 0.5, 'highlighting finished well before the audio');
   assert.deepEqual(s.errorsShown, []);
+  assert.deepEqual((await sentConfigs(page)).map((c) => c.voice), ['vivian'], 'the picked voice was not sent');
   assert.deepEqual(problems, []);
   await context.close();
 });
@@ -262,6 +298,138 @@ test('downloads the text as a file from a non-streamed request', async () => {
   await context.close();
 });
 
+// Kokoro's voices under its names, one per language it speaks, and voices with no language.
+const KOKORO_LIKE = {
+  af_heart: 'en-US',
+  am_adam: 'en-us', // a tag in another case: the same group
+  bf_emma: 'en-GB',
+  ef_dora: 'es-ES',
+  ff_siwis: 'fr-FR',
+  hf_alpha: 'hi-IN',
+  if_sara: 'it-IT',
+  jf_alpha: 'ja',
+  pf_dora: 'pt-BR',
+  zf_xiaobei: 'zh-CN',
+  mystery: null,
+  zz_custom: null,
+};
+const KOKORO_LIKE_GROUPS = [
+  { label: 'Chinese (China) — zh-CN', language: 'zh-CN', voices: ['zf_xiaobei'] },
+  { label: 'English (United Kingdom) — en-GB', language: 'en-GB', voices: ['bf_emma'] },
+  { label: 'English (United States) — en-US', language: 'en-US', voices: ['af_heart', 'am_adam'] },
+  { label: 'French (France) — fr-FR', language: 'fr-FR', voices: ['ff_siwis'] },
+  { label: 'Hindi (India) — hi-IN', language: 'hi-IN', voices: ['hf_alpha'] },
+  { label: 'Italian (Italy) — it-IT', language: 'it-IT', voices: ['if_sara'] },
+  { label: 'Japanese — ja', language: 'ja', voices: ['jf_alpha'] },
+  { label: 'Portuguese (Brazil) — pt-BR', language: 'pt-BR', voices: ['pf_dora'] },
+  { label: 'Spanish (Spain) — es-ES', language: 'es-ES', voices: ['ef_dora'] },
+  { label: 'Other', language: null, voices: ['mystery', 'zz_custom'] },
+];
+
+test('the picker groups voices by language, from /playground.json or from /v1/audio/voices', async () => {
+  const names = Object.keys(KOKORO_LIKE);
+  const tagged = Object.fromEntries(Object.entries(KOKORO_LIKE).filter(([, tag]) => tag));
+  // The same server, described as an engine with Kokoro's nine languages: once by the page's own
+  // JSON (`voice_languages`, no voices endpoint), once by the voices endpoint (`languages`, its
+  // names lowercased, with its `default` placeholder).
+  const variants = {
+    'playground.json': {
+      info: { voices: names, voice_languages: tagged },
+      voices: null,
+    },
+    'v1/audio/voices': {
+      info: { voices: names, voice_languages: {} },
+      voices: { voices: ['default', ...names].sort(), uploaded_voices: [], aliases: {}, languages: tagged },
+    },
+  };
+  for (const [from, variant] of Object.entries(variants)) {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.route('**/playground.json', async (route) => {
+      const response = await route.fetch();
+      await route.fulfill({ response, json: { ...(await response.json()), ...variant.info } });
+    });
+    await page.route('**/v1/audio/voices', (route) => (variant.voices
+      ? route.fulfill({ json: variant.voices })
+      : route.fulfill({ status: 404, json: { detail: 'Not Found' } })));
+    await page.goto(URL_FAST);
+    await page.evaluate(() => window.playground.ready);
+    const shown = await picker(page);
+    assert.deepEqual(shown.loose, [{ value: '', text: 'engine default' }], from);
+    assert.deepEqual(shown.groups, KOKORO_LIKE_GROUPS, from);
+    assert.equal((await snapshot(page)).voicesFrom, `/${from}`);
+    await context.close();
+  }
+});
+
+test('real voices by language: pick one, or type a mix that wins', { skip: !URL_LANGUAGES && 'no PLAYGROUND_LANGUAGES_URL' }, async () => {
+  const { page, context, problems } = await open(URL_LANGUAGES);
+  // The server's own description: the names as ever, and each voice's language beside them
+  // (hibari's heart is American English, the packaged Kokoro voices Japanese; a Kokoro directory
+  // may hold more voices, in other languages).
+  const info = await page.evaluate(() => fetch('/playground.json').then((r) => r.json()));
+  const japanese = ['jf_alpha', 'jf_gongitsune', 'jf_nezumi', 'jf_tebukuro', 'jm_kumo'];
+  for (const name of ['heart', ...japanese]) assert.ok(info.voices.includes(name), `${name} not in ${info.voices}`);
+  assert.equal(info.voice_languages.heart, 'en-US');
+  for (const name of japanese) assert.equal(info.voice_languages[name], 'ja', name);
+  // Grouped by language, each group named: one group per language the engine declares, each
+  // holding exactly the voices of that language, and "Other" only for voices without one.
+  const shown = await picker(page);
+  assert.deepEqual(shown.loose, [{ value: '', text: 'engine default' }]);
+  const expected = new Map();
+  for (const name of info.voices) {
+    const tag = info.voice_languages[name] ?? null;
+    expected.set(tag, [...(expected.get(tag) || []), name.toLowerCase()]);
+  }
+  assert.deepEqual(
+    shown.groups.map((g) => [g.language, [...g.voices].sort()]).sort(),
+    [...expected].map(([tag, names]) => [tag, names.sort()]).sort(),
+  );
+  const group = (tag) => shown.groups.find((g) => g.language === tag);
+  assert.equal(group('en-US').label, 'English (United States) — en-US');
+  assert.equal(group('ja').label, 'Japanese — ja');
+  assert.ok(group('en-US').voices.includes('heart'));
+  assert.deepEqual(group('ja').voices.filter((v) => japanese.includes(v)), japanese);
+  const labels = shown.groups.map((g) => g.label);
+  assert.deepEqual(labels.filter((l) => l !== 'Other'), labels.filter((l) => l !== 'Other').sort(), 'groups not by name');
+  // By keyboard: the picker takes focus and arrow keys move through the voices.
+  await page.focus('#voice');
+  await page.keyboard.press('ArrowDown');
+  const first = shown.groups[0].voices[0];
+  assert.equal(await page.inputValue('#voice'), first);
+  assert.equal(await page.textContent('#voice-used'), `Speaks with ${first}.`);
+
+  // A voice from the picker goes in session.config, and it speaks.
+  await page.selectOption('#voice', 'jf_alpha');
+  assert.equal(await page.textContent('#voice-used'), 'Speaks with jf_alpha.');
+  await page.fill('#text', 'こんにちは。');
+  await page.click('#speak');
+  let s = await until(page, (s) => s.utterances[0]?.status === 'done');
+  assert.ok(s.utterances[0].bytes > 0, 'no audio from jf_alpha');
+  assert.deepEqual((await sentConfigs(page)).map((c) => c.voice), ['jf_alpha']);
+
+  // A typed mix wins over the picker, and the page says so.
+  await page.fill('#voice-mix', 'jf_alpha(2)+jm_kumo');
+  assert.equal(await page.getAttribute('#voice-choice', 'class'), 'voice-choice typed');
+  assert.match(await page.textContent('#voice-used'), /^Speaks with jf_alpha\(2\)\+jm_kumo \(typed: the list is ignored/);
+  assert.equal(await page.inputValue('#voice'), 'jf_alpha', 'the picker keeps its choice');
+  await page.click('#speak');
+  s = await until(page, (s) => s.utterances[1]?.status === 'done');
+  assert.ok(s.utterances[1].bytes > 0, 'no audio from the mix');
+  assert.deepEqual((await sentConfigs(page)).map((c) => c.voice), ['jf_alpha', 'jf_alpha(2)+jm_kumo']);
+
+  // Cleared, the picker's voice is back.
+  await page.fill('#voice-mix', '');
+  assert.equal(await page.getAttribute('#voice-choice', 'class'), 'voice-choice');
+  assert.equal(await page.textContent('#voice-used'), 'Speaks with jf_alpha.');
+  await page.click('#speak');
+  s = await until(page, (s) => s.utterances[2]?.status === 'done');
+  assert.deepEqual((await sentConfigs(page)).map((c) => c.voice), ['jf_alpha', 'jf_alpha(2)+jm_kumo', 'jf_alpha']);
+  assert.deepEqual(s.errorsShown, []);
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
 test('with --api-key: refused without the key, works with it', { skip: !URL_KEYED && 'no PLAYGROUND_KEYED_URL' }, async () => {
   const { page, context } = await open(URL_KEYED);
   await page.fill('#text', 'Who goes there?');
@@ -281,7 +449,7 @@ test('with --api-key: refused without the key, works with it', { skip: !URL_KEYE
 
 test('screenshot of the page mid-utterance', { skip: !SCREENSHOT && 'no PLAYGROUND_SCREENSHOT' }, async () => {
   const { page, context } = await open(URL_FAST);
-  await page.fill('#voice', 'vivian');
+  await page.selectOption('#voice', 'vivian');
   await page.click('#speak');
   await until(page, (s) => s.utterances[0]?.status === 'done');
   await page.fill('#text', 'Words light up on the audio clock, one after another, as they are heard.');

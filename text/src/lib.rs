@@ -49,9 +49,13 @@
 #![warn(missing_docs)]
 
 pub mod assets;
+/// espeak-ng's languages (Spanish, French, Hindi, Italian, Portuguese, ...) through a separate GPL helper program.
+pub mod espeak;
 pub mod japanese;
 pub mod kana;
 pub mod lexicon;
+/// Mandarin G2P for Kokoro's `z` voices (misaki's legacy zh path: cn2an, jieba, pypinyin, IPA).
+pub mod mandarin;
 pub mod mecab;
 pub mod normalize;
 pub mod numbers;
@@ -77,13 +81,18 @@ use tokenize::Tokenizer;
 
 pub use split::{split_clauses, split_sentences, MAX_CHUNK_PHONEMES, MAX_PHONEMES, MAX_SENTENCE_CHARS};
 
-/// A front end as a request's job holds it: hibari's English (either accent) or Japanese.
+/// A front end as a request's job holds it: English (either accent), Japanese, Mandarin, or
+/// one of espeak-ng's languages (by its espeak voice name: `es`, `fr-fr`, `hi`, `it`, `pt-br`).
 #[derive(Clone)]
 pub enum Reader {
-    /// The English G2P of one accent.
+    /// misaki's English G2P ([`FrontEnd`]).
     English(Arc<FrontEnd>),
-    /// The Japanese front end.
+    /// Japanese ([`japanese::Japanese`]).
     Japanese(Arc<japanese::Japanese>),
+    /// Mandarin ([`mandarin::Mandarin`]).
+    Mandarin(Arc<mandarin::Mandarin>),
+    /// espeak-ng's reading of a language ([`espeak::Espeak`]), by its espeak voice name.
+    Espeak(Arc<espeak::Espeak>, String),
 }
 
 impl Reader {
@@ -92,14 +101,23 @@ impl Reader {
         match self {
             Reader::English(fe) => fe.split_sentences(text),
             Reader::Japanese(ja) => ja.split_sentences(text),
+            Reader::Mandarin(zh) => zh.split_sentences(text),
+            Reader::Espeak(espeak, _) => espeak.split_sentences(text),
         }
     }
 
     /// `text`'s sentences with their words (a request's pronunciations apply to English only).
+    /// espeak-ng's program failing mid-request (it was found when the request began) gives no
+    /// sentence, logged.
     pub fn sentences_with(&self, text: &str, prons: &Pronunciations) -> Vec<Sentence> {
         match self {
             Reader::English(fe) => fe.sentences_with(text, prons),
             Reader::Japanese(ja) => ja.sentences(text),
+            Reader::Mandarin(zh) => zh.sentences(text),
+            Reader::Espeak(espeak, language) => espeak.sentences(language, text).unwrap_or_else(|e| {
+                tracing::warn!(language = %language, "espeak-ng: {e}");
+                Vec::new()
+            }),
         }
     }
 }

@@ -27,6 +27,7 @@
   const state = {
     info: null,
     voicesFrom: null,
+    voiceGroups: [],
     bytesReceived: 0,
     chunksScheduled: 0,
     scheduledUntil: 0,
@@ -323,10 +324,27 @@
     return `${scheme}://${location.host}${path}${key ? `?api_key=${encodeURIComponent(key)}` : ''}`;
   }
 
+  /** The voice to ask for: the typed voice or mix when there is one, else the picker's choice
+   * ('' for the engine's default). */
+  function chosenVoice() {
+    const typed = $('voice-mix').value.trim();
+    return { voice: typed || $('voice').value, typed: typed !== '' };
+  }
+
+  /** Say under the voice fields which voice the next request uses, and dim the picker while a
+   * typed voice overrides it. */
+  function showVoiceChoice() {
+    const { voice, typed } = chosenVoice();
+    $('voice-choice').classList.toggle('typed', typed);
+    $('voice-used').textContent = typed
+      ? `Speaks with ${voice} (typed: the list is ignored while this field is filled in).`
+      : voice ? `Speaks with ${voice}.` : 'Speaks with the engine default.';
+  }
+
   /** The session.config text. The seed goes in verbatim so a 64-bit seed stays exact. */
   function configText(extra) {
     const config = { type: 'session.config', ...extra };
-    const voice = $('voice').value.trim();
+    const { voice } = chosenVoice();
     if (voice) config.voice = voice;
     const speed = $('speed').value.trim();
     if (speed !== '') config.speed = Number.isFinite(Number(speed)) ? Number(speed) : speed;
@@ -729,7 +747,7 @@
   }
 
   function save(blob, format) {
-    const voice = ($('voice').value.trim() || 'default').replace(/[^\w-]+/g, '_');
+    const voice = (chosenVoice().voice || 'default').replace(/[^\w-]+/g, '_');
     const name = `speechstream-${voice}-${new Date().toISOString().replace(/[:.]/g, '-')}.${format}`;
     const link = $('download-link');
     if (link.href) URL.revokeObjectURL(link.href);
@@ -762,9 +780,11 @@
     await loadVoices();
   }
 
-  /** The server's voice list (GET /v1/audio/voices) where it has one, else the engine's. */
+  /** The server's voice list (GET /v1/audio/voices) where it has one, else the engine's
+   * (/playground.json), each voice with its language (a BCP 47 tag) where either says one. */
   async function loadVoices() {
-    let voices = null;
+    let listed = null;
+    let listedLanguages = {};
     try {
       const key = apiKey();
       const response = await fetch('/v1/audio/voices', {
@@ -774,23 +794,113 @@
       if (response.ok) {
         const body = await response.json();
         if (Array.isArray(body.voices)) {
-          voices = body.voices.map((v) => (typeof v === 'string' ? v : v && v.name)).filter(Boolean);
+          listed = body.voices
+            .map((v) => (typeof v === 'string' ? { name: v } : v && { name: v.name, language: v.language }))
+            .filter((v) => v && typeof v.name === 'string' && v.name);
+          if (body.languages && typeof body.languages === 'object') listedLanguages = body.languages;
           state.voicesFrom = '/v1/audio/voices';
         }
       }
     } catch (_) { /* no such endpoint */ }
-    if (!voices && state.info && Array.isArray(state.info.voices)) {
-      voices = state.info.voices;
+    const info = state.info || {};
+    const engineVoices = Array.isArray(info.voices) ? info.voices.map(String) : [];
+    const infoLanguages = info.voice_languages && typeof info.voice_languages === 'object' ? info.voice_languages : {};
+    if (listed) {
+      // `default` there is the OpenAI-style placeholder for the engine's default voice, which the
+      // picker's first option already is; listed only where the engine has a voice of that name.
+      const engine = new Set(engineVoices.map((v) => v.toLowerCase()));
+      listed = listed.filter((v) => v.name.toLowerCase() !== 'default' || engine.has('default'));
+    } else if (engineVoices.length) {
+      listed = engineVoices.map((name) => ({ name }));
       state.voicesFrom = '/playground.json';
     }
+    // A voice's language: a tag, or the first of a list of them.
+    const tagOf = (x) => {
+      const tag = Array.isArray(x) ? x[0] : x;
+      return typeof tag === 'string' && tag.trim() ? tag.trim() : null;
+    };
+    const languageOf = (v) => tagOf(v.language) || tagOf(lookup(listedLanguages, v.name)) || tagOf(lookup(infoLanguages, v.name));
+    setVoices((listed || []).map((v) => ({ name: v.name, language: languageOf(v) })));
+  }
+
+  /** `map[name]`, or failing that the entry whose key is `name` in another case (the voices
+   * endpoint lowercases names). */
+  function lookup(map, name) {
+    if (Object.prototype.hasOwnProperty.call(map, name)) return map[name];
+    const lower = name.toLowerCase();
+    const key = Object.keys(map).find((k) => k.toLowerCase() === lower);
+    return key === undefined ? undefined : map[key];
+  }
+
+  let languageNames = null;
+  try {
+    languageNames = new Intl.DisplayNames([document.documentElement.lang || 'en'], { type: 'language', languageDisplay: 'standard', fallback: 'none' });
+  } catch (_) { /* an old browser: tags as they are */ }
+
+  /** `tag` in its canonical case (`en-us` → `en-US`), or as given when it is not a valid tag. */
+  function canonicalTag(tag) {
+    try {
+      return Intl.getCanonicalLocales(tag.replace(/_/g, '-'))[0] || tag;
+    } catch (_) {
+      return tag;
+    }
+  }
+
+  /** A readable name for a language tag (`English (United States) — en-US`), or the tag itself. */
+  function languageLabel(tag) {
+    let name = null;
+    try {
+      name = languageNames ? languageNames.of(tag) : null;
+    } catch (_) { /* not a tag Intl knows */ }
+    return name && name !== tag ? `${name} — ${tag}` : tag;
+  }
+
+  const OTHER_LANGUAGE = 'Other';
+
+  /** Fill the picker: "engine default" first, then one group per language (by name), voices
+   * without a language last under "Other"; the datalist of the typed field gets every name. */
+  function setVoices(voices) {
+    const groups = new Map();
+    for (const v of voices) {
+      const tag = v.language ? canonicalTag(v.language) : null;
+      const key = tag || '';
+      if (!groups.has(key)) groups.set(key, { language: tag, label: tag ? languageLabel(tag) : OTHER_LANGUAGE, voices: [] });
+      if (!groups.get(key).voices.includes(v.name)) groups.get(key).voices.push(v.name);
+    }
+    const ordered = [...groups.values()].sort((a, b) => {
+      if (!a.language !== !b.language) return a.language ? -1 : 1;
+      return a.label.localeCompare(b.label, 'en');
+    });
+    const picker = $('voice');
+    const previous = picker.value;
+    picker.textContent = '';
+    const byDefault = document.createElement('option');
+    byDefault.value = '';
+    byDefault.textContent = 'engine default';
+    picker.append(byDefault);
+    for (const group of ordered) {
+      const optgroup = document.createElement('optgroup');
+      optgroup.label = group.label;
+      if (group.language) optgroup.dataset.language = group.language;
+      for (const name of group.voices) {
+        const option = document.createElement('option');
+        option.value = name;
+        option.textContent = name;
+        optgroup.append(option);
+      }
+      picker.append(optgroup);
+    }
+    // A reload (a new API key) keeps the choice where the voice is still there.
+    picker.value = voices.some((v) => v.name === previous) ? previous : '';
     const list = $('voices');
     list.textContent = '';
-    for (const v of voices || []) {
+    for (const v of voices) {
       const option = document.createElement('option');
-      option.value = v;
+      option.value = v.name;
       list.append(option);
     }
-    if (voices && voices.length) $('voice').placeholder = `engine default, or ${voices.slice(0, 3).join(', ')}…`;
+    state.voiceGroups = ordered.map((g) => ({ language: g.language, label: g.label, voices: [...g.voices] }));
+    showVoiceChoice();
   }
 
   // ---------------------------------------------------------------- wiring
@@ -800,6 +910,8 @@
   $('cancel').addEventListener('click', cancel);
   $('download').addEventListener('click', download);
   $('api-key').addEventListener('change', loadInfo);
+  $('voice').addEventListener('change', showVoiceChoice);
+  $('voice-mix').addEventListener('input', showVoiceChoice);
   $('text').addEventListener('keydown', (event) => {
     if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) {
       event.preventDefault();
@@ -817,6 +929,7 @@
       audioTime: ctx ? ctx.currentTime : 0,
       audioState: ctx ? ctx.state : 'none',
       connected: !!live && live.ws.readyState === WebSocket.OPEN,
+      voice: chosenVoice(),
       errorsShown: [...document.querySelectorAll('#errors .error')].map((e) => e.textContent),
       utterances: utterances.map((u) => ({
         id: u.id,

@@ -1,6 +1,7 @@
 //! The browser playground: one static page (HTML, JS and CSS embedded in the binary, no CDN)
 //! that speaks to the server's own WebSocket endpoint, plus a small JSON description of the
-//! engine (its voices, sample rate and whether it reports word timings) for the page's form.
+//! engine (its voices and their languages, sample rate and whether it reports word timings) for
+//! the page's form.
 //!
 //! The page itself carries no secret and is served without the API key: the user types the key
 //! into the page, which then passes it on the WebSocket URL (and to `/playground.json`, which,
@@ -58,11 +59,20 @@ pub(crate) fn route(request: &Request<Incoming>, shared: &Shared) -> Option<Resp
 }
 
 /// What the page needs to build its form and keep its session alive; nothing here is secret.
+/// `voices` lists the voices' names; `voice_languages` maps each voice that declares a language
+/// to it (a BCP 47 tag), for the page's picker to group them by (voices without one are left
+/// out of it).
 fn info(capabilities: &EngineCapabilities, options: &SessionOptions) -> String {
+    let languages: serde_json::Map<String, serde_json::Value> = capabilities
+        .voices
+        .iter()
+        .filter_map(|v| Some((v.id.clone(), serde_json::Value::from(v.language.as_deref()?))))
+        .collect();
     serde_json::json!({
         "stream_path": STREAM_PATH,
         "models": capabilities.models,
         "voices": capabilities.voices.iter().map(|v| v.id.as_str()).collect::<Vec<_>>(),
+        "voice_languages": languages,
         "sample_rate": capabilities.sample_rate,
         "word_timestamps": capabilities.word_timestamps,
         "idle_timeout_ms": u64::try_from(options.idle_timeout.as_millis()).unwrap_or(u64::MAX),
@@ -100,10 +110,30 @@ mod tests {
                 "stream_path": STREAM_PATH,
                 "models": ["m"],
                 "voices": ["a", "b"],
+                "voice_languages": {},
                 "sample_rate": 24000,
                 "word_timestamps": true,
                 "idle_timeout_ms": 1500,
             })
+        );
+    }
+
+    #[test]
+    fn info_gives_each_voices_language() {
+        use speechstream_core::engine::Voice;
+        let capabilities = EngineCapabilities::new("kokoro", 24000).with_voices([
+            Voice::new("af_heart").with_language("en-US"),
+            Voice::new("jf_alpha").with_language("ja").with_description("Alpha (Japanese, female)"),
+            Voice::new("Mystery"),
+            Voice::new("zf_xiaobei").with_language("zh-CN"),
+        ]);
+        let info: serde_json::Value = serde_json::from_str(&info(&capabilities, &SessionOptions::default())).unwrap();
+        // The names as before, in the engine's order, every voice listed...
+        assert_eq!(info["voices"], serde_json::json!(["af_heart", "jf_alpha", "Mystery", "zf_xiaobei"]));
+        // ... and the language of each that declares one, under its name as listed.
+        assert_eq!(
+            info["voice_languages"],
+            serde_json::json!({"af_heart": "en-US", "jf_alpha": "ja", "zf_xiaobei": "zh-CN"})
         );
     }
 }

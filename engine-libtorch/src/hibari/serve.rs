@@ -196,7 +196,8 @@ impl VoiceModel for HibariVoice {
         self.model.char_tokens(phonemes)
     }
 
-    fn reader(&self, _language: Option<&str>, _text: &str) -> Result<Reader, String> {
+    fn reader(&self, _language: Option<&str>, text: &str) -> Result<Reader, String> {
+        crate::family::english_reads(text)?;
         Ok(Reader::English(self.front_end.clone()))
     }
 

@@ -24,7 +24,9 @@ use crate::family::{
     cost, guarded, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, Streaming, Style,
     VoiceModel,
 };
+use crate::g2p::espeak::Espeak;
 use crate::g2p::japanese::{has_japanese_script, Japanese, WORD_LIST};
+use crate::g2p::mandarin::{self, Mandarin};
 use crate::g2p::{FrontEnd, Reader, Sentence};
 use crate::kokoro::voices::{scan, KokoroFiles, VoicePack};
 use crate::kokoro::{KokoroModel, SAMPLE_RATE};
@@ -140,8 +142,35 @@ pub struct KokoroVoiceModel {
     pub language: Option<&'static str>,
     pub american: Arc<FrontEnd>,
     pub british: Arc<FrontEnd>,
-    /// The Japanese front end, or why there is none (the dictionary's package missing).
-    pub japanese: Result<Arc<Japanese>, String>,
+    /// The front ends of its other languages.
+    pub languages: Languages,
+}
+
+/// The front end a Kokoro voice reads a request's text with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadAs {
+    American,
+    British,
+    Japanese,
+    Mandarin,
+    /// One of espeak-ng's languages, by its espeak voice name (as misaki names them: `es`,
+    /// `fr-fr`, `hi`, `it`, `pt-br`).
+    Espeak(&'static str),
+}
+
+/// The espeak-ng voice of a language tag or name Kokoro reads through espeak-ng (its `e`, `f`,
+/// `h`, `i` and `p` voices' languages), as misaki's pipeline names them.
+pub fn espeak_language(language: &str) -> Option<&'static str> {
+    let l = language.trim().to_lowercase().replace('_', "-");
+    let primary = l.split('-').next().unwrap_or(&l);
+    Some(match primary {
+        "es" | "spanish" | "español" => "es",
+        "fr" | "french" | "français" => "fr-fr",
+        "hi" | "hindi" => "hi",
+        "it" | "italian" | "italiano" => "it",
+        "pt" | "portuguese" | "português" => "pt-br",
+        _ => return None,
+    })
 }
 
 /// Whether a request's `language` names Japanese (`ja`, `ja-JP`, `Japanese`; Kokoro-FastAPI's
@@ -149,6 +178,13 @@ pub struct KokoroVoiceModel {
 pub fn names_japanese(language: &str) -> bool {
     let l = language.trim().to_lowercase();
     l == "ja" || l == "j" || l == "japanese" || l.starts_with("ja-") || l.starts_with("ja_")
+}
+
+/// Whether a request's `language` names Mandarin (`zh`, `zh-CN`, `cmn`, `Chinese`, `Mandarin`).
+pub fn names_mandarin(language: &str) -> bool {
+    let l = language.trim().to_lowercase().replace('_', "-");
+    let primary = l.split('-').next().unwrap_or(&l);
+    matches!(primary, "zh" | "cmn") || l.contains("chinese") || l.contains("mandarin")
 }
 
 /// Whether a voice whose own language is `own` reads English as British for a request in
@@ -164,15 +200,52 @@ pub fn reads_british(own: Option<&str>, language: Option<&str>) -> bool {
     }
 }
 
-/// Whether a voice whose own language is `own` reads `text` as Japanese for a request in
-/// `language`: an explicit language wins; with none (or `auto`) a Japanese voice reads text
-/// holding Japanese script (kana, kanji) as Japanese, other text as English.
-pub fn reads_japanese(own: Option<&str>, language: Option<&str>, text: &str) -> bool {
+/// What a voice whose own language is `own` reads `text` as, for a request in `language`. An
+/// explicit language wins. With none (or `auto`) the voice reads its own language, except that
+/// a Japanese voice reads text without Japanese script (kana, kanji), and a Mandarin voice text
+/// without Han characters, as English, as Kokoro-FastAPI's users send them English too. English
+/// read from text in another script, with no Latin letter, is an error naming the languages
+/// that would read it: never a silent empty answer.
+pub fn read_as(own: Option<&str>, language: Option<&str>, text: &str) -> Result<ReadAs, String> {
     let asked = language.map(str::trim).filter(|l| !l.is_empty() && !l.eq_ignore_ascii_case("auto"));
-    match asked {
-        Some(l) => names_japanese(l),
-        None => own == Some("ja") && has_japanese_script(text),
+    let read = match asked {
+        Some(l) if names_japanese(l) => return Ok(ReadAs::Japanese),
+        Some(l) if names_mandarin(l) => return Ok(ReadAs::Mandarin),
+        Some(l) => match espeak_language(l) {
+            Some(espeak) => return Ok(ReadAs::Espeak(espeak)),
+            None => english(own, language),
+        },
+        None => match own {
+            Some("ja") if has_japanese_script(text) => return Ok(ReadAs::Japanese),
+            Some(zh) if names_mandarin(zh) && mandarin::has_han(text) => return Ok(ReadAs::Mandarin),
+            Some(other) => match espeak_language(other) {
+                Some(espeak) => return Ok(ReadAs::Espeak(espeak)),
+                None => english(own, language),
+            },
+            None => english(own, language),
+        },
+    };
+    crate::family::english_reads(text)?;
+    Ok(read)
+}
+
+/// English in the accent a request in `language` gets.
+fn english(own: Option<&str>, language: Option<&str>) -> ReadAs {
+    if reads_british(own, language) {
+        ReadAs::British
+    } else {
+        ReadAs::American
     }
+}
+
+/// The front ends of Kokoro's languages beyond English, shared by its voices: each, or why it
+/// is not there (a dictionary or program not installed, or not loaded for a one-request engine).
+#[derive(Clone)]
+pub struct Languages {
+    pub japanese: Result<Arc<Japanese>, String>,
+    pub mandarin: Result<Arc<Mandarin>, String>,
+    /// espeak-ng's readings, through its separate program ([`speechstream_text::espeak`]).
+    pub espeak: Arc<Espeak>,
 }
 
 impl KokoroVoiceModel {
@@ -185,19 +258,22 @@ impl KokoroVoiceModel {
         }
     }
 
-    /// The front end that reads `text` for a request in `language`: an explicit language
-    /// wins (the core has refused those Kokoro has no front end for: English and Japanese
-    /// are served); with none (or `auto`) a Japanese voice reads text holding Japanese script
-    /// (kana, kanji) as Japanese and text with none as English, and an English voice reads
-    /// English. Japanese without its dictionary is refused with what to install.
+    /// The front end that reads `text` for a request in `language` ([`read_as`]); a language
+    /// whose front end is not installed is refused with what to install.
     pub fn reader(&self, language: Option<&str>, text: &str) -> Result<Reader, String> {
-        if !reads_japanese(self.language, language, text) {
-            return Ok(Reader::English(self.front_end(language).clone()));
-        }
-        match &self.japanese {
-            Ok(ja) => Ok(Reader::Japanese(ja.clone())),
-            Err(why) => Err(why.clone()),
-        }
+        let name = |what: &str, why: &str| format!("{what} is not available: {why}");
+        Ok(match read_as(self.language, language, text)? {
+            ReadAs::American => Reader::English(self.american.clone()),
+            ReadAs::British => Reader::English(self.british.clone()),
+            ReadAs::Japanese => Reader::Japanese(self.languages.japanese.clone()?),
+            ReadAs::Mandarin => {
+                Reader::Mandarin(self.languages.mandarin.clone().map_err(|why| name("Mandarin", &why))?)
+            }
+            ReadAs::Espeak(voice) => {
+                self.languages.espeak.available().map_err(|why| name(voice, &why))?;
+                Reader::Espeak(self.languages.espeak.clone(), voice.to_owned())
+            }
+        })
     }
 }
 
@@ -345,32 +421,34 @@ impl Family for KokoroFamily {
     }
 }
 
-/// Which of Kokoro's front ends to load.
+/// Which of Kokoro's front ends to load (espeak-ng's program starts when first used).
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Readers {
     american: bool,
     british: bool,
     japanese: bool,
+    mandarin: bool,
 }
 
 /// The front ends Kokoro's voices read with: all of them, or, for the one request an engine is
 /// made for ([`crate::EngineOptions::only_request`]) naming Kokoro's voices, those its voice
 /// (each of a mix's) reads its text with.
 fn kokoro_readers(files: &KokoroFiles, only: Option<&SynthesisRequest>) -> Readers {
-    let all = Readers { american: true, british: true, japanese: true };
+    let all = Readers { american: true, british: true, japanese: true, mandarin: true };
     let Some(request) = only else { return all };
     let Some(parts) = request.voice.as_deref().and_then(voice_mix) else { return all };
-    let mut readers = Readers { american: false, british: false, japanese: false };
+    let mut readers = Readers { american: false, british: false, japanese: false, mandarin: false };
     let language = request.language.as_deref();
     for (name, _) in parts {
         // Another voice (an OpenAI name, `default`): what it is is known once resolved.
         let Some(voice) = files.voices.iter().find(|v| v.name.eq_ignore_ascii_case(name)) else { return all };
-        if reads_japanese(voice.language, language, &request.text) {
-            readers.japanese = true;
-        } else if reads_british(voice.language, language) {
-            readers.british = true;
-        } else {
-            readers.american = true;
+        match read_as(voice.language, language, &request.text) {
+            Ok(ReadAs::Japanese) => readers.japanese = true,
+            Ok(ReadAs::Mandarin) => readers.mandarin = true,
+            Ok(ReadAs::British) => readers.british = true,
+            Ok(ReadAs::American) => readers.american = true,
+            // (espeak-ng's program starts on first use; a refusal is the request's)
+            Ok(ReadAs::Espeak(_)) | Err(_) => {}
         }
     }
     readers
@@ -397,14 +475,27 @@ fn load_kokoro(files: &KokoroFiles, dir: &Path, context: &LoadContext) -> Result
     // the network loads.
     let dictionary = std::env::var_os("SPEECHSTREAM_JA_DICTIONARY").map(std::path::PathBuf::from);
     let word_list = dir.join(WORD_LIST);
-    let (network, japanese, english) = std::thread::scope(|scope| {
+    let (network, japanese, mandarin, english) = std::thread::scope(|scope| {
         let japanese = scope.spawn(|| {
             if !readers.japanese {
-                return Err("Japanese is not loaded: this engine was made for one request in English".to_owned());
+                return Err(
+                    "Japanese is not loaded: this engine was made for one request in another language".to_owned()
+                );
             }
             let started = Instant::now();
             let loaded = Japanese::load(dictionary.as_deref(), &word_list).map(Arc::new);
             tracing::debug!(s = started.elapsed().as_secs_f64(), "Japanese front end loaded");
+            loaded
+        });
+        let mandarin = scope.spawn(|| {
+            if !readers.mandarin {
+                return Err(
+                    "Mandarin is not loaded: this engine was made for one request in another language".to_owned()
+                );
+            }
+            let started = Instant::now();
+            let loaded = Mandarin::new().map(Arc::new);
+            tracing::debug!(s = started.elapsed().as_secs_f64(), "Mandarin front end loaded");
             loaded
         });
         // (one English accent at least: every voice holds one; an accent left out, the one
@@ -427,8 +518,9 @@ fn load_kokoro(files: &KokoroFiles, dir: &Path, context: &LoadContext) -> Result
         };
         tracing::debug!(s = started.elapsed().as_secs_f64(), "Kokoro's network loaded");
         let japanese = japanese.join().unwrap_or_else(|_| Err("loading the Japanese front end panicked".to_owned()));
+        let mandarin = mandarin.join().unwrap_or_else(|_| Err("loading the Mandarin front end panicked".to_owned()));
         let english = english.join().unwrap_or_else(|_| Err("loading the English front end panicked".to_owned()));
-        (network, japanese, english)
+        (network, japanese, mandarin, english)
     });
     let network = network?;
     let (american, british) = english?;
@@ -438,6 +530,14 @@ fn load_kokoro(files: &KokoroFiles, dir: &Path, context: &LoadContext) -> Result
         (Err(e), true) => tracing::warn!("Kokoro reads no Japanese: {e}"),
         (Err(e), false) => tracing::debug!("Kokoro reads no Japanese: {e}"),
     }
+    if let (Err(e), true) = (&mandarin, readers.mandarin) {
+        tracing::warn!("Kokoro reads no Mandarin: {e}");
+    }
+    let espeak = Arc::new(options.espeak_program.clone().map_or_else(Espeak::new, Espeak::with_program));
+    if let Err(e) = espeak.available() {
+        tracing::info!("Kokoro reads no Spanish, French, Hindi, Italian or Portuguese: {e}");
+    }
+    let languages = Languages { japanese, mandarin, espeak };
     let mut voices = Vec::new();
     for voice in &files.voices {
         let mut listed = Voice::new(voice.name.clone()).with_description(voice.description());
@@ -451,13 +551,22 @@ fn load_kokoro(files: &KokoroFiles, dir: &Path, context: &LoadContext) -> Result
             language: voice.language,
             american: american.clone(),
             british: british.clone(),
-            japanese: japanese.clone(),
+            languages: languages.clone(),
         };
         voices.push((listed, Arc::new(model) as Arc<dyn VoiceModel>));
     }
     let capabilities = EngineCapabilities::new(KOKORO_MODEL_NAME, SAMPLE_RATE)
         .with_voices(voices.iter().map(|(v, _)| v.clone()).collect::<Vec<Voice>>())
-        .with_languages([Language::new("English", "en"), Language::new("Japanese", "ja")])
+        .with_languages([
+            Language::new("English", "en"),
+            Language::new("Japanese", "ja"),
+            Language::new("Spanish", "es"),
+            Language::new("French", "fr"),
+            Language::new("Hindi", "hi"),
+            Language::new("Italian", "it"),
+            Language::new("Portuguese", "pt"),
+            Language::new("Chinese", "zh"),
+        ])
         .with_task_types([TaskType::CustomVoice])
         .with_instructions(false)
         .with_word_timestamps(true)

@@ -419,7 +419,7 @@ mod tests {
         let names: Vec<&str> = files.voices.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(names, ["af_heart", "bm_lewis", "jf_alpha", "zf_xiaobei"]);
         let languages: Vec<_> = files.voices.iter().map(|v| v.language).collect();
-        assert_eq!(languages, [Some("en-US"), Some("en-GB"), Some("ja"), Some("zh")]);
+        assert_eq!(languages, [Some("en-US"), Some("en-GB"), Some("ja"), Some("zh-CN")]);
         assert_eq!(files.voices[0].pack.style(0)[0], 9.0);
         assert_eq!(files.voices[1].description(), "Lewis (British English, male)");
         assert_eq!(files.skipped.len(), 1, "{:?}", files.skipped);

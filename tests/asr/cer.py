@@ -1,0 +1,69 @@
+"""Character error rate of Whisper base's transcripts against the texts read, one line per file.
+
+Run with .venv-whisper's python (scripts/setup-whisper.sh):
+
+    .venv-whisper/bin/python tests/asr/cer.py --language es TEXTS WAV...
+
+TEXTS holds one text per line, the i-th read in the i-th WAV. Prints, per file, its CER and the
+transcript (tab-separated), then `mean <CER>`. Both sides are normalised as Whisper's
+BasicTextNormalizer does (lower case, symbols and punctuation to spaces, runs of spaces to one;
+bracketed asides dropped), and, for languages written without spaces (zh, ja), compared without
+spaces. CER is the Levenshtein distance between the characters over the reference's length.
+Decoding as tests/asr/whisper.py: greedy, temperature 0, int8 on the CPU.
+"""
+import argparse
+import os
+import re
+import subprocess
+import unicodedata
+
+import numpy as np
+from faster_whisper import WhisperModel
+
+
+def normalise(text, spaceless):
+    text = re.sub(r"[<\[][^>\]]*[>\]]", "", text.lower())
+    text = re.sub(r"\(([^)]+?)\)", "", text)
+    text = "".join(" " if unicodedata.category(c)[0] in "MSP" and c != "'" else c for c in unicodedata.normalize("NFKC", text))
+    text = " ".join(text.split())
+    return text.replace(" ", "") if spaceless else text
+
+
+def distance(a, b):
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[len(b)]
+
+
+root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+cache = os.environ.get("SPEECHSTREAM_CACHE", os.path.join(root, ".cache"))
+parser = argparse.ArgumentParser()
+parser.add_argument("--language", required=True, help="ISO 639-1 code")
+parser.add_argument("texts")
+parser.add_argument("files", nargs="+")
+args = parser.parse_args()
+texts = [line.rstrip("\n") for line in open(args.texts, encoding="utf-8")]
+assert len(texts) == len(args.files), f"{len(texts)} texts for {len(args.files)} files"
+spaceless = args.language in ("zh", "ja")
+
+model = WhisperModel(os.path.join(cache, "whisper-base"), device="cpu", compute_type="int8", cpu_threads=1)
+rates = []
+for text, path in zip(texts, args.files):
+    raw = subprocess.run(
+        ["ffmpeg", "-v", "error", "-i", path, "-ar", "16000", "-ac", "1", "-f", "s16le", "-"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    audio = np.frombuffer(raw, dtype=np.int16).astype(np.float32) / 32768.0
+    segments, _ = model.transcribe(audio, language=args.language, beam_size=1, temperature=0.0,
+                                   condition_on_previous_text=False)
+    heard = " ".join(s.text.strip() for s in segments).strip()
+    expected = normalise(text, spaceless)
+    # (at most 1: a decoder caught in a loop says one phrase hundreds of times)
+    rate = min(1.0, distance(expected, normalise(heard, spaceless)) / max(1, len(expected)))
+    rates.append(rate)
+    print(f"{rate:.3f}\t{heard}", flush=True)
+print(f"mean {sum(rates) / len(rates):.4f}", flush=True)
