@@ -448,10 +448,10 @@ const LANGUAGES: [(&str, &str, &str); 6] = [
 // jf_alpha's table), served by voice on HTTP, listed by language on HTTP and Wyoming, read in the
 // voice's own language by default and in another when asked; without espeak-ng's program, its
 // languages are a clear per-request error and the rest is served.
-#[test]
-fn every_language_of_a_voices_bin_is_listed_and_served() {
+/// A Kokoro directory with a `voices-v1.0.bin` of [`LANGUAGES`]' voices (`jf_alpha`'s table).
+fn languages_directory(tag: &str) -> PathBuf {
     let packaged = cache().join("kokoro");
-    let dir = std::env::temp_dir().join(format!("speechstream-kokoro-languages-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("speechstream-kokoro-languages-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::os::unix::fs::symlink(packaged.join("kokoro-v1.0.int8.onnx"), dir.join("kokoro-v1.0.int8.onnx")).unwrap();
@@ -460,7 +460,12 @@ fn every_language_of_a_voices_bin_is_listed_and_served() {
     let names: Vec<String> = LANGUAGES.iter().map(|(voice, _, _)| format!("{voice}.npy")).collect();
     let files: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), table)).collect();
     std::fs::write(dir.join("voices-v1.0.bin"), npz(&files)).unwrap();
+    dir
+}
 
+#[test]
+fn every_language_of_a_voices_bin_is_listed_and_served() {
+    let dir = languages_directory("served");
     let server = start(&dir, &["--wyoming-port", "0"]);
     let addr = server.addr;
     let (_, voices) = process::get(addr, "/v1/audio/voices", "");
@@ -498,6 +503,59 @@ fn every_language_of_a_voices_bin_is_listed_and_served() {
     assert!(status >= 400 && body.contains("espeak-ng"), "{status} {body}");
     let zh = speech(server.addr, json!({"input": "你好。", "voice": "zf_xiaobei", "response_format": "pcm"}));
     assert!(zh.len() > 12_000, "{} bytes of Mandarin", zh.len());
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// Spanish and Mandarin stream over the WebSocket as English does: a short first segment, then
+// the rest, with word timestamps whose `chars` point at each word in the text (a Chinese word
+// is a jieba word).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spanish_and_mandarin_stream_with_word_timestamps() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let dir = languages_directory("ws");
+    let server = tokio::task::block_in_place(|| start(&dir, &[]));
+    let url = format!("ws://{}/v1/audio/speech/stream", server.addr);
+    for (voice, text) in [
+        ("ef_dora", "Hola, buenos días a todos. Mañana lloverá por la tarde en Madrid."),
+        ("zf_xiaobei", "今天天气晴朗，西边吹来一阵微风。明天上午会下雨。"),
+    ] {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.expect("connect");
+        let config = json!({"type": "session.config", "voice": voice, "stream_audio": true,
+                            "response_format": "pcm", "word_timestamps": true});
+        for message in [config, json!({"type": "input.text", "text": text}), json!({"type": "input.done"})] {
+            ws.send(Message::Text(message.to_string().into())).await.unwrap();
+        }
+        let (mut chunks, mut timings, mut samples) = (0, Vec::new(), 0);
+        loop {
+            let Message::Text(t) = ws.next().await.expect("open").expect("frame") else { continue };
+            let v: Value = serde_json::from_str(&t).unwrap();
+            assert_ne!(v["type"], "error", "{voice}: {v}");
+            if v["type"] == "audio.chunk" {
+                chunks += 1;
+                samples += base64_decode(v["audio_b64"].as_str().unwrap_or_default()).len() / 2;
+                timings = v["timestamps"].as_array().cloned().unwrap_or_default();
+            }
+            if v["type"] == "session.done" {
+                break;
+            }
+        }
+        assert!(chunks >= 3 && samples > 48_000, "{voice}: {chunks} chunks, {samples} samples");
+        assert!(timings.len() >= 6, "{voice}: {timings:?}");
+        let mut previous = 0;
+        for w in &timings {
+            let span = w["chars"].as_array().expect("chars");
+            let (s, e) = (span[0].as_u64().unwrap() as usize, span[1].as_u64().unwrap() as usize);
+            let written: String = text.chars().skip(s).take(e - s).collect();
+            assert_eq!(written, w["word"].as_str().unwrap(), "{voice}: {w}");
+            let (start, end) = (w["start_ms"].as_i64().unwrap(), w["end_ms"].as_i64().unwrap());
+            assert!(previous <= start && start <= end, "{voice}: {timings:?}");
+            previous = end;
+        }
+        assert!(previous <= (samples / 24) as i64 + 1, "{voice}: words past the audio");
+    }
     drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
 }
