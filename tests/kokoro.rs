@@ -136,6 +136,36 @@ fn wyoming_voices(addr: SocketAddr) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
+/// Wyoming `synthesize` of `text` for a voice that speaks `language` (the server picks it):
+/// the PCM bytes of its audio chunks.
+fn wyoming_speak(addr: SocketAddr, text: &str, language: &str) -> Vec<u8> {
+    let mut stream = TcpStream::connect(addr).expect("wyoming");
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(120))).unwrap();
+    let data = json!({"text": text, "voice": {"language": language}}).to_string();
+    let header = json!({"type": "synthesize", "data_length": data.len()}).to_string();
+    stream.write_all(format!("{header}\n{data}").as_bytes()).unwrap();
+    let mut reader = std::io::BufReader::new(stream);
+    let mut pcm = Vec::new();
+    loop {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+        let header: Value = serde_json::from_str(&line).expect("event header");
+        let skip = |n: Option<u64>, reader: &mut std::io::BufReader<TcpStream>| {
+            let mut buf = vec![0; n.unwrap_or(0) as usize];
+            reader.read_exact(&mut buf).unwrap();
+            buf
+        };
+        let data = skip(header["data_length"].as_u64(), &mut reader);
+        let payload = skip(header["payload_length"].as_u64(), &mut reader);
+        match header["type"].as_str() {
+            Some("audio-chunk") => pcm.extend_from_slice(&payload),
+            Some("audio-stop") => return pcm,
+            Some("error") => panic!("{language}: {}", String::from_utf8_lossy(&data)),
+            _ => {}
+        }
+    }
+}
+
 fn start(dir: &Path, extra: &[&str]) -> Server {
     let dir = dir.to_str().unwrap();
     let mut args = vec!["--kokoro-dir", dir, "--admission", "off", "--workers", "1", "--device", "cpu"];
@@ -482,6 +512,12 @@ fn every_language_of_a_voices_bin_is_listed_and_served() {
         let code = wyoming.split('_').next().unwrap();
         let asked = speech(addr, json!({"input": text, "voice": voice, "language": code, "response_format": "pcm"}));
         assert_eq!(asked, own, "{voice}: its own language by default");
+    }
+    // Wyoming picks a voice by language, as Home Assistant asks, and it reads that language.
+    for (voice, wyoming, text) in [LANGUAGES[0], LANGUAGES[5]] {
+        let pcm = wyoming_speak(server.wyoming_addr(), text, wyoming);
+        let http = speech(addr, json!({"input": text, "voice": voice, "response_format": "pcm"}));
+        assert_eq!(pcm, http, "{wyoming}: Wyoming's voice for it is {voice}, read alike");
     }
     let english =
         speech(addr, json!({"input": "Good morning.", "voice": "ef_dora", "language": "en", "response_format": "pcm"}));
