@@ -34,8 +34,10 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::ops::Range;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use unicode_normalization::UnicodeNormalization;
 
@@ -85,12 +87,30 @@ const TITLES: &[&str] = &[
     "núm", "tel", "art", "vol", "nº", "p", "pp", "cf", "ca",
 ];
 
+/// How long the helper may take to answer before it is taken for hung, killed (and restarted
+/// once): an answer takes well under a millisecond a sentence.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The espeak-ng front end: the helper program, started on first use and kept running.
 pub struct Espeak {
     /// The helper given by the caller, if any.
     program: Option<PathBuf>,
     helper: Mutex<Option<Helper>>,
     titles: HashSet<String>,
+    /// [`TIMEOUT`], or what [`Espeak::with_timeout`] set.
+    timeout: Duration,
+}
+
+/// A running helper's watchdog: it kills the helper when a request has waited past the timeout,
+/// so that a hung espeak-ng costs that request an error, not a worker forever.
+struct Watchdog {
+    /// When the request being answered was sent.
+    busy_since: Mutex<Option<Instant>>,
+    /// Cleared when the helper is dropped: the watchdog's thread then ends.
+    alive: AtomicBool,
+    /// Set when it killed the helper.
+    fired: AtomicBool,
+    timeout: Duration,
 }
 
 /// A running helper.
@@ -102,10 +122,16 @@ struct Helper {
     stderr: Arc<Mutex<String>>,
     stderr_thread: Option<JoinHandle<()>>,
     program: PathBuf,
+    watchdog: Arc<Watchdog>,
+    watchdog_thread: Option<JoinHandle<()>>,
 }
 
 impl Drop for Helper {
     fn drop(&mut self) {
+        self.watchdog.alive.store(false, Ordering::Relaxed);
+        if let Some(t) = self.watchdog_thread.take() {
+            let _ = t.join();
+        }
         // Closing its stdin ends it; kill it in case it is stuck.
         self.stdin.take();
         let _ = self.child.kill();
@@ -136,7 +162,18 @@ impl Espeak {
     /// checkout: `target/release/speechstream`) or under the working directory, else
     /// `espeak-phonemes` on `PATH`.
     pub fn new() -> Espeak {
-        Espeak { program: None, helper: Mutex::new(None), titles: TITLES.iter().map(|t| t.to_string()).collect() }
+        Espeak {
+            program: None,
+            helper: Mutex::new(None),
+            titles: TITLES.iter().map(|t| t.to_string()).collect(),
+            timeout: TIMEOUT,
+        }
+    }
+
+    /// The same with another limit on the helper's answers ([`TIMEOUT`] by default).
+    pub fn with_timeout(mut self, timeout: Duration) -> Espeak {
+        self.timeout = timeout;
+        self
     }
 
     /// The front end with the helper at `program`.
@@ -324,7 +361,10 @@ impl Espeak {
                 *guard = Some(self.spawn()?);
             }
             let helper = guard.as_mut().expect("just set");
-            match exchange(helper, lines) {
+            *helper.watchdog.busy_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            let answer = exchange(helper, lines);
+            *helper.watchdog.busy_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            match answer {
                 Ok(answers) => {
                     let mut out = Vec::with_capacity(answers.len());
                     for a in answers {
@@ -375,7 +415,44 @@ impl Espeak {
                 }
             })
         });
-        Ok(Helper { child, stdin, stdout, stderr, stderr_thread, program })
+        let timeout = self.timeout;
+        let watchdog = Arc::new(Watchdog {
+            busy_since: Mutex::new(None),
+            alive: AtomicBool::new(true),
+            fired: AtomicBool::new(false),
+            timeout,
+        });
+        let watched = Arc::clone(&watchdog);
+        let pid = child.id();
+        let watchdog_thread = std::thread::spawn(move || {
+            let tick = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
+            while watched.alive.load(Ordering::Relaxed) {
+                std::thread::sleep(tick);
+                let since = *watched.busy_since.lock().unwrap_or_else(|e| e.into_inner());
+                if since.is_some_and(|t| t.elapsed() > timeout) {
+                    // The blocked read then ends (end of file): the request fails, the helper is
+                    // restarted once.
+                    watched.fired.store(true, Ordering::Relaxed);
+                    if let Ok(pid) = libc::pid_t::try_from(pid) {
+                        // SAFETY: kill only sends a signal, to the child this helper owns and
+                        // has not reaped yet (it is reaped in `died` or on drop, after this
+                        // thread stops watching it).
+                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                    }
+                    *watched.busy_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                }
+            }
+        });
+        Ok(Helper {
+            child,
+            stdin,
+            stdout,
+            stderr,
+            stderr_thread,
+            program,
+            watchdog,
+            watchdog_thread: Some(watchdog_thread),
+        })
     }
 }
 
@@ -426,6 +503,9 @@ fn died(helper: &mut Helper, io: &std::io::Error) -> String {
     }
     let stderr = helper.stderr.lock().unwrap_or_else(|e| e.into_inner()).trim().to_string();
     let what = match status {
+        _ if helper.watchdog.fired.load(Ordering::Relaxed) => {
+            format!("did not answer within {:?} and was stopped", helper.watchdog.timeout)
+        }
         Some(s) => format!("stopped ({s})"),
         None => format!("stopped answering ({io})"),
     };

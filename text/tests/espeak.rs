@@ -8,6 +8,7 @@
 //! scripts/setup.sh); without it these tests say so and pass.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use speechstream_text::espeak::{Espeak, HELPER_ENV};
 use speechstream_text::Sentence;
@@ -265,6 +266,18 @@ mod helper_process {
         );
         let err = espeak.sentences("es", "Hola.").unwrap_err();
         assert!(err.contains("libespeak-ng1"), "{err}");
+    }
+
+    #[test]
+    fn a_helper_that_hangs_is_stopped_and_the_request_fails() {
+        // Reads a request, then never answers.
+        let espeak =
+            Espeak::with_program(script("hang", "read line; exec sleep 600")).with_timeout(Duration::from_millis(300));
+        let started = Instant::now();
+        let err = espeak.phonemize("es", "hola").unwrap_err();
+        // Killed after the timeout, restarted once, killed again: well under the sleep.
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        assert!(err.contains("did not answer within"), "{err}");
     }
 
     #[test]
