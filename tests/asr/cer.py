@@ -9,16 +9,13 @@ transcript (tab-separated), then `mean <CER>`. Both sides are normalised as Whis
 BasicTextNormalizer does (lower case, symbols and punctuation to spaces, runs of spaces to one;
 bracketed asides dropped), and, for languages written without spaces (zh, ja), compared without
 spaces. CER is the Levenshtein distance between the characters over the reference's length.
-Decoding as tests/asr/whisper.py: greedy, temperature 0, int8 on the CPU.
+Transcribed by tests/asr/whisper.py's `transcribe`: greedy, temperature 0, int8 on the CPU.
 """
 import argparse
-import os
 import re
-import subprocess
 import unicodedata
 
-import numpy as np
-from faster_whisper import WhisperModel
+from whisper import load, transcribe
 
 
 def normalise(text, spaceless):
@@ -38,8 +35,6 @@ def distance(a, b):
     return row[len(b)]
 
 
-root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-cache = os.environ.get("SPEECHSTREAM_CACHE", os.path.join(root, ".cache"))
 parser = argparse.ArgumentParser()
 parser.add_argument("--language", required=True, help="ISO 639-1 code")
 parser.add_argument("texts")
@@ -49,18 +44,10 @@ texts = [line.rstrip("\n") for line in open(args.texts, encoding="utf-8")]
 assert len(texts) == len(args.files), f"{len(texts)} texts for {len(args.files)} files"
 spaceless = args.language in ("zh", "ja")
 
-model = WhisperModel(os.path.join(cache, "whisper-base"), device="cpu", compute_type="int8", cpu_threads=1)
+model = load()
 rates = []
 for text, path in zip(texts, args.files):
-    raw = subprocess.run(
-        ["ffmpeg", "-v", "error", "-i", path, "-ar", "16000", "-ac", "1", "-f", "s16le", "-"],
-        capture_output=True,
-        check=True,
-    ).stdout
-    audio = np.frombuffer(raw, dtype=np.int16).astype(np.float32) / 32768.0
-    segments, _ = model.transcribe(audio, language=args.language, beam_size=1, temperature=0.0,
-                                   condition_on_previous_text=False)
-    heard = " ".join(s.text.strip() for s in segments).strip()
+    heard = transcribe(model, path, args.language)
     expected = normalise(text, spaceless)
     # (at most 1: a decoder caught in a loop says one phrase hundreds of times)
     rate = min(1.0, distance(expected, normalise(heard, spaceless)) / max(1, len(expected)))

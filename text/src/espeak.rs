@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use unicode_normalization::UnicodeNormalization;
 
-use super::{chunk_words, split, Sentence, Word};
+use super::{chunk_sentences, split, Sentence, Word};
 
 /// The helper program's file name.
 pub const HELPER: &str = "espeak-phonemes";
@@ -271,13 +271,7 @@ impl Espeak {
                     }
                 })
                 .collect();
-            for (ps, ws) in chunk_words(&phonemes, words) {
-                let chunk_text = match (ws.first(), ws.last()) {
-                    (Some(a), Some(b)) => text[a.text_range.start..b.text_range.end].to_string(),
-                    _ => sent.to_string(),
-                };
-                out.push(Sentence { text: chunk_text, phonemes: ps, words: ws });
-            }
+            out.extend(chunk_sentences(text, sent, &phonemes, words));
         }
         Ok(out)
     }

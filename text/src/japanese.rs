@@ -20,7 +20,7 @@ use unicode_normalization::UnicodeNormalization;
 
 use super::kana;
 use super::mecab::{Dictionary, Morpheme, DEBIAN_NAIST_JDIC, DEBIAN_PACKAGE};
-use super::{chunk_words, Sentence, Word, MAX_SENTENCE_CHARS};
+use super::{chunk_sentences, Sentence, Word, MAX_SENTENCE_CHARS};
 
 /// The word list's file name (in Kokoro's asset directory).
 pub const WORD_LIST: &str = "ja_words.txt";
@@ -138,13 +138,7 @@ impl Japanese {
                     ..w
                 })
                 .collect();
-            for (ps, ws) in chunk_words(&phonemes, words) {
-                let chunk_text = match (ws.first(), ws.last()) {
-                    (Some(a), Some(b)) => text[a.text_range.start..b.text_range.end].to_string(),
-                    _ => sent.to_string(),
-                };
-                out.push(Sentence { text: chunk_text, phonemes: ps, words: ws });
-            }
+            out.extend(chunk_sentences(text, sent, &phonemes, words));
         }
         out
     }

@@ -608,13 +608,7 @@ impl FrontEnd {
                 continue;
             }
             let words = map_words(sent, r.start, chars, &p);
-            for (ps, ws) in chunk_words(&p.phonemes, words) {
-                let chunk_text = match (ws.first(), ws.last()) {
-                    (Some(a), Some(b)) => text[a.text_range.start..b.text_range.end].to_string(),
-                    _ => sent.to_string(),
-                };
-                out.push(Sentence { text: chunk_text, phonemes: ps, words: ws });
-            }
+            out.extend(chunk_sentences(text, sent, &p.phonemes, words));
         }
         out
     }
@@ -993,6 +987,21 @@ fn map_words(sent: &str, base: usize, base_chars: usize, p: &Phonemized) -> Vec<
         wi += 1;
     }
     out
+}
+
+/// A sentence's clause chunks ([`chunk_words`]) as [`Sentence`]s, each with the text its words
+/// span in `text` (the whole input; `sent`, the sentence, for a chunk with no word).
+fn chunk_sentences(text: &str, sent: &str, phonemes: &str, words: Vec<Word>) -> Vec<Sentence> {
+    chunk_words(phonemes, words)
+        .into_iter()
+        .map(|(ps, ws)| {
+            let chunk_text = match (ws.first(), ws.last()) {
+                (Some(a), Some(b)) => text[a.text_range.start..b.text_range.end].to_string(),
+                _ => sent.to_string(),
+            };
+            Sentence { text: chunk_text, phonemes: ps, words: ws }
+        })
+        .collect()
 }
 
 /// The clause split of a sentence's phonemes, moving each word's range into its chunk.

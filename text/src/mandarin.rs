@@ -35,7 +35,7 @@ use std::ops::Range;
 use fancy_regex::Regex;
 use jieba_rs::Jieba;
 
-use super::{chunk_words, Sentence, Word, MAX_SENTENCE_CHARS};
+use super::{chunk_sentences, Sentence, Word, MAX_SENTENCE_CHARS};
 
 /// pypinyin's readings (see `scripts/mandarin-data.py`).
 const PINYIN_DATA: &[u8] = include_bytes!("../data/mandarin-pinyin.txt.gz");
@@ -639,15 +639,14 @@ impl Mandarin {
                     ..w
                 })
                 .collect();
-            for (ps, ws) in chunk_words(&phonemes, words) {
-                let chunk_text = match (ws.first(), ws.last()) {
-                    (Some(a), Some(b)) if ps.chars().count() < phonemes.chars().count() => {
-                        text[a.text_range.start..b.text_range.end].to_string()
-                    }
-                    _ => sent.to_string(),
-                };
-                out.push(Sentence { text: chunk_text, phonemes: ps, words: ws });
-            }
+            let whole = phonemes.chars().count();
+            out.extend(chunk_sentences(text, sent, &phonemes, words).into_iter().map(|mut chunk| {
+                // A sentence read in one chunk keeps its own text (its closing marks included).
+                if chunk.phonemes.chars().count() >= whole {
+                    chunk.text = sent.to_string();
+                }
+                chunk
+            }));
         }
         out
     }
