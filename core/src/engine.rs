@@ -115,6 +115,9 @@ pub struct SynthesisRequest {
     /// session's or the HTTP request's `pronunciations`; an engine with a lexicon checks them and
     /// fails the request on a bad entry, naming the word. Empty for none.
     pub pronunciations: Vec<(String, String)>,
+    /// Which of the voice's speakers speaks (a multi-speaker voice's [`Voice::speakers`], by
+    /// name; Wyoming's `voice.speaker`); `None`: its first.
+    pub speaker: Option<String>,
 }
 
 /// What an engine produces for a request.
@@ -165,6 +168,7 @@ impl SynthesisRequest {
             non_streaming_mode: None,
             ignored: Vec::new(),
             pronunciations: Vec::new(),
+            speaker: None,
         }
     }
 
@@ -410,12 +414,15 @@ pub struct Voice {
     pub language: Option<String>,
     /// What it sounds like, for people choosing one.
     pub description: Option<String>,
+    /// The names of its speakers, for a voice that has several (a multi-speaker Piper voice's
+    /// `speaker_id_map`, in id order); empty for one.
+    pub speakers: Vec<String>,
 }
 
 impl Voice {
     /// A voice by its name, with no language or description.
     pub fn new(id: impl Into<String>) -> Voice {
-        Voice { id: id.into(), language: None, description: None }
+        Voice { id: id.into(), language: None, description: None, speakers: Vec::new() }
     }
 
     /// This voice, speaking `language` (a BCP 47 tag).
@@ -428,6 +435,24 @@ impl Voice {
     pub fn with_description(mut self, description: impl Into<String>) -> Voice {
         self.description = Some(description.into());
         self
+    }
+
+    /// This voice, with several speakers named `speakers` (in the order of their ids).
+    pub fn with_speakers(mut self, speakers: impl IntoIterator<Item = impl Into<String>>) -> Voice {
+        self.speakers = speakers.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The speaker a client's `speaker` names: one of [`Voice::speakers`] by name (any case) or
+    /// by its id (`"3"`), as wyoming-piper reads it; `None` for a voice of one speaker, or a
+    /// name it lacks (the voice's first speaker speaks).
+    pub fn speaker(&self, speaker: &str) -> Option<&str> {
+        let speaker = speaker.trim();
+        self.speakers
+            .iter()
+            .find(|s| s.eq_ignore_ascii_case(speaker))
+            .or_else(|| speaker.parse::<usize>().ok().and_then(|i| self.speakers.get(i)))
+            .map(String::as_str)
     }
 }
 

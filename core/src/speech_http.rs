@@ -229,6 +229,7 @@ pub fn parse_speech_request(body: &str, catalog: &Catalog, max_input_chars: usiz
         non_streaming_mode: body.non_streaming_mode,
         ignored: Vec::new(),
         pronunciations: body.pronunciations,
+        speaker: None,
     };
     // What the engine cannot do: a 400, as the reference's adapter refuses it.
     catalog.resolve(&mut synthesis).map_err(HttpError::bad_request)?;
@@ -445,6 +446,23 @@ pub fn voices_json(catalog: &Catalog) -> String {
     let mut body = serde_json::json!({"voices": voices, "uploaded_voices": [], "aliases": aliases});
     if !languages.is_empty() {
         body["languages"] = serde_json::Value::Object(languages);
+    }
+    // And, where voices have them, their descriptions (a Piper voice's "joe (medium)": its name
+    // and quality) and speakers.
+    let per_voice = |field: fn(&crate::engine::Voice) -> Option<serde_json::Value>| {
+        let map: serde_json::Map<String, serde_json::Value> = catalog
+            .capabilities()
+            .voices
+            .iter()
+            .filter_map(|v| Some((v.id.to_lowercase(), field(v)?)))
+            .collect();
+        (!map.is_empty()).then_some(serde_json::Value::Object(map))
+    };
+    if let Some(descriptions) = per_voice(|v| v.description.clone().map(Into::into)) {
+        body["descriptions"] = descriptions;
+    }
+    if let Some(speakers) = per_voice(|v| (!v.speakers.is_empty()).then(|| v.speakers.clone().into())) {
+        body["speakers"] = speakers;
     }
     body.to_string()
 }

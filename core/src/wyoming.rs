@@ -63,6 +63,8 @@ pub struct WyomingVoice {
     pub description: Option<String>,
     /// Language codes, e.g. `en_US` (`-` and `_` alike when a client asks for one).
     pub languages: Vec<String>,
+    /// Its speakers' names, for a voice that has several (`voice.speaker` picks one).
+    pub speakers: Vec<String>,
 }
 
 impl WyomingVoice {
@@ -74,6 +76,7 @@ impl WyomingVoice {
             name: voice.id.clone(),
             description: voice.description.clone(),
             languages: vec![voice.language.as_deref().unwrap_or(fallback).replace('-', "_")],
+            speakers: voice.speakers.clone(),
         }
     }
 }
@@ -182,7 +185,7 @@ enum Work {
     /// One engine request; `text` empty for a request with nothing to say (start and stop only).
     Speak {
         text: String,
-        voice: Option<String>,
+        voice: Chosen,
     },
     /// The end of a stream: `synthesize-stopped`.
     Stopped,
@@ -199,8 +202,15 @@ impl Work {
 }
 
 struct Stream {
-    voice: Option<String>,
+    voice: Chosen,
     splitter: Splitter,
+}
+
+/// The voice an event asks for (`None`: the default) and which of its speakers.
+#[derive(Clone, Debug, Default)]
+struct Chosen {
+    name: Option<String>,
+    speaker: Option<String>,
 }
 
 struct Generation {
@@ -444,7 +454,12 @@ impl WyomingSession {
         if capabilities.voices.is_empty() {
             let names = capabilities.models.iter().take(1).cloned();
             return names
-                .map(|name| WyomingVoice { name, description: None, languages: vec![fallback.clone()] })
+                .map(|name| WyomingVoice {
+                    name,
+                    description: None,
+                    languages: vec![fallback.clone()],
+                    speakers: Vec::new(),
+                })
                 .collect();
         }
         capabilities.voices.iter().map(|v| WyomingVoice::of(v, fallback)).collect()
@@ -513,10 +528,26 @@ impl WyomingSession {
         Some(text.clone())
     }
 
+    /// The engine voice the event asks for, with its `speaker` (a multi-speaker voice's, by
+    /// name or id, as wyoming-piper takes it; one the voice lacks is dropped, its first
+    /// speaker speaking, as there), or the error and the close.
+    fn voice_of(&mut self, data: &Map<String, Value>) -> Result<Chosen, ()> {
+        let name = self.voice_name_of(data)?;
+        let asked = data.get("voice").and_then(|v| v.get("speaker")).and_then(|s| match s {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        });
+        // (a speaker without a voice's name is dropped: the default voice speaks)
+        let voice = name.as_deref().and_then(|name| self.catalog.capabilities().voice(name));
+        let speaker = asked.and_then(|asked| voice.and_then(|v| v.speaker(&asked)).map(str::to_owned));
+        Ok(Chosen { name, speaker })
+    }
+
     /// The engine voice the event asks for (`None`: the default), or the error and the close.
     /// A `language` no voice speaks is refused, with or without a name (it would change the
     /// audio's identity); alone, it picks the first voice that speaks it.
-    fn voice_of(&mut self, data: &Map<String, Value>) -> Result<Option<String>, ()> {
+    fn voice_name_of(&mut self, data: &Map<String, Value>) -> Result<Option<String>, ()> {
         let voice = match data.get("voice") {
             None | Some(Value::Null) => return Ok(None),
             Some(Value::Object(voice)) => voice,
@@ -607,14 +638,19 @@ impl WyomingSession {
                 Work::Pong(text) => self.write("pong", &json!({ "text": text })),
                 Work::Stopped => self.write("synthesize-stopped", &Value::Object(Map::new())),
                 Work::Speak { text, voice } if text.is_empty() => {
-                    let rate = self.catalog.capabilities().serving_names(voice.as_deref(), None).sample_rate;
+                    let rate = self.catalog.capabilities().serving_names(voice.name.as_deref(), None).sample_rate;
                     self.write_audio("audio-start", rate, &[]);
                     self.write("audio-stop", &json!({ "timestamp": null }));
                 }
                 Work::Speak { text, voice } => {
                     let id = RequestId { connection: self.connection, utterance: self.next_request };
                     self.next_request += 1;
-                    let request = SynthesisRequest { voice, stream: true, ..SynthesisRequest::new(text) };
+                    let request = SynthesisRequest {
+                        voice: voice.name,
+                        speaker: voice.speaker,
+                        stream: true,
+                        ..SynthesisRequest::new(text)
+                    };
                     let native = self.catalog.sample_rate_for(&request);
                     self.generation = Some(Generation { id, rate: None, native });
                     self.outputs.push_back(Output::Engine(EngineCommand::Synthesize { id, request }));
@@ -667,7 +703,11 @@ fn voice_json(voice: &WyomingVoice, options: &WyomingOptions) -> Value {
         "description": voice.description,
         "version": options.program_version,
         "languages": voice.languages,
-        "speakers": null,
+        "speakers": if voice.speakers.is_empty() {
+            Value::Null
+        } else {
+            voice.speakers.iter().map(|name| json!({ "name": name })).collect()
+        },
     })
 }
 

@@ -707,5 +707,6 @@ fn build_request(config: &SessionConfig, text: &str) -> Result<SynthesisRequest,
         non_streaming_mode: config.non_streaming_mode,
         ignored: Vec::new(),
         pronunciations: config.pronunciations.clone(),
+        speaker: None,
     })
 }

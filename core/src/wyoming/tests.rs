@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use super::frame::encode;
 use super::*;
 use crate::catalog::Naming;
-use crate::engine::EngineCapabilities;
+use crate::engine::{EngineCapabilities, Voice};
 
 fn capabilities() -> Arc<EngineCapabilities> {
     Arc::new(EngineCapabilities {
@@ -303,6 +303,7 @@ fn a_language_picks_a_voice() {
         name: name.into(),
         description: None,
         languages: vec![language.into()],
+        speakers: Vec::new(),
     };
     let options =
         WyomingOptions { voices: vec![voice("heart", "en-US"), voice("emma", "en-GB")], ..Default::default() };
@@ -331,6 +332,43 @@ fn a_language_picks_a_voice() {
         let language = voice["language"].as_str().unwrap();
         let text = format!("no voice speaks language '{language}'; this server speaks: en-US, en-GB");
         assert_eq!(seen[0], Seen::Event("error".into(), json!({"text": text, "code": "unknown-voice"}), 0));
+    }
+}
+
+#[test]
+fn a_multi_speaker_voice_lists_its_speakers_and_takes_one_by_name_or_id() {
+    let now = Instant::now();
+    let capabilities = Arc::new(EngineCapabilities {
+        voices: vec![
+            Voice::new("en_US-libritts-high").with_language("en-US").with_speakers(["p3922", "p8699", "p4535"]),
+            "heart".into(),
+        ],
+        ..EngineCapabilities::new("piper", 22_050)
+    });
+    let voices = capabilities.voices.iter().map(|v| WyomingVoice::of(v, "en")).collect();
+    let options = Arc::new(WyomingOptions { voices, ..Default::default() });
+    let mut s = WyomingSession::new(now, 1, capabilities.clone(), options.clone());
+    s.handle_bytes(now, &event("describe", json!({})));
+    let seen = drain(&mut s);
+    let [Seen::Event(_, info, 0)] = &seen[..] else { panic!("{seen:?}") };
+    let listed = &info["tts"][0]["voices"];
+    assert_eq!(listed[0]["speakers"], json!([{"name": "p3922"}, {"name": "p8699"}, {"name": "p4535"}]));
+    assert_eq!(listed[0]["languages"], json!(["en_US"]));
+    assert_eq!(listed[1]["speakers"], Value::Null);
+    // By name (any case) or by id, as wyoming-piper takes it; one the voice lacks, or a speaker
+    // of a voice of one, is dropped (the first speaks, as in wyoming-piper).
+    for (voice, expected) in [
+        (json!({"name": "en_US-libritts-high", "speaker": "P8699"}), Some("p8699")),
+        (json!({"name": "en_US-libritts-high", "speaker": "2"}), Some("p4535")),
+        (json!({"name": "en_US-libritts-high", "speaker": 0}), Some("p3922")),
+        (json!({"name": "en_US-libritts-high", "speaker": "nobody"}), None),
+        (json!({"name": "heart", "speaker": "p8699"}), None),
+        (json!({"name": "en_US-libritts-high"}), None),
+    ] {
+        let mut s = WyomingSession::new(now, 1, capabilities.clone(), options.clone());
+        s.handle_bytes(now, &event("synthesize", json!({"text": "Hi.", "voice": voice})));
+        let request = submitted(&drain(&mut s)).remove(0).1;
+        assert_eq!(request.speaker.as_deref(), expected, "{voice}");
     }
 }
 
