@@ -205,9 +205,10 @@ struct ServeArgs {
 #[derive(Args, Debug)]
 struct VoiceArgs {
     /// Every voice family's files, a folder per family: DIR/hibari (hibari's voices and the
-    /// English text front end's files) and DIR/kokoro (Kokoro-82M's), as scripts/setup.sh
-    /// lays out .cache/; --assets-dir and --kokoro-dir override a family's folder [default:
-    /// $SPEECHSTREAM_CACHE, else the checkout's .cache next to the binary, else ./.cache].
+    /// English text front end's files), DIR/kokoro (Kokoro-82M's) and DIR/piper (Piper's
+    /// voices), as scripts/setup.sh lays out .cache/; --assets-dir, --kokoro-dir and
+    /// --piper-dir override a family's folder [default: $SPEECHSTREAM_CACHE, else the
+    /// checkout's .cache next to the binary, else ./.cache].
     #[arg(long, value_name = "DIR")]
     voices_dir: Option<PathBuf>,
     /// hibari's assets (hibari.onnx, vocab.json, voices.json, lexicons; other voices' model
@@ -229,12 +230,27 @@ struct VoiceArgs {
     /// them (less memory, a faster start).
     #[arg(long, conflicts_with = "kokoro_dir")]
     no_kokoro: bool,
+    /// Piper's voices, served beside the others (model `piper`, each voice by its name, such as
+    /// `en_US-joe-medium`): a directory laid out as wyoming-piper's --data-dir, NAME.onnx with
+    /// its NAME.onnx.json, each voice at its own sample rate, every language espeak-ng reads
+    /// [default: $SPEECHSTREAM_PIPER, else --voices-dir's piper/, else
+    /// $SPEECHSTREAM_CACHE/piper, else the checkout's .cache/piper next to the binary, else
+    /// ./.cache/piper; a default directory without voices serves the others].
+    #[arg(long, value_name = "DIR")]
+    piper_dir: Option<PathBuf>,
+    /// Leave Piper's voices unread even where its default directory holds them.
+    #[arg(long, conflicts_with = "piper_dir")]
+    no_piper: bool,
     /// Leave Kokoro's default directory alone (`say` with a voice that is not Kokoro's).
     #[arg(skip)]
     skip_default_kokoro: bool,
-    /// Kokoro's voices alone, without hibari's model (`say` with one of Kokoro's voices).
+    /// Leave Piper's default directory alone (`say` with a voice that is not Piper's).
     #[arg(skip)]
-    kokoro_only: bool,
+    skip_default_piper: bool,
+    /// The other families' voices alone, without hibari's model (`say` with one of Kokoro's
+    /// or Piper's voices).
+    #[arg(skip)]
+    no_hibari: bool,
     /// One request, then exit (`say`): no warm-up of the workers, and only the front ends
     /// that read it.
     #[arg(skip)]
@@ -339,7 +355,7 @@ impl VoiceArgs {
     fn engine(&self, model_name: Option<String>) -> Result<TorchEngine, String> {
         let device = speechstream_engine_libtorch::parse_device(&self.device)?;
         let mut options = EngineOptions::new(self.assets()?);
-        options.hibari.voices = !self.kokoro_only;
+        options.hibari.voices = !self.no_hibari;
         options.warm_up = self.one_shot.is_none();
         options.only_request = self.one_shot.clone();
         options.device = device;
@@ -360,13 +376,17 @@ impl VoiceArgs {
             options.pronunciations = speechstream_engine_libtorch::g2p::spoken::Pronunciations::parse_file(&text)
                 .map_err(|e| format!("--lexicon {}: {e}", path.display()))?;
         }
-        options.kokoro.required = self.kokoro_dir.is_some();
+        // A directory named, or the family `say`'s voice is of, must serve.
+        options.kokoro.required = self.kokoro_dir.is_some() || (self.no_hibari && !self.skip_default_kokoro);
         let skip_default = self.skip_default_kokoro || self.no_kokoro;
         options.kokoro.dir = if skip_default && self.kokoro_dir.is_none() { None } else { self.kokoro() };
+        options.piper.required = self.piper_dir.is_some() || (self.no_hibari && !self.skip_default_piper);
+        let skip_default = self.skip_default_piper || self.no_piper;
+        options.piper.dir = if skip_default && self.piper_dir.is_none() { None } else { self.piper() };
         let precision = self.precision.0.map_or("auto".to_owned(), |p| p.to_string());
         let simd = speechstream_engine_libtorch::cpu::env_cap()?;
         let level = speechstream_engine_libtorch::cpu::level();
-        let what = if self.kokoro_only { "loading Kokoro's voices" } else { "loading the hibari voice" };
+        let what = if self.no_hibari { "loading the voice" } else { "loading the hibari voice" };
         info!(?device, %precision, threads = self.threads, cpu_kernels = %level, simd_cap = ?simd, "{what}");
         if let Some(name) = model_name {
             options.hibari.model_name = name;
@@ -376,34 +396,20 @@ impl VoiceArgs {
         Ok(engine)
     }
 
-    /// `--kokoro-dir`, else the first candidate directory that exists, as hibari's assets are
-    /// found.
+    /// `--kokoro-dir`, else the first candidate directory that exists ([`family_dir`]).
     fn kokoro(&self) -> Option<PathBuf> {
-        if let Some(dir) = &self.kokoro_dir {
-            return Some(dir.clone());
-        }
-        if let Some(dir) = std::env::var_os("SPEECHSTREAM_KOKORO") {
-            return Some(PathBuf::from(dir));
-        }
-        let mut candidates: Vec<PathBuf> = Vec::new();
-        if let Some(dir) = &self.voices_dir {
-            return Some(dir.join("kokoro")).filter(|d| d.is_dir());
-        }
-        if let Some(cache) = std::env::var_os("SPEECHSTREAM_CACHE") {
-            candidates.push(PathBuf::from(cache).join("kokoro"));
-        }
-        if let Ok(exe) = std::env::current_exe() {
-            let exe = exe.canonicalize().unwrap_or(exe);
-            candidates.extend(exe.ancestors().skip(1).take(4).map(|d| d.join(".cache/kokoro")));
-        }
-        candidates.push(PathBuf::from(".cache/kokoro"));
-        candidates.into_iter().find(|d| d.is_dir())
+        self.kokoro_dir.clone().or_else(|| family_dir("kokoro", "SPEECHSTREAM_KOKORO", self.voices_dir.as_deref()))
+    }
+
+    /// `--piper-dir`, else the first candidate directory that exists ([`family_dir`]).
+    fn piper(&self) -> Option<PathBuf> {
+        self.piper_dir.clone().or_else(|| family_dir("piper", "SPEECHSTREAM_PIPER", self.voices_dir.as_deref()))
     }
 
     /// The first candidate directory that holds hibari.onnx (for Kokoro's voices alone, the
     /// text front end's files it holds: normalize.json); nothing is downloaded at run time.
     fn assets(&self) -> Result<PathBuf, String> {
-        let marker = if self.kokoro_only { "normalize.json" } else { "hibari.onnx" };
+        let marker = if self.no_hibari { "normalize.json" } else { "hibari.onnx" };
         if let Some(dir) = &self.assets_dir {
             return Ok(dir.clone());
         }
@@ -442,6 +448,28 @@ impl VoiceArgs {
     }
 }
 
+/// A family's default directory, found as hibari's assets are: `$ENV`, else `voices_dir`'s
+/// `name/`, else `$SPEECHSTREAM_CACHE/name`, else the checkout's `.cache/name` next to the
+/// binary, else `./.cache/name`; the first that exists.
+fn family_dir(name: &str, env: &str, voices_dir: Option<&std::path::Path>) -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os(env) {
+        return Some(PathBuf::from(dir));
+    }
+    if let Some(dir) = voices_dir {
+        return Some(dir.join(name)).filter(|d| d.is_dir());
+    }
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(cache) = std::env::var_os("SPEECHSTREAM_CACHE") {
+        candidates.push(PathBuf::from(cache).join(name));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        let exe = exe.canonicalize().unwrap_or(exe);
+        candidates.extend(exe.ancestors().skip(1).take(4).map(|d| d.join(".cache").join(name)));
+    }
+    candidates.push(PathBuf::from(".cache").join(name));
+    candidates.into_iter().find(|d| d.is_dir())
+}
+
 #[derive(Args, Debug)]
 struct SayArgs {
     /// The text to speak (`-` reads it from standard input).
@@ -456,8 +484,9 @@ struct SayArgs {
     format: Option<ResponseFormat>,
     /// Voice: one of hibari's (voices.json with its model file present; any case), one of
     /// Kokoro's (`af_heart`, or a mix such as `af_bella(2)+af_sky`: Kokoro is loaded only for
-    /// these, and hibari's model not at all), `default`, or one of OpenAI's voice names (an alias of the default voice), as the
-    /// server takes them.
+    /// these, and hibari's model not at all), one of Piper's (`en_US-joe-medium`: that voice
+    /// alone is loaded), `default`, or one of OpenAI's voice names (an alias of the default
+    /// voice), as the server takes them.
     #[arg(long, default_value = speechstream_engine_libtorch::DEFAULT_VOICE)]
     voice: String,
     /// Speaking rate, 0.25 to 4.0 (the model's own duration scale, not a time stretch).
@@ -585,6 +614,16 @@ fn kokoro_voice_name(voice: &str) -> bool {
         || (b.len() > 3 && b[0].is_ascii_alphabetic() && matches!(b[1], b'f' | b'm' | b'F' | b'M') && b[2] == b'_')
 }
 
+/// Whether `say --voice` names a Piper voice (its names: a language code, `-`, a name, `-`, a
+/// quality: `en_US-joe-medium`).
+fn piper_voice_name(voice: &str) -> bool {
+    let parts: Vec<&str> = voice.split('-').collect();
+    parts.len() >= 3
+        && parts[0].len() >= 2
+        && parts[0].chars().all(|c| c.is_ascii_alphabetic() || c == '_')
+        && matches!(parts[parts.len() - 1], "x_low" | "low" | "medium" | "high")
+}
+
 fn run_say(args: SayArgs) -> Result<(), String> {
     let started = std::time::Instant::now();
     let text = if args.text == "-" {
@@ -613,10 +652,15 @@ fn run_say(args: SayArgs) -> Result<(), String> {
     // Kokoro's network takes seconds to load: only for one of its voices (`af_heart`: a
     // language letter, f or m, `_`) or a mix, unless --kokoro-dir names it; and hibari's only
     // for the others.
-    voice_args.skip_default_kokoro = !kokoro_voice_name(&args.voice);
-    voice_args.kokoro_only = kokoro_voice_name(&args.voice);
-    if voice_args.kokoro_only && voice_args.no_kokoro {
+    let (kokoro, piper) = (kokoro_voice_name(&args.voice), piper_voice_name(&args.voice));
+    voice_args.skip_default_kokoro = !kokoro;
+    voice_args.skip_default_piper = !piper;
+    voice_args.no_hibari = kokoro || piper;
+    if kokoro && voice_args.no_kokoro {
         return Err(format!("--no-kokoro: voice {} is Kokoro's", args.voice));
+    }
+    if piper && voice_args.no_piper {
+        return Err(format!("--no-piper: voice {} is Piper's", args.voice));
     }
     let mut request =
         SynthesisRequest::new(text).with_voice(args.voice.clone()).with_speed(args.speed).with_seed(args.seed);
@@ -923,6 +967,16 @@ mod tests {
         }
         for voice in ["heart", "default", "alloy", "fable", "a_b", "af_"] {
             assert!(!kokoro_voice_name(voice), "{voice}");
+        }
+    }
+
+    #[test]
+    fn say_loads_piper_only_for_its_voices() {
+        for voice in ["en_US-joe-medium", "de_DE-thorsten-high", "en_GB-northern_english_male-x_low"] {
+            assert!(piper_voice_name(voice), "{voice}");
+        }
+        for voice in ["heart", "af_heart", "en_US-joe", "joe-medium", "af_bella(2)+af_sky"] {
+            assert!(!piper_voice_name(voice), "{voice}");
         }
     }
 

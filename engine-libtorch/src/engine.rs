@@ -22,7 +22,11 @@ use crate::workers::{default_workers, Pool};
 /// The voice families the engine hosts, in the order their voices are listed; the first that
 /// loads gives the engine its default voice and reported precision. One line per family.
 pub fn families() -> Vec<Arc<dyn Family>> {
-    vec![Arc::new(crate::hibari::serve::HibariFamily), Arc::new(crate::kokoro::serve::KokoroFamily)]
+    vec![
+        Arc::new(crate::hibari::serve::HibariFamily),
+        Arc::new(crate::kokoro::serve::KokoroFamily),
+        Arc::new(crate::piper::serve::PiperFamily),
+    ]
 }
 
 /// Workers on a GPU by default (at most one per CPU): a worker's passes also wait on the host
@@ -63,14 +67,26 @@ impl TorchEngine {
             }
         }
         let precision = loaded.first().map_or(Precision::Fp32, |(_, l)| l.precision);
-        // One family serves alone; several are hosted, each request routed to its own.
-        let capabilities = match loaded.len() {
+        // One family serves alone; several are hosted, each request routed to its own. A family
+        // whose voices have several sample rates hosts one set of capabilities per rate: those
+        // are hosted here as they are, each routed to the family (`routes`).
+        let mut hosted = Vec::new();
+        let mut routes = Vec::new();
+        for (family, (_, l)) in loaded.iter().enumerate() {
+            let own = if l.capabilities.hosted.is_empty() {
+                std::slice::from_ref(&l.capabilities)
+            } else {
+                &l.capabilities.hosted[..]
+            };
+            hosted.extend(own.iter().cloned());
+            routes.extend(own.iter().map(|_| family));
+        }
+        let capabilities = match hosted.len() {
             0 => return Err("no voices to serve".to_owned()),
-            1 => loaded[0].1.capabilities.clone(),
-            _ => EngineCapabilities::hosting(loaded.iter().map(|(_, l)| l.capabilities.clone()).collect())
-                .ok_or("no capabilities")?,
+            1 => hosted.remove(0),
+            _ => EngineCapabilities::hosting(hosted).ok_or("no capabilities")?,
         };
-        let voices = Voices::new(loaded)?;
+        let voices = Voices::new(loaded, routes)?;
         // The server's pronunciations must be in every voice's alphabet.
         for voice in &voices.voices {
             for (word, p) in options.pronunciations.iter() {

@@ -29,6 +29,7 @@ use speechstream_core::engine::{EngineCapabilities, Voice};
 use tch::Device;
 
 use crate::chunks::ChunkSizes;
+use crate::g2p::espeak::Espeak;
 use crate::g2p::{FrontEnd, Reader, Sentence};
 use crate::options::EngineOptions;
 use crate::pacing::{Costs, Speed};
@@ -131,6 +132,12 @@ pub trait VoiceModel: Send + Sync {
         Err("this voice cannot be mixed".to_owned())
     }
 
+    /// The style of one of its speakers, for a request naming one (`speaker`, one of the names
+    /// its declared voice lists in `speakers`); by default, a voice has one.
+    fn speaker(&self, speaker: &str) -> Result<Style, String> {
+        Err(format!("this voice has one speaker, not '{speaker}'"))
+    }
+
     /// The voice as `Any`, for [`VoiceModel::mix`] to read the other voices of its family.
     fn as_any(&self) -> &dyn Any;
 
@@ -213,15 +220,17 @@ pub fn cost(speed: &Speed) -> f64 {
     1.0 / speed.factor().max(1e-9)
 }
 
-/// The English front ends every family shares, each loaded once, when a family first asks for
-/// it: misaki's American and British G2P with hibari's OOV nets, from the options' assets
-/// directory, with the server's pronunciations and text options.
+/// The front ends every family shares, each loaded once, when a family first asks for it:
+/// misaki's American and British G2P with hibari's OOV nets, from the options' assets
+/// directory, with the server's pronunciations and text options; and espeak-ng's program.
 pub struct FrontEnds {
     dir: std::path::PathBuf,
     device: Device,
     pronunciations: crate::g2p::spoken::Pronunciations,
     text: crate::g2p::spoken::TextOptions,
     english: [OnceLock<Result<Arc<FrontEnd>, String>>; 2],
+    espeak_program: Option<std::path::PathBuf>,
+    espeak: OnceLock<Arc<Espeak>>,
 }
 
 impl FrontEnds {
@@ -232,7 +241,17 @@ impl FrontEnds {
             pronunciations: options.pronunciations.clone(),
             text: options.text,
             english: [OnceLock::new(), OnceLock::new()],
+            espeak_program: options.espeak_program.clone(),
+            espeak: OnceLock::new(),
         }
+    }
+
+    /// espeak-ng's program of ours (one process, started on first use, whichever family reads
+    /// through it).
+    pub fn espeak(&self) -> Arc<Espeak> {
+        self.espeak
+            .get_or_init(|| Arc::new(self.espeak_program.clone().map_or_else(Espeak::new, Espeak::with_program)))
+            .clone()
     }
 
     /// The directory of their files.
@@ -283,4 +302,60 @@ pub fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
             .unwrap_or("unknown error");
         format!("the voice failed: {}", what.lines().next().unwrap_or(what))
     })
+}
+
+/// Words a first segment holds at most when its sentence has no earlier clause break.
+pub const FIRST_SEGMENT_WORDS: usize = 6;
+/// Fewest words of a first segment cut at a clause break (a shorter clause joins the next).
+const FIRST_CLAUSE_MIN_WORDS: usize = 2;
+
+/// An utterance's first sentence cut so its audio comes early, for a family that computes a
+/// segment whole (Kokoro, Piper): up to its first clause break
+/// (`,` `;` `:` or a dash after at least two words) within the first [`FIRST_SEGMENT_WORDS`]
+/// words, else after those words, with a comma, so the network reads on rather than ending
+/// the sentence there (measured with Whisper: without it "The train to the city leaves. But
+/// half past seven."); the rest is the next segment. A sentence that short is left whole.
+pub fn split_first(sentence: Sentence) -> Vec<Sentence> {
+    let words = &sentence.words;
+    if words.len() <= FIRST_SEGMENT_WORDS {
+        return vec![sentence];
+    }
+    let phonemes: Vec<char> = sentence.phonemes.chars().collect();
+    // The front end's words hold the punctuation after them ("Sundays," is "sˈʌndˌAz,"): a
+    // break is in a word's trailing punctuation or in the gap after it.
+    let breaks_after = |k: usize| {
+        let range = &words[k].phonemes;
+        let spoken_end = phonemes
+            .get(range.start..range.end.min(phonemes.len()))
+            .and_then(|p| p.iter().rposition(|c| c.is_alphabetic()))
+            .map_or(range.start, |i| range.start + i + 1);
+        let next = words.get(k + 1).map_or(phonemes.len(), |w| w.phonemes.start);
+        phonemes.get(spoken_end..next).is_some_and(|gap| gap.iter().any(|c| matches!(c, ',' | ';' | ':' | '—' | '–')))
+    };
+    let clause = (FIRST_CLAUSE_MIN_WORDS - 1..FIRST_SEGMENT_WORDS).find(|&k| breaks_after(k));
+    let cut = clause.unwrap_or(FIRST_SEGMENT_WORDS - 1);
+    // The phonemes split where the next word's begin (the break's punctuation stays first).
+    let at = words[cut + 1].phonemes.start.min(phonemes.len());
+    let text_at = words[cut + 1].text_range.start;
+    let text_start = words[0].text_range.start;
+    let shift = |r: &Range<usize>, by: usize| r.start.saturating_sub(by)..r.end.saturating_sub(by);
+    let head_text_end = words[cut].text_range.end;
+    let mut head_phonemes: String = phonemes[..at].iter().collect();
+    if clause.is_none() {
+        head_phonemes = format!("{},", head_phonemes.trim_end());
+    }
+    let head = Sentence {
+        text: sentence.text.get(..head_text_end.saturating_sub(text_start)).unwrap_or(&sentence.text).to_owned(),
+        phonemes: head_phonemes,
+        words: words[..=cut].to_vec(),
+    };
+    let tail = Sentence {
+        text: sentence.text.get(text_at.saturating_sub(text_start)..).unwrap_or_default().to_owned(),
+        phonemes: phonemes[at..].iter().collect(),
+        words: words[cut + 1..]
+            .iter()
+            .map(|w| crate::g2p::Word { phonemes: shift(&w.phonemes, at), ..w.clone() })
+            .collect(),
+    };
+    vec![head, tail]
 }

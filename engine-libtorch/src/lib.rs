@@ -26,6 +26,7 @@ mod onnx;
 mod oov;
 mod options;
 pub mod pacing;
+pub mod piper;
 mod precision;
 mod proto;
 mod quant;
@@ -47,7 +48,9 @@ pub use kokoro::{
 pub use noise::NoiseSource;
 pub use onnx::{read_initializers, DataType, Model, OnnxError, Tensor};
 pub use oov::{load_front_end, OovNet};
-pub use options::{EngineOptions, HibariOptions, KokoroOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE, FRAME_SECONDS};
+pub use options::{
+    EngineOptions, HibariOptions, KokoroOptions, PiperOptions, DEFAULT_MODEL_NAME, DEFAULT_VOICE, FRAME_SECONDS,
+};
 pub use pacing::Pacing;
 pub use precision::Precision;
 pub use quant::{linear_weights, parameters, LinearWeight};

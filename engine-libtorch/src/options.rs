@@ -1,5 +1,5 @@
 //! [`EngineOptions`]: how a [`crate::TorchEngine`] loads and runs, with each family's own
-//! ([`HibariOptions`], [`KokoroOptions`]). A leaf, read by the engine, its families, its workers
+//! ([`HibariOptions`], [`KokoroOptions`], [`PiperOptions`]). A leaf, read by the engine, its families, its workers
 //! and their schedulers.
 
 use std::path::PathBuf;
@@ -74,6 +74,8 @@ pub struct EngineOptions {
     pub hibari: HibariOptions,
     /// Kokoro-82M's own.
     pub kokoro: KokoroOptions,
+    /// Piper's own.
+    pub piper: PiperOptions,
 }
 
 /// hibari's options.
@@ -93,6 +95,18 @@ pub struct KokoroOptions {
     /// when the directory holds a model file and voices. `None`: no Kokoro.
     pub dir: Option<PathBuf>,
     /// A directory that has no model or voices, or whose model fails to load, is an error (the
+    /// operator named it) rather than a warning (the default directory).
+    pub required: bool,
+}
+
+/// Piper's options.
+#[derive(Clone, Debug, Default)]
+pub struct PiperOptions {
+    /// A directory of Piper voices as wyoming-piper's `--data-dir` holds them (`NAME.onnx`
+    /// with its `NAME.onnx.json`, [`crate::piper::serve::scan`]), each served beside the
+    /// others; `None`: no Piper.
+    pub dir: Option<PathBuf>,
+    /// A directory without voices, or one whose voices all fail to load, is an error (the
     /// operator named it) rather than a warning (the default directory).
     pub required: bool,
 }
@@ -119,6 +133,7 @@ impl EngineOptions {
             warm_up: true,
             hibari: HibariOptions { voices: true, model_name: DEFAULT_MODEL_NAME.to_owned() },
             kokoro: KokoroOptions::default(),
+            piper: PiperOptions::default(),
         }
     }
 }

@@ -328,7 +328,7 @@ pub fn first_sentence_chars(text: &str) -> usize {
 }
 
 /// Characters of a text's first `words` words (and what precedes them), within its first
-/// sentence: at most a Kokoro voice's first segment ([`crate::kokoro::serve::split_first`]).
+/// sentence: at most a Kokoro voice's first segment ([`crate::family::split_first`]).
 pub fn first_words_chars(text: &str, words: usize) -> usize {
     let sentence = first_sentence_chars(text);
     let (mut n, mut seen, mut in_word) = (0, 0, false);

@@ -88,15 +88,18 @@ pub(crate) struct FamilyEntry {
 /// Every voice of every family the engine loaded, as the workers share them.
 pub(crate) struct Voices {
     pub voices: Vec<VoiceEntry>,
-    /// In the order their capabilities are hosted (a request's route is an index here).
+    /// In the order they were loaded.
     pub families: Vec<FamilyEntry>,
+    /// The family of each of the engine's hosted capabilities (a request's route is an index
+    /// here): a family hosts one, or one per sample rate of its voices.
+    pub routes: Vec<usize>,
     /// The engine's default voice (its first family's).
     pub default_voice: usize,
 }
 
 impl Voices {
     /// The table of what the families loaded, in order.
-    pub fn new(loaded: Vec<(Arc<dyn Family>, Loaded)>) -> Result<Voices, String> {
+    pub fn new(loaded: Vec<(Arc<dyn Family>, Loaded)>, routes: Vec<usize>) -> Result<Voices, String> {
         let mut voices = Vec::new();
         let mut families = Vec::new();
         for (index, (family, loaded)) in loaded.into_iter().enumerate() {
@@ -112,7 +115,16 @@ impl Voices {
             families.push(FamilyEntry { family, default_voice });
         }
         let default_voice = families.first().map(|f| f.default_voice).ok_or("no voices to serve")?;
-        Ok(Voices { voices, families, default_voice })
+        Ok(Voices { voices, families, routes, default_voice })
+    }
+
+    /// The family that serves a request routed to `route` ([`EngineCapabilities::route`]):
+    /// the only one for an engine that hosts none.
+    pub fn family_of(&self, route: Option<usize>) -> Option<usize> {
+        match route {
+            Some(route) => self.routes.get(route).copied(),
+            None => (self.families.len() == 1).then_some(0),
+        }
     }
 }
 
@@ -261,11 +273,13 @@ impl Job {
         }
     }
 
-    /// Queues the word timings of `sentence`, starting at the job's offset: `char_tokens` maps
-    /// its phoneme characters to tokens, `durations` are coarse frames per token.
+    /// Queues the word timings of `sentence`, starting at the job's offset (samples at
+    /// `sample_rate`): `char_tokens` maps its phoneme characters to tokens, `durations` are
+    /// coarse frames per token.
     fn time_words(
         &mut self,
         acoustics: Acoustics,
+        sample_rate: u32,
         sentence: &Sentence,
         char_tokens: &[Option<usize>],
         durations: &[i64],
@@ -275,7 +289,9 @@ impl Job {
             .iter()
             .map(|w| (w.text.as_str(), w.phonemes.clone(), Some(self.text_base + w.chars.start)))
             .collect();
-        let timings = word_timings(acoustics, &words, &sentence.phonemes, char_tokens, durations, self.offset);
+        // (word timings count samples at 24 kHz)
+        let offset = self.offset * u64::from(crate::timing::SAMPLE_RATE) / u64::from(sample_rate.max(1));
+        let timings = word_timings(acoustics, &words, &sentence.phonemes, char_tokens, durations, offset);
         if !timings.is_empty() {
             self.pending.push_back(EngineEventKind::Words(timings));
         }
@@ -631,10 +647,16 @@ impl Scheduler {
         }
         // No voice named: the default voice of the family whose model the request names.
         let family_default = || {
-            let route = self.capabilities.route(request)?;
-            self.voices.families.get(route).map(|f| f.default_voice)
+            let family = self.voices.family_of(self.capabilities.route(request))?;
+            self.voices.families.get(family).map(|f| f.default_voice)
         };
-        Ok((voice.and_then(index).or_else(family_default).unwrap_or(self.voices.default_voice), None))
+        let index = voice.and_then(index).or_else(family_default).unwrap_or(self.voices.default_voice);
+        // One of a multi-speaker voice's speakers (Wyoming's `voice.speaker`).
+        let style = match request.speaker.as_deref() {
+            Some(speaker) => Some(voices[index].model.speaker(speaker)?),
+            None => None,
+        };
+        Ok((index, style))
     }
 
     /// Ends the jobs with no sentence left (`Finished`).
@@ -798,6 +820,7 @@ impl Scheduler {
             if job.word_timestamps {
                 job.time_words(
                     model.acoustics(),
+                    model.sample_rate(),
                     &sentence,
                     &model.char_tokens(&sentence.phonemes),
                     &segment.durations,

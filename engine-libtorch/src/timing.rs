@@ -25,6 +25,9 @@ use std::ops::Range;
 
 use speechstream_core::engine::WordTiming;
 
+/// The sample rate word timings count in (a family at another rate converts its durations
+/// and offsets to it).
+pub const SAMPLE_RATE: u32 = 24_000;
 /// Samples per fine frame (12.5 ms at 24 kHz).
 const SAMPLES_PER_FRAME: u64 = 300;
 const SAMPLES_PER_MS: u64 = 24;
@@ -93,6 +96,8 @@ impl Acoustics {
     /// Kokoro's (`KOKORO_LEAD_SAMPLES`, `KOKORO_FINAL_SOUND_CAP`).
     pub const KOKORO: Acoustics =
         Acoustics { lead_samples: KOKORO_LEAD_SAMPLES, final_sound_cap: KOKORO_FINAL_SOUND_CAP };
+    /// Piper's (`PIPER_LEAD_SAMPLES`, `PIPER_FINAL_SOUND_CAP`).
+    pub const PIPER: Acoustics = Acoustics { lead_samples: PIPER_LEAD_SAMPLES, final_sound_cap: PIPER_FINAL_SOUND_CAP };
 }
 
 /// Kokoro's lead: its durations are frames of 600 samples (the coarse frames here), and its
@@ -108,6 +113,13 @@ const KOKORO_LEAD_SAMPLES: u64 = 1440;
 /// 4, 5 and 7 coarse frames gave mean absolute errors of ends of 23.5 and 23.8, 23.3 and 20.6,
 /// 25.1 and 19.5, 32.2 and 24.1 ms (jf_alpha and jm_kumo): 4 and 5 tie.
 const KOKORO_FINAL_SOUND_CAP: u64 = 5;
+
+/// Piper's lead: VITS's decoder is not causal, and its audio sits on the frames its durations
+/// give (measured against the aligner: tests/word_timestamps.rs).
+const PIPER_LEAD_SAMPLES: u64 = 0;
+
+/// Piper's cap on a last sound before a pause, as hibari's and Kokoro's.
+const PIPER_FINAL_SOUND_CAP: u64 = 5;
 
 /// Whether a phoneme character is spoken; punctuation and spaces are pauses.
 fn spoken(c: char) -> bool {

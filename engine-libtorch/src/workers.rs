@@ -56,9 +56,10 @@ pub(crate) struct Pool {
     turn: AtomicU64,
     /// What the engine serves: which family a request goes to (each costs its own).
     capabilities: EngineCapabilities,
-    /// How each family's audio comes (as the voices' families, in the order of
-    /// `capabilities.hosted`).
+    /// How each family's audio comes (as the voices' families).
     streaming: Vec<Streaming>,
+    /// The family of each of `capabilities.hosted` ([`Voices::routes`]).
+    routes: Vec<usize>,
 }
 
 /// The default worker count: the CPUs this process may run on (its affinity mask, and a cgroup
@@ -76,6 +77,7 @@ impl Pool {
         options: &EngineOptions,
     ) -> Result<Pool, String> {
         let streaming = voices.families.iter().map(|f| f.family.streaming()).collect();
+        let routes = voices.routes.clone();
         let admission = Arc::new(Admission::new(options.admission, options.max_streams));
         let mut workers = Vec::new();
         let mut warm = Vec::new();
@@ -129,6 +131,7 @@ impl Pool {
             turn: AtomicU64::new(0),
             capabilities: capabilities.clone(),
             streaming,
+            routes,
         })
     }
 
@@ -147,7 +150,7 @@ impl Pool {
         let (index, first_delay, refusal) = if request.stream {
             // (One family alone hosts none.)
             let family = match self.capabilities.route(&request) {
-                Some(i) => i,
+                Some(route) => self.routes.get(route).copied().unwrap_or(usize::MAX),
                 None if self.capabilities.hosted.is_empty() => 0,
                 None => usize::MAX,
             };

@@ -4,11 +4,14 @@
 //!
 //! espeak-ng is GPL-3.0-or-later and this crate is Apache-2.0, so espeak-ng is kept at arm's
 //! length: it runs in a separate program, `espeak-phonemes` (tools/espeak-phonemes,
-//! GPL-3.0-or-later, built by scripts/setup.sh against Debian's libespeak-ng), which this module
-//! starts once and talks to over its stdin and stdout, one line each way (`LANG<TAB>TEXT` -> the
-//! IPA of the text, or `!error`). Nothing here links or includes espeak-ng. Without the helper or
-//! the library, [`Espeak::available`](crate::espeak::Espeak::available) and every call say so,
-//! naming the Debian package and the set-up script; the rest of the server is unaffected.
+//! GPL-3.0-or-later, built by scripts/setup.sh), which this module starts once and talks to over
+//! its stdin and stdout, one line each way (`LANG<TAB>TEXT` -> the IPA of the text, or `!error`).
+//! Nothing here links or includes espeak-ng. The helper loads Debian's libespeak-ng (1.51) by
+//! default, or another build of espeak-ng named by an [`EspeakLibrary`](crate::espeak::EspeakLibrary)
+//! (piper-tts's, for Piper's voices: [`Espeak::for_piper`](crate::espeak::Espeak::for_piper)).
+//! Without the helper or the library, [`Espeak::available`](crate::espeak::Espeak::available)
+//! and every call say so, naming the Debian package and the set-up script; the rest of the
+//! server is unaffected.
 //!
 //! What is done on this side, as phonemizer and misaki do it:
 //! - misaki's `EspeakG2P.__call__`: `«»` become curly quotes and `()` become `«»`, and back at
@@ -32,7 +35,7 @@
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -51,6 +54,19 @@ pub const HELPER_ENV: &str = "SPEECHSTREAM_ESPEAK_PHONEMES";
 
 /// Where set-up builds the helper, relative to the repository root.
 pub const HELPER_PATH: &str = "tools/espeak-phonemes/target/release/espeak-phonemes";
+
+/// Where set-up (`scripts/setup-voice.sh espeak-piper`) puts piper-tts 1.8.0's own espeak-ng
+/// build (1.52.0.1) and data, in its cache (`.cache/` in the checkout, or `$SPEECHSTREAM_CACHE`):
+/// [`PIPER_LIBRARY_FILE`] and `espeak-ng-data/`.
+pub const PIPER_LIBRARY_DIR: &str = "espeak-piper";
+
+/// The library's file in [`PIPER_LIBRARY_DIR`]: piper-tts's `espeakbridge.so`, a Python
+/// extension that holds espeak-ng and exports its C API (the helper gives it the few Python
+/// symbols it names).
+pub const PIPER_LIBRARY_FILE: &str = "espeakbridge.so";
+
+/// The environment variable naming set-up's cache directory (default: the checkout's `.cache`).
+pub const CACHE_ENV: &str = "SPEECHSTREAM_CACHE";
 
 /// The Debian package that brings espeak-ng (its program, library `libespeak-ng1` and data
 /// `espeak-ng-data`).
@@ -91,10 +107,72 @@ const TITLES: &[&str] = &[
 /// once): an answer takes well under a millisecond a sentence.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A build of espeak-ng for the helper to load instead of Debian's libespeak-ng, and its data:
+/// the helper runs `espeak-phonemes --library LIBRARY --data DATA`.
+///
+/// The helper (GPL, a separate program) loads it; this crate only passes the two paths on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EspeakLibrary {
+    /// The shared library: any file that exports espeak-ng's C API (`espeak_Initialize`,
+    /// `espeak_TextToPhonemes`, ...), e.g. piper-tts's `espeakbridge.so`.
+    pub library: PathBuf,
+    /// Its `espeak-ng-data` directory (of the same espeak-ng version).
+    pub data: PathBuf,
+}
+
+impl EspeakLibrary {
+    /// The library at `library` with its data in `data`.
+    pub fn new(library: impl Into<PathBuf>, data: impl Into<PathBuf>) -> EspeakLibrary {
+        EspeakLibrary { library: library.into(), data: data.into() }
+    }
+
+    /// piper-tts's build as set-up lays it out in `dir` (a [`PIPER_LIBRARY_DIR`]):
+    /// [`PIPER_LIBRARY_FILE`], `espeak-ng-data/` and set-up's `.complete` marker; Err says what
+    /// is missing.
+    pub fn in_dir(dir: impl AsRef<Path>) -> Result<EspeakLibrary, String> {
+        let dir = dir.as_ref();
+        let found = EspeakLibrary::new(dir.join(PIPER_LIBRARY_FILE), dir.join("espeak-ng-data"));
+        if dir.join(".complete").is_file() && found.library.is_file() && found.data.is_dir() {
+            Ok(found)
+        } else {
+            Err(format!(
+                "{} does not hold piper-tts's espeak-ng build ({PIPER_LIBRARY_FILE}, espeak-ng-data/ and .complete): \
+                 run scripts/setup.sh (or scripts/setup-voice.sh espeak-piper)",
+                dir.display()
+            ))
+        }
+    }
+
+    /// piper-tts's build where set-up put it, found as the helper program is: the first of
+    /// `$SPEECHSTREAM_CACHE/espeak-piper`, `.cache/espeak-piper` above the running program (as in
+    /// a checkout: `target/release/speechstream`) and `./.cache/espeak-piper` that holds it
+    /// ([`EspeakLibrary::in_dir`]). Err says where it looked.
+    pub fn find_piper() -> Result<EspeakLibrary, String> {
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        if let Some(cache) = std::env::var_os(CACHE_ENV) {
+            candidates.push(PathBuf::from(cache).join(PIPER_LIBRARY_DIR));
+        }
+        if let Ok(exe) = std::env::current_exe() {
+            let exe = exe.canonicalize().unwrap_or(exe);
+            candidates.extend(exe.ancestors().skip(1).take(5).map(|d| d.join(".cache").join(PIPER_LIBRARY_DIR)));
+        }
+        candidates.push(Path::new(".cache").join(PIPER_LIBRARY_DIR));
+        candidates.iter().find_map(|d| EspeakLibrary::in_dir(d).ok()).ok_or_else(|| {
+            format!(
+                "piper-tts's espeak-ng build was not found (looked in {}): run scripts/setup.sh (or \
+                 scripts/setup-voice.sh espeak-piper)",
+                candidates.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+            )
+        })
+    }
+}
+
 /// The espeak-ng front end: the helper program, started on first use and kept running.
 pub struct Espeak {
     /// The helper given by the caller, if any.
     program: Option<PathBuf>,
+    /// The espeak-ng build the helper loads (None: Debian's).
+    library: Option<EspeakLibrary>,
     helper: Mutex<Option<Helper>>,
     titles: HashSet<String>,
     /// [`TIMEOUT`], or what [`Espeak::with_timeout`] set.
@@ -145,8 +223,8 @@ impl Drop for Helper {
 /// What to do to get the helper.
 fn set_up_hint() -> String {
     format!(
-        "run scripts/setup.sh (it installs Debian's {DEBIAN_PACKAGE}, libespeak-ng1, espeak-ng-data and \
-         libespeak-ng-dev, and builds {HELPER_PATH}), or point {HELPER_ENV} at the helper"
+        "run scripts/setup.sh (it installs Debian's {DEBIAN_PACKAGE}, libespeak-ng1 and espeak-ng-data, and \
+         builds {HELPER_PATH}), or point {HELPER_ENV} at the helper"
     )
 }
 
@@ -164,6 +242,7 @@ impl Espeak {
     pub fn new() -> Espeak {
         Espeak {
             program: None,
+            library: None,
             helper: Mutex::new(None),
             titles: TITLES.iter().map(|t| t.to_string()).collect(),
             timeout: TIMEOUT,
@@ -179,6 +258,33 @@ impl Espeak {
     /// The front end with the helper at `program`.
     pub fn with_program(program: impl Into<PathBuf>) -> Espeak {
         Espeak { program: Some(program.into()), ..Espeak::new() }
+    }
+
+    /// The same with the helper loading `library` (and its data) instead of Debian's
+    /// libespeak-ng. Set it before the first request (a running helper keeps its library).
+    pub fn with_library(mut self, library: EspeakLibrary) -> Espeak {
+        self.library = Some(library);
+        self
+    }
+
+    /// The espeak-ng build the helper loads: None for Debian's libespeak-ng.
+    pub fn library(&self) -> Option<&EspeakLibrary> {
+        self.library.as_ref()
+    }
+
+    /// The front end for Piper's voices ([`crate::piper`]): the helper found as by
+    /// [`Espeak::new`], loading piper-tts's own espeak-ng build (1.52.0.1, with its data) when
+    /// set-up put it there ([`EspeakLibrary::find_piper`]), else Debian's libespeak-ng.
+    ///
+    /// With piper-tts's build every sentence of text/tests/piper reads exactly as piper-tts 1.8.0
+    /// reads it. Debian 12's espeak-ng 1.51 is a fallback: it reads some words differently
+    /// (sentences identical to piper-tts's there: en-us 32/49, de 31/48, es 37/46, fr 43/46,
+    /// ru 18/45), and Piper's voices then sound a little off on those words.
+    pub fn for_piper() -> Espeak {
+        match EspeakLibrary::find_piper() {
+            Ok(library) => Espeak::new().with_library(library),
+            Err(_) => Espeak::new(),
+        }
     }
 
     /// The helper program's path, or why there is none.
@@ -347,7 +453,7 @@ impl Espeak {
     }
 
     /// Sends each request line and reads its answer, restarting the helper once if it died.
-    fn request(&self, lines: &[String]) -> Result<Vec<String>, String> {
+    pub(crate) fn request(&self, lines: &[String]) -> Result<Vec<String>, String> {
         let mut guard = self.helper.lock().unwrap_or_else(|e| e.into_inner());
         let mut last_error = String::new();
         for _attempt in 0..2 {
@@ -380,12 +486,12 @@ impl Espeak {
 
     fn spawn(&self) -> Result<Helper, String> {
         let program = self.program()?;
-        let mut child = Command::new(&program)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| {
+        let mut command = Command::new(&program);
+        if let Some(l) = &self.library {
+            command.arg("--library").arg(&l.library).arg("--data").arg(&l.data);
+        }
+        let mut child =
+            command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| {
                 format!("espeak-ng's helper {} could not be started: {e}: {}", program.display(), set_up_hint())
             })?;
         let stdin = child.stdin.take();
@@ -517,7 +623,7 @@ fn died(helper: &mut Helper, io: &std::io::Error) -> String {
 }
 
 /// Output chars, each with the index of the input word it came from (None: a space).
-type Tagged = Vec<(char, Option<usize>)>;
+pub(crate) type Tagged = Vec<(char, Option<usize>)>;
 
 /// A punctuation mark: its char range in the line and where it sits.
 type Mark = (Range<usize>, Position);
@@ -551,7 +657,7 @@ fn misaki_pre(chars: &[char]) -> Vec<char> {
 }
 
 /// Char ranges of the whitespace-separated words of `chars`.
-fn word_ranges(chars: &[char]) -> Vec<Range<usize>> {
+pub(crate) fn word_ranges(chars: &[char]) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut start = None;
     for (i, c) in chars.iter().enumerate() {
@@ -570,7 +676,7 @@ fn word_ranges(chars: &[char]) -> Vec<Range<usize>> {
 }
 
 /// The word of `words` holding char `i` (None for whitespace or outside every word).
-fn tag_of(words: &[Range<usize>], i: usize, c: char) -> Option<usize> {
+pub(crate) fn tag_of(words: &[Range<usize>], i: usize, c: char) -> Option<usize> {
     if c.is_whitespace() {
         return None;
     }
@@ -678,7 +784,7 @@ fn tag_piece(text: &[char], piece: Range<usize>, answer: &str, words: &[Range<us
 /// word of about its length, a word with digits or symbols (a number, a date, `km/h`) as many
 /// as its reading takes, and a word of punctuation none. Never fails: when no alignment is
 /// found (more espeak words than can be placed), the words are spread by length.
-fn align(written: &[&[char]], said: &[&str]) -> Vec<usize> {
+pub(crate) fn align(written: &[&[char]], said: &[&str]) -> Vec<usize> {
     let (n, m) = (written.len(), said.len());
     if n == 0 || m == 0 {
         return vec![0; if n == 0 { 0 } else { m }];
@@ -972,7 +1078,7 @@ fn misaki_post(mut ps: Tagged) -> Tagged {
 
 /// Each word's phoneme char range in the tagged string: from its first to its last char, in
 /// order and within bounds (a word with none: an empty range where the last one ended).
-fn word_spans(tagged: &Tagged, n: usize) -> Vec<Range<usize>> {
+pub(crate) fn word_spans(tagged: &Tagged, n: usize) -> Vec<Range<usize>> {
     let mut first = vec![usize::MAX; n];
     let mut last = vec![0usize; n];
     for (i, (_, t)) in tagged.iter().enumerate() {
@@ -1205,6 +1311,24 @@ mod tests {
             vec!["M. Dupont est là.", "Il dit « oui »."]
         );
         assert!(e.split_sentences("  \n ").is_empty());
+    }
+
+    #[test]
+    fn piper_build_is_found_where_set_up_puts_it() {
+        let err = EspeakLibrary::in_dir("/nonexistent/espeak-piper").unwrap_err();
+        assert!(err.contains("scripts/setup.sh"), "{err}");
+        let dir = std::env::temp_dir().join(format!("speechstream-espeak-piper-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("espeak-ng-data")).unwrap();
+        std::fs::write(dir.join(PIPER_LIBRARY_FILE), b"").unwrap();
+        assert!(EspeakLibrary::in_dir(&dir).is_err(), "no .complete yet");
+        std::fs::write(dir.join(".complete"), b"").unwrap();
+        let found = EspeakLibrary::in_dir(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let found = found.unwrap();
+        assert_eq!(found, EspeakLibrary::new(dir.join("espeakbridge.so"), dir.join("espeak-ng-data")));
+        let e = Espeak::with_program("/nonexistent").with_library(found.clone());
+        assert_eq!(e.library(), Some(&found));
+        assert_eq!(Espeak::new().library(), None);
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //!   phoneme strings.
 //! - [`japanese`]: Japanese G2P (Kokoro's Japanese voices): MeCab's analysis ([`mecab`]) over
 //!   Open JTalk's naist-jdic, misaki's kana rules ([`kana`]).
+//! - [`piper`]: Piper's voices: the phoneme strings and ids that piper-tts 1.8 feeds its models
+//!   (espeak-ng's clauses through the helper of [`espeak`], or a `text` voice's code points).
 //! - [`split`]: sentence and clause splitting as hibari's `tts.py` does, within the model's caps
 //!   ([`MAX_SENTENCE_CHARS`], [`MAX_PHONEMES`], [`MAX_CHUNK_PHONEMES`]).
 //! - [`assets`]: reading the voice's lexicons, tagger and tables (gzipped JSON).
@@ -59,6 +61,7 @@ pub mod mandarin;
 pub mod mecab;
 pub mod normalize;
 pub mod numbers;
+pub mod piper;
 pub mod pystr;
 pub mod split;
 pub mod spoken;
@@ -81,8 +84,9 @@ use tokenize::Tokenizer;
 
 pub use split::{split_clauses, split_sentences, MAX_CHUNK_PHONEMES, MAX_PHONEMES, MAX_SENTENCE_CHARS};
 
-/// A front end as a request's job holds it: English (either accent), Japanese, Mandarin, or
-/// one of espeak-ng's languages (by its espeak voice name: `es`, `fr-fr`, `hi`, `it`, `pt-br`).
+/// A front end as a request's job holds it: English (either accent), Japanese, Mandarin, one of
+/// espeak-ng's languages (by its espeak voice name: `es`, `fr-fr`, `hi`, `it`, `pt-br`), or a
+/// Piper voice's reading.
 #[derive(Clone)]
 pub enum Reader {
     /// misaki's English G2P ([`FrontEnd`]).
@@ -93,6 +97,9 @@ pub enum Reader {
     Mandarin(Arc<mandarin::Mandarin>),
     /// espeak-ng's reading of a language ([`espeak::Espeak`]), by its espeak voice name.
     Espeak(Arc<espeak::Espeak>, String),
+    /// A Piper voice's reading ([`piper::Phonemizer`]), as piper-tts reads text: each sentence
+    /// is one model call, not cut in chunks.
+    Piper(Arc<espeak::Espeak>, piper::Phonemizer),
 }
 
 impl Reader {
@@ -103,6 +110,7 @@ impl Reader {
             Reader::Japanese(ja) => ja.split_sentences(text),
             Reader::Mandarin(zh) => zh.split_sentences(text),
             Reader::Espeak(espeak, _) => espeak.split_sentences(text),
+            Reader::Piper(espeak, reading) => reading.split_sentences(espeak, text),
         }
     }
 
@@ -116,6 +124,10 @@ impl Reader {
             Reader::Mandarin(zh) => zh.sentences(text),
             Reader::Espeak(espeak, language) => espeak.sentences(language, text).unwrap_or_else(|e| {
                 tracing::warn!(language = %language, "espeak-ng: {e}");
+                Vec::new()
+            }),
+            Reader::Piper(espeak, reading) => reading.sentences(espeak, text).unwrap_or_else(|e| {
+                tracing::warn!(reading = ?reading, "espeak-ng: {e}");
                 Vec::new()
             }),
         }
@@ -171,7 +183,8 @@ pub struct Sentence {
     /// The input text it covers.
     pub text: String,
     /// Phoneme string in the model's alphabet (at most [`MAX_PHONEMES`] chars unless one clause is
-    /// longer, never more than [`MAX_CHUNK_PHONEMES`]).
+    /// longer, never more than [`MAX_CHUNK_PHONEMES`]; a Piper voice's sentence is not cut, as
+    /// piper-tts does not cut it: see [`piper`]).
     pub phonemes: String,
     /// The words of `text`, in order, with their phoneme ranges.
     pub words: Vec<Word>,

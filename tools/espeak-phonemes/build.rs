@@ -1,9 +1,8 @@
-// Links Debian's libespeak-ng (apt-get install libespeak-ng-dev); ESPEAK_NG_LIB_DIR names another
-// directory holding libespeak-ng.so.
+// The program loads libespeak-ng at run time (dlopen: src/library.rs) and links nothing of
+// espeak-ng. It exports the Python symbols of src/python.rs from the executable (listed in
+// python-symbols.list), so that piper-tts's espeakbridge.so, a Python extension, can be loaded.
 fn main() {
-    println!("cargo:rerun-if-env-changed=ESPEAK_NG_LIB_DIR");
-    if let Some(dir) = std::env::var_os("ESPEAK_NG_LIB_DIR") {
-        println!("cargo:rustc-link-search=native={}", dir.to_string_lossy());
-    }
-    println!("cargo:rustc-link-lib=dylib=espeak-ng");
+    let list = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python-symbols.list");
+    println!("cargo:rerun-if-changed={}", list.display());
+    println!("cargo:rustc-link-arg=-Wl,--dynamic-list={}", list.display());
 }

@@ -21,7 +21,7 @@ use speechstream_core::engine::{voice_mix, EngineCapabilities, Language, Synthes
 
 use crate::chunks::ChunkSizes;
 use crate::family::{
-    cost, guarded, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, Streaming, Style,
+    cost, guarded, split_first, FIRST_SEGMENT_WORDS, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, Streaming, Style,
     VoiceModel,
 };
 use crate::g2p::espeak::Espeak;
@@ -277,61 +277,6 @@ impl KokoroVoiceModel {
     }
 }
 
-/// Words a first segment holds at most when its sentence has no earlier clause break.
-pub const FIRST_SEGMENT_WORDS: usize = 6;
-/// Fewest words of a first segment cut at a clause break (a shorter clause joins the next).
-const FIRST_CLAUSE_MIN_WORDS: usize = 2;
-
-/// An utterance's first sentence cut so its audio comes early: up to its first clause break
-/// (`,` `;` `:` or a dash after at least two words) within the first [`FIRST_SEGMENT_WORDS`]
-/// words, else after those words, with a comma, so the network reads on rather than ending
-/// the sentence there (measured with Whisper: without it "The train to the city leaves. But
-/// half past seven."); the rest is the next segment. A sentence that short is left whole.
-pub fn split_first(sentence: Sentence) -> Vec<Sentence> {
-    let words = &sentence.words;
-    if words.len() <= FIRST_SEGMENT_WORDS {
-        return vec![sentence];
-    }
-    let phonemes: Vec<char> = sentence.phonemes.chars().collect();
-    // The front end's words hold the punctuation after them ("Sundays," is "sˈʌndˌAz,"): a
-    // break is in a word's trailing punctuation or in the gap after it.
-    let breaks_after = |k: usize| {
-        let range = &words[k].phonemes;
-        let spoken_end = phonemes
-            .get(range.start..range.end.min(phonemes.len()))
-            .and_then(|p| p.iter().rposition(|c| c.is_alphabetic()))
-            .map_or(range.start, |i| range.start + i + 1);
-        let next = words.get(k + 1).map_or(phonemes.len(), |w| w.phonemes.start);
-        phonemes.get(spoken_end..next).is_some_and(|gap| gap.iter().any(|c| matches!(c, ',' | ';' | ':' | '—' | '–')))
-    };
-    let clause = (FIRST_CLAUSE_MIN_WORDS - 1..FIRST_SEGMENT_WORDS).find(|&k| breaks_after(k));
-    let cut = clause.unwrap_or(FIRST_SEGMENT_WORDS - 1);
-    // The phonemes split where the next word's begin (the break's punctuation stays first).
-    let at = words[cut + 1].phonemes.start.min(phonemes.len());
-    let text_at = words[cut + 1].text_range.start;
-    let text_start = words[0].text_range.start;
-    let shift = |r: &Range<usize>, by: usize| r.start.saturating_sub(by)..r.end.saturating_sub(by);
-    let head_text_end = words[cut].text_range.end;
-    let mut head_phonemes: String = phonemes[..at].iter().collect();
-    if clause.is_none() {
-        head_phonemes = format!("{},", head_phonemes.trim_end());
-    }
-    let head = Sentence {
-        text: sentence.text.get(..head_text_end.saturating_sub(text_start)).unwrap_or(&sentence.text).to_owned(),
-        phonemes: head_phonemes,
-        words: words[..=cut].to_vec(),
-    };
-    let tail = Sentence {
-        text: sentence.text.get(text_at.saturating_sub(text_start)..).unwrap_or_default().to_owned(),
-        phonemes: phonemes[at..].iter().collect(),
-        words: words[cut + 1..]
-            .iter()
-            .map(|w| crate::g2p::Word { phonemes: shift(&w.phonemes, at), ..w.clone() })
-            .collect(),
-    };
-    vec![head, tail]
-}
-
 /// Kokoro's durations (frames of `samples_per_frame`) in the coarse frames of 600 samples that
 /// [`crate::timing::word_timings`] counts in.
 pub fn coarse_durations(durations: &[i64], samples_per_frame: usize) -> Vec<i64> {
@@ -370,11 +315,11 @@ impl Family for KokoroFamily {
     }
 
     /// Its voices when [`crate::KokoroOptions::dir`] holds a model file and voices. A directory
-    /// the operator named (or Kokoro alone, hibari's voices off) must have them; the default
-    /// one may not.
+    /// the operator named ([`crate::KokoroOptions::required`]) must have them; the default one
+    /// may not.
     fn load(&self, context: &LoadContext) -> Result<Option<Loaded>, String> {
         let options = context.options;
-        let required = options.kokoro.required || !options.hibari.voices;
+        let required = options.kokoro.required;
         let Some(dir) = options.kokoro.dir.as_deref() else {
             return if required { Err("Kokoro: no directory of its files".to_owned()) } else { Ok(None) };
         };
@@ -533,7 +478,7 @@ fn load_kokoro(files: &KokoroFiles, dir: &Path, context: &LoadContext) -> Result
     if let (Err(e), true) = (&mandarin, readers.mandarin) {
         tracing::warn!("Kokoro reads no Mandarin: {e}");
     }
-    let espeak = Arc::new(options.espeak_program.clone().map_or_else(Espeak::new, Espeak::with_program));
+    let espeak = context.front_ends.espeak();
     if let Err(e) = espeak.available() {
         tracing::info!("Kokoro reads no Spanish, French, Hindi, Italian or Portuguese: {e}");
     }

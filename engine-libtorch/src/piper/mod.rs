@@ -1,0 +1,200 @@
+//! Piper's voices (rhasspy/piper, piper1-gpl: VITS exported to ONNX) natively in tch, without
+//! onnxruntime: the network written out block by block (`net`, `duration`), its weights and
+//! shapes read out of the voice's own `.onnx` file (`load`), so that every Piper export loads
+//! (x_low, low, medium, high; single- and multi-speaker). Checked against onnxruntime on the
+//! same file by tests/piper_model.rs.
+//!
+//! [`PiperModel::infer`] takes one utterance's phoneme ids (as Piper's phonemizer makes them,
+//! `^`, pads and `$` included), the speaker, the three scales and a seed, and returns the
+//! network's raw audio at the voice's sample rate (which the ONNX file does not carry: it is
+//! `audio.sample_rate` of the voice's `.onnx.json`) with the durations it used. Its two noise
+//! draws (the duration predictor's and the prior's) come from our counter-based generator
+//! ([`crate::NoiseSource`]) rather than libtorch's global one, so the same request gives the
+//! same audio whatever else runs.
+
+mod duration;
+mod load;
+mod net;
+// How the engine's workers serve Piper's voices (the family integration).
+pub mod serve;
+
+use std::path::Path;
+
+use tch::{Device, Kind, Tensor};
+
+use crate::noise::{NoiseSource, BINS};
+use crate::onnx::Model;
+
+/// The inputs a Piper export has (`sid` besides for a multi-speaker voice).
+const INPUTS: [&str; 3] = ["input", "input_lengths", "scales"];
+/// The noise streams of one seed: the duration predictor's and the prior's.
+const DURATION_STREAM: u64 = 0;
+const PRIOR_STREAM: u64 = 1;
+/// Frames one pass may make (~4 minutes at 22,050 Hz and a hop of 256): a bound on memory for
+/// ids and scales that would ask for more.
+pub const MAX_FRAMES: usize = 20_000;
+
+/// The network of one Piper voice on one device.
+pub struct PiperModel {
+    net: net::Vits,
+}
+
+// SAFETY: nothing in a loaded model is written after loading: `infer` takes `&self`, reads the
+// constant tensors and makes new ones (no operator writes into an input), and libtorch supports
+// reading a tensor from several threads at once (as `KokoroModel`, `Hibari`, crate::workers).
+unsafe impl Sync for PiperModel {}
+// SAFETY: the model owns its tensors, which libtorch lets another thread use and free.
+unsafe impl Send for PiperModel {}
+
+/// VITS's three scales (Piper's `scales` input, in its order).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scales {
+    /// The prior's noise (σ multiplier): 0.667 in Piper's voices
+    pub noise_scale: f32,
+    /// Frames per predicted frame: above 1 slower, below faster
+    pub length_scale: f32,
+    /// The stochastic duration predictor's noise: 0.8 in Piper's voices
+    pub noise_w: f32,
+}
+
+impl Default for Scales {
+    /// Piper's defaults (the `inference` section of most voices' `.onnx.json`).
+    fn default() -> Self {
+        Scales { noise_scale: 0.667, length_scale: 1.0, noise_w: 0.8 }
+    }
+}
+
+/// What [`PiperModel::infer`] returns.
+#[derive(Debug, Clone)]
+pub struct PiperOutput {
+    /// The model's raw output (tanh, within ±1), not normalised: `durations.sum() ·
+    /// samples_per_frame` samples (one frame's worth when every duration is 0, as VITS does)
+    pub audio: Vec<f32>,
+    /// Frames per input id as VITS computes them: ⌈exp(log w)·length_scale⌉ (0 is possible)
+    pub durations: Vec<i64>,
+    /// The decoder's hop: 256 for Piper's medium and high voices
+    pub samples_per_frame: usize,
+}
+
+impl PiperModel {
+    /// Loads a Piper voice's `.onnx` (fp32, as Piper publishes them) onto `device`; an error for
+    /// a file that is not a Piper VITS export or whose network this code does not cover.
+    pub fn load(onnx: &Path, device: Device) -> Result<PiperModel, String> {
+        let model = Model::load(onnx).map_err(|e| format!("{}: {e}", onnx.display()))?;
+        Self::from_model(&model, device).map_err(|e| format!("{}: {e}", onnx.display()))
+    }
+
+    fn from_model(model: &Model, device: Device) -> Result<PiperModel, String> {
+        for input in INPUTS {
+            if !model.graph.inputs.iter().any(|i| i == input) {
+                return Err(format!("not a Piper VITS export: no input `{input}`"));
+            }
+        }
+        let _g = tch::no_grad_guard();
+        let weights = load::Weights::new(model, device);
+        let net = net::Vits::load(&weights).map_err(|e| format!("not a Piper VITS export as expected: {e}"))?;
+        if net.channels as usize > BINS {
+            return Err(format!("{} prior channels: the noise covers {BINS}", net.channels));
+        }
+        Ok(PiperModel { net })
+    }
+
+    pub fn device(&self) -> Device {
+        self.net.device
+    }
+
+    /// Speakers of the voice: 1 for a single-speaker voice.
+    pub fn num_speakers(&self) -> usize {
+        self.net.speakers() as usize
+    }
+
+    /// The size of the phoneme id table: ids must be below it.
+    pub fn num_symbols(&self) -> usize {
+        self.net.symbols() as usize
+    }
+
+    /// Audio samples per duration frame (the decoder's hop): 256 for medium and high voices.
+    pub fn samples_per_frame(&self) -> usize {
+        self.net.dec.hop()
+    }
+
+    /// Whether the durations come from the stochastic predictor (noise_w matters), as in all
+    /// of Piper's voices, or the plain one.
+    pub fn stochastic_durations(&self) -> bool {
+        self.net.stochastic()
+    }
+
+    /// The standard-normal noise [`PiperModel::infer`] draws for `seed`: the duration
+    /// predictor's, [2, `ids`] row-major, and the prior's, [channels, `frames`] row-major (the
+    /// values of frame t do not depend on how many frames there are). For checks that feed the
+    /// same noise to another implementation.
+    pub fn noise(&self, seed: u64, ids: usize, frames: usize) -> (Vec<f32>, Vec<f32>) {
+        let dp = Self::noise_tensor(seed, DURATION_STREAM, 2, ids as i64);
+        let prior = Self::noise_tensor(seed, PRIOR_STREAM, self.net.channels, frames as i64);
+        let v = |t: Tensor| Vec::<f32>::try_from(t.contiguous().view([-1])).expect("float noise");
+        (v(dp), v(prior))
+    }
+
+    /// [1, `channels`, `n`] of the stream: step t, channel c is the real part of bin c of
+    /// frame t of [`NoiseSource`].
+    fn noise_tensor(seed: u64, stream: u64, channels: i64, n: i64) -> Tensor {
+        let (re, _) = NoiseSource::new(seed, stream).frames_tensor(0, n as usize);
+        re.narrow(1, 0, channels).transpose(0, 1).unsqueeze(0)
+    }
+
+    /// Speaks `ids` (phoneme ids, each below [`PiperModel::num_symbols`]) as `speaker` (None for
+    /// a single-speaker voice; None means speaker 0 of a multi-speaker one, as Piper does), at
+    /// `scales`, with the noise of `seed`.
+    pub fn infer(&self, ids: &[i64], speaker: Option<i64>, scales: Scales, seed: u64) -> Result<PiperOutput, String> {
+        let symbols = self.num_symbols() as i64;
+        if ids.is_empty() {
+            return Err("no phoneme ids".into());
+        }
+        if let Some(bad) = ids.iter().find(|&&i| !(0..symbols).contains(&i)) {
+            return Err(format!("phoneme id {bad}: the voice has {symbols} symbols"));
+        }
+        let speakers = self.num_speakers() as i64;
+        let speaker = match speaker {
+            Some(s) if !(0..speakers).contains(&s) => {
+                return Err(format!("speaker {s}: the voice has {speakers} speaker(s)"));
+            }
+            _ if speakers == 1 => None,
+            s => Some(s.unwrap_or(0)),
+        };
+        let Scales { noise_scale, length_scale, noise_w } = scales;
+        if !(noise_scale.is_finite() && noise_scale >= 0.0 && noise_w.is_finite() && noise_w >= 0.0) {
+            return Err(format!("noise scales {noise_scale} and {noise_w}: must be finite and not negative"));
+        }
+        if !(length_scale.is_finite() && length_scale > 0.0) {
+            return Err(format!("length scale {length_scale}: must be a positive number"));
+        }
+        let _g = tch::no_grad_guard();
+        let device = self.device();
+        let s = net::PassScales {
+            noise_scale: f64::from(noise_scale),
+            length_scale: f64::from(length_scale),
+            noise_w: f64::from(noise_w),
+        };
+        let ids_t = Tensor::from_slice(ids).to_device(device);
+        let dp_noise = Self::noise_tensor(seed, DURATION_STREAM, 2, ids.len() as i64).to_device(device);
+        let channels = self.net.channels;
+        let prior = |t: i64| Self::noise_tensor(seed, PRIOR_STREAM, channels, t).to_device(device);
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.net.forward(&ids_t, speaker, &s, &dp_noise, prior, MAX_FRAMES as i64)
+        }));
+        let pass = match run {
+            Ok(r) => r?,
+            Err(p) => {
+                let msg = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                return Err(format!("Piper's network failed: {msg}"));
+            }
+        };
+        let audio =
+            Vec::<f32>::try_from(pass.audio.to_kind(Kind::Float).to_device(Device::Cpu)).map_err(|e| e.to_string())?;
+        Ok(PiperOutput { audio, durations: pass.durations, samples_per_frame: self.samples_per_frame() })
+    }
+}

@@ -1,0 +1,568 @@
+//! Piper's VITS voices as a voice family of the engine ([`crate::family`]): the voices of a
+//! directory laid out as wyoming-piper's `--data-dir` (`NAME.onnx` beside its `NAME.onnx.json`,
+//! [`scan`]), each on its own network ([`PiperModel`], read from its own file), read by the
+//! espeak-ng front end as piper-tts reads it (`speechstream_text::piper`), at its own sample
+//! rate.
+//!
+//! Piper is not causal: a sentence's audio comes out whole from one pass. So, as Kokoro's, an
+//! utterance's first segment is its first clause or first words ([`split_first`]), later ones
+//! are sentences, each computed in one round of a worker and streamed in slices. Each segment's
+//! audio is scaled to a peak of 1, as piper-tts scales each sentence's.
+
+use std::any::Any;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use speechstream_core::config::TaskType;
+use speechstream_core::engine::{EngineCapabilities, Language, Voice};
+
+use crate::chunks::ChunkSizes;
+use crate::family::{
+    cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, Streaming,
+    Style, VoiceModel, FIRST_SEGMENT_WORDS,
+};
+use crate::g2p::espeak::Espeak;
+use crate::g2p::piper::{PhonemeIdMap, Phonemizer};
+use crate::g2p::{Reader, Sentence};
+use crate::pacing::{Costs, Speed};
+use crate::piper::{PiperModel, Scales};
+use crate::precision::Precision;
+use crate::timing::Acoustics;
+
+/// The model name Piper's voices are served under (`model: "piper"` picks the default voice).
+pub const PIPER_MODEL_NAME: &str = "piper";
+
+/// What one voice's `NAME.onnx.json` says that serving it needs.
+#[derive(Clone, Debug)]
+pub struct PiperConfig {
+    pub sample_rate: u32,
+    /// `audio.quality`: x_low, low, medium or high.
+    pub quality: Option<String>,
+    /// `dataset`: the voice's own name (`joe`).
+    pub dataset: Option<String>,
+    /// `language.code` (`en_US`), else `espeak.voice`, else the file name's first part (as
+    /// wyoming-piper finds it).
+    pub language: String,
+    /// `language.name_english` (`English`).
+    pub language_name: Option<String>,
+    /// How its text becomes phonemes: espeak-ng's voice (`en-us`), or the text's own characters
+    /// (`phoneme_type: text`).
+    pub phonemizer: Phonemizer,
+    pub ids: PhonemeIdMap,
+    /// `speaker_id_map` in the order of the ids (empty for a voice of one speaker).
+    pub speakers: Vec<(String, i64)>,
+    /// `inference`'s defaults.
+    pub scales: Scales,
+}
+
+impl PiperConfig {
+    /// Reads a voice's `.onnx.json`; `name` is its file name without `.onnx`.
+    pub fn read(path: &Path, name: &str) -> Result<PiperConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        Self::parse(&json, name).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// [`PiperConfig::read`] from the parsed file.
+    pub fn parse(json: &serde_json::Value, name: &str) -> Result<PiperConfig, String> {
+        let str_at = |path: &[&str]| {
+            let mut v = json;
+            for key in path {
+                v = v.get(key)?;
+            }
+            v.as_str().map(str::to_owned)
+        };
+        let sample_rate = json
+            .pointer("/audio/sample_rate")
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|r| u32::try_from(r).ok())
+            .filter(|&r| (8_000..=48_000).contains(&r))
+            .ok_or("no audio.sample_rate between 8000 and 48000")?;
+        let espeak_voice = str_at(&["espeak", "voice"]);
+        let phonemizer = Phonemizer::from_config(json)?;
+        let ids = PhonemeIdMap::from_config(json)?;
+        let mut speakers: Vec<(String, i64)> = json
+            .get("speaker_id_map")
+            .and_then(serde_json::Value::as_object)
+            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_i64()?))).collect())
+            .unwrap_or_default();
+        speakers.sort_by_key(|(_, id)| *id);
+        let num_speakers = json.get("num_speakers").and_then(serde_json::Value::as_u64).unwrap_or(1);
+        if speakers.is_empty() && num_speakers > 1 {
+            speakers = (0..num_speakers as i64).map(|id| (id.to_string(), id)).collect();
+        }
+        let scale = |key: &str, default: f32| {
+            json.pointer(&format!("/inference/{key}")).and_then(serde_json::Value::as_f64).map_or(default, |v| v as f32)
+        };
+        let language = str_at(&["language", "code"])
+            .or(espeak_voice)
+            .unwrap_or_else(|| name.split('_').next().unwrap_or(name).to_owned());
+        Ok(PiperConfig {
+            sample_rate,
+            quality: str_at(&["audio", "quality"]),
+            dataset: str_at(&["dataset"]),
+            language,
+            language_name: str_at(&["language", "name_english"]),
+            phonemizer,
+            ids,
+            speakers,
+            scales: Scales {
+                noise_scale: scale("noise_scale", 0.667),
+                length_scale: scale("length_scale", 1.0),
+                noise_w: scale("noise_w", 0.8),
+            },
+        })
+    }
+
+    /// How wyoming-piper describes it: `"<name> (<quality>)"`, its name with spaces for
+    /// underscores (`"joe (medium)"`).
+    pub fn description(&self, name: &str) -> String {
+        let own = self.dataset.clone().unwrap_or_else(|| name.to_owned()).replace('_', " ");
+        match &self.quality {
+            Some(quality) => format!("{own} ({quality})"),
+            None => own,
+        }
+    }
+
+    /// Its language as a BCP 47 tag (`en-US`).
+    pub fn language_tag(&self) -> String {
+        self.language.replace('_', "-")
+    }
+}
+
+/// One voice's files.
+#[derive(Clone, Debug)]
+pub struct PiperVoiceFile {
+    /// Its name (the file name without `.onnx`: `en_US-joe-medium`), what clients ask for.
+    pub name: String,
+    pub onnx: PathBuf,
+    pub config: PiperConfig,
+}
+
+/// What a directory of Piper voices holds.
+#[derive(Debug, Default)]
+pub struct PiperFiles {
+    /// In the order of their names.
+    pub voices: Vec<PiperVoiceFile>,
+    /// The files left out, and why (logged).
+    pub skipped: Vec<String>,
+}
+
+/// The voices of `dir` as wyoming-piper finds them: every `NAME.onnx` with a `NAME.onnx.json`
+/// beside it. A model without its config, or a config that cannot be read or names a phoneme
+/// type we do not read, is left out (in `skipped`), as wyoming-piper skips them.
+pub fn scan(dir: &Path) -> PiperFiles {
+    let mut files = PiperFiles::default();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        files.skipped.push(format!("{}: not a readable directory", dir.display()));
+        return files;
+    };
+    let mut models: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "onnx") && p.is_file())
+        .collect();
+    models.sort();
+    for onnx in models {
+        let Some(name) = onnx.file_stem().and_then(|s| s.to_str()).map(str::to_owned) else { continue };
+        let json = onnx.with_extension("onnx.json");
+        if !json.is_file() {
+            files.skipped.push(format!("{}: no {name}.onnx.json beside it", onnx.display()));
+            continue;
+        }
+        match PiperConfig::read(&json, &name) {
+            Ok(config) => files.voices.push(PiperVoiceFile { name, onnx, config }),
+            Err(e) => files.skipped.push(e),
+        }
+    }
+    files
+}
+
+/// The Piper family.
+pub struct PiperFamily;
+
+impl Family for PiperFamily {
+    fn name(&self) -> &str {
+        "piper"
+    }
+
+    /// The voices of [`crate::PiperOptions::dir`]: a directory the operator named must hold at
+    /// least one that loads; the default one may hold none.
+    fn load(&self, context: &LoadContext) -> Result<Option<Loaded>, String> {
+        let options = &context.options.piper;
+        let Some(dir) = options.dir.as_deref() else {
+            return if options.required { Err("Piper: no directory of voices".to_owned()) } else { Ok(None) };
+        };
+        let files = scan(dir);
+        for skipped in &files.skipped {
+            tracing::warn!("Piper voice left out: {skipped}");
+        }
+        let only = context.options.only_request.as_ref().and_then(|r| r.voice.as_deref());
+        let started = Instant::now();
+        let mut voices = Vec::new();
+        for file in &files.voices {
+            // (`say` with one voice loads that voice alone)
+            if only.is_some_and(|name| !name.eq_ignore_ascii_case(&file.name)) {
+                continue;
+            }
+            match PiperModel::load(&file.onnx, context.options.device) {
+                Ok(model) => voices.push((file, Arc::new(model))),
+                Err(e) => tracing::warn!("Piper voice left out: {}: {e}", file.onnx.display()),
+            }
+        }
+        if voices.is_empty() {
+            let why = format!("{} has no Piper voice that loads (NAME.onnx with NAME.onnx.json)", dir.display());
+            return if options.required { Err(format!("Piper: {why}")) } else { Ok(None) };
+        }
+        tracing::info!(voices = voices.len(), s = started.elapsed().as_secs_f64(), "Piper voices served");
+        Ok(Some(loaded(voices, context.front_ends.espeak())))
+    }
+
+    /// Its segments cost per phoneme character (the whole network), its chunks (slices of
+    /// computed audio) per audio second.
+    fn costs(&self, speeds: &Speeds) -> Costs {
+        Costs {
+            per_audio_second: cost(&speeds.chunk),
+            per_first_second: cost(&speeds.chunk),
+            per_char: cost(&speeds.segment),
+        }
+    }
+
+    fn streaming(&self) -> Streaming {
+        Streaming::WholeSegments { first_words: FIRST_SEGMENT_WORDS }
+    }
+}
+
+/// The loaded voices as the engine serves them: one set of capabilities per sample rate (the
+/// core announces a request's rate from its capabilities), hosted together.
+fn loaded(voices: Vec<(&PiperVoiceFile, Arc<PiperModel>)>, espeak: Arc<Espeak>) -> Loaded {
+    let default_voice = voices[0].0.name.clone();
+    let mut served: Vec<(Voice, Arc<dyn VoiceModel>)> = Vec::new();
+    for (file, model) in voices {
+        let config = &file.config;
+        let listed = Voice::new(file.name.clone())
+            .with_language(config.language_tag())
+            .with_description(config.description(&file.name))
+            .with_speakers(config.speakers.iter().map(|(name, _)| name.clone()));
+        let voice = PiperVoice {
+            name: file.name.clone(),
+            model,
+            config: Arc::new(config.clone()),
+            espeak: espeak.clone(),
+            speaker: config.speakers.first().map(|(_, id)| *id),
+        };
+        served.push((listed, Arc::new(voice)));
+    }
+    let mut rates: Vec<u32> = served.iter().map(|(_, v)| v.sample_rate()).collect();
+    rates.sort_unstable();
+    rates.dedup();
+    let mut hosted: Vec<EngineCapabilities> = rates
+        .iter()
+        .map(|&rate| {
+            let at_rate: Vec<&(Voice, Arc<dyn VoiceModel>)> =
+                served.iter().filter(|(_, v)| v.sample_rate() == rate).collect();
+            let mut languages: Vec<Language> = Vec::new();
+            for (voice, model) in &at_rate {
+                let config = &model.as_any().downcast_ref::<PiperVoice>().expect("a Piper voice").config;
+                let code = voice.language.as_deref().unwrap_or("en").split('-').next().unwrap_or("en").to_lowercase();
+                let language = Language::new(config.language_name.clone().unwrap_or_else(|| code.clone()), code);
+                if !languages.contains(&language) {
+                    languages.push(language);
+                }
+            }
+            EngineCapabilities::new(PIPER_MODEL_NAME, rate)
+                .with_voices(at_rate.iter().map(|(v, _)| v.clone()).collect::<Vec<Voice>>())
+                .with_languages(languages)
+                .with_task_types([TaskType::CustomVoice])
+                .with_instructions(false)
+                .with_word_timestamps(true)
+        })
+        .collect();
+    // The default voice's rate first: a request naming only `piper` goes to it.
+    let default_rate = served[0].1.sample_rate();
+    hosted.sort_by_key(|c| c.sample_rate != default_rate);
+    let capabilities = if hosted.len() == 1 {
+        hosted.remove(0)
+    } else {
+        EngineCapabilities::hosting(hosted).expect("one rate at least")
+    };
+    Loaded { capabilities, voices: served, default_voice, precision: Precision::Fp32 }
+}
+
+/// A Piper voice as the workers run it.
+pub struct PiperVoice {
+    pub name: String,
+    pub model: Arc<PiperModel>,
+    pub config: Arc<PiperConfig>,
+    pub espeak: Arc<Espeak>,
+    /// The speaker a request naming none gets (a multi-speaker voice's first).
+    pub speaker: Option<i64>,
+}
+
+/// The style of a request naming one of a voice's speakers: its id.
+struct Speaker(i64);
+
+/// Samples in one of the scheduler's frames at 22,050 Hz (11.6 ms, the decoder's hop of a
+/// medium voice); other rates keep about the same time.
+const FRAME_SECONDS: f64 = 256.0 / 22_050.0;
+/// The phonemes ("hello.") its network is warmed with, espeak-ng's en-us IPA.
+const WARM_PHONEMES: &str = "həlˈoʊ.";
+/// A typical first segment (six words), admission's first measure of its cost per phoneme
+/// character: "The weather today is sunny with," as espeak-ng reads it.
+const MEASURE_PHONEMES: &str = "ðə wˈɛðɚ tədˈeɪ ɪz sˈʌni wɪð, ";
+
+impl PiperVoice {
+    /// The frames of `rate` Hz the scheduler cuts its segments in.
+    fn frame_samples(&self) -> usize {
+        ((f64::from(self.config.sample_rate) * FRAME_SECONDS).round() as usize).max(1)
+    }
+
+    /// One pass over `phonemes`: its audio scaled to a peak of 1 (as piper-tts scales each
+    /// sentence), and its durations.
+    fn speak(
+        &self,
+        phonemes: &str,
+        speed: f32,
+        seed: u64,
+        speaker: Option<i64>,
+    ) -> Result<crate::piper::PiperOutput, String> {
+        let ids = self.config.ids.ids(phonemes);
+        let mut scales = self.config.scales;
+        scales.length_scale /= speed.max(0.05);
+        let mut out = guarded(|| self.model.infer(&ids, speaker, scales, seed)).and_then(|r| r)?;
+        let peak = out.audio.iter().fold(0f32, |m, x| m.max(x.abs()));
+        if peak < 1e-8 {
+            out.audio.iter_mut().for_each(|x| *x = 0.0);
+        } else {
+            out.audio.iter_mut().for_each(|x| *x = (*x / peak).clamp(-1.0, 1.0));
+        }
+        Ok(out)
+    }
+}
+
+/// Durations in frames of `samples_per_frame` samples at `rate` Hz as the coarse frames of 600
+/// samples at 24 kHz that [`crate::timing::word_timings`] counts in (cumulative, so that the
+/// rounding does not drift).
+pub fn coarse_durations_at(durations: &[i64], samples_per_frame: usize, rate: u32) -> Vec<i64> {
+    let scale = f64::from(crate::timing::SAMPLE_RATE) / f64::from(rate.max(1)) / 600.0;
+    let mut out = Vec::with_capacity(durations.len());
+    let (mut total, mut done) = (0i64, 0i64);
+    for &d in durations {
+        total += d.max(0) * samples_per_frame as i64;
+        let end = (total as f64 * scale).round() as i64;
+        out.push(end - done);
+        done = end;
+    }
+    out
+}
+
+impl VoiceModel for PiperVoice {
+    fn device(&self) -> tch::Device {
+        self.model.device()
+    }
+
+    fn sample_rate(&self) -> u32 {
+        self.config.sample_rate
+    }
+
+    fn samples_per_frame(&self) -> usize {
+        self.frame_samples()
+    }
+
+    fn weights(&self) -> usize {
+        Arc::as_ptr(&self.model) as usize
+    }
+
+    fn char_tokens(&self, phonemes: &str) -> Vec<Option<usize>> {
+        self.config.ids.char_tokens(phonemes)
+    }
+
+    /// Its own language: a request naming another is refused (a Piper voice was trained on
+    /// one), naming the language it speaks.
+    fn reader(&self, language: Option<&str>, text: &str) -> Result<Reader, String> {
+        let asked = language.map(str::trim).filter(|l| !l.is_empty() && !l.eq_ignore_ascii_case("auto"));
+        if let Some(asked) = asked {
+            let primary = |l: &str| l.replace('_', "-").split('-').next().unwrap_or_default().to_lowercase();
+            let own = self.config.language_name.as_deref().unwrap_or_default().to_lowercase();
+            if primary(asked) != primary(&self.config.language) && asked.to_lowercase() != own {
+                return Err(format!(
+                    "voice '{}' speaks {}, not '{asked}': choose a voice of that language",
+                    self.name, self.config.language
+                ));
+            }
+        }
+        let _ = text;
+        if let Phonemizer::Espeak(_) = &self.config.phonemizer {
+            self.espeak.available().map_err(|why| format!("{} is not available: {why}", self.config.language))?;
+        }
+        Ok(Reader::Piper(self.espeak.clone(), self.config.phonemizer.clone()))
+    }
+
+    /// Its first audio waits for a whole segment: the first is short ([`split_first`]).
+    fn first_segments(&self, mut sentences: Vec<Sentence>) -> Vec<Sentence> {
+        if !sentences.is_empty() {
+            let first = split_first(sentences.remove(0));
+            sentences.splice(0..0, first);
+        }
+        sentences
+    }
+
+    fn speaker(&self, speaker: &str) -> Result<Style, String> {
+        let id = self
+            .config
+            .speakers
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(speaker))
+            .map(|(_, id)| *id)
+            .ok_or_else(|| format!("voice '{}' has no speaker '{speaker}'", self.name))?;
+        Ok(Arc::new(Speaker(id)))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn acoustics(&self) -> Acoustics {
+        Acoustics::PIPER
+    }
+
+    /// Each segment's whole audio in one pass of its network, its word timings from the
+    /// predicted durations.
+    fn start(&self, batch: &[SegmentInput]) -> Result<Vec<Result<Segment, String>>, String> {
+        let frame = self.frame_samples();
+        Ok(batch
+            .iter()
+            .map(|s| {
+                let speaker = s.style.and_then(|style| style.downcast_ref::<Speaker>()).map(|s| s.0).or(self.speaker);
+                let seed = crate::noise::splitmix64(s.seed ^ crate::noise::splitmix64(s.index));
+                let out = self.speak(s.phonemes, s.speed, seed, speaker).map_err(|e| format!("piper: {e}"))?;
+                Ok(Segment {
+                    frames: out.audio.len().div_ceil(frame),
+                    samples: out.audio.len(),
+                    durations: coarse_durations_at(&out.durations, out.samples_per_frame, self.config.sample_rate),
+                    computed: out.audio.len(),
+                    state: Box::new(out.audio),
+                })
+            })
+            .collect())
+    }
+
+    /// Slices of each segment's audio.
+    fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
+        let frame = self.frame_samples();
+        batch
+            .iter()
+            .map(|(state, frames)| {
+                let audio = state.downcast_ref::<Vec<f32>>().ok_or("piper: a segment of another family")?;
+                let end = (frames.end * frame).min(audio.len());
+                Ok(audio[(frames.start * frame).min(end)..end].to_vec())
+            })
+            .collect()
+    }
+
+    fn warm_up(&self, _frames: &ChunkSizes<usize>) {
+        let _ = self.speak(WARM_PHONEMES, 1.0, 0, self.speaker);
+    }
+
+    /// Warm, a pass over a first segment's worth is its first measure of its cost per
+    /// character (its real segments refine it); its chunks, slices of computed audio, cost
+    /// nothing until their rounds are measured.
+    fn measure(&self, _frames: &ChunkSizes<usize>, speeds: &mut Speeds) -> Option<Speed> {
+        speeds.chunk = Speed::new(1.0, 0.0);
+        speeds.first = Speed::new(1.0, 0.0);
+        let started = Instant::now();
+        let _ = self.speak(MEASURE_PHONEMES, 1.0, 0, self.speaker);
+        speeds.segment = Speed::new(MEASURE_PHONEMES.chars().count() as f64, started.elapsed().as_secs_f64());
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn joe_like(extra: serde_json::Value) -> serde_json::Value {
+        let mut json = serde_json::json!({
+            "audio": {"sample_rate": 22050, "quality": "medium"},
+            "espeak": {"voice": "en-us"},
+            "inference": {"noise_scale": 0.667, "length_scale": 1, "noise_w": 0.8},
+            "phoneme_type": "espeak",
+            "phoneme_id_map": {"_": [0], "^": [1], "$": [2], " ": [3], "a": [14]},
+            "num_speakers": 1,
+            "speaker_id_map": {},
+            "language": {"code": "en_US", "name_english": "English"},
+            "dataset": "joe"
+        });
+        if let (Some(json), Some(extra)) = (json.as_object_mut(), extra.as_object()) {
+            for (k, v) in extra {
+                json.insert(k.clone(), v.clone());
+            }
+        }
+        json
+    }
+
+    #[test]
+    fn a_config_reads_as_wyoming_piper_lists_it() {
+        let config = PiperConfig::parse(&joe_like(serde_json::json!({})), "en_US-joe-medium").unwrap();
+        assert_eq!(config.sample_rate, 22_050);
+        assert_eq!(config.description("en_US-joe-medium"), "joe (medium)");
+        assert_eq!(config.language, "en_US");
+        assert_eq!(config.language_tag(), "en-US");
+        assert_eq!(config.phonemizer, Phonemizer::Espeak("en-us".into()));
+        assert!(config.speakers.is_empty());
+        assert_eq!(config.scales.noise_w, 0.8);
+        // Several speakers, in the order of their ids; a name with underscores described with
+        // spaces, as wyoming-piper's catalog does.
+        let config = PiperConfig::parse(
+            &joe_like(serde_json::json!({
+                "num_speakers": 3, "speaker_id_map": {"c": 2, "a": 0, "b": 1},
+                "dataset": "northern_english_male", "audio": {"sample_rate": 16000, "quality": "low"}
+            })),
+            "en_GB-northern_english_male-low",
+        )
+        .unwrap();
+        let names: Vec<&str> = config.speakers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(config.description("x"), "northern english male (low)");
+        assert_eq!(config.sample_rate, 16_000);
+        // Text voices; phoneme types we do not read are refused by name.
+        let text = PiperConfig::parse(&joe_like(serde_json::json!({"phoneme_type": "text"})), "x").unwrap();
+        assert_eq!(text.phonemizer, Phonemizer::Text);
+        let err = PiperConfig::parse(&joe_like(serde_json::json!({"phoneme_type": "pinyin"})), "x").unwrap_err();
+        assert!(err.contains("pinyin"), "{err}");
+        let err = PiperConfig::parse(&joe_like(serde_json::json!({"audio": {}})), "x").unwrap_err();
+        assert!(err.contains("sample_rate"), "{err}");
+    }
+
+    #[test]
+    fn scan_finds_pairs_and_says_why_it_left_a_file_out() {
+        let dir = std::env::temp_dir().join(format!("piper-scan-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = joe_like(serde_json::json!({})).to_string();
+        std::fs::write(dir.join("b_voice.onnx"), b"x").unwrap();
+        std::fs::write(dir.join("b_voice.onnx.json"), &config).unwrap();
+        std::fs::write(dir.join("a_voice.onnx"), b"x").unwrap();
+        std::fs::write(dir.join("a_voice.onnx.json"), &config).unwrap();
+        std::fs::write(dir.join("lonely.onnx"), b"x").unwrap();
+        std::fs::write(dir.join("broken.onnx"), b"x").unwrap();
+        std::fs::write(dir.join("broken.onnx.json"), b"{").unwrap();
+        let files = scan(&dir);
+        let names: Vec<&str> = files.voices.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["a_voice", "b_voice"]);
+        assert_eq!(files.skipped.len(), 2, "{:?}", files.skipped);
+        assert!(files.skipped.iter().any(|s| s.contains("lonely.onnx.json")), "{:?}", files.skipped);
+        assert!(files.skipped.iter().any(|s| s.contains("broken.onnx.json")), "{:?}", files.skipped);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn durations_at_another_rate_keep_their_total_time() {
+        // 256-sample frames at 22,050 Hz: 100 frames are 1.161 s, 46.4 coarse frames of 25 ms.
+        let d = coarse_durations_at(&[10; 10], 256, 22_050);
+        assert_eq!(d.iter().sum::<i64>(), 46);
+        assert!(d.iter().all(|&x| x == 4 || x == 5), "{d:?}");
+        assert_eq!(coarse_durations_at(&[2, 3], 300, 24_000), [1, 2]);
+    }
+}
