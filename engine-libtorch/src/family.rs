@@ -231,6 +231,7 @@ pub struct FrontEnds {
     english: [OnceLock<Result<Arc<FrontEnd>, String>>; 2],
     espeak_program: Option<std::path::PathBuf>,
     espeak: OnceLock<Arc<Espeak>>,
+    espeak_piper: OnceLock<Arc<Espeak>>,
 }
 
 impl FrontEnds {
@@ -243,15 +244,25 @@ impl FrontEnds {
             english: [OnceLock::new(), OnceLock::new()],
             espeak_program: options.espeak_program.clone(),
             espeak: OnceLock::new(),
+            espeak_piper: OnceLock::new(),
         }
     }
 
-    /// espeak-ng's program of ours (one process, started on first use, whichever family reads
-    /// through it).
+    /// espeak-ng's program of ours on Debian's espeak-ng (one process, started on first use),
+    /// what Kokoro reads its languages with, as misaki does.
     pub fn espeak(&self) -> Arc<Espeak> {
-        self.espeak
-            .get_or_init(|| Arc::new(self.espeak_program.clone().map_or_else(Espeak::new, Espeak::with_program)))
-            .clone()
+        self.espeak.get_or_init(|| Arc::new(self.espeak_program())).clone()
+    }
+
+    /// The same program on piper-tts's espeak-ng build where set-up put it
+    /// ([`Espeak::with_piper_library`]; Debian's otherwise): Piper's voices read as piper-tts
+    /// reads them. A process of its own.
+    pub fn espeak_piper(&self) -> Arc<Espeak> {
+        self.espeak_piper.get_or_init(|| Arc::new(self.espeak_program().with_piper_library())).clone()
+    }
+
+    fn espeak_program(&self) -> Espeak {
+        self.espeak_program.clone().map_or_else(Espeak::new, Espeak::with_program)
     }
 
     /// The directory of their files.

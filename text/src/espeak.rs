@@ -273,17 +273,24 @@ impl Espeak {
     }
 
     /// The front end for Piper's voices ([`crate::piper`]): the helper found as by
-    /// [`Espeak::new`], loading piper-tts's own espeak-ng build (1.52.0.1, with its data) when
-    /// set-up put it there ([`EspeakLibrary::find_piper`]), else Debian's libespeak-ng.
+    /// [`Espeak::new`], loading piper-tts's build when set-up put it there
+    /// ([`Espeak::with_piper_library`]).
+    pub fn for_piper() -> Espeak {
+        Espeak::new().with_piper_library()
+    }
+
+    /// The same with the helper loading piper-tts's own espeak-ng build (1.52.0.1, with its data)
+    /// when set-up put it there ([`EspeakLibrary::find_piper`]), else Debian's libespeak-ng (as
+    /// before): `Espeak::with_program(p).with_piper_library()` for a helper of the caller's.
     ///
     /// With piper-tts's build every sentence of text/tests/piper reads exactly as piper-tts 1.8.0
     /// reads it. Debian 12's espeak-ng 1.51 is a fallback: it reads some words differently
     /// (sentences identical to piper-tts's there: en-us 32/49, de 31/48, es 37/46, fr 43/46,
     /// ru 18/45), and Piper's voices then sound a little off on those words.
-    pub fn for_piper() -> Espeak {
+    pub fn with_piper_library(self) -> Espeak {
         match EspeakLibrary::find_piper() {
-            Ok(library) => Espeak::new().with_library(library),
-            Err(_) => Espeak::new(),
+            Ok(library) => self.with_library(library),
+            Err(_) => self,
         }
     }
 

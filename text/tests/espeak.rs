@@ -30,7 +30,7 @@ fn helper() -> Option<PathBuf> {
     } else {
         eprintln!(
             "skipping: espeak-ng's helper {} is not built (scripts/setup.sh builds it: cargo build --release \
-             --manifest-path tools/espeak-phonemes/Cargo.toml, with Debian's libespeak-ng-dev)",
+             --manifest-path tools/espeak-phonemes/Cargo.toml)",
             path.display()
         );
         None

@@ -216,7 +216,15 @@ impl Family for PiperFamily {
             return if options.required { Err(format!("Piper: {why}")) } else { Ok(None) };
         }
         tracing::info!(voices = voices.len(), s = started.elapsed().as_secs_f64(), "Piper voices served");
-        Ok(Some(loaded(voices, context.front_ends.espeak())))
+        let espeak = context.front_ends.espeak_piper();
+        match espeak.library() {
+            Some(library) => tracing::info!(library = %library.library.display(), "Piper reads with piper-tts's espeak-ng"),
+            None => tracing::warn!(
+                "Piper reads with Debian's espeak-ng, not piper-tts's (run scripts/setup.sh): some words read \
+                 differently from piper-tts"
+            ),
+        }
+        Ok(Some(loaded(voices, espeak)))
     }
 
     /// Its segments cost per phoneme character (the whole network), its chunks (slices of
