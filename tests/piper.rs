@@ -158,7 +158,10 @@ fn piper_voices_are_listed_and_served_on_every_protocol_at_their_own_rate() {
     assert_eq!(voice(JOE)["description"], "joe (medium)");
     assert_eq!(voice(JOE)["languages"], json!(["en_US"]));
     assert_eq!(voice(JOE)["speakers"], Value::Null);
-    assert_eq!(voice(FOUR)["speakers"], json!([{"name": "alice"}, {"name": "bob"}, {"name": "carol"}, {"name": "dave"}]));
+    assert_eq!(
+        voice(FOUR)["speakers"],
+        json!([{"name": "alice"}, {"name": "bob"}, {"name": "carol"}, {"name": "dave"}])
+    );
 
     // HTTP: each voice at its own rate; the model alone is the first voice; streamed == whole.
     let text = "Well then, the tomato soup is ready.";

@@ -124,7 +124,7 @@ impl VoiceModel for ToneVoice {
     }
 
     fn acoustics(&self) -> Acoustics {
-        Acoustics { lead_samples: 0, final_sound_cap: 100 }
+        Acoustics { lead_samples: 0, final_sound_cap: 100, fine_per_frame: 2, pause_tail: 0 }
     }
 
     fn start(&self, batch: &[SegmentInput]) -> Result<Vec<Result<Segment, String>>, String> {

@@ -450,12 +450,8 @@ pub fn voices_json(catalog: &Catalog) -> String {
     // And, where voices have them, their descriptions (a Piper voice's "joe (medium)": its name
     // and quality) and speakers.
     let per_voice = |field: fn(&crate::engine::Voice) -> Option<serde_json::Value>| {
-        let map: serde_json::Map<String, serde_json::Value> = catalog
-            .capabilities()
-            .voices
-            .iter()
-            .filter_map(|v| Some((v.id.to_lowercase(), field(v)?)))
-            .collect();
+        let map: serde_json::Map<String, serde_json::Value> =
+            catalog.capabilities().voices.iter().filter_map(|v| Some((v.id.to_lowercase(), field(v)?))).collect();
         (!map.is_empty()).then_some(serde_json::Value::Object(map))
     };
     if let Some(descriptions) = per_voice(|v| v.description.clone().map(Into::into)) {

@@ -181,7 +181,8 @@ pub struct Segment {
     pub frames: usize,
     /// Its length in samples.
     pub samples: usize,
-    /// Frames of 600 samples per token (both boundary tokens included), for word timings.
+    /// Frames per token (both boundary tokens included), for word timings: of 600 samples at
+    /// 24 kHz, or of 300 for a family whose [`Acoustics::fine_per_frame`] is 1.
     pub durations: Vec<i64>,
     /// Samples of audio computed while starting it (a family that computes segments whole).
     pub computed: usize,

@@ -571,16 +571,26 @@ fn finish(text: &str, chars: &[char], words: &[Range<usize>], b: Building) -> Op
         b.tagged.iter().map(|&(c, t)| (c, t.filter(|w| mine.contains(w)).map(|w| w - mine.start))).collect();
     let spans = word_spans(&local, mine.len());
     let offsets: Vec<usize> = text.char_indices().map(|(i, _)| i).chain([text.len()]).collect();
-    let words: Vec<Word> = words[mine]
-        .iter()
-        .zip(spans)
-        .map(|(w, phonemes)| Word {
+    let mut out: Vec<Word> = Vec::new();
+    for (w, phonemes) in words[mine].iter().zip(spans) {
+        // A word of letters espeak-ng read together with the one before ("in the": `ɪnðə`)
+        // joins it: one front-end word for both, whose time the word timings share by length.
+        if let Some(last) = out.last_mut().filter(|last| {
+            phonemes.is_empty() && !last.phonemes.is_empty() && chars[w.clone()].iter().any(|c| c.is_alphabetic())
+        }) {
+            last.text = chars[last.chars.start..w.end].iter().collect();
+            last.text_range.end = offsets[w.end];
+            last.chars.end = w.end;
+            continue;
+        }
+        out.push(Word {
             text: chars[w.clone()].iter().collect(),
             text_range: offsets[w.start]..offsets[w.end],
             chars: w.clone(),
             phonemes,
-        })
-        .collect();
+        });
+    }
+    let words = out;
     let covered = &text[offsets[span.start.min(chars.len())]..offsets[span.end.min(chars.len())]];
     Some(Sentence { text: covered.trim().to_string(), phonemes: b.tagged.iter().map(|t| t.0).collect(), words })
 }

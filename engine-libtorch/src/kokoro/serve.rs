@@ -21,8 +21,8 @@ use speechstream_core::engine::{voice_mix, EngineCapabilities, Language, Synthes
 
 use crate::chunks::ChunkSizes;
 use crate::family::{
-    cost, guarded, split_first, FIRST_SEGMENT_WORDS, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, Streaming, Style,
-    VoiceModel,
+    cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, Streaming,
+    Style, VoiceModel, FIRST_SEGMENT_WORDS,
 };
 use crate::g2p::espeak::Espeak;
 use crate::g2p::japanese::{has_japanese_script, Japanese, WORD_LIST};

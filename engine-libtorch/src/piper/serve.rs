@@ -206,7 +206,12 @@ impl Family for PiperFamily {
             if only.is_some_and(|name| !name.eq_ignore_ascii_case(&file.name)) {
                 continue;
             }
-            match PiperModel::load(&file.onnx, context.options.device) {
+            let device = context.options.device;
+            match PiperModel::load(
+                &file.onnx,
+                device,
+                context.options.precision.unwrap_or_else(|| PiperModel::auto_precision(device)),
+            ) {
                 Ok(model) => voices.push((file, Arc::new(model))),
                 Err(e) => tracing::warn!("Piper voice left out: {}: {e}", file.onnx.display()),
             }
@@ -218,7 +223,9 @@ impl Family for PiperFamily {
         tracing::info!(voices = voices.len(), s = started.elapsed().as_secs_f64(), "Piper voices served");
         let espeak = context.front_ends.espeak_piper();
         match espeak.library() {
-            Some(library) => tracing::info!(library = %library.library.display(), "Piper reads with piper-tts's espeak-ng"),
+            Some(library) => {
+                tracing::info!(library = %library.library.display(), "Piper reads with piper-tts's espeak-ng")
+            }
             None => tracing::warn!(
                 "Piper reads with Debian's espeak-ng, not piper-tts's (run scripts/setup.sh): some words read \
                  differently from piper-tts"
@@ -246,6 +253,7 @@ impl Family for PiperFamily {
 /// core announces a request's rate from its capabilities), hosted together.
 fn loaded(voices: Vec<(&PiperVoiceFile, Arc<PiperModel>)>, espeak: Arc<Espeak>) -> Loaded {
     let default_voice = voices[0].0.name.clone();
+    let precision: Precision = voices[0].1.precision();
     let mut served: Vec<(Voice, Arc<dyn VoiceModel>)> = Vec::new();
     for (file, model) in voices {
         let config = &file.config;
@@ -295,7 +303,7 @@ fn loaded(voices: Vec<(&PiperVoiceFile, Arc<PiperModel>)>, espeak: Arc<Espeak>) 
     } else {
         EngineCapabilities::hosting(hosted).expect("one rate at least")
     };
-    Loaded { capabilities, voices: served, default_voice, precision: Precision::Fp32 }
+    Loaded { capabilities, voices: served, default_voice, precision }
 }
 
 /// A Piper voice as the workers run it.
@@ -349,11 +357,38 @@ impl PiperVoice {
     }
 }
 
-/// Durations in frames of `samples_per_frame` samples at `rate` Hz as the coarse frames of 600
-/// samples at 24 kHz that [`crate::timing::word_timings`] counts in (cumulative, so that the
-/// rounding does not drift).
-pub fn coarse_durations_at(durations: &[i64], samples_per_frame: usize, rate: u32) -> Vec<i64> {
-    let scale = f64::from(crate::timing::SAMPLE_RATE) / f64::from(rate.max(1)) / 600.0;
+/// Piper's ids as word timings count tokens: one per phoneme. Its ids are `^ _ p1 _ p2 _ ... pn
+/// _ $`, a pad after every phoneme; word timings ([`crate::timing::word_timings`]) take a token
+/// per phoneme character (and a boundary token at each end), so each phoneme's ids are folded
+/// with the pad after them into one token: token 0 is `^ _`, token k the k-th phoneme's ids and
+/// pad, the last `$`. `tokens`: each char's id index ([`PhonemeIdMap::char_tokens`]); returns
+/// each char's folded token, and the first id of each folded token (then the id count).
+pub fn fold_tokens(tokens: &[Option<usize>], ids: usize) -> (Vec<Option<usize>>, Vec<usize>) {
+    let mut firsts: Vec<usize> = tokens.iter().flatten().copied().filter(|&t| t > 0 && t + 1 < ids).collect();
+    firsts.sort_unstable();
+    firsts.dedup();
+    let folded = tokens.iter().map(|t| t.and_then(|t| firsts.binary_search(&t).ok()).map(|k| k + 1)).collect();
+    // token 0: `^ _`; one per phoneme; the last: `$`
+    let mut bounds = Vec::with_capacity(firsts.len() + 3);
+    bounds.push(0);
+    bounds.extend(firsts);
+    if ids > 0 {
+        bounds.push(ids - 1);
+    }
+    bounds.push(ids);
+    (folded, bounds)
+}
+
+/// Per-id durations summed into the folded tokens whose first ids are `bounds` ([`fold_tokens`]).
+pub fn fold_durations(durations: &[i64], bounds: &[usize]) -> Vec<i64> {
+    bounds.windows(2).map(|w| durations.get(w[0]..w[1].min(durations.len())).map_or(0, |d| d.iter().sum())).collect()
+}
+
+/// Durations in frames of `samples_per_frame` samples at `rate` Hz as the fine frames of 300
+/// samples at 24 kHz that [`crate::timing::word_timings`] counts Piper's in
+/// ([`Acoustics::PIPER`]; cumulative, so that the rounding does not drift).
+pub fn fine_durations_at(durations: &[i64], samples_per_frame: usize, rate: u32) -> Vec<i64> {
+    let scale = f64::from(crate::timing::SAMPLE_RATE) / f64::from(rate.max(1)) / 300.0;
     let mut out = Vec::with_capacity(durations.len());
     let (mut total, mut done) = (0i64, 0i64);
     for &d in durations {
@@ -382,8 +417,10 @@ impl VoiceModel for PiperVoice {
         Arc::as_ptr(&self.model) as usize
     }
 
+    /// One token per phoneme ([`fold_tokens`]).
     fn char_tokens(&self, phonemes: &str) -> Vec<Option<usize>> {
-        self.config.ids.char_tokens(phonemes)
+        let ids = self.config.ids.ids(phonemes).len();
+        fold_tokens(&self.config.ids.char_tokens(phonemes), ids).0
     }
 
     /// Its own language: a request naming another is refused (a Piper voice was trained on
@@ -445,10 +482,12 @@ impl VoiceModel for PiperVoice {
                 let speaker = s.style.and_then(|style| style.downcast_ref::<Speaker>()).map(|s| s.0).or(self.speaker);
                 let seed = crate::noise::splitmix64(s.seed ^ crate::noise::splitmix64(s.index));
                 let out = self.speak(s.phonemes, s.speed, seed, speaker).map_err(|e| format!("piper: {e}"))?;
+                let (_, bounds) = fold_tokens(&self.config.ids.char_tokens(s.phonemes), out.durations.len());
+                let durations = fold_durations(&out.durations, &bounds);
                 Ok(Segment {
                     frames: out.audio.len().div_ceil(frame),
                     samples: out.audio.len(),
-                    durations: coarse_durations_at(&out.durations, out.samples_per_frame, self.config.sample_rate),
+                    durations: fine_durations_at(&durations, out.samples_per_frame, self.config.sample_rate),
                     computed: out.audio.len(),
                     state: Box::new(out.audio),
                 })
@@ -566,11 +605,25 @@ mod tests {
     }
 
     #[test]
+    fn each_phoneme_and_the_pad_after_it_are_one_token() {
+        // "ab c": ids ^ _ a _ b _ ␠ _ c _ $ (11); b dropped from the map in the second case.
+        let tokens = [Some(2), Some(4), Some(6), Some(8)];
+        let (folded, bounds) = fold_tokens(&tokens, 11);
+        assert_eq!(folded, [Some(1), Some(2), Some(3), Some(4)]);
+        assert_eq!(bounds, [0, 2, 4, 6, 8, 10, 11]);
+        let durations = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
+        assert_eq!(fold_durations(&durations, &bounds), [3, 7, 11, 15, 19, 11]);
+        let (folded, bounds) = fold_tokens(&[Some(2), None, Some(4), Some(6)], 9);
+        assert_eq!(folded, [Some(1), None, Some(2), Some(3)]);
+        assert_eq!(fold_durations(&durations[..9], &bounds), [3, 7, 11, 15, 9]);
+    }
+
+    #[test]
     fn durations_at_another_rate_keep_their_total_time() {
-        // 256-sample frames at 22,050 Hz: 100 frames are 1.161 s, 46.4 coarse frames of 25 ms.
-        let d = coarse_durations_at(&[10; 10], 256, 22_050);
-        assert_eq!(d.iter().sum::<i64>(), 46);
-        assert!(d.iter().all(|&x| x == 4 || x == 5), "{d:?}");
-        assert_eq!(coarse_durations_at(&[2, 3], 300, 24_000), [1, 2]);
+        // 256-sample frames at 22,050 Hz: 100 frames are 1.161 s, 92.9 fine frames of 12.5 ms.
+        let d = fine_durations_at(&[10; 10], 256, 22_050);
+        assert_eq!(d.iter().sum::<i64>(), 93);
+        assert!(d.iter().all(|&x| x == 9 || x == 10), "{d:?}");
+        assert_eq!(fine_durations_at(&[2, 3], 300, 24_000), [2, 3]);
     }
 }
