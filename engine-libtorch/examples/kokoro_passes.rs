@@ -11,7 +11,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use speechstream_engine_libtorch::kokoro::serve::{split_first, Vocab};
+use speechstream_engine_libtorch::family::split_first;
+use speechstream_engine_libtorch::kokoro::serve::Vocab;
 use speechstream_engine_libtorch::kokoro::voices::scan;
 use speechstream_engine_libtorch::kokoro::KokoroModel;
 use speechstream_engine_libtorch::load_front_end;

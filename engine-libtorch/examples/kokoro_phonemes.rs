@@ -1,13 +1,13 @@
 //! The phonemes our front end gives a text as a Kokoro voice reads it (American English: what
 //! the packaged Japanese voices read English with), one line per pass of the network, cut as the
-//! engine cuts an utterance (its first sentence split early: `kokoro::serve::split_first`):
+//! engine cuts an utterance (its first sentence split early: `family::split_first`):
 //! what benches/kokoro-say-bench.sh hands onnxruntime, so both sides make the same passes.
 //!
 //!     cargo run -p speechstream-engine-libtorch --example kokoro_phonemes -- "Some text."
 
 use std::path::PathBuf;
 
-use speechstream_engine_libtorch::kokoro::serve::split_first;
+use speechstream_engine_libtorch::family::split_first;
 use speechstream_engine_libtorch::load_front_end;
 
 fn main() -> Result<(), String> {

@@ -17,6 +17,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use speechstream_engine_libtorch::piper::{PiperModel, PiperOutput, Scales};
+use speechstream_engine_libtorch::Precision;
 use tch::Device;
 
 /// The largest difference of audio samples allowed (the output is within ±1).
@@ -94,9 +95,9 @@ fn joe_and_a_multi_speaker_copy_match_onnxruntime() {
     let dir = TempDir::new("piper-model");
     let ids = prepare(&dir.0);
     assert_eq!(ids.len(), 3, "three sentences");
-    let joe = PiperModel::load(&voice(), Device::Cpu).expect("joe loads");
+    let joe = PiperModel::load(&voice(), Device::Cpu, Precision::Fp32).expect("joe loads");
     let multi_path = dir.0.join("multi.onnx");
-    let multi = PiperModel::load(&multi_path, Device::Cpu).expect("the multi-speaker copy loads");
+    let multi = PiperModel::load(&multi_path, Device::Cpu, Precision::Fp32).expect("the multi-speaker copy loads");
     assert_eq!((joe.num_speakers(), multi.num_speakers()), (1, 4));
     assert_eq!((joe.samples_per_frame(), joe.num_symbols()), (256, 256));
     assert!(joe.stochastic_durations());
@@ -182,7 +183,7 @@ fn joe_and_a_multi_speaker_copy_match_onnxruntime() {
 
 #[test]
 fn refuses_what_it_cannot_speak() {
-    let joe = PiperModel::load(&voice(), Device::Cpu).expect("joe loads");
+    let joe = PiperModel::load(&voice(), Device::Cpu, Precision::Fp32).expect("joe loads");
     let s = Scales::default();
     assert!(joe.infer(&[], None, s, 0).is_err(), "no ids");
     assert!(joe.infer(&[1, 256, 2], None, s, 0).is_err(), "an id past the table");
@@ -193,43 +194,203 @@ fn refuses_what_it_cannot_speak() {
     // a file that is an ONNX model but not a Piper export
     let hibari = common::cache().join("hibari/hibari.onnx");
     if hibari.exists() {
-        let e = PiperModel::load(&hibari, Device::Cpu).err().expect("not a Piper voice");
+        let e = PiperModel::load(&hibari, Device::Cpu, Precision::Fp32).err().expect("not a Piper voice");
         assert!(e.contains("not a Piper VITS export"), "{e}");
     }
 }
 
-/// Our real-time factor and onnxruntime's (piper-tts's path: a plain session of the file), one
-/// thread each, default scales, on the test sentences. Prints, asserts nothing:
-/// `cargo test --release -p speechstream-engine-libtorch --test piper_model -- --ignored
-/// --nocapture speed`.
-#[test]
-#[ignore]
-fn speed_one_thread() {
-    tch::set_num_threads(1);
-    let dir = TempDir::new("piper-speed");
-    let ids = prepare(&dir.0);
-    let joe = PiperModel::load(&voice(), Device::Cpu).expect("joe loads");
+/// The CPU's model name, as lscpu gives it.
+fn cpu_name() -> String {
+    let out =
+        Command::new("lscpu").output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    out.lines()
+        .find_map(|l| l.strip_prefix("Model name:").map(|v| v.trim().to_owned()))
+        .unwrap_or_else(|| "an unknown CPU".into())
+}
+
+/// RTF of `model` on `ids` (default scales, best of 5 per sentence), each sentence printed.
+fn rtf(label: &str, model: &PiperModel, ids: &[Vec<i64>]) -> f64 {
     let (mut total_time, mut total_audio) = (0f64, 0f64);
     for (n, seq) in ids.iter().enumerate() {
-        joe.infer(seq, None, Scales::default(), 0).expect("inference");
+        model.infer(seq, None, Scales::default(), n as u64).expect("inference");
         let mut best = f64::MAX;
         let mut seconds = 0.0;
         for _ in 0..5 {
             let t = Instant::now();
-            let out = joe.infer(seq, None, Scales::default(), n as u64).expect("inference");
-            let dt = t.elapsed().as_secs_f64();
+            let out = model.infer(seq, None, Scales::default(), n as u64).expect("inference");
+            best = best.min(t.elapsed().as_secs_f64());
             seconds = out.audio.len() as f64 / 22_050.0;
-            best = best.min(dt);
         }
         total_time += best;
         total_audio += seconds;
         eprintln!(
-            "ours 1 thread: {} ids, {seconds:.2} s of audio, best of 5 {:.1} ms, RTF {:.4}",
+            "{label:>10}: {} ids, {seconds:.2} s of audio, best of 5 {:.1} ms, RTF {:.4}",
             seq.len(),
             best * 1e3,
             best / seconds
         );
     }
-    eprintln!("ours 1 thread: all sentences RTF {:.4}", total_time / total_audio);
-    eprint!("{}", reference(&["bench", voice().to_str().expect("a path")]));
+    total_time / total_audio
+}
+
+/// Our real-time factors (fp32; int8 at the CPU's best level and capped to AVX2, our kernels'
+/// levels: libtorch's own ops are not capped) and onnxruntime's (piper-tts's path: a plain
+/// session of the file), one thread each, default scales, on the test sentences. Prints,
+/// asserts nothing:
+/// `cargo test --release -p speechstream-engine-libtorch --test piper_model -- --ignored
+/// --nocapture speed`.
+#[test]
+#[ignore]
+fn speed_one_thread() {
+    use speechstream_engine_libtorch::cpu::{self, Level};
+    tch::set_num_threads(1);
+    let dir = TempDir::new("piper-speed");
+    let ids = prepare(&dir.0);
+    let fp32 = PiperModel::load(&voice(), Device::Cpu, Precision::Fp32).expect("joe loads");
+    let best = cpu::level();
+    let int8 = PiperModel::load(&voice(), Device::Cpu, Precision::Int8).expect("joe loads");
+    assert_eq!(int8.precision(), Precision::Int8);
+    let capped = cpu::set_cap(Level::Avx2);
+    let int8_avx2 = PiperModel::load(&voice(), Device::Cpu, Precision::Int8).expect("joe loads");
+    cpu::reset_cap();
+    let r_fp32 = rtf("fp32", &fp32, &ids);
+    let r_int8 = rtf("int8", &int8, &ids);
+    cpu::set_cap(Level::Avx2);
+    let r_avx2 = rtf("int8 avx2", &int8_avx2, &ids);
+    cpu::reset_cap();
+    let bench = reference(&["bench", voice().to_str().expect("a path")]);
+    eprint!("{bench}");
+    // reference.py's last line: "... RTF <x>"
+    let ort = bench
+        .lines()
+        .rev()
+        .find_map(|l| l.rsplit_once("RTF ").and_then(|(_, v)| v.trim().parse::<f64>().ok()))
+        .unwrap_or(f64::NAN);
+    eprintln!("\n{}, 1 thread, the {} test sentences:", cpu_name(), ids.len());
+    eprintln!("| path | RTF | × onnxruntime's speed |\n|---|---|---|");
+    for (name, r) in [
+        ("onnxruntime fp32 (piper-tts)".to_owned(), ort),
+        ("ours fp32".to_owned(), r_fp32),
+        (format!("ours int8 ({best})"), r_int8),
+        (format!("ours int8 ({capped})"), r_avx2),
+    ] {
+        eprintln!("| {name} | {r:.4} | {:.2} |", ort / r);
+    }
+}
+
+/// Signal-to-noise ratio of `x` against `reference`, in dB.
+fn snr_db(reference: &[f32], x: &[f32]) -> f64 {
+    let signal: f64 = reference.iter().map(|&v| f64::from(v).powi(2)).sum();
+    let noise: f64 = reference.iter().zip(x).map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2)).sum();
+    10.0 * (signal / noise.max(1e-30)).log10()
+}
+
+/// "The quick brown fox jumps over the lazy dog." as piper-tts phonemizes it for joe.
+const FOX: &[i64] = &[
+    1, 0, 41, 0, 59, 0, 3, 0, 23, 0, 35, 0, 120, 0, 74, 0, 23, 0, 3, 0, 15, 0, 88, 0, 120, 0, 14, 0, 100, 0, 26, 0, 3,
+    0, 19, 0, 120, 0, 51, 0, 122, 0, 23, 0, 31, 0, 3, 0, 17, 0, 108, 0, 120, 0, 102, 0, 25, 0, 28, 0, 31, 0, 3, 0, 121,
+    0, 27, 0, 100, 0, 34, 0, 60, 0, 3, 0, 41, 0, 59, 0, 3, 0, 24, 0, 120, 0, 18, 0, 74, 0, 38, 0, 21, 0, 3, 0, 17, 0,
+    120, 0, 51, 0, 122, 0, 66, 0, 10, 0, 2,
+];
+
+/// The SNR int8 keeps against fp32 on [`FOX`] (same scales, same seed: the same noise), in dB:
+/// 16.9 measured (AMD EPYC Zen 4, AVX-512 VNNI; every level gives the same bits), the
+/// generator alone 25.7.
+const INT8_SNR_DB: f64 = 15.0;
+
+/// int8 against fp32 on one sentence: the same durations, and the audio within
+/// [`INT8_SNR_DB`] of fp32's.
+#[test]
+fn int8_stays_close_to_fp32() {
+    let fp32 = PiperModel::load(&voice(), Device::Cpu, Precision::Fp32).expect("joe loads");
+    let int8 = PiperModel::load(&voice(), Device::Cpu, Precision::Int8).expect("joe loads");
+    assert_eq!((fp32.precision(), int8.precision()), (Precision::Fp32, Precision::Int8));
+    let a = fp32.infer(FOX, None, Scales::default(), 3).expect("fp32");
+    let b = int8.infer(FOX, None, Scales::default(), 3).expect("int8");
+    assert_eq!(a.durations, b.durations, "int8 changed the durations");
+    let (snr, err) = (snr_db(&a.audio, &b.audio), common::max_abs_diff(&a.audio, &b.audio));
+    eprintln!("int8 against fp32: SNR {snr:.1} dB, max abs error {err:.3e}");
+    assert!(snr >= INT8_SNR_DB, "int8 at {snr:.1} dB SNR of fp32 (bound {INT8_SNR_DB} dB)");
+    // the same bits at AVX2 (our kernels and passes capped: the cap is the whole process's, and
+    // changes only speed for whatever else runs meanwhile)
+    use speechstream_engine_libtorch::cpu::{self, Level};
+    if cpu::level() > Level::Avx2 && Level::Avx2.supported() {
+        cpu::set_cap(Level::Avx2);
+        let capped = PiperModel::load(&voice(), Device::Cpu, Precision::Int8).expect("joe loads");
+        let c = capped.infer(FOX, None, Scales::default(), 3).expect("int8 at AVX2");
+        cpu::reset_cap();
+        assert!(c.audio == b.audio, "int8 at AVX2 gave other audio");
+    }
+}
+
+/// `audio` as a 16-bit mono WAV.
+fn write_wav(path: &Path, audio: &[f32], rate: u32) {
+    let mut b = Vec::with_capacity(44 + 2 * audio.len());
+    let data = 2 * audio.len() as u32;
+    b.extend_from_slice(b"RIFF");
+    b.extend_from_slice(&(36 + data).to_le_bytes());
+    b.extend_from_slice(b"WAVEfmt ");
+    b.extend_from_slice(&16u32.to_le_bytes());
+    b.extend_from_slice(&1u16.to_le_bytes());
+    b.extend_from_slice(&1u16.to_le_bytes());
+    b.extend_from_slice(&rate.to_le_bytes());
+    b.extend_from_slice(&(2 * rate).to_le_bytes());
+    b.extend_from_slice(&2u16.to_le_bytes());
+    b.extend_from_slice(&16u16.to_le_bytes());
+    b.extend_from_slice(b"data");
+    b.extend_from_slice(&data.to_le_bytes());
+    for &v in audio {
+        b.extend_from_slice(&((v.clamp(-1.0, 1.0) * 32767.0).round() as i16).to_le_bytes());
+    }
+    std::fs::write(path, b).expect("writing a WAV");
+}
+
+/// Held-out sentences (none of the test sentences) for the int8 listening check.
+const HELD_OUT: [&str; 6] = [
+    "She sells sea shells by the sea shore, and the shells she sells are surely sea shells.",
+    "The museum opens at nine in the morning and closes at half past five.",
+    "Please remember to bring your passport, your ticket, and a warm jacket.",
+    "A gentle breeze carried the smell of fresh bread through the narrow streets.",
+    "Our quarterly revenue grew by twelve percent, beating every analyst's forecast.",
+    "Thunder rolled across the valley as the old farmer hurried the cattle home.",
+];
+
+/// int8 against fp32 on [`HELD_OUT`] (default scales, the same seed): SNR and max abs error per
+/// sentence, and both precisions' audio as WAVs in `$PIPER_QUALITY_DIR` (default: the temp dir)
+/// for Whisper (tests/asr/whisper.py). Prints, asserts nothing:
+/// `cargo test --release -p speechstream-engine-libtorch --test piper_model -- --ignored
+/// --nocapture quality`.
+#[test]
+#[ignore]
+fn int8_quality_against_fp32() {
+    let out = std::env::var_os("PIPER_QUALITY_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("speechstream-piper-quality"));
+    std::fs::create_dir_all(&out).expect("the output dir");
+    let ids_path = out.join("held_out.json");
+    let joe = voice();
+    let mut args = vec!["ids", joe.to_str().expect("a path"), ids_path.to_str().expect("a path")];
+    args.extend(HELD_OUT);
+    reference(&args);
+    let ids: Vec<Vec<i64>> = serde_json::from_str(&std::fs::read_to_string(&ids_path).expect("ids")).expect("id lists");
+    let fp32 = PiperModel::load(&voice(), Device::Cpu, Precision::Fp32).expect("joe loads");
+    let int8 = PiperModel::load(&voice(), Device::Cpu, Precision::Int8).expect("joe loads");
+    std::fs::write(out.join("texts.txt"), HELD_OUT.join("\n") + "\n").expect("texts");
+    for (i, seq) in ids.iter().enumerate() {
+        let a = fp32.infer(seq, None, Scales::default(), i as u64).expect("fp32");
+        let b = int8.infer(seq, None, Scales::default(), i as u64).expect("int8");
+        write_wav(&out.join(format!("fp32_{i}.wav")), &a.audio, 22_050);
+        write_wav(&out.join(format!("int8_{i}.wav")), &b.audio, 22_050);
+        if a.durations != b.durations {
+            eprintln!("{i}: durations differ ({} vs {} frames)", a.audio.len() / 256, b.audio.len() / 256);
+            continue;
+        }
+        eprintln!(
+            "{i}: {:.2} s, SNR {:.1} dB, max abs error {:.3e}",
+            a.audio.len() as f64 / 22_050.0,
+            snr_db(&a.audio, &b.audio),
+            common::max_abs_diff(&a.audio, &b.audio)
+        );
+    }
+    eprintln!("WAVs in {}", out.display());
 }

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 
 use tch::{Device, Kind, Tensor};
 
+use super::int8::QConv;
 use crate::onnx::{AttrValue, DataType, Model, Node, Tensor as OnnxTensor};
 
 type R<T> = Result<T, String>;
@@ -33,12 +34,17 @@ pub(super) struct Conv {
     pub dil: i64,
     pub groups: i64,
     pub transposed: bool,
+    /// The layer in int8 ([`Conv::quantize`]), which [`Conv::forward`] then runs
+    pub q: Option<QConv>,
 }
 
 impl Conv {
     /// x [1, C, T] → [1, C', T'], or, once [`Conv::channels_last`], x [1, C, 1, T] in either
     /// layout → [1, C', 1, T'] channels-last.
     pub fn forward(&self, x: &Tensor) -> Tensor {
+        if let Some(q) = &self.q {
+            return if x.dim() == 4 { q.forward(&x.squeeze_dim(2)).unsqueeze(2) } else { q.forward(x) };
+        }
         if self.w.dim() == 4 {
             let (s, p, d) = ([1, self.stride], [0, self.pad], [1, self.dil]);
             return if self.transposed {
@@ -52,6 +58,17 @@ impl Conv {
         } else {
             x.conv1d(&self.w, self.b.as_ref(), [self.stride], [self.pad], [self.dil], self.groups)
         }
+    }
+
+    /// Runs the layer in int8 from now on ([`QConv`]), where it is covered (else it stays
+    /// fp32). [`Conv::forward`] then takes [1, C, L] on the CPU only.
+    pub fn quantize(&mut self) {
+        self.q = QConv::new(self);
+    }
+
+    /// [`Conv::quantize`] with the activations quantized per step ([`QConv::per_row`]).
+    pub fn quantize_per_row(&mut self) {
+        self.q = QConv::per_row(self);
     }
 
     /// Output channels.
@@ -202,6 +219,7 @@ impl<'a> Weights<'a> {
             dil: one("dilations"),
             groups: attr_i(node, "group", 1),
             transposed,
+            q: None,
         })
     }
 

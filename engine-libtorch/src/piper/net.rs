@@ -10,6 +10,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::duration::{ChannelNorm, Durations};
+use super::int8::{Out, Pre, QConv};
 use super::load::{Conv, Weights};
 
 type R<T> = Result<T, String>;
@@ -364,6 +365,8 @@ pub(super) struct Generator {
     cond: Option<Conv>,
     stages: Vec<(Conv, Vec<ResBlock>)>,
     post: Conv,
+    /// The up-samplings and residual blocks run in int8 ([`Generator::quantize`])
+    int8: bool,
 }
 
 impl Generator {
@@ -400,7 +403,99 @@ impl Generator {
             cond: cond.map(Conv::channels_last),
             stages,
             post: w.conv("dec.conv_post")?.channels_last(),
+            int8: false,
         })
+    }
+
+    /// Runs the up-samplings and the residual blocks in int8 ([`super::int8`]), where every one
+    /// of them is covered; conv_pre, conv_post and the conditioning stay fp32 (frame rate, and
+    /// one output channel). Returns whether it does.
+    fn quantize(&mut self) -> bool {
+        for (up, blocks) in &mut self.stages {
+            up.quantize();
+            for b in blocks {
+                for (c1, c2) in &mut b.steps {
+                    c1.quantize();
+                    if let Some(c2) = c2 {
+                        c2.quantize();
+                    }
+                }
+            }
+        }
+        let covered = |c: &Conv| c.q.is_some();
+        self.int8 = self.stages.iter().all(|(up, blocks)| {
+            covered(up)
+                && blocks.iter().flat_map(|b| &b.steps).all(|(c1, c2)| covered(c1) && c2.as_ref().is_none_or(covered))
+        });
+        if !self.int8 {
+            // all or nothing: the int8 stages run time-major, the float ones channels-last
+            for (up, blocks) in &mut self.stages {
+                up.q = None;
+                for (c1, c2) in blocks.iter_mut().flat_map(|b| &mut b.steps) {
+                    c1.q = None;
+                    if let Some(c2) = c2 {
+                        c2.q = None;
+                    }
+                }
+            }
+        }
+        self.int8
+    }
+
+    /// [`Generator::forward`] with the stages in int8: time-major buffers ([T, C], the
+    /// channels-last tensors' memory) from conv_pre's output to conv_post's input, each
+    /// convolution's LeakyReLU applied as its input is quantized, each residual sum added as its
+    /// output is written, the last step of each residual block adding into the stage's sum, and
+    /// the mean's 1/blocks carried into the next LeakyReLU.
+    fn forward_int8(&self, z: &Tensor, g: Option<&Tensor>) -> Tensor {
+        let mut x = self.pre.forward(&z.unsqueeze(2));
+        if let (Some(c), Some(g)) = (&self.cond, g) {
+            x = &x + c.forward(&g.unsqueeze(2));
+        }
+        // [1, C, 1, T] channels-last → [T, C]
+        let x = x.permute([0, 2, 3, 1]).to_kind(Kind::Float).contiguous();
+        let mut cur: Vec<f32> = crate::tensor_slices::f32s(&x).to_vec();
+        let mut mul = 1.0f32;
+        fn q(c: &Conv) -> &QConv {
+            c.q.as_ref().expect("quantized")
+        }
+        for (up, blocks) in &self.stages {
+            let up = q(up);
+            let c = up.c_out();
+            let l = up.out_len(cur.len() / up.c_in());
+            let mut y = vec![0f32; l * c];
+            up.run(&cur, Pre { slope: SLOPE as f32, mul }, &mut y, Out::Store);
+            let mut acc = vec![0f32; y.len()];
+            let mut ping = vec![0f32; y.len()];
+            let mut pong = vec![0f32; y.len()];
+            let mut tmp = Vec::new();
+            let leaky = Pre::leaky(SLOPE);
+            for (bi, block) in blocks.iter().enumerate() {
+                for (si, (c1, c2)) in block.steps.iter().enumerate() {
+                    let last = si + 1 == block.steps.len();
+                    let input: &[f32] = if si == 0 { &y } else { &ping };
+                    let out: &mut [f32] = if last { &mut acc } else { &mut pong };
+                    let how = if !last || bi == 0 { Out::Residual(input) } else { Out::AddResidual(input) };
+                    match c2 {
+                        None => q(c1).run(input, leaky, out, how),
+                        Some(c2) => {
+                            tmp.resize(y.len(), 0.0);
+                            q(c1).run(input, leaky, &mut tmp, Out::Store);
+                            q(c2).run(&tmp, leaky, out, how);
+                        }
+                    }
+                    if !last {
+                        std::mem::swap(&mut ping, &mut pong);
+                    }
+                }
+            }
+            cur = acc;
+            mul = 1.0 / blocks.len() as f32;
+        }
+        let c = self.post.c_in();
+        let t = cur.len() as i64 / c;
+        let x = Tensor::from_slice(&cur).view([1, 1, t, c]).permute([0, 3, 1, 2]) * f64::from(mul);
+        self.post.forward(&leaky(&x, POST_SLOPE)).tanh()
     }
 
     /// Audio samples per frame: the product of the up-sampling strides.
@@ -410,24 +505,32 @@ impl Generator {
 
     /// z [1, C, T] → audio [1, 1, 1, T·hop]. Channels-last throughout ([`Conv::channels_last`]).
     fn forward(&self, z: &Tensor, g: Option<&Tensor>) -> Tensor {
+        if self.int8 {
+            return self.forward_int8(z, g);
+        }
         let mut x = self.pre.forward(&z.unsqueeze(2));
         if let (Some(c), Some(g)) = (&self.cond, g) {
             x = &x + c.forward(&g.unsqueeze(2));
         }
         for (up, blocks) in &self.stages {
-            x = up.forward(&leaky(&x, SLOPE));
-            let x_leaky = leaky(&x, SLOPE);
-            let mut sum: Option<Tensor> = None;
-            for b in blocks {
-                let y = b.forward(&x, &x_leaky);
-                sum = Some(match sum {
-                    Some(s) => s + y,
-                    None => y,
-                });
-            }
-            x = sum.expect("at least one block") / blocks.len() as f64;
+            x = Self::stage(up, blocks, &x);
         }
         self.post.forward(&leaky(&x, POST_SLOPE)).tanh()
+    }
+
+    /// One stage in fp32: up-sampling of LeakyReLU(x), then the mean of the residual blocks.
+    fn stage(up: &Conv, blocks: &[ResBlock], x: &Tensor) -> Tensor {
+        let x = up.forward(&leaky(x, SLOPE));
+        let x_leaky = leaky(&x, SLOPE);
+        let mut sum: Option<Tensor> = None;
+        for b in blocks {
+            let y = b.forward(&x, &x_leaky);
+            sum = Some(match sum {
+                Some(s) => s + y,
+                None => y,
+            });
+        }
+        sum.expect("at least one block") / blocks.len() as f64
     }
 }
 
@@ -482,6 +585,26 @@ impl Vits {
             return Err(format!("dec.conv_pre takes {} channels, the prior has {channels}", net.dec.pre.c_in()));
         }
         Ok(net)
+    }
+
+    /// Runs the heavy convolutions in int8 ([`super::int8`]), CPU only: the generator's
+    /// up-samplings and residual blocks (activations quantized per block of steps), and the
+    /// flow's WaveNet layers (per frame). Returns false, and leaves the network fp32, where the
+    /// generator is not covered. Left fp32, measured on joe (tests/piper_model.rs): the text
+    /// encoder's convolutions (int8 per token moved the prior enough to change durations, and
+    /// the audio's SNR against fp32 to 8 dB), the flow's pre and post 1×1 convolutions (−4 dB,
+    /// for little time), conv_pre, conv_post and the duration predictor (little time).
+    pub fn quantize(&mut self) -> bool {
+        if !self.dec.quantize() {
+            return false;
+        }
+        for c in &mut self.flow.layers {
+            for (inl, rs) in &mut c.enc.layers {
+                inl.quantize_per_row();
+                rs.quantize_per_row();
+            }
+        }
+        true
     }
 
     pub fn symbols(&self) -> i64 {

@@ -8,6 +8,9 @@ Run with .venv-piper's python (scripts/setup-piper.sh: piper-tts, onnxruntime, o
                                    and writes DIR/out_<i>.f32 (audio) and DIR/out.json (durations)
   reference.py bench VOICE         onnxruntime's real-time factor on one thread, piper-tts's way
                                    (a plain session of the file), on the test sentences
+  reference.py ids VOICE OUT TEXT...
+                                   phonemizes each TEXT with piper-tts into OUT (a JSON list of
+                                   id lists): the int8 quality check's held-out sentences
 
 Noise. The export draws two RandomNormalLike tensors (the duration predictor's [1, 2, L] and the
 prior's [1, C, T]). The cases with noise run an edited copy of the graph in which those two
@@ -46,12 +49,12 @@ SPEAKERS = 4
 GIN = 64
 
 
-def phonemize(voice_path):
+def phonemize(voice_path, sentences=SENTENCES):
     from piper import PiperVoice
 
     voice = PiperVoice.load(voice_path)
     out = []
-    for s in SENTENCES:
+    for s in sentences:
         ids = []
         for sentence in voice.phonemize(s):
             ids += voice.phonemes_to_ids(sentence)
@@ -279,5 +282,7 @@ if __name__ == "__main__":
         run(sys.argv[2])
     elif cmd == "bench":
         bench(sys.argv[2])
+    elif cmd == "ids":
+        Path(sys.argv[3]).write_text(json.dumps(phonemize(sys.argv[2], sys.argv[4:])))
     else:
         raise SystemExit(f"unknown command {cmd}")

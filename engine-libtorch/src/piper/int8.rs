@@ -1,0 +1,615 @@
+//! Piper's convolutions in int8 ([`Precision::Int8`](crate::precision::Precision)), on our own
+//! kernels ([`crate::gemm`]: exact int32 sums, the same integers on every CPU level).
+//!
+//! - **Weights** are quantized once, at load, per output column of the product (per output
+//!   channel; per output channel and phase for a transposed convolution): symmetric, scale
+//!   max |w| / 127.
+//! - **Activations** are quantized dynamically, asymmetric uint8 as onnxruntime's
+//!   `DynamicQuantizeLinear` (range [min(x, 0), max(x, 0)] on 0..255), but per *block* of
+//!   output steps rather than per tensor: each block of [`QConv::block_rows`] output steps
+//!   quantizes the input window it reads (its steps plus the kernel's reach) with the window's own
+//!   range. An utterance's loud and quiet stretches each get their resolution, and no pass over
+//!   the whole tensor is needed for its range: the window is quantized while it is in cache,
+//!   its products summed, and the sums turned into floats, block after block.
+//! - **Per step** instead ([`QConv::per_row`], the flow's WaveNet layers, at frame rate): each
+//!   input step gets its own range, and each tap is a product of its own (see there).
+//! - **The activation before the convolution** (the generator's LeakyReLU, and the mean of a
+//!   stage's residual blocks as a factor) is applied while quantizing ([`Pre`]); it is monotone,
+//!   so the window's range is that of its raw extremes.
+//! - **A transposed convolution** of stride s and kernel 2s (HiFi-GAN's up-sampling) is a
+//!   product over pairs of consecutive input steps: output step q·s + r reads inputs
+//!   q + a_r − 1 and q + a_r (a_r = ⌊(r + pad)/s⌋) through taps s + b_r and b_r (b_r = (r + pad)
+//!   mod s). One product of K = 2·C_in gives all s phases at once (N = s·C_out).
+//!
+//! Data is time-major ([T, C], a channels-last tensor's memory) in and out, so that blocks of
+//! steps are contiguous; the float passes run in `cpu::simd_fn!` builds without fused
+//! multiply-adds, so every level gives the same bits.
+
+use std::cell::RefCell;
+
+use tch::{Device, Kind, Tensor};
+
+use super::load::Conv;
+use crate::cpu::{self, simd_fn};
+use crate::gemm::{self, Packed};
+use crate::tensor_slices::{f32s, f32s_mut};
+
+/// Bytes of int32 sums one block of output steps makes at most (they stay in L2 for the
+/// epilogue): 256 KB.
+const BLOCK_SUM_BYTES: usize = 1 << 18;
+/// Output steps per block, whatever the width: a multiple of the kernels' tile heights (3, 4, 5,
+/// 6) between these.
+const MIN_BLOCK: usize = 60;
+const MAX_BLOCK: usize = 1920;
+
+thread_local! {
+    /// The quantized input window of a block (rewritten in full each block).
+    static WINDOW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The activation applied to a convolution's input as it is quantized: LeakyReLU of `slope` of
+/// x·`mul` (`mul` > 0, `slope` in (0, 1]: monotone increasing, 0 at 0).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Pre {
+    pub slope: f32,
+    pub mul: f32,
+}
+
+impl Pre {
+    pub const NONE: Pre = Pre { slope: 1.0, mul: 1.0 };
+
+    pub fn leaky(slope: f64) -> Pre {
+        Pre { slope: slope as f32, mul: 1.0 }
+    }
+
+    #[inline(always)]
+    fn apply(self, v: f32) -> f32 {
+        let y = v * self.mul;
+        if y >= 0.0 {
+            y
+        } else {
+            y * self.slope
+        }
+    }
+}
+
+/// Where a convolution's output goes: stored, stored plus a residual of the output's shape
+/// (x + conv(x)), or added to what the output holds, with that residual.
+pub(super) enum Out<'a> {
+    Store,
+    Residual(&'a [f32]),
+    AddResidual(&'a [f32]),
+}
+
+/// A transposed convolution as a product over pairs of input steps.
+struct Up {
+    stride: usize,
+    c_out: usize,
+    /// a_r: phase r of output step q comes from the product of pair q + a_r
+    shift: Vec<usize>,
+    /// (L − 1)·s − 2·pad + 2s = (L + 1)·s − 2·pad: output steps for L inputs
+    pad: usize,
+}
+
+/// A 1-d convolution (stride 1, any dilation and padding) or a transposed one (stride s, kernel
+/// 2s) in int8, on time-major data.
+pub(super) struct QConv {
+    packed: Packed,
+    /// Σ_k W[j, k] per column (the kernels see the codes − 128; the window's zero point differs)
+    rowsum: Vec<i32>,
+    /// per column
+    w_scale: Vec<f32>,
+    /// per column (zero where the layer has none)
+    bias: Vec<f32>,
+    c_in: usize,
+    /// columns of the product: the output's channels, or s·C_out for a transposed convolution
+    n: usize,
+    taps: usize,
+    dil: usize,
+    pad_l: usize,
+    pad_r: usize,
+    up: Option<Up>,
+    /// Activations quantized per step (row) instead of per block ([`QConv::per_row`])
+    per_row: bool,
+}
+
+/// f32 values of a float tensor (any layout, on any device).
+fn floats(t: &Tensor) -> Vec<f32> {
+    Vec::<f32>::try_from(t.to_device(Device::Cpu).to_kind(Kind::Float).contiguous().view([-1])).expect("a float tensor")
+}
+
+/// W [N, K] as symmetric int8 per row (scale max |w| / 127), the scales, the rows' sums. (Scales
+/// below the maximum, clipping the few large weights, came out no closer in least squares on
+/// joe's layers: none was chosen.)
+fn quantize_rows(w: &[f32], n: usize, k: usize) -> (Vec<i8>, Vec<f32>, Vec<i32>) {
+    let mut q = vec![0i8; n * k];
+    let mut scales = vec![1f32; n];
+    let mut sums = vec![0i32; n];
+    for j in 0..n {
+        let row = &w[j * k..(j + 1) * k];
+        let max = row.iter().fold(0f32, |m, &v| m.max(v.abs()));
+        let s = if max > 0.0 { max / 127.0 } else { 1.0 };
+        scales[j] = s;
+        for (d, &v) in q[j * k..(j + 1) * k].iter_mut().zip(row) {
+            *d = (v / s).round().clamp(-127.0, 127.0) as i8;
+        }
+        sums[j] = q[j * k..(j + 1) * k].iter().map(|&v| i32::from(v)).sum();
+    }
+    (q, scales, sums)
+}
+
+impl QConv {
+    /// The int8 form of `conv` (either layout of its weight); None for what it does not cover
+    /// (groups, strides of plain convolutions, transposed ones whose kernel is not twice the
+    /// stride).
+    pub fn new(conv: &Conv) -> Option<QConv> {
+        if conv.groups != 1 {
+            return None;
+        }
+        let w = if conv.w.dim() == 4 { conv.w.squeeze_dim(2) } else { conv.w.shallow_clone() };
+        let (a, b, k) = (w.size()[0] as usize, w.size()[1] as usize, w.size()[2] as usize);
+        let wv = floats(&w);
+        let bias_of = |n: usize| conv.b.as_ref().map_or_else(|| vec![0f32; n], floats);
+        if conv.transposed {
+            // W [C_in, C_out, 2s]
+            let (c_in, c_out, s) = (a, b, conv.stride as usize);
+            let p = conv.pad as usize;
+            if k != 2 * s || p > s || conv.dil != 1 {
+                return None;
+            }
+            let n = s * c_out;
+            let kk = 2 * c_in;
+            let mut rows = vec![0f32; n * kk];
+            let mut shift = Vec::with_capacity(s);
+            for r in 0..s {
+                let (ar, br) = ((r + p) / s, (r + p) % s);
+                shift.push(ar);
+                for o in 0..c_out {
+                    let row = &mut rows[(r * c_out + o) * kk..][..kk];
+                    for c in 0..c_in {
+                        // pair p = (x[p − 1], x[p]): the older step through tap s + b_r
+                        row[c] = wv[(c * c_out + o) * k + s + br];
+                        row[c_in + c] = wv[(c * c_out + o) * k + br];
+                    }
+                }
+            }
+            let (q, w_scale, rowsum) = quantize_rows(&rows, n, kk);
+            let b = bias_of(c_out);
+            let bias = (0..n).map(|j| b[j % c_out]).collect();
+            return Some(QConv {
+                packed: Packed::new(&q, n, kk, cpu::level()),
+                rowsum,
+                w_scale,
+                bias,
+                c_in,
+                n,
+                taps: 2,
+                dil: 1,
+                pad_l: 1,
+                pad_r: 1,
+                up: Some(Up { stride: s, c_out, shift, pad: p }),
+                per_row: false,
+            });
+        }
+        if conv.stride != 1 {
+            return None;
+        }
+        // W [O, C, k] → rows [O, k·C], K ordered (tap, channel) as the window's steps are
+        let (o, c) = (a, b);
+        let mut rows = vec![0f32; o * k * c];
+        for oi in 0..o {
+            for ci in 0..c {
+                for j in 0..k {
+                    rows[oi * k * c + j * c + ci] = wv[(oi * c + ci) * k + j];
+                }
+            }
+        }
+        let (q, w_scale, rowsum) = quantize_rows(&rows, o, k * c);
+        Some(QConv {
+            packed: Packed::new(&q, o, k * c, cpu::level()),
+            rowsum,
+            w_scale,
+            bias: bias_of(o),
+            c_in: c,
+            n: o,
+            taps: k,
+            dil: conv.dil as usize,
+            pad_l: conv.pad as usize,
+            pad_r: conv.pad as usize,
+            up: None,
+            per_row: false,
+        })
+    }
+
+    /// The int8 form of `conv` (a plain convolution of stride 1) with its activations quantized
+    /// per step: every input step (a frame, a token) gets the scale and zero point of its own
+    /// channels' range, as hibari's int8 rows do. A step's codes then carry its scale into each
+    /// product of a tap, so the taps are products of their own: one product of N' = taps·C_out
+    /// columns (tap j's weights in columns j·C_out..) over K = C_in, each output step the sum of
+    /// its taps' columns at their steps, each scaled by its step's scale. The same
+    /// multiply-adds as [`QConv::new`]'s; the sums of the taps in floats, which frame-rate and
+    /// token-rate layers (the flow, the text encoder) afford. None where [`QConv::new`] is.
+    pub fn per_row(conv: &Conv) -> Option<QConv> {
+        if conv.groups != 1 || conv.transposed || conv.stride != 1 {
+            return None;
+        }
+        let w = if conv.w.dim() == 4 { conv.w.squeeze_dim(2) } else { conv.w.shallow_clone() };
+        let (o, c, k) = (w.size()[0] as usize, w.size()[1] as usize, w.size()[2] as usize);
+        let wv = floats(&w);
+        // rows [k·O, C]: tap j of output channel oi is row j·O + oi
+        let mut rows = vec![0f32; k * o * c];
+        for oi in 0..o {
+            for ci in 0..c {
+                for j in 0..k {
+                    rows[(j * o + oi) * c + ci] = wv[(oi * c + ci) * k + j];
+                }
+            }
+        }
+        let (q, w_scale, rowsum) = quantize_rows(&rows, k * o, c);
+        Some(QConv {
+            packed: Packed::new(&q, k * o, c, cpu::level()),
+            rowsum,
+            w_scale,
+            bias: conv.b.as_ref().map_or_else(|| vec![0f32; o], floats),
+            c_in: c,
+            n: o,
+            taps: k,
+            dil: conv.dil as usize,
+            pad_l: conv.pad as usize,
+            pad_r: conv.pad as usize,
+            up: None,
+            per_row: true,
+        })
+    }
+
+    /// [`QConv::run`] of a [`QConv::per_row`] layer (stored).
+    fn run_per_row(&self, x: &[f32], out: &mut [f32]) {
+        let (c, n, k) = (self.c_in, self.n, self.taps);
+        let l = x.len() / c;
+        let mut q = vec![0u8; l * c];
+        let mut scale = vec![0f32; l];
+        let mut corr = vec![0i32; l];
+        for (t, (row, qr)) in x.chunks_exact(c).zip(q.chunks_exact_mut(c)).enumerate() {
+            let (lo, hi) = extremes(row);
+            let (s, zp) = params(lo, hi);
+            quantize(row, Pre::NONE, 1.0 / s, zp, qr);
+            (scale[t], corr[t]) = (s, 128 - i32::from(zp));
+        }
+        gemm::with_scratch_i32(l * k * n, |y| {
+            self.packed.matmul_u8(&q, y);
+            let taps = Taps { k, n, dil: self.dil, pad: self.pad_l };
+            let steps = Steps { scale: &scale, corr: &corr };
+            per_row_epilogue(y, steps, &self.rowsum, &self.w_scale, &self.bias, taps, out);
+        });
+    }
+
+    /// Input channels.
+    pub fn c_in(&self) -> usize {
+        self.c_in
+    }
+
+    /// Output channels.
+    pub fn c_out(&self) -> usize {
+        self.up.as_ref().map_or(self.n, |u| u.c_out)
+    }
+
+    /// Output steps for `l` input steps.
+    pub fn out_len(&self, l: usize) -> usize {
+        match &self.up {
+            Some(u) => ((l + 1) * u.stride).saturating_sub(2 * u.pad),
+            None => (l + self.pad_l + self.pad_r).saturating_sub(self.dil * (self.taps - 1)),
+        }
+    }
+
+    /// Rows of the product for `l` input steps: output steps, or pairs of input steps.
+    fn product_rows(&self, l: usize) -> usize {
+        match &self.up {
+            Some(_) => l + 1,
+            None => self.out_len(l),
+        }
+    }
+
+    /// Output steps (product rows) per block: its sums within [`BLOCK_SUM_BYTES`].
+    fn block_rows(&self) -> usize {
+        (BLOCK_SUM_BYTES / (4 * self.n)).clamp(MIN_BLOCK, MAX_BLOCK) / MIN_BLOCK * MIN_BLOCK
+    }
+
+    /// The convolution of `pre`(x) (`x`: [L, C_in] time-major) into `out` ([L', C_out]) as
+    /// `how` says.
+    pub fn run(&self, x: &[f32], pre: Pre, out: &mut [f32], how: Out) {
+        let c = self.c_in;
+        assert!(x.len().is_multiple_of(c), "QConv: X [L, C]");
+        let l = x.len() / c;
+        let (rows, c_out) = (self.product_rows(l), self.c_out());
+        assert_eq!(out.len(), self.out_len(l) * c_out, "QConv: Y [L', C']");
+        match how {
+            Out::Residual(r) | Out::AddResidual(r) => assert_eq!(r.len(), out.len(), "QConv: residual"),
+            Out::Store => {}
+        }
+        if self.per_row {
+            assert!(matches!(how, Out::Store) && pre.mul == 1.0 && pre.slope == 1.0, "per-step layers store x's");
+            return self.run_per_row(x, out);
+        }
+        let reach = self.dil * (self.taps - 1);
+        let block = self.block_rows();
+        WINDOW.with_borrow_mut(|win| {
+            gemm::with_scratch_i32(block * self.n, |y| {
+                let mut sc = vec![0f32; self.n];
+                let mut corr = vec![0i32; self.n];
+                for r0 in (0..rows).step_by(block) {
+                    let m = block.min(rows - r0);
+                    // padded steps r0 .. r0 + m + reach; padded step i is x's step i − pad_l
+                    let (first, end) =
+                        (r0 as isize - self.pad_l as isize, (r0 + m + reach) as isize - self.pad_l as isize);
+                    let (lo_i, hi_i) = (first.clamp(0, l as isize) as usize, end.clamp(0, l as isize) as usize);
+                    let (before, after) = ((lo_i as isize - first) as usize, (end - hi_i as isize) as usize);
+                    let inner = &x[lo_i * c..hi_i * c];
+                    let (lo, hi) = extremes(inner);
+                    let (scale, zp) = params(pre.apply(lo), pre.apply(hi));
+                    win.resize((m + reach) * c, 0);
+                    win[..before * c].fill(zp);
+                    quantize(inner, pre, 1.0 / scale, zp, &mut win[before * c..(before + hi_i - lo_i) * c]);
+                    win[(before + hi_i - lo_i) * c..][..after * c].fill(zp);
+                    let y = &mut y[..m * self.n];
+                    if self.up.is_some() {
+                        self.packed.matmul_u8_rows(win, m, c, y);
+                    } else {
+                        self.packed.matmul_u8_taps(win, m, c, self.taps, c, self.dil * c, y);
+                    }
+                    let k = 128 - i32::from(zp);
+                    for j in 0..self.n {
+                        sc[j] = scale * self.w_scale[j];
+                        corr[j] = k.wrapping_mul(self.rowsum[j]);
+                    }
+                    match &self.up {
+                        None => {
+                            let dst = &mut out[r0 * c_out..(r0 + m) * c_out];
+                            match how {
+                                Out::Store => epilogue(y, &corr, &sc, &self.bias, dst, &[], false),
+                                Out::Residual(res) => {
+                                    epilogue(y, &corr, &sc, &self.bias, dst, &res[r0 * c_out..(r0 + m) * c_out], false)
+                                }
+                                Out::AddResidual(res) => {
+                                    epilogue(y, &corr, &sc, &self.bias, dst, &res[r0 * c_out..(r0 + m) * c_out], true)
+                                }
+                            }
+                        }
+                        Some(u) => {
+                            assert!(matches!(how, Out::Store), "an up-sampling stores its output");
+                            let cols = Cols { corr: &corr, sc: &sc, bias: &self.bias };
+                            up_epilogue(y, r0, cols, &u.shift, u.c_out, out);
+                        }
+                    }
+                }
+            })
+        });
+    }
+
+    /// [1, C, L] (any layout, CPU) → [1, C', L'] (its transpose's memory: time-major).
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let size = x.size();
+        assert!(size.len() == 3 && size[0] == 1 && size[1] as usize == self.c_in, "QConv: X {size:?}");
+        let xt = x.squeeze_dim(0).transpose(0, 1).to_kind(Kind::Float).contiguous();
+        let l = size[2] as usize;
+        let lo = self.out_len(l);
+        let mut out = Tensor::empty([lo as i64, self.c_out() as i64], (Kind::Float, Device::Cpu));
+        // SAFETY: a tensor made here and held alone while the slice lives.
+        self.run(f32s(&xt), Pre::NONE, unsafe { f32s_mut(&mut out) }, Out::Store);
+        out.transpose(0, 1).unsqueeze(0)
+    }
+}
+
+/// The smallest and largest of `x`, and 0 (the range quantization covers). 16 lanes, which the
+/// compiler vectorizes.
+fn extremes(x: &[f32]) -> (f32, f32) {
+    simd_extremes(x)
+}
+
+simd_fn! {
+    fn simd_extremes(x: &[f32]) -> (f32, f32) {
+        const W: usize = 16;
+        let (chunks, rest) = x.as_chunks::<W>();
+        let (mut los, mut his) = ([0f32; W], [0f32; W]);
+        for ch in chunks {
+            for ((lo, hi), &v) in los.iter_mut().zip(his.iter_mut()).zip(ch) {
+                *lo = if v < *lo { v } else { *lo };
+                *hi = if v > *hi { v } else { *hi };
+            }
+        }
+        let (mut lo, mut hi) = (0f32, 0f32);
+        for &v in los.iter().chain(&his).chain(rest) {
+            lo = lo.min(v);
+            hi = hi.max(v);
+        }
+        (lo, hi)
+    }
+}
+
+/// uint8 scale and zero point of the range [min(lo, 0), max(hi, 0)] (onnxruntime's
+/// `GetQuantizationParameter`); scale 1 for an all-zero range.
+fn params(lo: f32, hi: f32) -> (f32, u8) {
+    let (lo, hi) = (lo.min(0.0), hi.max(0.0));
+    let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
+    let zp = (0.0 - lo / scale).clamp(0.0, 255.0).round_ties_even() as u8;
+    (scale, zp)
+}
+
+simd_fn! {
+    /// round(pre(x)·inv) + zp, half to even, saturated to 0..255, into `q`.
+    fn quantize(x: &[f32], pre: Pre, inv: f32, zp: u8, q: &mut [u8]) {
+        // rounding by adding and removing 1.5·2²³, the code the low byte of the sum plus zp
+        // (as `kokoro::int8::quantize_into`): integer operations that vectorize
+        const MAGIC: f32 = 12_582_912.0;
+        let (lo, hi) = (-f32::from(zp), 255.0 - f32::from(zp));
+        for (q, &v) in q.iter_mut().zip(x) {
+            let r = (pre.apply(v) * inv).clamp(lo, hi) + MAGIC;
+            *q = (r.to_bits() as u8).wrapping_add(zp);
+        }
+    }
+}
+
+simd_fn! {
+    /// A block's sums `y` [M, N] into floats in `dst` [M, N]: (sum + `corr`)·`sc` + `bias`, plus
+    /// `res` (if not empty), stored or (`add`) added to `dst`.
+    fn epilogue(y: &[i32], corr: &[i32], sc: &[f32], bias: &[f32], dst: &mut [f32], res: &[f32], add: bool) {
+        let n = corr.len();
+        let cols = corr.iter().zip(sc).zip(bias);
+        if res.is_empty() {
+            for (d, yr) in dst.chunks_exact_mut(n).zip(y.chunks_exact(n)) {
+                for (d, (&v, ((&k, &s), &b))) in d.iter_mut().zip(yr.iter().zip(cols.clone())) {
+                    *d = v.wrapping_add(k) as f32 * s + b;
+                }
+            }
+            return;
+        }
+        for ((d, yr), rr) in dst.chunks_exact_mut(n).zip(y.chunks_exact(n)).zip(res.chunks_exact(n)) {
+            if add {
+                for ((d, &r), (&v, ((&k, &s), &b))) in d.iter_mut().zip(rr).zip(yr.iter().zip(cols.clone())) {
+                    *d += v.wrapping_add(k) as f32 * s + b + r;
+                }
+            } else {
+                for ((d, &r), (&v, ((&k, &s), &b))) in d.iter_mut().zip(rr).zip(yr.iter().zip(cols.clone())) {
+                    *d = v.wrapping_add(k) as f32 * s + b + r;
+                }
+            }
+        }
+    }
+}
+
+simd_fn! {
+    /// A transposed convolution's block of sums `y` (pairs r0.., N = s·C_out) into its output
+    /// steps: phase r of pair p is output step (p − a_r)·s + r.
+    fn up_epilogue(y: &[i32], r0: usize, cols: Cols<'_>, shift: &[usize], c_out: usize, out: &mut [f32]) {
+        let Cols { corr, sc, bias } = cols;
+        let s = shift.len();
+        let n = s * c_out;
+        let steps = out.len() / c_out;
+        for (i, yr) in y.chunks_exact(n).enumerate() {
+            let p = r0 + i;
+            for (r, &a) in shift.iter().enumerate() {
+                if p < a || (p - a) * s + r >= steps {
+                    continue;
+                }
+                let t = (p - a) * s + r;
+                let cols = r * c_out..(r + 1) * c_out;
+                let d = &mut out[t * c_out..(t + 1) * c_out];
+                for (d, (&v, ((&k, &sc), &b))) in d.iter_mut().zip(yr[cols.clone()].iter().zip(corr[cols.clone()].iter().zip(&sc[cols.clone()]).zip(&bias[cols]))) {
+                    *d = v.wrapping_add(k) as f32 * sc + b;
+                }
+            }
+        }
+    }
+}
+
+/// A block's per-column terms: the zero point's correction of the sums, the scale, the bias.
+#[derive(Clone, Copy)]
+struct Cols<'a> {
+    corr: &'a [i32],
+    sc: &'a [f32],
+    bias: &'a [f32],
+}
+
+/// A per-step layer's activations: each step's scale and zero point's correction (128 − zp).
+#[derive(Clone, Copy)]
+struct Steps<'a> {
+    scale: &'a [f32],
+    corr: &'a [i32],
+}
+
+/// A per-step layer's taps: `k` of them, `dil` steps apart, the first `pad` steps before the
+/// output's; `n` output channels.
+#[derive(Clone, Copy)]
+struct Taps {
+    k: usize,
+    n: usize,
+    dil: usize,
+    pad: usize,
+}
+
+simd_fn! {
+    /// The per-step products `y` ([L, k·N]: tap j of step t' in columns j·N..) into `out`
+    /// ([L', N]): step t is the bias plus, tap by tap, the sums of step t + j·dil − pad
+    /// (those within 0..L) corrected for its zero point and times its scale and the column's.
+    fn per_row_epilogue(y: &[i32], steps: Steps<'_>, rowsum: &[i32], w_scale: &[f32], bias: &[f32], taps: Taps, out: &mut [f32]) {
+        let Steps { scale, corr } = steps;
+        let Taps { k, n, dil, pad } = taps;
+        let l = scale.len();
+        let mut sc = vec![0f32; n];
+        for (t, d) in out.chunks_exact_mut(n).enumerate() {
+            d.copy_from_slice(bias);
+            for j in 0..k {
+                let Some(src) = (t + j * dil).checked_sub(pad).filter(|&s| s < l) else { continue };
+                let cols = j * n..(j + 1) * n;
+                for (v, &w) in sc.iter_mut().zip(&w_scale[cols.clone()]) {
+                    *v = scale[src] * w;
+                }
+                let z = corr[src];
+                let yr = &y[src * k * n + j * n..][..n];
+                for (((d, &v), &s), &r) in d.iter_mut().zip(yr).zip(&sc).zip(&rowsum[cols]) {
+                    *d += v.wrapping_add(z.wrapping_mul(r)) as f32 * s;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conv(w: Tensor, b: Option<Tensor>, stride: i64, pad: i64, dil: i64, transposed: bool) -> Conv {
+        Conv { w, b, stride, pad, dil, groups: 1, transposed, q: None }
+    }
+
+    /// int8 against libtorch's float convolution on random data: within the quantization's error,
+    /// for plain, dilated, padded and transposed convolutions, with a residual added.
+    #[test]
+    fn matches_the_float_convolution() {
+        let _g = tch::no_grad_guard();
+        tch::manual_seed(3);
+        let cases = [
+            // (c_in, c_out, k, stride, pad, dil, transposed, length)
+            (32, 32, 7, 1, 9, 3, false, 1000),
+            (64, 48, 3, 1, 1, 1, false, 333),
+            (24, 40, 1, 1, 0, 1, false, 70),
+            (64, 32, 8, 4, 2, 1, true, 517),
+            (40, 16, 16, 8, 4, 1, true, 90),
+            (8, 8, 4, 2, 1, 1, true, 1),
+        ];
+        for (c_in, c_out, k, stride, pad, dil, transposed, l) in cases {
+            let shape = if transposed { [c_in, c_out, k] } else { [c_out, c_in, k] };
+            let w = Tensor::randn(shape, (Kind::Float, Device::Cpu)) * 0.1;
+            let b = Tensor::randn([c_out], (Kind::Float, Device::Cpu)) * 0.1;
+            let f = conv(w, Some(b), stride, pad, dil, transposed);
+            let x = Tensor::randn([1, c_in, l], (Kind::Float, Device::Cpu));
+            let want = f.forward(&x);
+            let q = QConv::new(&f).expect("covered");
+            let scale = f64::try_from(want.abs().max()).unwrap();
+            let per_row = QConv::per_row(&f);
+            assert_eq!(per_row.is_some(), !transposed);
+            for q in std::iter::once(&q).chain(&per_row) {
+                let got = q.forward(&x);
+                assert_eq!(got.size(), want.size(), "{c_in}→{c_out} k{k} s{stride}");
+                let err = f64::try_from((&got - &want).abs().max()).unwrap();
+                assert!(err < 0.03 * scale, "{c_in}→{c_out} k{k} s{stride}: error {err} of {scale}");
+            }
+            // leaky and a residual, time-major
+            let xt = Vec::<f32>::try_from(x.squeeze_dim(0).transpose(0, 1).contiguous().view([-1])).unwrap();
+            let pre = Pre { slope: 0.1, mul: 0.5 };
+            let want = f.forward(&(&x * 0.5).maximum(&(&x * 0.05)));
+            let want = Vec::<f32>::try_from(want.squeeze_dim(0).transpose(0, 1).contiguous().view([-1])).unwrap();
+            let mut out = vec![0f32; want.len()];
+            if transposed {
+                q.run(&xt, pre, &mut out, Out::Store);
+                let e = out.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(f64::from(e) < 0.03 * scale, "leaky: {e}");
+            } else {
+                let res: Vec<f32> = (0..want.len()).map(|i| (i % 7) as f32).collect();
+                out.fill(1.0);
+                q.run(&xt, pre, &mut out, Out::AddResidual(&res));
+                let e = (0..want.len()).map(|i| (out[i] - (1.0 + res[i] + want[i])).abs()).fold(0f32, f32::max);
+                assert!(f64::from(e) < 0.03 * scale, "leaky + residual: {e}");
+            }
+        }
+    }
+}
