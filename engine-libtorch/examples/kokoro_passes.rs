@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use speechstream_engine_libtorch::family::split_first;
+use speechstream_engine_libtorch::family::{split_first, FIRST_SEGMENT_WORDS};
 use speechstream_engine_libtorch::kokoro::serve::Vocab;
 use speechstream_engine_libtorch::kokoro::voices::scan;
 use speechstream_engine_libtorch::kokoro::KokoroModel;
@@ -40,7 +40,7 @@ fn main() -> Result<(), String> {
     let front_end = load_front_end(&cache.join("hibari"), Device::Cpu, false).map_err(|e| e.to_string())?;
     let mut segments = Vec::new();
     for (i, sentence) in front_end.sentences(&text).into_iter().enumerate() {
-        segments.extend(if i == 0 { split_first(sentence) } else { vec![sentence] });
+        segments.extend(if i == 0 { split_first(sentence, FIRST_SEGMENT_WORDS) } else { vec![sentence] });
     }
     let dir = cache.join("kokoro");
     let files = scan(&dir);

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use speechstream_engine_libtorch::family::split_first;
+use speechstream_engine_libtorch::family::{split_first, FIRST_SEGMENT_WORDS};
 use speechstream_engine_libtorch::load_front_end;
 
 fn main() -> Result<(), String> {
@@ -16,7 +16,7 @@ fn main() -> Result<(), String> {
         .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache"), PathBuf::from);
     let front_end = load_front_end(&cache.join("hibari"), tch::Device::Cpu, false).map_err(|e| e.to_string())?;
     for (i, sentence) in front_end.sentences(&text).into_iter().enumerate() {
-        let segments = if i == 0 { split_first(sentence) } else { vec![sentence] };
+        let segments = if i == 0 { split_first(sentence, FIRST_SEGMENT_WORDS) } else { vec![sentence] };
         for segment in segments {
             println!("{}", segment.phonemes);
         }

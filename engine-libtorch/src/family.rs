@@ -316,20 +316,21 @@ pub fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     })
 }
 
-/// Words a first segment holds at most when its sentence has no earlier clause break.
+/// Words a Kokoro first segment holds at most when its sentence has no earlier clause break.
 pub const FIRST_SEGMENT_WORDS: usize = 6;
 /// Fewest words of a first segment cut at a clause break (a shorter clause joins the next).
 const FIRST_CLAUSE_MIN_WORDS: usize = 2;
 
 /// An utterance's first sentence cut so its audio comes early, for a family that computes a
 /// segment whole (Kokoro, Piper): up to its first clause break
-/// (`,` `;` `:` or a dash after at least two words) within the first [`FIRST_SEGMENT_WORDS`]
-/// words, else after those words, with a comma, so the network reads on rather than ending
+/// (`,` `;` `:` or a dash after at least two words) within its first `max_words` words
+/// ([`FIRST_SEGMENT_WORDS`] for Kokoro), else after those words, with a comma, so the network reads on rather than ending
 /// the sentence there (measured with Whisper: without it "The train to the city leaves. But
 /// half past seven."); the rest is the next segment. A sentence that short is left whole.
-pub fn split_first(sentence: Sentence) -> Vec<Sentence> {
+pub fn split_first(sentence: Sentence, max_words: usize) -> Vec<Sentence> {
+    let max_words = max_words.max(FIRST_CLAUSE_MIN_WORDS);
     let words = &sentence.words;
-    if words.len() <= FIRST_SEGMENT_WORDS {
+    if words.len() <= max_words {
         return vec![sentence];
     }
     let phonemes: Vec<char> = sentence.phonemes.chars().collect();
@@ -344,8 +345,8 @@ pub fn split_first(sentence: Sentence) -> Vec<Sentence> {
         let next = words.get(k + 1).map_or(phonemes.len(), |w| w.phonemes.start);
         phonemes.get(spoken_end..next).is_some_and(|gap| gap.iter().any(|c| matches!(c, ',' | ';' | ':' | '—' | '–')))
     };
-    let clause = (FIRST_CLAUSE_MIN_WORDS - 1..FIRST_SEGMENT_WORDS).find(|&k| breaks_after(k));
-    let cut = clause.unwrap_or(FIRST_SEGMENT_WORDS - 1);
+    let clause = (FIRST_CLAUSE_MIN_WORDS - 1..max_words).find(|&k| breaks_after(k));
+    let cut = clause.unwrap_or(max_words - 1);
     // The phonemes split where the next word's begin (the break's punctuation stays first).
     let at = words[cut + 1].phonemes.start.min(phonemes.len());
     let text_at = words[cut + 1].text_range.start;

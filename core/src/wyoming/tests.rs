@@ -109,9 +109,10 @@ fn synthesize_streams_one_audio_cycle_as_the_engine_makes_it() {
     );
     let seen = drain(&mut s);
     let [(id, request)] = &submitted(&seen)[..] else { panic!("{seen:?}") };
+    // (a whole `synthesize`: computed unpaced, its audio sent as it comes)
     assert_eq!(
         (request.text.as_str(), request.voice.as_deref(), request.stream),
-        ("Hello there. How are you?", Some("emma"), true)
+        ("Hello there. How are you?", Some("emma"), false)
     );
     assert!(s.busy() && s.poll_timeout().is_none());
     s.handle_engine(now, audio(*id, 4800)).unwrap();
@@ -140,6 +141,7 @@ fn streamed_text_is_spoken_sentence_by_sentence_while_it_arrives() {
     let seen = drain(&mut s);
     let [(first, request)] = &submitted(&seen)[..] else { panic!("{seen:?}") };
     assert_eq!((request.text.as_str(), request.voice.as_deref()), ("Hello world.", Some("heart")));
+    assert!(request.stream, "a stream's sentences are paced to their playback");
     // More text while the first sentence is spoken: queued, not submitted.
     s.handle_bytes(now, &event("synthesize-chunk", json!({"text": "here. And"})));
     // The whole text again, as Home Assistant sends it for older servers: ignored.

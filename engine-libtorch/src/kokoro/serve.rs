@@ -555,7 +555,7 @@ impl VoiceModel for KokoroVoiceModel {
     /// Its first audio waits for a whole segment: the first is short ([`split_first`]).
     fn first_segments(&self, mut sentences: Vec<Sentence>) -> Vec<Sentence> {
         if !sentences.is_empty() {
-            let first = split_first(sentences.remove(0));
+            let first = split_first(sentences.remove(0), FIRST_SEGMENT_WORDS);
             sentences.splice(0..0, first);
         }
         sentences
@@ -697,7 +697,8 @@ mod tests {
 
     #[test]
     fn the_first_segment_ends_at_an_early_clause_or_after_a_few_words() {
-        let parts = split_first(sentence("Well then, the weather today is sunny with a light breeze."));
+        let parts =
+            split_first(sentence("Well then, the weather today is sunny with a light breeze."), FIRST_SEGMENT_WORDS);
         let texts: Vec<&str> = parts.iter().map(|s| s.text.as_str()).collect();
         assert_eq!(texts, ["Well then", "the weather today is sunny with a light breeze."]);
         assert_eq!(parts[0].phonemes, "Well then, ");
@@ -705,15 +706,19 @@ mod tests {
         assert_eq!(parts[1].words[0].phonemes, 0..3);
         assert_eq!(&parts[1].phonemes[parts[1].words[1].phonemes.clone()], "weather");
         // No break early: after six words.
-        let parts = split_first(sentence("The weather today is sunny with a light breeze from the west."));
+        let parts =
+            split_first(sentence("The weather today is sunny with a light breeze from the west."), FIRST_SEGMENT_WORDS);
         assert_eq!(parts[0].text, "The weather today is sunny with");
         assert_eq!(parts[1].text, "a light breeze from the west.");
         assert_eq!(parts[0].phonemes, "The weather today is sunny with,");
         // One word then a comma is too short a clause: the cut waits for the next break.
-        let parts = split_first(sentence("Yes, the weather today, as you see, is sunny with a light breeze."));
+        let parts = split_first(
+            sentence("Yes, the weather today, as you see, is sunny with a light breeze."),
+            FIRST_SEGMENT_WORDS,
+        );
         assert_eq!(parts[0].text, "Yes, the weather today");
         // Short sentences stay whole.
-        assert_eq!(split_first(sentence("It is sunny today.")).len(), 1);
+        assert_eq!(split_first(sentence("It is sunny today."), FIRST_SEGMENT_WORDS).len(), 1);
     }
 
     /// As the front end gives them: each word's phonemes hold the punctuation after it.
@@ -729,15 +734,17 @@ mod tests {
 
     #[test]
     fn a_break_inside_a_words_phonemes_is_found() {
-        let parts = split_first(with_punctuation_in_words(sentence(
-            "Well then, the weather today is sunny with a light breeze.",
-        )));
+        let parts = split_first(
+            with_punctuation_in_words(sentence("Well then, the weather today is sunny with a light breeze.")),
+            FIRST_SEGMENT_WORDS,
+        );
         assert_eq!(parts[0].text, "Well then");
         assert_eq!(parts[0].phonemes, "Well then, ");
         // A sixth word ending in a comma is cut there without a second comma.
-        let parts = split_first(with_punctuation_in_words(sentence(
-            "The library closes early on Sundays, so we went on Saturday instead.",
-        )));
+        let parts = split_first(
+            with_punctuation_in_words(sentence("The library closes early on Sundays, so we went on Saturday instead.")),
+            FIRST_SEGMENT_WORDS,
+        );
         assert_eq!(parts[0].phonemes, "The library closes early on Sundays, ");
         assert_eq!(parts[1].text, "so we went on Saturday instead.");
     }
