@@ -3,7 +3,8 @@
 # Debian packages (decoders for the tests, libopus for the encoder, chromium for the
 # playground's browser test), the reference server's Python venv (for differential tests and
 # benchmarks), the browser test's npm packages, espeak-ng's helper program (tools/espeak-phonemes,
-# built against Debian's libespeak-ng), and a release build.
+# which loads Debian's libespeak-ng, or piper-tts's espeak-ng build for Piper's voices, at run time),
+# and a release build.
 #
 #   scripts/setup.sh            # then: target/release/speechstream serve
 set -euo pipefail
@@ -58,7 +59,7 @@ scripts/setup-asr.sh
 say "Whisper base for the tests that check what a voice says (.venv-whisper, .cache/whisper-base)"
 scripts/setup-whisper.sh
 
-say "espeak-ng's helper (tools/espeak-phonemes, GPL-3.0-or-later, a separate program against Debian's libespeak-ng)"
+say "espeak-ng's helper (tools/espeak-phonemes, GPL-3.0-or-later, a separate program that loads espeak-ng at run time)"
 cargo build --release --quiet --manifest-path tools/espeak-phonemes/Cargo.toml
 
 say "building target/release/speechstream"

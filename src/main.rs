@@ -86,6 +86,12 @@ struct ServeArgs {
     /// tts-1-hd and gpt-4o-mini-tts are accepted too unless --no-openai-names].
     #[arg(long, value_name = "NAME")]
     served_model_name: Vec<String>,
+    /// The voice a request naming none gets, of any family (`en_US-joe-medium`, `af_heart`;
+    /// any case): what Home Assistant speaks with when its pipeline names no voice, as
+    /// wyoming-piper's --voice; its family's model is then the default model too [default:
+    /// hibari's heart].
+    #[arg(long, value_name = "VOICE")]
+    default_voice: Option<String>,
     /// Another name for a voice, as NAME=VOICE (VOICE one of the engine's voices, or
     /// `default`); repeatable. A client sending NAME (in any case) gets VOICE. It overrides the
     /// OpenAI voice name of the same NAME.
@@ -352,7 +358,7 @@ fn parse_precision(s: &str) -> Result<PrecisionArg, String> {
 }
 
 impl VoiceArgs {
-    fn engine(&self, model_name: Option<String>) -> Result<TorchEngine, String> {
+    fn engine(&self, model_name: Option<String>, default_voice: Option<String>) -> Result<TorchEngine, String> {
         let device = speechstream_engine_libtorch::parse_device(&self.device)?;
         let mut options = EngineOptions::new(self.assets()?);
         options.hibari.voices = !self.no_hibari;
@@ -378,6 +384,7 @@ impl VoiceArgs {
         }
         // A directory named, or the family `say`'s voice is of, must serve.
         options.kokoro.required = self.kokoro_dir.is_some() || (self.no_hibari && !self.skip_default_kokoro);
+        options.default_voice = default_voice;
         let skip_default = self.skip_default_kokoro || self.no_kokoro;
         options.kokoro.dir = if skip_default && self.kokoro_dir.is_none() { None } else { self.kokoro() };
         options.piper.required = self.piper_dir.is_some() || (self.no_hibari && !self.skip_default_piper);
@@ -670,7 +677,7 @@ fn run_say(args: SayArgs) -> Result<(), String> {
     // One request: the workers' warm-up would only add its passes to the one it makes, and a
     // Kokoro voice reads it with one of its front ends.
     voice_args.one_shot = Some(request.clone());
-    let engine = voice_args.engine(None)?;
+    let engine = voice_args.engine(None, None)?;
     let loaded = started.elapsed();
     // The voice rule every protocol uses: any case, OpenAI's names, `default`.
     Catalog::new(Arc::new(engine.capabilities().clone()), Naming::openai()).resolve(&mut request)?;
@@ -763,7 +770,12 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
         None => warn!("cannot read the descriptor limit"),
     }
     let engine: Arc<dyn Engine> = match args.engine {
-        EngineKind::Hibari => Arc::new(args.voice.engine(args.served_model_name.first().cloned())?),
+        EngineKind::Hibari => {
+            Arc::new(args.voice.engine(args.served_model_name.first().cloned(), args.default_voice.clone())?)
+        }
+        EngineKind::Synthetic if args.default_voice.is_some() => {
+            return Err("--default-voice chooses among the voice engine's voices, not the synthetic engine's".to_owned())
+        }
         EngineKind::Synthetic => Arc::new(SyntheticEngine::new(SyntheticOptions {
             model_name: args.served_model_name.first().cloned().unwrap_or_else(|| DEFAULT_MODEL_NAME.to_owned()),
             chunk_ms: args.synthetic_chunk_ms,

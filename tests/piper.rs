@@ -256,15 +256,36 @@ fn speak_in_engine(dir: &std::path::Path, voice: &str, text: &str, speaker: Opti
     }
 }
 
+#[test]
+fn a_default_voice_that_is_not_there_stops_the_server_naming_the_voices() {
+    let out = Command::new(env!("CARGO_BIN_EXE_speechstream"))
+        .args(["serve", "--no-kokoro", "--port", "0", "--default-voice", "nobody", "--workers", "1"])
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("run speechstream");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("--default-voice nobody") && stderr.contains("heart"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_websocket_streams_piper_with_word_timestamps_and_resamples_on_request() {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
 
     let joe = cache().join("piper");
+    // joe the default voice (as wyoming-piper's --voice): a request naming none gets it.
     let server = tokio::task::block_in_place(|| {
-        Server::start_engine("hibari", &["--no-kokoro", "--piper-dir", joe.to_str().unwrap(), "--admission", "off"])
+        let dir = joe.to_str().unwrap();
+        Server::start_engine(
+            "hibari",
+            &["--no-kokoro", "--piper-dir", dir, "--admission", "off", "--default-voice", JOE],
+        )
     });
+    let unnamed = tokio::task::block_in_place(|| {
+        speech(server.addr, json!({"input": "Hello there.", "response_format": "wav", "seed": 1}))
+    });
+    assert_eq!(u32_at(&unnamed, 24), 22_050, "the default voice is joe");
     let url = format!("ws://{}/v1/audio/speech/stream", server.addr);
     let text = "Hello there, my friend. The weather today is sunny with a light breeze from the west.";
     let run = |config: Value| {

@@ -29,6 +29,29 @@ pub fn families() -> Vec<Arc<dyn Family>> {
     ]
 }
 
+/// Makes the voice `name` (any case) the engine's default ([`EngineOptions::default_voice`]):
+/// its family first (its default voice the engine's, its capabilities what a request naming no
+/// voice or model is routed to), and in a family hosting one set of capabilities per rate, the
+/// set with the voice first.
+fn make_default(loaded: &mut Vec<(Arc<dyn Family>, Loaded)>, name: &str) -> Result<(), String> {
+    let found = loaded.iter().enumerate().find_map(|(family, (_, l))| {
+        l.voices.iter().find(|(v, _)| v.id.eq_ignore_ascii_case(name)).map(|(v, _)| (family, v.id.clone()))
+    });
+    let Some((family, id)) = found else {
+        let all: Vec<&str> = loaded.iter().flat_map(|(_, l)| l.voices.iter().map(|(v, _)| v.id.as_str())).collect();
+        return Err(format!("--default-voice {name}: no such voice (the voices: {})", all.join(", ")));
+    };
+    let mut entry = loaded.remove(family);
+    entry.1.default_voice = id.clone();
+    let hosted = &mut entry.1.capabilities.hosted;
+    if let Some(k) = hosted.iter().position(|c| c.voice(&id).is_some()) {
+        let own = hosted.remove(k);
+        hosted.insert(0, own);
+    }
+    loaded.insert(0, entry);
+    Ok(())
+}
+
 /// Workers on a GPU by default (at most one per CPU): a worker's passes also wait on the host
 /// (Kokoro's LSTMs and harmonic source run there, every pass copies and synchronises), which
 /// other workers overlap. Measured on an H200 (benches/results/15-gpu.md): 4 workers doubled
@@ -65,6 +88,9 @@ impl TorchEngine {
                 tracing::debug!(family = family.name(), s = started.elapsed().as_secs_f64(), "family loaded");
                 loaded.push((family, voices));
             }
+        }
+        if let Some(name) = options.default_voice.as_deref() {
+            make_default(&mut loaded, name)?;
         }
         let precision = loaded.first().map_or(Precision::Fp32, |(_, l)| l.precision);
         // One family serves alone; several are hosted, each request routed to its own. A family

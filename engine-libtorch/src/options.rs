@@ -70,6 +70,10 @@ pub struct EngineOptions {
     /// espeak-ng's program of ours (`espeak-phonemes`, GPL, built by set-up), which reads the
     /// languages espeak-ng covers; `None`: found as [`crate::g2p::espeak::Espeak`] finds it.
     pub espeak_program: Option<PathBuf>,
+    /// The voice a request naming none gets (any family's, any case; its family's model the
+    /// one a request naming no model gets). `None`: the first family's default voice (hibari's
+    /// `heart`).
+    pub default_voice: Option<String>,
     /// hibari's own.
     pub hibari: HibariOptions,
     /// Kokoro-82M's own.
@@ -129,6 +133,7 @@ impl EngineOptions {
             pronunciations: Default::default(),
             text: Default::default(),
             espeak_program: None,
+            default_voice: None,
             only_request: None,
             warm_up: true,
             hibari: HibariOptions { voices: true, model_name: DEFAULT_MODEL_NAME.to_owned() },
