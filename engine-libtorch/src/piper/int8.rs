@@ -29,7 +29,6 @@ use std::cell::RefCell;
 
 use tch::{Device, Kind, Tensor};
 
-use super::load::Conv;
 use crate::cpu::{self, simd_fn};
 use crate::gemm::{self, Packed};
 use crate::tensor_slices::{f32s, f32s_mut};
@@ -93,6 +92,18 @@ struct Up {
 
 /// A 1-d convolution (stride 1, any dilation and padding) or a transposed one (stride s, kernel
 /// 2s) in int8, on time-major data.
+/// What [`QConv`] is made from: a float convolution's weight (weight norm folded), bias and
+/// attributes (`load::Conv`'s).
+pub(super) struct ConvParts<'a> {
+    pub w: &'a Tensor,
+    pub b: &'a Option<Tensor>,
+    pub stride: i64,
+    pub pad: i64,
+    pub dil: i64,
+    pub groups: i64,
+    pub transposed: bool,
+}
+
 pub(super) struct QConv {
     packed: Packed,
     /// Σ_k W[j, k] per column (the kernels see the codes − 128; the window's zero point differs)
@@ -142,7 +153,7 @@ impl QConv {
     /// The int8 form of `conv` (either layout of its weight); None for what it does not cover
     /// (groups, strides of plain convolutions, transposed ones whose kernel is not twice the
     /// stride).
-    pub fn new(conv: &Conv) -> Option<QConv> {
+    pub fn new(conv: &ConvParts) -> Option<QConv> {
         if conv.groups != 1 {
             return None;
         }
@@ -229,7 +240,7 @@ impl QConv {
     /// its taps' columns at their steps, each scaled by its step's scale. The same
     /// multiply-adds as [`QConv::new`]'s; the sums of the taps in floats, which frame-rate and
     /// token-rate layers (the flow, the text encoder) afford. None where [`QConv::new`] is.
-    pub fn per_row(conv: &Conv) -> Option<QConv> {
+    pub fn per_row(conv: &ConvParts) -> Option<QConv> {
         if conv.groups != 1 || conv.transposed || conv.stride != 1 {
             return None;
         }
@@ -548,67 +559,6 @@ simd_fn! {
                 for (((d, &v), &s), &r) in d.iter_mut().zip(yr).zip(&sc).zip(&rowsum[cols]) {
                     *d += v.wrapping_add(z.wrapping_mul(r)) as f32 * s;
                 }
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn conv(w: Tensor, b: Option<Tensor>, stride: i64, pad: i64, dil: i64, transposed: bool) -> Conv {
-        Conv { w, b, stride, pad, dil, groups: 1, transposed, q: None }
-    }
-
-    /// int8 against libtorch's float convolution on random data: within the quantization's error,
-    /// for plain, dilated, padded and transposed convolutions, with a residual added.
-    #[test]
-    fn matches_the_float_convolution() {
-        let _g = tch::no_grad_guard();
-        tch::manual_seed(3);
-        let cases = [
-            // (c_in, c_out, k, stride, pad, dil, transposed, length)
-            (32, 32, 7, 1, 9, 3, false, 1000),
-            (64, 48, 3, 1, 1, 1, false, 333),
-            (24, 40, 1, 1, 0, 1, false, 70),
-            (64, 32, 8, 4, 2, 1, true, 517),
-            (40, 16, 16, 8, 4, 1, true, 90),
-            (8, 8, 4, 2, 1, 1, true, 1),
-        ];
-        for (c_in, c_out, k, stride, pad, dil, transposed, l) in cases {
-            let shape = if transposed { [c_in, c_out, k] } else { [c_out, c_in, k] };
-            let w = Tensor::randn(shape, (Kind::Float, Device::Cpu)) * 0.1;
-            let b = Tensor::randn([c_out], (Kind::Float, Device::Cpu)) * 0.1;
-            let f = conv(w, Some(b), stride, pad, dil, transposed);
-            let x = Tensor::randn([1, c_in, l], (Kind::Float, Device::Cpu));
-            let want = f.forward(&x);
-            let q = QConv::new(&f).expect("covered");
-            let scale = f64::try_from(want.abs().max()).unwrap();
-            let per_row = QConv::per_row(&f);
-            assert_eq!(per_row.is_some(), !transposed);
-            for q in std::iter::once(&q).chain(&per_row) {
-                let got = q.forward(&x);
-                assert_eq!(got.size(), want.size(), "{c_in}→{c_out} k{k} s{stride}");
-                let err = f64::try_from((&got - &want).abs().max()).unwrap();
-                assert!(err < 0.03 * scale, "{c_in}→{c_out} k{k} s{stride}: error {err} of {scale}");
-            }
-            // leaky and a residual, time-major
-            let xt = Vec::<f32>::try_from(x.squeeze_dim(0).transpose(0, 1).contiguous().view([-1])).unwrap();
-            let pre = Pre { slope: 0.1, mul: 0.5 };
-            let want = f.forward(&(&x * 0.5).maximum(&(&x * 0.05)));
-            let want = Vec::<f32>::try_from(want.squeeze_dim(0).transpose(0, 1).contiguous().view([-1])).unwrap();
-            let mut out = vec![0f32; want.len()];
-            if transposed {
-                q.run(&xt, pre, &mut out, Out::Store);
-                let e = out.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                assert!(f64::from(e) < 0.03 * scale, "leaky: {e}");
-            } else {
-                let res: Vec<f32> = (0..want.len()).map(|i| (i % 7) as f32).collect();
-                out.fill(1.0);
-                q.run(&xt, pre, &mut out, Out::AddResidual(&res));
-                let e = (0..want.len()).map(|i| (out[i] - (1.0 + res[i] + want[i])).abs()).fold(0f32, f32::max);
-                assert!(f64::from(e) < 0.03 * scale, "leaky + residual: {e}");
             }
         }
     }

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use tch::{Device, Kind, Tensor};
 
-use super::int8::QConv;
+use super::int8::{ConvParts, QConv};
 use crate::onnx::{AttrValue, DataType, Model, Node, Tensor as OnnxTensor};
 
 type R<T> = Result<T, String>;
@@ -63,12 +63,25 @@ impl Conv {
     /// Runs the layer in int8 from now on ([`QConv`]), where it is covered (else it stays
     /// fp32). [`Conv::forward`] then takes [1, C, L] on the CPU only.
     pub fn quantize(&mut self) {
-        self.q = QConv::new(self);
+        self.q = QConv::new(&self.parts());
     }
 
     /// [`Conv::quantize`] with the activations quantized per step ([`QConv::per_row`]).
     pub fn quantize_per_row(&mut self) {
-        self.q = QConv::per_row(self);
+        self.q = QConv::per_row(&self.parts());
+    }
+
+    /// Its weight, bias and attributes, what [`QConv`] is made from.
+    fn parts(&self) -> ConvParts<'_> {
+        ConvParts {
+            w: &self.w,
+            b: &self.b,
+            stride: self.stride,
+            pad: self.pad,
+            dil: self.dil,
+            groups: self.groups,
+            transposed: self.transposed,
+        }
     }
 
     /// Output channels.
@@ -246,5 +259,68 @@ impl<'a> Weights<'a> {
         };
         let name = find().ok_or_else(|| format!("no constant multiplies x − `{subtrahend}`"))?;
         self.float(name)
+    }
+}
+
+#[cfg(test)]
+mod int8_tests {
+    use super::Conv;
+    use crate::piper::int8::*;
+    use tch::{Device, Kind, Tensor};
+
+    fn conv(w: Tensor, b: Option<Tensor>, stride: i64, pad: i64, dil: i64, transposed: bool) -> Conv {
+        Conv { w, b, stride, pad, dil, groups: 1, transposed, q: None }
+    }
+
+    /// int8 against libtorch's float convolution on random data: within the quantization's error,
+    /// for plain, dilated, padded and transposed convolutions, with a residual added.
+    #[test]
+    fn matches_the_float_convolution() {
+        let _g = tch::no_grad_guard();
+        tch::manual_seed(3);
+        let cases = [
+            // (c_in, c_out, k, stride, pad, dil, transposed, length)
+            (32, 32, 7, 1, 9, 3, false, 1000),
+            (64, 48, 3, 1, 1, 1, false, 333),
+            (24, 40, 1, 1, 0, 1, false, 70),
+            (64, 32, 8, 4, 2, 1, true, 517),
+            (40, 16, 16, 8, 4, 1, true, 90),
+            (8, 8, 4, 2, 1, 1, true, 1),
+        ];
+        for (c_in, c_out, k, stride, pad, dil, transposed, l) in cases {
+            let shape = if transposed { [c_in, c_out, k] } else { [c_out, c_in, k] };
+            let w = Tensor::randn(shape, (Kind::Float, Device::Cpu)) * 0.1;
+            let b = Tensor::randn([c_out], (Kind::Float, Device::Cpu)) * 0.1;
+            let f = conv(w, Some(b), stride, pad, dil, transposed);
+            let x = Tensor::randn([1, c_in, l], (Kind::Float, Device::Cpu));
+            let want = f.forward(&x);
+            let q = QConv::new(&f.parts()).expect("covered");
+            let scale = f64::try_from(want.abs().max()).unwrap();
+            let per_row = QConv::per_row(&f.parts());
+            assert_eq!(per_row.is_some(), !transposed);
+            for q in std::iter::once(&q).chain(&per_row) {
+                let got = q.forward(&x);
+                assert_eq!(got.size(), want.size(), "{c_in}→{c_out} k{k} s{stride}");
+                let err = f64::try_from((&got - &want).abs().max()).unwrap();
+                assert!(err < 0.03 * scale, "{c_in}→{c_out} k{k} s{stride}: error {err} of {scale}");
+            }
+            // leaky and a residual, time-major
+            let xt = Vec::<f32>::try_from(x.squeeze_dim(0).transpose(0, 1).contiguous().view([-1])).unwrap();
+            let pre = Pre { slope: 0.1, mul: 0.5 };
+            let want = f.forward(&(&x * 0.5).maximum(&(&x * 0.05)));
+            let want = Vec::<f32>::try_from(want.squeeze_dim(0).transpose(0, 1).contiguous().view([-1])).unwrap();
+            let mut out = vec![0f32; want.len()];
+            if transposed {
+                q.run(&xt, pre, &mut out, Out::Store);
+                let e = out.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(f64::from(e) < 0.03 * scale, "leaky: {e}");
+            } else {
+                let res: Vec<f32> = (0..want.len()).map(|i| (i % 7) as f32).collect();
+                out.fill(1.0);
+                q.run(&xt, pre, &mut out, Out::AddResidual(&res));
+                let e = (0..want.len()).map(|i| (out[i] - (1.0 + res[i] + want[i])).abs()).fold(0f32, f32::max);
+                assert!(f64::from(e) < 0.03 * scale, "leaky + residual: {e}");
+            }
+        }
     }
 }
