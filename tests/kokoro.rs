@@ -3,7 +3,7 @@
 //! served on every protocol (HTTP speech routed by model and voice, mixes, `lang_code`, a
 //! language without a front end refused, Japanese read when asked; the WebSocket with word timestamps; chunked equal to
 //! whole, batched equal to alone); each packaged voice and an openai SDK call with
-//! `model="kokoro", voice="jf_alpha"` are understood by Whisper (and jf_alpha in fp16). Needs scripts/setup.sh
+//! `model="kokoro", voice="jf_alpha"` are understood by Whisper. Needs scripts/setup.sh
 //! (.cache/kokoro, .cache/hibari, .venv-whisper, .venv-clients, ffmpeg).
 
 #[path = "deploy/process.rs"]
@@ -327,8 +327,9 @@ fn each_packaged_voice_and_the_openai_sdk_are_understood_by_whisper() {
     let tmp = std::env::temp_dir();
     let mut files = Vec::new();
     let voices = ["jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"];
-    // each voice in the precision `auto` gives, then jf_alpha in fp16 (its products in float16)
-    let runs = voices.iter().map(|&v| (v, "auto")).chain([("jf_alpha", "fp16")]);
+    // each voice in the precision `auto` gives (fp16, a CUDA precision whose products are slow
+    // on the CPU, is held to onnxruntime and fp32 in engine-libtorch/tests/kokoro_onnx.rs)
+    let runs = voices.iter().map(|&v| (v, "auto"));
     for (voice, precision) in runs {
         let wav = tmp.join(format!("speechstream-kokoro-{voice}-{precision}-{}.wav", std::process::id()));
         let say = Command::new(env!("CARGO_BIN_EXE_speechstream"))
@@ -376,7 +377,7 @@ fn each_packaged_voice_and_the_openai_sdk_are_understood_by_whisper() {
     // held to 60%, and all of them together to 80% (measured 86-97%): what breaks every voice
     // (the front end, the network) fails the second at once.
     let (mut all_heard, mut all_of) = (0, 0);
-    for (name, transcript) in voices.iter().chain(["jf_alpha fp16", "openai sdk jf_alpha"].iter()).zip(&transcripts) {
+    for (name, transcript) in voices.iter().chain(["openai sdk jf_alpha"].iter()).zip(&transcripts) {
         let (heard, of) = understood(transcript);
         eprintln!("{name}: {heard}/{of}: {transcript}");
         assert!(heard * 10 >= of * 6, "{name}: {heard} of {of} words heard: {transcript:?}");

@@ -59,10 +59,13 @@ fn run(model: &KokoroModel, case: &serde_json::Value, style: &[f32]) -> Got {
 /// dB, 0.4 frames): 4.08 + 1.75 ≤ 6 dB, 0.18 + 0.4 ≤ 0.6 frames.
 const BOUNDS: (f32, f32, f32) = (0.03, 6.0, 0.6);
 
-fn check(precision: Precision, bounds: (f32, f32, f32)) {
+/// Holds `precision` to onnxruntime's reference on the fixtures `names`; returns what it got for
+/// each (with the fixture's own style).
+fn check(precision: Precision, bounds: (f32, f32, f32), names: &[&str]) -> Vec<Got> {
     let (curve_bound, spectral_bound, raw_bound) = bounds;
     let net = KokoroModel::load(&model(), Device::Cpu, precision).unwrap();
-    for name in ["hello", "weather"] {
+    let mut all = Vec::new();
+    for &name in names {
         let (case, audio) = fixture(name);
         let style = floats(&case["style"]);
         let got = run(&net, &case, &style);
@@ -91,17 +94,19 @@ fn check(precision: Precision, bounds: (f32, f32, f32)) {
             assert!((d - theirs[i].as_i64().unwrap()).abs() <= 1, "{name}: token {i}: {d} vs {}", theirs[i]);
         }
         assert_eq!(got.durations.len(), raw.len());
+        all.push(got);
     }
+    all
 }
 
 #[test]
 fn int8_agrees_with_onnxruntime() {
-    check(Precision::Int8, BOUNDS);
+    check(Precision::Int8, BOUNDS, &["hello", "weather"]);
 }
 
 #[test]
 fn fp32_agrees_with_onnxruntime() {
-    check(Precision::Fp32, BOUNDS);
+    check(Precision::Fp32, BOUNDS, &["hello", "weather"]);
 }
 
 /// The public entry: pads added, one duration per token and pad, audio of their frames.
@@ -173,19 +178,17 @@ fn every_cpu_level_gives_the_baseline_bits() {
 }
 
 /// fp16 (the products in float16, for CUDA; run here on the CPU): as close to onnxruntime as
-/// fp32 is, and near fp32 itself, on the same durations.
+/// fp32 is, and near fp32 itself, on the same durations. On the short fixture only: the CPU's
+/// float16 products are slow (the weather fixture took this test three minutes of CI), and the
+/// arithmetic is the same on any length.
 #[test]
 fn fp16_agrees_with_onnxruntime_and_fp32() {
-    check(Precision::Fp16, BOUNDS);
-    let (half, full) = (
-        KokoroModel::load(&model(), Device::Cpu, Precision::Fp16).unwrap(),
-        KokoroModel::load(&model(), Device::Cpu, Precision::Fp32).unwrap(),
-    );
-    let (case, _) = fixture("weather");
-    let style = floats(&case["style"]);
-    let (h, f) = (run(&half, &case, &style), run(&full, &case, &style));
+    let h = check(Precision::Fp16, BOUNDS, &["hello"]).remove(0);
+    let full = KokoroModel::load(&model(), Device::Cpu, Precision::Fp32).unwrap();
+    let (case, _) = fixture("hello");
+    let f = run(&full, &case, &floats(&case["style"]));
     let (d, f0) = (spectral_distance(&h.audio, &f.audio), rel_rms(&h.f0, &f.f0));
-    eprintln!("fp16 against fp32, weather: spectra {d:.2} dB, F0 {f0:.4} (relative RMS)");
+    eprintln!("fp16 against fp32, hello: spectra {d:.2} dB, F0 {f0:.4} (relative RMS)");
     assert!(d < 2.0 && f0 < 0.01, "fp16 is {d} dB (F0 {f0}) from fp32");
     assert_ne!(h.audio, f.audio, "fp16 computed in float32 after all");
 }
