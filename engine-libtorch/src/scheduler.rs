@@ -274,8 +274,8 @@ impl Job {
     }
 
     /// Queues the word timings of `sentence`, starting at the job's offset (samples at
-    /// `sample_rate`): `char_tokens` maps its phoneme characters to tokens, `durations` are
-    /// coarse frames per token.
+    /// `sample_rate`): `char_tokens` maps its phoneme characters to tokens, `durations` are the
+    /// family's frames per token ([`Acoustics::fine_per_frame`]).
     fn time_words(
         &mut self,
         acoustics: Acoustics,
