@@ -199,6 +199,22 @@ impl Node {
     pub fn attr(&self, name: &str) -> Option<&AttrValue> {
         self.attributes.iter().find(|a| a.name == name).map(|a| &a.value)
     }
+
+    /// Its attribute `name` when it is a list of ints.
+    pub fn attr_ints(&self, name: &str) -> Option<Vec<i64>> {
+        match self.attr(name) {
+            Some(AttrValue::Ints(v)) => Some(v.clone()),
+            _ => None,
+        }
+    }
+
+    /// Its attribute `name` when it is an int, else `default`.
+    pub fn attr_i(&self, name: &str, default: i64) -> i64 {
+        match self.attr(name) {
+            Some(AttrValue::Int(v)) => *v,
+            _ => default,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

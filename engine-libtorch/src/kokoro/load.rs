@@ -10,7 +10,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::int8::{conv_product, product_weight, Conv, Linear, Lstm};
 use crate::cpu::simd_fn;
-use crate::onnx::{AttrValue, DataType, Model, Node, Tensor as OnnxTensor};
+use crate::onnx::{DataType, Model, Node, Tensor as OnnxTensor};
 use crate::precision::Precision;
 use crate::tensor_slices::{f32s, f32s_mut};
 
@@ -248,20 +248,6 @@ impl TmConv {
     }
 }
 
-fn attr_ints(n: &Node, name: &str) -> Option<Vec<i64>> {
-    match n.attr(name) {
-        Some(AttrValue::Ints(v)) => Some(v.clone()),
-        _ => None,
-    }
-}
-
-fn attr_i(n: &Node, name: &str, default: i64) -> i64 {
-    match n.attr(name) {
-        Some(AttrValue::Int(v)) => *v,
-        _ => default,
-    }
-}
-
 /// A tch tensor (f32) of an ONNX initializer.
 pub(super) fn float_tensor(t: &OnnxTensor) -> R<Tensor> {
     let dims: Vec<i64> = t.dims.iter().map(|&d| d as i64).collect();
@@ -390,11 +376,11 @@ impl<'a> Weights<'a> {
             "ConvTranspose" => true,
             other => return Err(format!("node `{name}` is a {other}")),
         };
-        let pads = attr_ints(n, "pads").unwrap_or_else(|| vec![0, 0]);
+        let pads = n.attr_ints("pads").unwrap_or_else(|| vec![0, 0]);
         if pads.len() != 2 || pads[0] != pads[1] {
             return Err(format!("{name}: only symmetric 1-d padding"));
         }
-        let one = |a: &str, d: i64| attr_ints(n, a).and_then(|v| v.first().copied()).unwrap_or(d);
+        let one = |a: &str, d: i64| n.attr_ints(a).and_then(|v| v.first().copied()).unwrap_or(d);
         let b = match n.inputs.get(2).filter(|s| !s.is_empty()) {
             Some(b) => Some(self.float(b)?),
             None => None,
@@ -408,7 +394,7 @@ impl<'a> Weights<'a> {
             pad: pads[0],
             out_pad: one("output_padding", 0),
             dil: one("dilations", 1),
-            groups: attr_i(n, "group", 1),
+            groups: n.attr_i("group", 1),
             transposed,
         })
     }

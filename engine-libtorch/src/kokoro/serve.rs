@@ -21,8 +21,8 @@ use speechstream_core::engine::{voice_mix, EngineCapabilities, Language, Synthes
 
 use crate::chunks::ChunkSizes;
 use crate::family::{
-    cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, Streaming,
-    Style, VoiceModel, FIRST_SEGMENT_WORDS,
+    audio_slices, cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds,
+    Streaming, Style, VoiceModel, FIRST_SEGMENT_WORDS,
 };
 use crate::g2p::espeak::Espeak;
 use crate::g2p::japanese::{has_japanese_script, Japanese, WORD_LIST};
@@ -601,14 +601,7 @@ impl VoiceModel for KokoroVoiceModel {
 
     /// Slices of each segment's audio.
     fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
-        batch
-            .iter()
-            .map(|(state, frames)| {
-                let audio = state.downcast_ref::<Vec<f32>>().ok_or("kokoro: a segment of another family")?;
-                let end = (frames.end * CHUNK_FRAME_SAMPLES).min(audio.len());
-                Ok(audio[(frames.start * CHUNK_FRAME_SAMPLES).min(end)..end].to_vec())
-            })
-            .collect()
+        audio_slices(batch, CHUNK_FRAME_SAMPLES, "kokoro")
     }
 
     fn warm_up(&self, _frames: &ChunkSizes<usize>) {

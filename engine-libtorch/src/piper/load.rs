@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use tch::{Device, Kind, Tensor};
 
 use super::int8::{ConvParts, QConv};
-use crate::onnx::{AttrValue, DataType, Model, Node, Tensor as OnnxTensor};
+use crate::onnx::{DataType, Model, Node, Tensor as OnnxTensor};
 
 type R<T> = Result<T, String>;
 
@@ -122,20 +122,6 @@ impl Conv {
     }
 }
 
-fn attr_ints(n: &Node, name: &str) -> Option<Vec<i64>> {
-    match n.attr(name) {
-        Some(AttrValue::Ints(v)) => Some(v.clone()),
-        _ => None,
-    }
-}
-
-fn attr_i(n: &Node, name: &str, default: i64) -> i64 {
-    match n.attr(name) {
-        Some(AttrValue::Int(v)) => *v,
-        _ => default,
-    }
-}
-
 /// A tch tensor (f32, CPU) of a float ONNX initializer.
 fn float_tensor(t: &OnnxTensor) -> R<Tensor> {
     if t.dtype != DataType::Float {
@@ -216,12 +202,12 @@ impl<'a> Weights<'a> {
             Some(b) => Some(float_tensor(self.init(b)?)?.to_device(self.device)),
             None => None,
         };
-        let pads = attr_ints(node, "pads").unwrap_or_else(|| vec![0, 0]);
+        let pads = node.attr_ints("pads").unwrap_or_else(|| vec![0, 0]);
         if pads.len() != 2 || pads[0] != pads[1] {
             return Err(format!("{module}: padding {pads:?}, not symmetric 1-d"));
         }
-        let one = |a: &str| attr_ints(node, a).and_then(|v| v.first().copied()).unwrap_or(1);
-        if attr_ints(node, "output_padding").is_some_and(|v| v.iter().any(|&p| p != 0)) {
+        let one = |a: &str| node.attr_ints(a).and_then(|v| v.first().copied()).unwrap_or(1);
+        if node.attr_ints("output_padding").is_some_and(|v| v.iter().any(|&p| p != 0)) {
             return Err(format!("{module}: output padding is not supported"));
         }
         Ok(Conv {
@@ -230,7 +216,7 @@ impl<'a> Weights<'a> {
             stride: one("strides"),
             pad: pads[0],
             dil: one("dilations"),
-            groups: attr_i(node, "group", 1),
+            groups: node.attr_i("group", 1),
             transposed,
             q: None,
         })

@@ -20,8 +20,8 @@ use speechstream_core::engine::{EngineCapabilities, Language, Voice};
 
 use crate::chunks::ChunkSizes;
 use crate::family::{
-    cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, Streaming,
-    Style, VoiceModel,
+    audio_slices, cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds,
+    Streaming, Style, VoiceModel,
 };
 use crate::g2p::espeak::Espeak;
 use crate::g2p::piper::{PhonemeIdMap, Phonemizer};
@@ -509,15 +509,7 @@ impl VoiceModel for PiperVoice {
 
     /// Slices of each segment's audio.
     fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
-        let frame = self.frame_samples();
-        batch
-            .iter()
-            .map(|(state, frames)| {
-                let audio = state.downcast_ref::<Vec<f32>>().ok_or("piper: a segment of another family")?;
-                let end = (frames.end * frame).min(audio.len());
-                Ok(audio[(frames.start * frame).min(end)..end].to_vec())
-            })
-            .collect()
+        audio_slices(batch, self.frame_samples(), "piper")
     }
 
     fn warm_up(&self, _frames: &ChunkSizes<usize>) {
