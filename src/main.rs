@@ -17,7 +17,9 @@ use speechstream_core::session::SessionOptions;
 use speechstream_core::synthetic::{SyntheticEngine, SyntheticOptions, DEFAULT_MODEL_NAME};
 use speechstream_core::wyoming::{FrameLimits, WyomingOptions, WyomingVoice};
 use speechstream_engine_libtorch::{EngineOptions, TorchEngine};
-use speechstream_transports::{bind, raise_descriptor_limit, serve_with_wyoming, ServerConfig, WyomingListener};
+use speechstream_transports::{
+    bind, raise_descriptor_limit, serve_listeners, Listeners, ServerConfig, WyomingListener,
+};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
@@ -74,6 +76,12 @@ struct ServeArgs {
     /// 10200; 0 picks a free one) [default: off].
     #[arg(long, value_name = "PORT")]
     wyoming_port: Option<u16>,
+    /// Answer HAProxy's agent check on this TCP port, at --host (`agent-check agent-port PORT`):
+    /// each connection gets one line, `up ready N%` with N the room left for new streams by
+    /// admission's measure (100 idle, 1 full), `drain` once draining, `down #why` if the engine
+    /// has failed; 0 picks a free one [default: off].
+    #[arg(long, value_name = "PORT")]
+    agent_port: Option<u16>,
     /// Speech engine: `hibari` (the neural voice, natively on libtorch) or `synthetic` (no
     /// model: deterministic tones derived from the text, for tests, benchmarks and protocol work).
     #[arg(long, value_name = "ENGINE", default_value = "hibari", value_parser = engine_kind)]
@@ -295,8 +303,8 @@ struct VoiceArgs {
     /// `off` takes every one.
     #[arg(long, value_name = "MODE", default_value = "realtime", value_parser = parse_admission)]
     admission: speechstream_engine_libtorch::AdmissionMode,
-    /// Most streamed utterances in flight at once (refused past it, as by admission)
-    /// [default: no fixed cap].
+    /// Most streamed utterances in flight at once (refused past it, as by admission; the
+    /// synthetic engine's only capacity) [default: no fixed cap].
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64))]
     max_streams: Option<u64>,
     /// Milliseconds after submission by which a stream's first audio is due (for a Kokoro voice,
@@ -782,6 +790,7 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
             chunk_delay: Duration::from_millis(args.synthetic_chunk_delay_ms),
             real_time_factor: args.synthetic_real_time_factor,
             audio_seconds: args.synthetic_audio_seconds,
+            max_streams: args.voice.max_streams,
             ..SyntheticOptions::default()
         })),
     };
@@ -790,6 +799,13 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
             let address = format!("{}:{port}", args.host);
             let listener = bind(&address).await.map_err(|e| format!("cannot listen for wyoming on {address}: {e}"))?;
             Some(WyomingListener { listener, options: wyoming_options(&args, engine.capabilities()) })
+        }
+        None => None,
+    };
+    let agent = match args.agent_port {
+        Some(port) => {
+            let address = format!("{}:{port}", args.host);
+            Some(bind(&address).await.map_err(|e| format!("cannot listen for the agent check on {address}: {e}"))?)
         }
         None => None,
     };
@@ -843,7 +859,7 @@ async fn serve_until_signalled(args: ServeArgs) -> Result<(), String> {
         voice_aliases = config.naming.voice_aliases.len(),
         "speechstream serving"
     );
-    serve_with_wyoming(listener, wyoming, engine, config, shutdown_signal())
+    serve_listeners(Listeners { http: listener, wyoming, agent }, engine, config, shutdown_signal())
         .await
         .map_err(|e| format!("server failed: {e}"))
 }

@@ -2,7 +2,9 @@
 //! an `error` frame and its session stays open (a non-streamed utterance then succeeds), HTTP
 //! gets 503 with `Retry-After`, and `/metrics` counts them. The engine is capped at no stream at
 //! all (`max_streams = 0`), so every stream is refused whatever the machine's speed: no timing
-//! is involved. Needs `.cache` from scripts/setup-voice.sh.
+//! is involved. The usage gauge balancers read follows admission: 0 idle, the streams' share
+//! of the cap while below it, 1 once the next stream would be refused. Needs `.cache` from
+//! scripts/setup-voice.sh.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -11,6 +13,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest};
 use speechstream_core::session::SessionOptions;
 use speechstream_engine_libtorch::{EngineOptions, TorchEngine};
 use speechstream_transports::{serve, ServerConfig, STREAM_PATH};
@@ -123,8 +126,55 @@ async fn refused_streams_get_clear_errors_and_the_rest_is_served() {
 
     let (_, _, metrics) = tokio::task::spawn_blocking(move || http(addr, "GET", "/metrics", "")).await.expect("join");
     assert!(metrics.lines().any(|l| l == "speechstream_admission_refusals_total 2"), "{metrics}");
+    // No stream fits at all: full, as a balancer reads it.
+    assert!(metrics.lines().any(|l| l == "speechstream_capacity_usage 1"), "{metrics}");
     assert!(metrics.lines().any(|l| l.starts_with("speechstream_engine_worker_busy_seconds_total{worker=\"1\"}")));
 
     let _ = stop.send(());
     tokio::time::timeout(TIMEOUT, server).await.expect("shutdown").expect("join").expect("serve");
+}
+
+/// Collects a request's events.
+struct Events(std::sync::mpsc::Sender<EngineEvent>);
+
+impl EventSink for Events {
+    fn send(&self, event: EngineEvent) -> bool {
+        self.0.send(event).is_ok()
+    }
+}
+
+#[test]
+fn usage_is_zero_idle_rises_with_streams_and_is_one_when_the_next_would_be_refused() {
+    let mut options = EngineOptions::new(assets());
+    options.threads = Some(1);
+    options.workers = Some(1);
+    options.max_streams = Some(2);
+    let engine = TorchEngine::new(options).expect("engine");
+    assert_eq!(engine.load().usage, 0.0);
+    assert_eq!(engine.failure(), None);
+    let text = "This sentence is long enough to keep a stream going for a good while, \
+                and so is the one after it, which goes on and on for a few seconds more.";
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut stream = SynthesisRequest::new(text);
+    stream.stream = true;
+    let first = RequestId { connection: 1, utterance: 0 };
+    engine.submit(first, stream.clone(), Box::new(Events(tx.clone())));
+    // One of two streams, and room for another on an idle core: at least the cap's half, below 1.
+    let usage = engine.load().usage;
+    assert!((0.5..1.0).contains(&usage), "{usage}");
+    let second = RequestId { connection: 2, utterance: 0 };
+    engine.submit(second, stream.clone(), Box::new(Events(tx.clone())));
+    assert_eq!(engine.load().usage, 1.0);
+    // The third is refused, as the gauge said.
+    let third = RequestId { connection: 3, utterance: 0 };
+    engine.submit(third, stream, Box::new(Events(tx)));
+    let refused = rx.iter().find(|e| e.id == third).expect("an answer");
+    assert!(matches!(refused.kind, EngineEventKind::Failed(ref f) if f.overloaded().is_some()), "{:?}", refused.kind);
+    engine.abort(first);
+    engine.abort(second);
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while engine.load().usage > 0.0 {
+        assert!(std::time::Instant::now() < deadline, "usage stays {} after the streams ended", engine.load().usage);
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -865,6 +865,10 @@ pub struct EngineLoad {
     pub workers: Vec<crate::capacity::WorkerLoad>,
     /// Streamed audio against real-time playback, and refusals.
     pub streams: crate::capacity::StreamTiming,
+    /// How full the engine is, from its own admission's view: 0 idle, 1 full (the next stream
+    /// would be refused or delayed); what load balancers weigh replicas by. 0 for an engine that
+    /// never refuses.
+    pub usage: f64,
 }
 
 /// A synthesis engine shared by all sessions.
@@ -932,6 +936,11 @@ pub trait Engine: Send + Sync {
     /// Current load; read when `/metrics` is scraped, so it must be cheap and not block.
     fn load(&self) -> EngineLoad {
         EngineLoad::default()
+    }
+    /// Why the engine can compute nothing more (its workers are gone), if so: the server then
+    /// reports itself not ready. Cheap, like [`Engine::load`].
+    fn failure(&self) -> Option<String> {
+        None
     }
     /// Start a request. Events, ending with exactly one `Finished` or `Failed`,
     /// go to `sink` (unless the request is aborted first).

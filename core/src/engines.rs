@@ -39,7 +39,8 @@ impl Engine for Engines {
         &self.capabilities
     }
 
-    /// The hosted engines' loads added up.
+    /// The hosted engines' loads added up; the usage the fullest one's (its voices' clients are
+    /// the next refused).
     fn load(&self) -> EngineLoad {
         let mut total = EngineLoad::default();
         for engine in &self.engines {
@@ -57,6 +58,7 @@ impl Engine for Engines {
             total.streams.underruns += load.streams.underruns;
             total.streams.refused += load.streams.refused;
             total.streams.delayed += load.streams.delayed;
+            total.usage = total.usage.max(load.usage);
             if total.streams.lateness.bounds.is_empty() {
                 total.streams.lateness = load.streams.lateness;
             } else if total.streams.lateness.bounds == load.streams.lateness.bounds {
@@ -68,6 +70,11 @@ impl Engine for Engines {
         }
         total.batch_sizes.sort_unstable();
         total
+    }
+
+    /// The first hosted engine's failure: its voices can no longer be served.
+    fn failure(&self) -> Option<String> {
+        self.engines.iter().find_map(|engine| engine.failure())
     }
 
     /// To the engine that owns the request's voice (resolved by the core), else its model's,

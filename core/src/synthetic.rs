@@ -29,10 +29,11 @@
 use std::collections::HashMap;
 use std::f64::consts::PI;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::capacity::Overloaded;
 use crate::engine::{
     CodecFlags, CodecSpec, Engine, EngineCapabilities, EngineEvent, EngineEventKind, EngineLoad, EventSink, RequestId,
     SynthesisRequest, TrySendError, Voice, WordTiming,
@@ -85,6 +86,10 @@ pub struct SyntheticOptions {
     pub sample_rate: u32,
     /// The voices it reports (it sounds the same in all of them); empty: any name.
     pub voices: Vec<String>,
+    /// Most streamed requests in flight at once: one past it is refused with
+    /// [`Overloaded`], as the voice engine's admission refuses, and the engine's usage is the
+    /// share of it taken. `None`: every request is taken (usage 0).
+    pub max_streams: Option<u64>,
 }
 
 impl Default for SyntheticOptions {
@@ -97,6 +102,7 @@ impl Default for SyntheticOptions {
             audio_seconds: None,
             sample_rate: SAMPLE_RATE,
             voices: VOICES.iter().map(|v| (*v).to_owned()).collect(),
+            max_streams: None,
         }
     }
 }
@@ -109,6 +115,19 @@ pub struct SyntheticEngine {
     running: Arc<Mutex<HashMap<RequestId, Arc<AtomicBool>>>>,
     threads: Arc<Threads>,
     renders: Arc<RenderCache>,
+    /// Streamed requests in flight (each holds a [`StreamSlot`] until its work is done).
+    streams: Arc<AtomicU64>,
+    /// Streamed requests refused past [`SyntheticOptions::max_streams`].
+    refused: AtomicU64,
+}
+
+/// One streamed request counted in flight until dropped.
+struct StreamSlot(Arc<AtomicU64>);
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl SyntheticEngine {
@@ -132,7 +151,22 @@ impl SyntheticEngine {
             running: Arc::new(Mutex::new(HashMap::new())),
             threads: Arc::new(Threads::default()),
             renders: Arc::new(RenderCache::default()),
+            streams: Arc::new(AtomicU64::new(0)),
+            refused: AtomicU64::new(0),
         }
+    }
+
+    /// Counts a streamed request in flight, unless [`SyntheticOptions::max_streams`] are
+    /// already; `Ok(None)` for one not streamed.
+    fn take_slot(&self, request: &SynthesisRequest) -> Result<Option<StreamSlot>, Overloaded> {
+        if !request.stream {
+            return Ok(None);
+        }
+        let cap = self.options.max_streams.unwrap_or(u64::MAX);
+        self.streams
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < cap).then_some(n + 1))
+            .map(|_| Some(StreamSlot(self.streams.clone())))
+            .map_err(|_| Overloaded { retry_after_seconds: 1 })
     }
 
     /// The whole utterance a request produces, as its events would carry it: the PCM and the
@@ -203,6 +237,14 @@ impl Engine for SyntheticEngine {
     }
 
     fn submit(&self, id: RequestId, request: SynthesisRequest, sink: Box<dyn EventSink>) {
+        let slot = match self.take_slot(&request) {
+            Ok(slot) => slot,
+            Err(refusal) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                let refused = EngineEvent { id, kind: EngineEventKind::Failed(refusal.into()) };
+                return self.deliver(id, [refused].into(), sink);
+            }
+        };
         let unpaced = self.options.chunk_delay.is_zero() && self.options.real_time_factor.is_none();
         if unpaced && Plan::new(&request, &self.options).total <= CACHE_MAX_SAMPLES {
             // A short utterance with no pace to keep is computed right here and handed over
@@ -224,6 +266,7 @@ impl Engine for SyntheticEngine {
         self.on_thread(id, move |aborted| {
             let job = Synthesis { id, aborted, sink, renders };
             job.run(&request, &options);
+            drop(slot);
         });
     }
 
@@ -235,7 +278,14 @@ impl Engine for SyntheticEngine {
 
     /// Every request starts at once on its own thread: nothing queues and nothing batches.
     fn load(&self) -> EngineLoad {
-        EngineLoad { running: self.running().len() as u64, ..EngineLoad::default() }
+        let usage = match self.options.max_streams {
+            Some(0) => 1.0,
+            Some(cap) => (self.streams.load(Ordering::Relaxed) as f64 / cap as f64).min(1.0),
+            None => 0.0,
+        };
+        let mut load = EngineLoad { running: self.running().len() as u64, usage, ..EngineLoad::default() };
+        load.streams.refused = self.refused.load(Ordering::Relaxed);
+        load
     }
 }
 
@@ -699,6 +749,44 @@ mod tests {
             self.inline.fetch_add(1, Ordering::Relaxed);
             self.tx.send(event).map_err(|_| TrySendError::Closed)
         }
+    }
+
+    #[test]
+    fn past_max_streams_a_stream_is_refused_and_usage_is_the_share_taken() {
+        let options = SyntheticOptions {
+            max_streams: Some(2),
+            real_time_factor: Some(1.0),
+            audio_seconds: Some(30.0),
+            ..SyntheticOptions::default()
+        };
+        let engine = SyntheticEngine::new(options);
+        assert_eq!(engine.load().usage, 0.0);
+        let (tx, rx) = mpsc::channel();
+        let ids: Vec<RequestId> = (0..3).map(|connection| RequestId { connection, utterance: 0 }).collect();
+        engine.submit(ids[0], request("one"), Box::new(Collect(tx.clone())));
+        assert_eq!(engine.load().usage, 0.5);
+        engine.submit(ids[1], request("two"), Box::new(Collect(tx.clone())));
+        assert_eq!(engine.load().usage, 1.0);
+        engine.submit(ids[2], request("three"), Box::new(Collect(tx.clone())));
+        let refused = rx.iter().find(|e| e.id == ids[2]).expect("an answer");
+        assert!(
+            matches!(refused.kind, EngineEventKind::Failed(ref f) if f.overloaded().is_some()),
+            "{:?}",
+            refused.kind
+        );
+        assert_eq!(engine.load().streams.refused, 1);
+        // Not streamed: never refused, and not counted.
+        let whole = SynthesisRequest { stream: false, ..request("four") };
+        engine.submit(RequestId { connection: 9, utterance: 0 }, whole, Box::new(Collect(tx)));
+        assert_eq!(engine.load().usage, 1.0);
+        // A stream that ends gives its place back.
+        engine.abort(ids[0]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while engine.load().usage > 0.5 {
+            assert!(Instant::now() < deadline, "the aborted stream still counts");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        engine.abort(ids[1]);
     }
 
     #[test]

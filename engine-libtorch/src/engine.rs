@@ -154,6 +154,10 @@ impl Engine for TorchEngine {
         self.pool.load()
     }
 
+    fn failure(&self) -> Option<String> {
+        self.pool.failure()
+    }
+
     fn submit(&self, id: RequestId, request: SynthesisRequest, sink: Box<dyn EventSink>) {
         self.pool.submit(id, request, sink);
     }

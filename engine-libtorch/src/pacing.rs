@@ -524,6 +524,25 @@ pub fn first_miss(steps: &mut [Step], now: Instant, utilization: f64) -> Option<
     first_miss_sorted(steps.iter(), now, utilization)
 }
 
+/// How much of a worker's time its `steps` take, as the admission rule sees it: the largest
+/// share, over the steps in [`feasible`]'s order, of the time until a step's limit (times
+/// `utilization` for a listener's) that the work up to and including it needs. [`feasible`]
+/// holds exactly where this is at most 1; 0 for no work; infinite where a step with work left
+/// is past its limit.
+pub fn demand(steps: &mut [Step], now: Instant, utilization: f64) -> f64 {
+    steps.sort_by_key(|s| (s.due, s.limit));
+    let (mut work, mut most) = (0.0, 0.0f64);
+    for s in steps.iter() {
+        work += s.work.max(0.0);
+        let share = if s.playing { utilization } else { 1.0 };
+        let time = s.limit.saturating_duration_since(now).as_secs_f64() * share;
+        if work > 0.0 {
+            most = most.max(if time > 0.0 { work / time } else { f64::INFINITY });
+        }
+    }
+    most
+}
+
 /// [`first_miss`] over steps already in order.
 fn first_miss_sorted<'a>(steps: impl Iterator<Item = &'a Step>, now: Instant, utilization: f64) -> Option<(Step, f64)> {
     let mut work = 0.0;
@@ -815,6 +834,29 @@ mod tests {
         let per_second = 0.01 + 0.0001 * 15.0 / 3.0;
         assert!((steps[2].work - (0.003 + per_second)).abs() < 1e-9, "{steps:?}");
         assert!((steps[4].work - per_second).abs() < 1e-9, "{steps:?}");
+    }
+
+    #[test]
+    fn demand_is_at_most_one_exactly_where_the_steps_are_feasible() {
+        let t0 = Instant::now();
+        let step = |due: u64, limit: u64, work: f64, playing: bool| Step {
+            due: t0 + ms(due),
+            limit: t0 + ms(limit),
+            work,
+            playing,
+        };
+        assert_eq!(demand(&mut [], t0, 0.85), 0.0);
+        // 0.1 s by 0.5 s, then 0.3 s more by 1 s at 0.85 of the time: 0.4 / 0.85.
+        let mut steps = vec![step(900, 1000, 0.3, true), step(0, 500, 0.1, false)];
+        let d = demand(&mut steps, t0, 0.85);
+        assert!((d - 0.4 / 0.85).abs() < 1e-9, "{d}");
+        assert!(feasible(&mut steps, t0, 0.85));
+        // Twice the work: over 1, and no longer feasible.
+        let mut heavy: Vec<Step> = steps.iter().map(|s| Step { work: s.work * 2.2, ..*s }).collect();
+        assert!(demand(&mut heavy, t0, 0.85) > 1.0);
+        assert!(!feasible(&mut heavy, t0, 0.85));
+        // Past its limit with work left: infinite.
+        assert_eq!(demand(&mut [step(0, 10, 0.1, true)], t0 + ms(20), 0.85), f64::INFINITY);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use speechstream_core::engine::{
 
 use crate::family::Streaming;
 use crate::options::EngineOptions;
-use crate::pacing::{self, ChunkSizes, Outlook, Pacing, Step};
+use crate::pacing::{self, ChunkSizes, Costs, Outlook, Pacing, Step};
 use crate::scheduler::{Command, Scheduler, Submission, Voices};
 use crate::stats::{Admission, AdmissionMode, Listener, WorkerStats, CHARS_PER_SECOND, LATENESS_BUCKETS};
 
@@ -36,6 +36,12 @@ fn signed_ms(t: Instant, now: Instant) -> f64 {
 /// A family's costs before its worker published any (its first stream is taken whatever they
 /// say: a worker with no stream takes one).
 const INITIAL_COSTS: pacing::Costs = pacing::Costs { per_audio_second: 1.0, per_first_second: 1.0, per_char: 0.1 };
+
+/// The new stream [`Pool::usage`] asks admission about: a typical reply's sentence (~90
+/// characters, ~6 s of speech).
+const PROBE_TEXT: &str = "Thanks for calling. I can help you with that today, so let me look up your account for you.";
+/// The most [`Pool::usage`] says while a new stream would still be taken: 1 means refused.
+const USAGE_WITH_ROOM: f64 = 0.99;
 
 /// Seconds the refusal tells a client to wait before trying again.
 const RETRY_AFTER_SECONDS: u32 = pacing::RETRY_AFTER.as_secs() as u32;
@@ -238,16 +244,8 @@ impl Pool {
         let mut order: Vec<usize> = (0..count).map(|k| (start + k) % count).collect();
         order.sort_by(|&a, &b| pending[a].total_cmp(&pending[b]));
         let horizon = now + pacing::ADMISSION_HORIZON;
-        let chars = text.chars().count();
         // (a request no family serves is refused by the worker: costed as the first family's)
         let family = if family < self.streaming.len() { family } else { 0 };
-        let streaming = self.streaming.get(family).copied().unwrap_or(Streaming::Chunked);
-        // A family computing segments whole: its first segment is its first words, and its
-        // first audio waits for it whole.
-        let first = match streaming {
-            Streaming::WholeSegments { first_words } => pacing::first_words_chars(text, first_words),
-            Streaming::Chunked => pacing::first_sentence_chars(text),
-        };
         // On time on any worker first; only then later (a client listening in real time is
         // refused at once instead: its first audio is due by the target, and a refusal lets it
         // go elsewhere).
@@ -268,16 +266,7 @@ impl Pool {
             for &index in &order {
                 let mut demand = self.workers[index].stats.demand.lock().unwrap_or_else(|p| p.into_inner());
                 let costs = demand.costs.get(family).copied().unwrap_or(INITIAL_COSTS);
-                let whole = matches!(streaming, Streaming::WholeSegments { .. });
-                let first_work = if whole { (costs.per_char * first as f64).clamp(0.0, 3600.0) } else { 0.0 };
-                let outlook =
-                    Outlook::new_for(now, &self.pacing, chars, first, plays_after, Duration::from_secs_f64(first_work));
-                // Its next segment is the rest of its first sentence.
-                let outlook = if whole {
-                    outlook.whole_segments(pacing::first_sentence_chars(text).saturating_sub(first))
-                } else {
-                    outlook
-                };
+                let outlook = self.outlook(text, family, now, plays_after, &costs);
                 let steps = |delay: Duration, out: &mut Vec<Step>| {
                     outlook.clone().delayed(delay).steps(&costs, &self.sizes, horizon, out)
                 };
@@ -340,6 +329,76 @@ impl Pool {
         None
     }
 
+    /// What a new stream of `text` for `family` (an index in the hosted families; one no family
+    /// serves is costed as the first's: the worker refuses it) owes from `now`, at `costs`.
+    fn outlook(&self, text: &str, family: usize, now: Instant, plays_after: Option<Instant>, costs: &Costs) -> Outlook {
+        let chars = text.chars().count();
+        let family = if family < self.streaming.len() { family } else { 0 };
+        let streaming = self.streaming.get(family).copied().unwrap_or(Streaming::Chunked);
+        // A family computing segments whole: its first segment is its first words, and its
+        // first audio waits for it whole.
+        let first = match streaming {
+            Streaming::WholeSegments { first_words } => pacing::first_words_chars(text, first_words),
+            Streaming::Chunked => pacing::first_sentence_chars(text),
+        };
+        let whole = matches!(streaming, Streaming::WholeSegments { .. });
+        let first_work = if whole { (costs.per_char * first as f64).clamp(0.0, 3600.0) } else { 0.0 };
+        let outlook =
+            Outlook::new_for(now, &self.pacing, chars, first, plays_after, Duration::from_secs_f64(first_work));
+        // Its next segment is the rest of its first sentence.
+        match whole {
+            true => outlook.whole_segments(pacing::first_sentence_chars(text).saturating_sub(first)),
+            false => outlook,
+        }
+    }
+
+    /// How full the pool is, from admission's view ([`EngineLoad::usage`]): 1 where a typical
+    /// new stream ([`PROBE_TEXT`], in the first family, from a client waiting on its first
+    /// audio) would be refused or delayed, or the stream cap is reached; otherwise the largest
+    /// of the workers' mean [`pacing::demand`] (the share of their time their streams'
+    /// deadlines take) and the cap's share taken, below 1. With admission off, the workers'
+    /// mean demand (at most 1).
+    fn usage(&self, now: Instant) -> f64 {
+        let streams = self.admission.streams.load(Ordering::Relaxed);
+        let capped = match self.admission.max_streams {
+            Some(cap) if streams >= cap => return 1.0,
+            Some(cap) => streams as f64 / cap as f64,
+            None => 0.0,
+        };
+        let horizon = now + pacing::ADMISSION_HORIZON;
+        let (mut demand_sum, mut room) = (0.0, false);
+        for worker in &self.workers {
+            let demand = worker.stats.demand.lock().unwrap_or_else(|p| p.into_inner());
+            let mut steps: Vec<Step> = demand.steps.clone();
+            steps.extend(demand.arrivals.iter().flat_map(|(_, steps)| steps.iter().copied()));
+            let idle = worker.stats.streams.load(Ordering::Relaxed) == 0 && demand.arrivals.is_empty();
+            if !room && self.admission.mode == AdmissionMode::Realtime {
+                let costs = demand.costs.first().copied().unwrap_or(INITIAL_COSTS);
+                let outlook = self.outlook(PROBE_TEXT, 0, now, None, &costs);
+                let new = |delay: Duration, out: &mut Vec<Step>| {
+                    outlook.clone().delayed(delay).steps(&costs, &self.sizes, horizon, out)
+                };
+                room = idle
+                    || pacing::least_delay(&steps, now, pacing::ADMISSION_UTILIZATION, Duration::ZERO, new).is_ok();
+            }
+            drop(demand);
+            demand_sum += pacing::demand(&mut steps, now, pacing::ADMISSION_UTILIZATION).min(1.0);
+        }
+        let mean = demand_sum / self.workers.len().max(1) as f64;
+        match self.admission.mode {
+            AdmissionMode::Off => mean.max(capped).min(1.0),
+            AdmissionMode::Realtime if !room => 1.0,
+            AdmissionMode::Realtime => mean.max(capped).min(USAGE_WITH_ROOM),
+        }
+    }
+
+    /// Why the pool computes nothing more: every worker's thread has ended (a panic in
+    /// libtorch), so nothing submitted would be answered.
+    pub fn failure(&self) -> Option<String> {
+        let ended = self.workers.iter().filter(|w| w.thread.as_ref().is_none_or(|t| t.is_finished())).count();
+        (ended == self.workers.len()).then(|| format!("all {ended} engine workers have stopped"))
+    }
+
     /// Every worker drops the request if it has it (a request is on one worker, unknown to the
     /// others, which ignore the id).
     pub fn abort(&self, id: RequestId) {
@@ -372,6 +431,7 @@ impl Pool {
         timing.delayed = self.admission.delayed.load(Ordering::Relaxed);
         load.batch_sizes = sizes.into_iter().collect();
         load.streams = timing;
+        load.usage = self.usage(Instant::now());
         load
     }
 

@@ -7,7 +7,8 @@
 //! drives one `Session`, moving client frames, engine events and timer expiries into it and
 //! executing what it asks for: frames to write, engine requests to submit or abort, the close.
 //! A second, optional listener speaks Home Assistant's Wyoming protocol over the same engine,
-//! limits and metrics, each connection driving one `WyomingSession` the same way.
+//! limits and metrics, each connection driving one `WyomingSession` the same way. A third,
+//! optional one answers HAProxy's agent check with the replica's room for new streams.
 //!
 //! What it is not: it holds no protocol state (ordering, indexes, limits, error strings all live
 //! in the core) and it is not an engine. It only adapts a synchronous [`Engine`] to tokio.
@@ -23,6 +24,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod agent;
 mod auth;
 mod body;
 mod connection;
@@ -43,4 +45,6 @@ mod write_timeout;
 mod wyoming;
 
 pub use paths::{SPEECH_PATH, STREAM_PATH};
-pub use server::{bind, raise_descriptor_limit, serve, serve_with_wyoming, ServerConfig, WyomingListener};
+pub use server::{
+    bind, raise_descriptor_limit, serve, serve_listeners, serve_with_wyoming, Listeners, ServerConfig, WyomingListener,
+};

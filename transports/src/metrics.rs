@@ -270,6 +270,12 @@ impl Metrics {
             "speechstream_real_time_factor",
             "Generation time over audio duration, per utterance.",
         );
+        gauge_f64(
+            &mut out,
+            "speechstream_capacity_usage",
+            "How full the engine is by its admission's measure: 0 idle, 1 full (the next stream would be refused or delayed).",
+            load.usage,
+        );
         gauge(&mut out, "speechstream_engine_queue_depth", "Engine requests waiting to start.", load.queued);
         gauge(&mut out, "speechstream_engine_requests_running", "Engine requests being computed.", load.running);
         batch_histogram(&mut out, &load.batch_sizes);
@@ -558,6 +564,10 @@ fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
 }
 
+fn gauge_f64(out: &mut String, name: &str, help: &str, value: f64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+}
+
 fn counter(out: &mut String, name: &str, help: &str, value: u64) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
 }
@@ -612,6 +622,7 @@ mod tests {
                 refused: 4,
                 delayed: 2,
             },
+            usage: 0.625,
         };
         let text = metrics.render(&load);
         for line in [
@@ -628,6 +639,7 @@ mod tests {
             "speechstream_time_to_first_audio_seconds_count 1",
             "speechstream_time_to_first_audio_seconds_bucket{le=\"+Inf\"} 1",
             "speechstream_real_time_factor_count 1",
+            "speechstream_capacity_usage 0.625",
             "speechstream_engine_queue_depth 2",
             "speechstream_engine_requests_running 3",
             "speechstream_engine_batch_size_bucket{le=\"2\"} 4",

@@ -188,10 +188,13 @@ fn upgrade(request: &mut Request<Incoming>, slot: &UpgradeSlot, busy: &mut Optio
     }
 }
 
-/// 200 while serving; 503 once draining, so a load balancer stops sending new work.
+/// 200 while serving; 503 once draining, or once the engine has failed, so a load balancer
+/// stops sending new work.
 fn ready(shared: &Shared) -> Response<Body> {
     if shared.draining.load(Ordering::Relaxed) {
         json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"draining"}"#.to_owned())
+    } else if let Some(why) = shared.engine.failure() {
+        json(StatusCode::SERVICE_UNAVAILABLE, serde_json::json!({"status": "failed", "error": why}).to_string())
     } else {
         json(StatusCode::OK, r#"{"status":"ready"}"#.to_owned())
     }

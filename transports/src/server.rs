@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
+use crate::agent;
 use crate::connection;
 use crate::context::Socket;
 use crate::metrics::{Metrics, Refusal};
@@ -167,6 +168,29 @@ pub async fn serve_with_wyoming(
     cfg: ServerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
+    serve_listeners(Listeners { http: listener, wyoming, agent: None }, engine, cfg, shutdown).await
+}
+
+/// The listeners one server answers on.
+pub struct Listeners {
+    /// HTTP and the streaming WebSocket.
+    pub http: TcpListener,
+    /// Wyoming text to speech, if served.
+    pub wyoming: Option<WyomingListener>,
+    /// HAProxy's agent check: each connection gets one line saying how much new work this
+    /// replica should get (`up ready 40%`, `drain` while draining, `down #why` once the engine
+    /// has failed), then is closed. It holds no connection slot.
+    pub agent: Option<TcpListener>,
+}
+
+/// [`serve_with_wyoming`], with an agent-check listener too.
+pub async fn serve_listeners(
+    listeners: Listeners,
+    engine: Arc<dyn Engine>,
+    cfg: ServerConfig,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let Listeners { http: listener, wyoming, agent } = listeners;
     let wyoming = wyoming.map(|w| (w.listener, Arc::new(w.options)));
     let max_sockets = socket_cap(cfg.max_sockets, cfg.max_connections);
     let max_slots = cfg.max_connections.unwrap_or(max_sockets.saturating_sub(REFUSAL_MARGIN).max(1));
@@ -226,6 +250,9 @@ pub async fn serve_with_wyoming(
     if let Some((listener, _)) = &wyoming {
         info!(addr = %listener.local_addr()?, "wyoming listening");
     }
+    if let Some(listener) = &agent {
+        info!(addr = %listener.local_addr()?, "agent-check listening");
+    }
     tokio::pin!(shutdown);
     // While draining the listener stays open, so load balancers can see `/ready` turn 503 and
     // new work is answered with a refusal they can retry elsewhere, until the connections in
@@ -269,6 +296,14 @@ pub async fn serve_with_wyoming(
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                 }
             },
+            // Answered at once and closed, while draining too (it then says so).
+            accepted = accept(agent.as_ref()), if agent.is_some() => match accepted {
+                Ok((stream, _)) => agent::answer(stream, &shared),
+                Err(e) => {
+                    warn!(error = %e, "agent-check accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            },
             Some(joined) = connections.join_next(), if !connections.is_empty() => report_join(joined),
             Some(joined) = refusals.join_next(), if !refusals.is_empty() => report_join(joined),
             _ = sleep_until(drain_deadline), if drain_deadline.is_some() => {
@@ -280,6 +315,7 @@ pub async fn serve_with_wyoming(
     }
     drop(listener);
     drop(wyoming);
+    drop(agent);
     refusals.shutdown().await;
     info!("shut down");
     Ok(())
