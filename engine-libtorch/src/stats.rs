@@ -157,6 +157,26 @@ pub(crate) struct WorkerStats {
     pub demand: Mutex<Demand>,
     pub batch_sizes: Mutex<BTreeMap<u64, u64>>,
     pub timing: Mutex<StreamTiming>,
+    /// Its share of time spent computing lately ([`BusyShare`]).
+    busy_share: Mutex<BusyShare>,
+}
+
+/// How long [`BusyShare`] remembers: a time constant short enough to follow a change of load
+/// within a few seconds, long enough to smooth single rounds.
+const BUSY_WINDOW: f64 = 2.0;
+
+/// A worker's share of time spent computing, exponentially weighted over [`BUSY_WINDOW`]:
+/// each round's busy seconds added when done, the sum decaying with time.
+#[derive(Clone, Copy, Debug)]
+struct BusyShare {
+    at: Instant,
+    share: f64,
+}
+
+impl BusyShare {
+    fn at(self, now: Instant) -> f64 {
+        self.share * (-now.saturating_duration_since(self.at).as_secs_f64() / BUSY_WINDOW).exp()
+    }
 }
 
 /// A worker's streams' work due soon ([`crate::pacing::feasible`] checks a new stream against
@@ -182,6 +202,7 @@ impl WorkerStats {
             demand: Mutex::new(Demand { steps: Vec::new(), arrivals: Vec::new(), costs: Vec::new() }),
             batch_sizes: Mutex::new(BTreeMap::new()),
             timing: Mutex::new(StreamTiming { lateness: Histogram::new(LATENESS_BUCKETS), ..StreamTiming::default() }),
+            busy_share: Mutex::new(BusyShare { at: Instant::now(), share: 0.0 }),
         }
     }
 
@@ -193,6 +214,14 @@ impl WorkerStats {
     pub fn record_work(&self, busy_seconds: f64, factor: f64) {
         self.busy_us.fetch_add((busy_seconds * 1e6) as u64, Ordering::Relaxed);
         self.set_factor(factor);
+        let now = Instant::now();
+        let mut busy = self.busy_share.lock().unwrap_or_else(|p| p.into_inner());
+        *busy = BusyShare { at: now, share: busy.at(now) + busy_seconds.max(0.0) / BUSY_WINDOW };
+    }
+
+    /// Its share of time spent computing lately (0 to about 1).
+    pub fn busy_share(&self, now: Instant) -> f64 {
+        self.busy_share.lock().unwrap_or_else(|p| p.into_inner()).at(now)
     }
 
     pub fn set_factor(&self, factor: f64) {

@@ -354,10 +354,12 @@ impl Pool {
 
     /// How full the pool is, from admission's view ([`EngineLoad::usage`]): 1 where a typical
     /// new stream ([`PROBE_TEXT`], in the first family, from a client waiting on its first
-    /// audio) would be refused or delayed, or the stream cap is reached; otherwise the largest
-    /// of the workers' mean [`pacing::demand`] (the share of their time their streams'
-    /// deadlines take) and the cap's share taken, below 1. With admission off, the workers'
-    /// mean demand (at most 1).
+    /// audio) would be refused or delayed, or the stream cap is reached; otherwise, below 1,
+    /// the larger of the share of the cap taken and the workers' mean use: each worker's larger
+    /// of its share of time spent computing lately over [`pacing::ADMISSION_UTILIZATION`] (the
+    /// share admission lets listeners' work take: the load as it goes on) and its
+    /// [`pacing::demand`] (the share its streams' deadlines take now: a burst of first
+    /// chunks). With admission off, the same without the refusal's 1.
     fn usage(&self, now: Instant) -> f64 {
         let streams = self.admission.streams.load(Ordering::Relaxed);
         let capped = match self.admission.max_streams {
@@ -366,7 +368,7 @@ impl Pool {
             None => 0.0,
         };
         let horizon = now + pacing::ADMISSION_HORIZON;
-        let (mut demand_sum, mut room) = (0.0, false);
+        let (mut used_sum, mut room) = (0.0, false);
         for worker in &self.workers {
             let demand = worker.stats.demand.lock().unwrap_or_else(|p| p.into_inner());
             let mut steps: Vec<Step> = demand.steps.clone();
@@ -382,9 +384,12 @@ impl Pool {
                     || pacing::least_delay(&steps, now, pacing::ADMISSION_UTILIZATION, Duration::ZERO, new).is_ok();
             }
             drop(demand);
-            demand_sum += pacing::demand(&mut steps, now, pacing::ADMISSION_UTILIZATION).min(1.0);
+            // Admission keeps streams' work within its utilization: busy that much is full.
+            let sustained = worker.stats.busy_share(now) / pacing::ADMISSION_UTILIZATION;
+            let deadlines = pacing::demand(&mut steps, now, pacing::ADMISSION_UTILIZATION);
+            used_sum += sustained.max(deadlines).min(1.0);
         }
-        let mean = demand_sum / self.workers.len().max(1) as f64;
+        let mean = used_sum / self.workers.len().max(1) as f64;
         match self.admission.mode {
             AdmissionMode::Off => mean.max(capped).min(1.0),
             AdmissionMode::Realtime if !room => 1.0,
