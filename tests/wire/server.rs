@@ -285,6 +285,29 @@ async fn shutdown_lets_the_utterance_in_flight_finish() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_draining_a_new_connection_is_answered_503_even_when_its_request_comes_late() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let engine = Recorded::new(slow_synthetic());
+    let mut server = TestServer::start_with(engine.clone(), config_with_grace(TIMEOUT)).await;
+    let mut client = server.connect().await;
+    start_streaming(&mut client, "keep the server draining for a while longer than the checks below").await;
+    server.begin_shutdown();
+    // Connected first, the request after a pause (as a balancer's check or a slow client
+    // sends it): still answered with the refusal, never closed unanswered.
+    for _ in 0..3 {
+        let mut stream = tokio::net::TcpStream::connect(server.addr).await.expect("connect while draining");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stream.write_all(b"GET /ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("write");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.expect("an answer, not a reset");
+        assert!(response.starts_with("HTTP/1.1 503 "), "{response:?}");
+    }
+    let seen = client.until_session_done().await;
+    assert!(seen.iter().any(|r| matches!(r, Received::Json(v) if v["type"] == "audio.done" && v["error"] == false)));
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_grace_ends_a_stuck_utterance() {
     let engine = Recorded::new(Scripted::new(vec![Step::Audio(vec![1, 2], 24000), Step::HoldUntilAborted]));
     let mut server = TestServer::start_with(engine.clone(), config_with_grace(Duration::from_millis(200))).await;

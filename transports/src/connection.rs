@@ -46,14 +46,20 @@ pub(crate) async fn serve_connection(
     .await;
 }
 
-/// Wait for the peer's first byte, for at most `deadline` (or until the server stops): false
-/// when the socket is to be closed unanswered.
+/// Wait for the peer's first byte, for at most `deadline` (or until the server stops, where
+/// `stop` is given): false when the socket is to be closed unanswered.
 pub(crate) async fn first_byte(
     stream: &TcpStream,
     deadline: Duration,
     shared: &Shared,
-    stop: &mut watch::Receiver<bool>,
+    stop: Option<&mut watch::Receiver<bool>>,
 ) -> bool {
+    let stopping = async {
+        match stop {
+            Some(stop) => stopping(stop).await,
+            None => std::future::pending().await,
+        }
+    };
     let mut byte = [0u8; 1];
     tokio::select! {
         peeked = tokio::time::timeout(deadline, stream.peek(&mut byte)) => match peeked {
@@ -69,12 +75,16 @@ pub(crate) async fn first_byte(
             }
         },
         // Nothing asked yet, so nothing to finish.
-        _ = stopping(stop) => false,
+        _ = stopping => false,
     }
 }
 
 async fn run(stream: TcpStream, context: Arc<ConnectionContext>, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    if !first_byte(&stream, shared.first_byte_timeout, &shared, &mut stop).await {
+    // A connection refused at accept (the server drains) waits for its request, to answer it
+    // with the refusal a balancer retries elsewhere (closed unanswered, it would look like a
+    // failed server); one taken before the drain that has asked nothing yet is closed.
+    let refused = context.admission().is_some();
+    if !first_byte(&stream, shared.first_byte_timeout, &shared, (!refused).then_some(&mut stop)).await {
         return;
     }
     let slot: UpgradeSlot = Arc::new(Mutex::new(None));

@@ -72,7 +72,7 @@ async fn serve(
     let first = match refused {
         Some(_) => Vec::new(),
         None => {
-            if !first_byte(&stream, shared.first_byte_timeout, &shared, &mut stop).await {
+            if !first_byte(&stream, shared.first_byte_timeout, &shared, Some(&mut stop)).await {
                 return;
             }
             match first_header(&mut stream, &shared, options.frame.max_header_bytes).await {
