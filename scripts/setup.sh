@@ -41,6 +41,9 @@ scripts/setup-clients.sh
 say "voice-agent frameworks venv (.venv-agents: pipecat-ai, livekit-plugins-openai)"
 scripts/setup-agents.sh
 
+say "the Kubernetes manifests' checks (kubectl, unless one is installed; .venv-deploy: kubernetes-validate)"
+scripts/setup-deploy.sh
+
 say "browser test packages (node_modules)"
 scripts/setup-browser-tests.sh
 

@@ -4,7 +4,11 @@
 //! run `scripts/setup.sh` first.
 
 mod clients;
+mod haproxy;
+mod image;
+mod kubernetes;
 mod nginx;
+mod prometheus;
 // Shared with the other test crates (their HTTP helper included).
 #[allow(dead_code)]
 mod process;

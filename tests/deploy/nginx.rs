@@ -7,7 +7,9 @@
 //! new connection through nginx, and every connection made after the drain began lands on the
 //! other instance (proved by configuring it with that instance's model name, which the
 //! draining one would reject); readiness through nginx stays 200; the drained instance exits
-//! cleanly.
+//! cleanly. And a speech POST that a full instance refuses with 503 is retried by nginx on the
+//! other one (`proxy_next_upstream ... http_503 non_idempotent`: a POST is not idempotent, so
+//! without the last word nginx hands the 503 to the client).
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -22,7 +24,7 @@ use speechstream::synthetic::{SyntheticEngine, SyntheticOptions};
 use speechstream_core::engine::SynthesisRequest;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::process::{get, Server, TIMEOUT};
+use crate::process::{get, hold_stream, metric, post_json, Server, TIMEOUT};
 
 const CLIENTS: usize = 4;
 const UTTERANCES: usize = 4;
@@ -317,4 +319,30 @@ fn two_instances_behind_nginx_one_drained_without_losing_an_utterance() {
     );
     b.terminate();
     assert!(b.wait(TIMEOUT).success());
+}
+
+#[test]
+fn a_post_refused_by_a_full_instance_is_retried_on_the_other() {
+    // One stream fills an instance; the full one's stream lasts while the POSTs are sent.
+    let full =
+        Server::start(&["--max-streams", "1", "--synthetic-audio-seconds", "5", "--synthetic-real-time-factor", "1"]);
+    let other = Server::start(&["--max-streams", "1"]);
+    let (_nginx, addr) = start_nginx(&[full.addr, other.addr]);
+    let holder = hold_stream(full.addr);
+    assert_eq!(metric(full.addr, "speechstream_capacity_usage"), 1.0, "the held stream fills it");
+
+    // Round robin offers one of any two requests in a row to the full instance first.
+    let text = "A request one instance has no room for and the other serves.";
+    let request = json!({"input": text, "voice": "vivian", "response_format": "pcm", "stream_format": "audio"});
+    for n in 0..2 {
+        let (status, head, body) = post_json(addr, "/v1/audio/speech", &request);
+        assert_eq!(status, 200, "POST {n} through nginx: {head}{}", String::from_utf8_lossy(&body));
+        assert!(body == expected_audio(text), "POST {n}: the audio differs from the engine's render");
+    }
+    assert_eq!(
+        metric(full.addr, "speechstream_admission_refusals_total"),
+        1.0,
+        "the full instance should have refused exactly one of the POSTs (then retried on the other)"
+    );
+    drop(holder);
 }

@@ -89,6 +89,20 @@ impl Server {
         addr.parse().expect("wyoming address")
     }
 
+    /// Where it answers HAProxy's agent check (started with `--agent-port 0`).
+    pub fn agent_addr(&self) -> SocketAddr {
+        let deadline = Instant::now() + TIMEOUT;
+        let line = loop {
+            if let Some(line) = self.log().into_iter().find(|line| line.contains("agent-check listening")) {
+                break line;
+            }
+            assert!(Instant::now() < deadline, "no agent-check listener in the log: {:?}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let addr = line.split("addr=").nth(1).and_then(|rest| rest.split_whitespace().next()).expect("address");
+        addr.parse().expect("agent-check address")
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -97,6 +111,12 @@ impl Server {
     pub fn terminate(&self) {
         let status = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status().expect("kill");
         assert!(status.success(), "kill -TERM failed");
+    }
+
+    /// SIGKILL: the process ends at once, its connections with it; waits for it.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("kill -KILL");
+        let _ = self.child.wait();
     }
 
     pub fn exited(&mut self) -> bool {
@@ -186,4 +206,41 @@ pub fn post_json(addr: SocketAddr, path: &str, body: &serde_json::Value) -> (u16
         body = out;
     }
     (status, head, body)
+}
+
+/// One sample's value from a server's `/metrics` (a family without labels).
+pub fn metric(addr: SocketAddr, name: &str) -> f64 {
+    let (status, body) = get(addr, "/metrics", "");
+    assert_eq!(status, 200, "/metrics on {addr}");
+    body.lines()
+        .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in the metrics of {addr}:\n{body}"))
+}
+
+/// A streamed speech POST straight to `addr`, returned once its audio has started: it holds one
+/// of the server's streams until the socket is dropped (or its utterance ends).
+pub fn hold_stream(addr: SocketAddr) -> TcpStream {
+    let body = serde_json::json!({"input": "Holding a stream.", "voice": "vivian", "response_format": "pcm",
+                                  "stream_format": "audio"})
+    .to_string();
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    write!(
+        stream,
+        "POST /v1/audio/speech HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // A streamed response's head comes with its first audio.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).expect("response head");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_string();
+    assert!(head.starts_with("HTTP/1.1 200"), "holding a stream on {addr}: {head}");
+    stream
 }
