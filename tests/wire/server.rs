@@ -1,5 +1,6 @@
 //! The server around the sessions: HTTP routes, disconnects, framing, concurrency, shutdown.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -335,4 +336,118 @@ async fn shutdown_grace_ends_a_stuck_utterance() {
 #[allow(dead_code)]
 fn engines_are_object_safe(engine: Arc<SyntheticEngine>) -> Arc<dyn Engine> {
     engine
+}
+
+/// The synthetic engine, reporting a failure once `failed` is set.
+struct Failing {
+    inner: SyntheticEngine,
+    failed: AtomicBool,
+}
+
+impl Engine for Failing {
+    fn capabilities(&self) -> &speechstream_core::engine::EngineCapabilities {
+        self.inner.capabilities()
+    }
+    fn load(&self) -> speechstream_core::engine::EngineLoad {
+        self.inner.load()
+    }
+    fn failure(&self) -> Option<String> {
+        self.failed.load(Ordering::Relaxed).then(|| "all 2 engine workers have stopped".to_owned())
+    }
+    fn submit(
+        &self,
+        id: speechstream_core::engine::RequestId,
+        request: speechstream_core::engine::SynthesisRequest,
+        sink: Box<dyn speechstream_core::engine::EventSink>,
+    ) {
+        self.inner.submit(id, request, sink)
+    }
+    fn abort(&self, id: speechstream_core::engine::RequestId) {
+        self.inner.abort(id)
+    }
+}
+
+/// One line from the agent-check port.
+async fn agent_line(addr: std::net::SocketAddr) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("agent connect");
+    let mut line = String::new();
+    tokio::time::timeout(TIMEOUT, stream.read_to_string(&mut line)).await.expect("agent closes").expect("read");
+    line
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_check_says_room_drain_and_down_as_the_server_and_engine_go() {
+    let options = SyntheticOptions {
+        max_streams: Some(4),
+        real_time_factor: Some(1.0),
+        audio_seconds: Some(30.0),
+        ..SyntheticOptions::default()
+    };
+    let engine = Arc::new(Failing { inner: SyntheticEngine::new(options), failed: AtomicBool::new(false) });
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let agent = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let (addr, agent_addr) = (http.local_addr().expect("addr"), agent.local_addr().expect("addr"));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let listeners = speechstream_transports::Listeners { http, wyoming: None, agent: Some(agent) };
+    let server = tokio::spawn(speechstream_transports::serve_listeners(
+        listeners,
+        engine.clone(),
+        config_with_grace(Duration::from_millis(300)),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let ready = || async move { speechstream_http(addr, "/ready").await };
+    assert_eq!(agent_line(agent_addr).await, "up ready 100%\n");
+    // One of four streams taken: three quarters of the weight left.
+    let mut client = tokio_tungstenite::connect_async(format!("ws://{addr}{}", speechstream_transports::STREAM_PATH))
+        .await
+        .expect("connect")
+        .0;
+    use futures_util::SinkExt;
+    for frame in [
+        json!({"type": "session.config", "stream_audio": true, "response_format": "pcm"}),
+        json!({"type": "input.text", "text": "hold a stream"}),
+        json!({"type": "input.done"}),
+    ] {
+        client.send(Message::Text(frame.to_string().into())).await.expect("send");
+    }
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while agent_line(agent_addr).await != "up ready 75%\n" {
+        assert!(std::time::Instant::now() < deadline, "the stream never showed in the agent's weight");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(ready().await.0, 200);
+    // The engine fails: down, and not ready.
+    engine.failed.store(true, Ordering::Relaxed);
+    assert_eq!(agent_line(agent_addr).await, "down #all 2 engine workers have stopped\n");
+    let (status, body) = ready().await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&body).expect("json")["status"], "failed");
+    // Recovered, then draining: drain.
+    engine.failed.store(false, Ordering::Relaxed);
+    let _ = stop.send(());
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while agent_line(agent_addr).await != "drain\n" {
+        assert!(std::time::Instant::now() < deadline, "the agent never said drain");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(client);
+    tokio::time::timeout(TIMEOUT, server).await.expect("shut down").expect("join").expect("serve");
+}
+
+/// GET `path` on a fresh connection: status and body.
+async fn speechstream_http(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+    (status, body)
 }
