@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Piper's joe voice (en_US-joe-medium) in process on one thread, our engine against piper-tts 1.8.0
 # (onnxruntime 1.32.0, intra_op_num_threads = 1), both pinned to the same CPU, text to audio with
-# phonemization on both sides; then Whisper base on both sides' audio of held-out sentences
-# (section 17). Home Assistant's path (the Wyoming servers) is `VOICE=piper benches/wyoming-bench.sh`.
+# phonemization on both sides; then Whisper base and Distill-MOS on both sides' audio of held-out
+# sentences (section 17). Home Assistant's path (the Wyoming servers) is `VOICE=piper benches/wyoming-bench.sh`.
 #
-#   benches/piper-bench.sh                              # ~3 min with the defaults
-#   SPEECHSTREAM_SIMD=avx2 SKIP_ASR=1 benches/piper-bench.sh   # our kernels capped to AVX2
+#   benches/piper-bench.sh                              # ~7 min with the defaults
+#   SPEECHSTREAM_SIMD=avx2 SKIP_ASR=1 SKIP_MOS=1 benches/piper-bench.sh   # our kernels capped to AVX2
+#   SKIP_RTF=1 SKIP_ASR=1 benches/piper-bench.sh        # Distill-MOS alone (~2.5 min)
 #
 # Timings, per round (ROUNDS of them, the sides alternating within each):
 #   piper-tts  benches/piper_ref.py rtf: one process loads the voice, then per text one cold run
@@ -29,16 +30,30 @@
 # comma, then the rest; benches/piper_ref.py's split_first), to tell that cut's effect from the
 # network's.
 #
+# Distill-MOS (SKIP_MOS=1 to leave out): naturalness predicted by distillmos 0.9.1 (1..5;
+# benches/piper_mos.py, .venv-mos, benches/setup-mos.sh) on the lines of SENTENCES, one draw per
+# seed of MOS_SEEDS: ours through each server (`wav` with `"seed": S`, so each P of PRECISIONS
+# reads a sentence with the same seed of the noise), piper-tts (`synthesize_wav`; its noise is
+# drawn inside its ONNX graph and takes no seed, so a draw is a fresh one), piper-tts-cut8
+# (piper-tts reading each sentence cut as our engine cuts Piper's first sentence now: eight words
+# and a comma, then the rest; piper_ref.py --split-first=8), and each voice of
+# MOS_CONTEXT through `speechstream say --voice V --seed S` (hibari's heart by default, as
+# context). Per set the mean, min and max over every file, the means per draw, and its mean
+# difference from the first set (ours, the first of PRECISIONS) file by file.
+#
 # Knobs [defaults]: ROUNDS [3], WARM [2], TEXTS [benches/texts/{short,two-sentences,medium,long}.txt],
 # PRECISIONS ["fp32 auto"], CPU [1], PORT [38220] (and PORT+1...), PIPER_DIR [.cache/piper],
 # VOICE [en_US-joe-medium], SENTENCES [benches/piper-held-out.txt], BIN
-# [target/release/speechstream], SKIP_BUILD [0], SKIP_RTF [0], SKIP_ASR [0];
+# [target/release/speechstream], SKIP_BUILD [0], SKIP_RTF [0], SKIP_ASR [0], SKIP_MOS [0],
+# MOS_SEEDS ["1 2 3"], MOS_CONTEXT [heart] (Kokoro's English voices, e.g. af_heart, need
+# kokoro-onnx's voices-v1.0.bin in .cache/kokoro; scripts/setup-voice.sh fetches the Japanese ones);
 # SPEECHSTREAM_SIMD caps our kernels (and ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2
 # libtorch's, as BENCHMARKS.md's capped runs do); REF_SIMD [native] caps piper-tts's onnxruntime
 # (benches/cap-reference.sh, on .venv-piper's copy):
 #   SPEECHSTREAM_SIMD=avx2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 REF_SIMD=avx2 benches/piper-bench.sh
-# Needs .venv-piper (scripts/setup.sh: piper-tts 1.8.0) and the voice in PIPER_DIR.
-# Results: target/bench/piper-<stamp>.md, the JSON lines, WAVs and transcripts beside it.
+# Needs .venv-piper (scripts/setup.sh: piper-tts 1.8.0) and the voice in PIPER_DIR; for Distill-MOS,
+# .venv-mos (benches/setup-mos.sh).
+# Results: target/bench/piper-<stamp>.md, the JSON lines, WAVs, transcripts and scores beside it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR
@@ -57,6 +72,9 @@ BIN="${BIN:-target/release/speechstream}"
 SKIP_BUILD="${SKIP_BUILD:-0}"
 SKIP_RTF="${SKIP_RTF:-0}"
 SKIP_ASR="${SKIP_ASR:-0}"
+SKIP_MOS="${SKIP_MOS:-0}"
+MOS_SEEDS="${MOS_SEEDS:-1 2 3}"
+MOS_CONTEXT="${MOS_CONTEXT-heart}"
 PY=.venv-piper/bin/python
 MODEL="$PIPER_DIR/$VOICE.onnx"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -65,6 +83,7 @@ say() { echo "piper-bench: $*" >&2; }
 
 [[ -f "$MODEL" ]] || { say "no $MODEL (scripts/setup.sh)"; exit 1; }
 [[ -x "$PY" ]] || { say "no $PY (scripts/setup.sh)"; exit 1; }
+[[ "$SKIP_MOS" == 1 || -x .venv-mos/bin/python ]] || { say "no .venv-mos (benches/setup-mos.sh; or SKIP_MOS=1)"; exit 1; }
 RATE="$(jq .audio.sample_rate "$MODEL.json")"
 REF_SIMD="${REF_SIMD:-native}"
 read -r -a ref_env <<<"$(CAP_PY="$ROOT/$PY" benches/cap-reference.sh "$REF_SIMD")"
@@ -102,6 +121,12 @@ post() {
     curl -sf -o "$OUT/post.pcm" -w '%{time_total}' -H 'content-type: application/json' --data-binary @- \
       "http://127.0.0.1:$port/v1/audio/speech")"
   echo "$(($(stat -c %s "$OUT/post.pcm") / 2)) $out" | awk -v r="$RATE" '{printf "%.4f %.4f", $1 / r, $2}'
+}
+# POST one text to a server as a WAV file: speak PORT OUT.wav TEXT [SEED].
+speak() {
+  jq -n --arg t "$3" --arg v "$VOICE" --arg s "${4:-}" \
+    '{input: $t, voice: $v, response_format: "wav"} + (if $s == "" then {} else {seed: ($s | tonumber)} end)' |
+    curl -sf -o "$2" -H 'content-type: application/json' --data-binary @- "http://127.0.0.1:$1/v1/audio/speech"
 }
 row() { # side mode text audio_s compute_s
   printf '{"side": "%s", "mode": "%s", "text": "%s", "audio_s": %s, "compute_s": %s}\n' "$@" >>"$OUT/runs.jsonl"
@@ -148,13 +173,39 @@ if [[ "$SKIP_ASR" != 1 ]]; then
     while IFS= read -r sentence; do
       [[ -n "$sentence" ]] || continue
       i=$((i + 1))
-      jq -n --arg t "$sentence" --arg v "$VOICE" '{input: $t, voice: $v, response_format: "wav"}' |
-        curl -sf -o "$(printf '%s/asr-ours-%s/%02d.wav' "$OUT" "$precision" "$i")" \
-          -H 'content-type: application/json' --data-binary @- "http://127.0.0.1:${port_of[$precision]}/v1/audio/speech"
+      speak "${port_of[$precision]}" "$(printf '%s/asr-ours-%s/%02d.wav' "$OUT" "$precision" "$i")" "$sentence"
     done <"$SENTENCES"
     sets+=("ours-$precision")
   done
-  stop_all # Whisper gets the CPUs
+fi
+
+if [[ "$SKIP_MOS" != 1 ]]; then # the audio, while the servers are up; scored below
+  mos_sets=()
+  for precision in $PRECISIONS; do mos_sets+=("ours-$precision"); done
+  mos_sets+=(piper-tts piper-tts-cut8)
+  for v in $MOS_CONTEXT; do mos_sets+=("$v"); done
+  for seed in $MOS_SEEDS; do
+    say "Distill-MOS audio, seed $seed"
+    for set in "${mos_sets[@]}"; do mkdir -p "$OUT/mos-$set/s$seed"; done
+    env "${ref_env[@]}" "${pin[@]}" "$PY" benches/piper_ref.py wav "$MODEL" "$OUT/mos-piper-tts/s$seed" "$SENTENCES"
+    env "${ref_env[@]}" "${pin[@]}" "$PY" benches/piper_ref.py wav "$MODEL" "$OUT/mos-piper-tts-cut8/s$seed" "$SENTENCES" --split-first=8
+    i=0
+    while IFS= read -r sentence; do
+      [[ -n "$sentence" ]] || continue
+      i=$((i + 1))
+      for precision in $PRECISIONS; do
+        speak "${port_of[$precision]}" "$(printf '%s/mos-ours-%s/s%s/%02d.wav' "$OUT" "$precision" "$seed" "$i")" "$sentence" "$seed"
+      done
+      for v in $MOS_CONTEXT; do
+        "${pin[@]}" "$BIN" say --voice "$v" --threads 1 --seed "$seed" \
+          -o "$(printf '%s/mos-%s/s%s/%02d.wav' "$OUT" "$v" "$seed" "$i")" "$sentence" 2>>"$OUT/mos-say.log"
+      done
+    done <"$SENTENCES"
+  done
+fi
+stop_all # Whisper and Distill-MOS get the CPUs
+
+if [[ "$SKIP_ASR" != 1 ]]; then
   {
     echo
     echo "## Whisper base on $(grep -c . "$SENTENCES") held-out sentences ($SENTENCES)"
@@ -171,6 +222,20 @@ if [[ "$SKIP_ASR" != 1 ]]; then
       echo '```'
     } | tee -a "$OUT.md"
   done
+fi
+
+if [[ "$SKIP_MOS" != 1 ]]; then
+  scores=()
+  for set in "${mos_sets[@]}"; do
+    .venv-mos/bin/python benches/piper_mos.py --label "$set" "$OUT/mos-$set"/s*/*.wav >"$OUT/mos-$set.txt" 2>>"$OUT/mos.log"
+    scores+=("$OUT/mos-$set.txt")
+  done
+  {
+    echo
+    echo "## Distill-MOS on $(grep -c . "$SENTENCES") held-out sentences ($SENTENCES), seeds $MOS_SEEDS"
+    echo
+    python3 benches/piper_mos.py --table "${scores[@]}"
+  } | tee -a "$OUT.md"
 fi
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT.md" >&2
 say "results: $OUT.md"

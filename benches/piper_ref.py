@@ -7,11 +7,12 @@ Run with .venv-piper's python (scripts/setup.sh makes it), pinned to one CPU by 
         end (text to audio, espeak-ng's phonemization included); prints one JSON line a run:
         {"side": "piper-tts", "text": ..., "run": i, "audio_s": ..., "compute_s": ...}; run 0 is
         the first call after loading (cold), the others warm.
-    python benches/piper_ref.py wav MODEL.onnx OUT_DIR SENTENCES_FILE [--split-first]
+    python benches/piper_ref.py wav MODEL.onnx OUT_DIR SENTENCES_FILE [--split-first[=N]]
         one WAV per line of SENTENCES_FILE (OUT_DIR/NN.wav, from 01), through `synthesize_wav`;
-        --split-first: each line as our engine cuts an utterance's first sentence (its first
-        six words, a comma added, then the rest: `split_first` below), one call each, the audio
-        concatenated (to tell the cut's effect from the network's).
+        --split-first: each line as our engine cut an utterance's first sentence for Piper at
+        first (its first six words, a comma added, then the rest: `split_first` below), one call
+        each, the audio concatenated (to tell the cut's effect from the network's); --split-first=N
+        after N words (8: Piper's cut now, PIPER_FIRST_WORDS in engine-libtorch/src/piper/serve.rs).
 
 Two helpers that need only the standard library (any python):
 
@@ -67,25 +68,25 @@ def rtf(model, reps, files):
                               "compute_s": round(compute, 4)}), flush=True)
 
 
-def split_first(text):
+def split_first(text, n=6):
     """Our engine's first-segment cut (engine-libtorch/src/family.rs `split_first`), on words
-    split at spaces: a sentence of more than 6 words is cut after its first clause break (`,`
-    `;` `:` or a dash after word 2 to 6), else after word 6 with a comma added."""
+    split at spaces: a sentence of more than n words is cut after its first clause break (`,`
+    `;` `:` or a dash after word 2 to n), else after word n with a comma added."""
     words = text.split()
-    if len(words) <= 6:
+    if len(words) <= n:
         return [text]
-    clause = next((k for k in range(1, 6) if words[k][-1] in ",;:\u2014\u2013"), None)
-    cut = 5 if clause is None else clause
+    clause = next((k for k in range(1, n) if words[k][-1] in ",;:\u2014\u2013"), None)
+    cut = n - 1 if clause is None else clause
     head = " ".join(words[: cut + 1]) + ("," if clause is None else "")
     return [head, " ".join(words[cut + 1:])]
 
 
-def wav(model, out_dir, sentences, split=False):
+def wav(model, out_dir, sentences, split=0):
     voice = load(model)
     lines = [line.strip() for line in open(sentences, encoding="utf-8") if line.strip()]
     for i, text in enumerate(lines, 1):
         with wave.open(os.path.join(out_dir, f"{i:02d}.wav"), "wb") as w:
-            for j, part in enumerate(split_first(text) if split else [text]):
+            for j, part in enumerate(split_first(text, split) if split else [text]):
                 voice.synthesize_wav(part, w, set_wav_format=j == 0)
 
 
@@ -165,7 +166,8 @@ if __name__ == "__main__":
     if command == "rtf":
         rtf(sys.argv[2], int(sys.argv[3]), sys.argv[4:])
     elif command == "wav":
-        wav(sys.argv[2], sys.argv[3], sys.argv[4], split="--split-first" in sys.argv[5:])
+        split = [int(a.partition("=")[2] or 6) for a in sys.argv[5:] if a.partition("=")[0] == "--split-first"]
+        wav(sys.argv[2], sys.argv[3], sys.argv[4], split=split[-1] if split else 0)
     elif command == "report":
         report(sys.argv[2])
     elif command == "wer":
