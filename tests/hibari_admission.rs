@@ -178,3 +178,29 @@ fn usage_is_zero_idle_rises_with_streams_and_is_one_when_the_next_would_be_refus
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn usage_is_one_when_admission_would_not_take_a_stream_on_time() {
+    // A first-audio target no stream can meet: the idle worker takes the first stream anyway
+    // (its work measures its speed), and from then on any new stream would be refused or
+    // delayed, which the gauge says before one is sent.
+    let mut options = EngineOptions::new(assets());
+    options.threads = Some(1);
+    options.workers = Some(1);
+    options.pacing.first_audio = Duration::from_millis(1);
+    let engine = TorchEngine::new(options).expect("engine");
+    assert_eq!(engine.load().usage, 0.0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut stream = SynthesisRequest::new("A stream long enough to still be running when the next one comes along.");
+    stream.stream = true;
+    let first = RequestId { connection: 1, utterance: 0 };
+    engine.submit(first, stream.clone(), Box::new(Events(tx.clone())));
+    assert_eq!(engine.load().usage, 1.0);
+    let second = RequestId { connection: 2, utterance: 0 };
+    engine.submit(second, stream, Box::new(Events(tx)));
+    let load = engine.load();
+    assert_eq!(load.streams.refused + load.streams.delayed, 1, "{:?}", load.streams);
+    engine.abort(first);
+    engine.abort(second);
+    drop(rx);
+}
