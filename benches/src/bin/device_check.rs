@@ -18,6 +18,20 @@
 //! band-power spectra (mean distance, dB), each within [`KOKORO_TOLERANCE`]; and, so that the
 //! check can fail, the same spectral distance to another voice's audio, which must be far
 //! beyond it.
+//!
+//! A Piper voice (`--piper VOICE.onnx`, its `.onnx.json` beside it) is compared as its own tests
+//! compare it with onnxruntime (engine-libtorch/tests/piper_model.rs): the device's network, in
+//! the precision it runs there (fp32 on every device but the CPU, whose int8 is left out here:
+//! `--precision fp32`), against the CPU's fp32 on the same phoneme ids, once with the noise off
+//! (noise_scale = noise_w = 0) and once at the voice's scales with the same seeded noise (ours,
+//! drawn on the host and moved to the device, so both get the same numbers): the durations must
+//! be equal and the audio within [`PIPER_SNR_DB`] of the CPU's (its largest difference reported
+//! too). The ids come from `--piper-ids` (written beforehand by `--write-piper-cases`, which
+//! reads the texts through espeak-ng as the server does, so that the device needs no espeak-ng
+//! for this check), else from espeak-ng here.
+//!
+//!   target/release/device-check --write-piper-cases target/gpu-check/cases --piper .cache/piper/en_US-joe-medium.onnx
+//!   target/release/device-check --device cuda --piper DIR/en_US-joe-medium.onnx --piper-ids target/gpu-check/cases/piper-check.json
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -25,13 +39,19 @@ use std::process::ExitCode;
 use clap::Parser;
 use serde_json::json;
 use speechstream_engine_libtorch::dsp::spectral_distance;
+use speechstream_engine_libtorch::g2p::espeak::Espeak;
 use speechstream_engine_libtorch::kokoro::serve::Vocab;
 use speechstream_engine_libtorch::kokoro::voices;
+use speechstream_engine_libtorch::piper::serve::PiperConfig;
+use speechstream_engine_libtorch::piper::{PiperModel, Scales};
 use speechstream_engine_libtorch::{load_front_end, parse_device, Hibari, KokoroModel, NoiseSource, Precision};
 use tch::{Device, Tensor};
 
 #[derive(Parser)]
-#[command(name = "device-check", about = "hibari (or Kokoro-82M) on a device against the CPU, in fp32")]
+#[command(
+    name = "device-check",
+    about = "hibari (or Kokoro-82M, or a Piper voice) on a device against the CPU, in fp32"
+)]
 struct Args {
     /// The device to check: cuda, cuda:N (or cpu, which checks the comparison itself).
     #[arg(long, default_value = "cuda")]
@@ -54,9 +74,22 @@ struct Args {
     #[arg(long, default_value_t = 0.0)]
     perturb: f32,
     /// Kokoro: the device's precision, fp32 or fp16 (its products in float16), always against
-    /// the CPU's fp32 and within the same bounds.
+    /// the CPU's fp32 and within the same bounds. Piper: the precision asked for (it runs fp32
+    /// on every device but the CPU, and int8 only there; the JSON says what ran).
     #[arg(long, default_value = "fp32")]
     precision: Precision,
+    /// Check a Piper voice instead: its .onnx, with its .onnx.json beside it.
+    #[arg(long, value_name = "VOICE.onnx")]
+    piper: Option<PathBuf>,
+    /// Piper: the sentences' phoneme ids, a JSON list of {"text", "ids"} (`--write-piper-cases`'s
+    /// piper-check.json) [default: the check's texts read here by espeak-ng, as the server reads].
+    #[arg(long, value_name = "FILE")]
+    piper_ids: Option<PathBuf>,
+    /// Piper: read the check's texts and the in-process speed's two cases through espeak-ng as
+    /// the server does, write them into DIR (piper-check.json, piper-short.json, piper-long.json:
+    /// {"text", "ids"}, the cases as engine-libtorch's piper_rtf example takes them) and exit.
+    #[arg(long, value_name = "DIR", requires = "piper")]
+    write_piper_cases: Option<PathBuf>,
 }
 
 /// Kokoro's bounds, device against CPU: durations before rounding (frames), F0 and N (relative
@@ -85,6 +118,16 @@ fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let (Some(onnx), Some(dir)) = (&args.piper, &args.write_piper_cases) {
+        // no device involved
+        return match write_piper_cases(onnx, dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("device-check: Piper: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let device = match parse_device(&args.device) {
         Ok(d) => d,
         Err(e) => {
@@ -97,6 +140,16 @@ fn main() -> ExitCode {
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/hibari"))
     });
+    if let Some(onnx) = &args.piper {
+        return match piper_check(onnx, args.piper_ids.as_deref(), device, args.precision) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(e) => {
+                eprintln!("device-check: Piper: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(dir) = &args.kokoro {
         return match kokoro_check(&assets, dir, args.voice.as_deref(), device, args.perturb, args.precision) {
             Ok(true) => ExitCode::SUCCESS,
@@ -248,6 +301,158 @@ fn kokoro_check(
     println!("{line}");
     eprintln!(
         "device-check: Kokoro on {device:?} in {precision} against the CPU's fp32: {}",
+        if pass { "pass" } else { "FAIL" }
+    );
+    Ok(pass)
+}
+
+/// Piper's bound, device against CPU (both fp32, the same ids and noise): the durations equal
+/// (VITS ceils them: a change would move every sample after it), and the audio at least this
+/// signal-to-noise ratio from the CPU's, in dB. For scale: our CPU's fp32 is within 2.4e-5 (max
+/// abs) of onnxruntime's on joe (tests/piper_model.rs), the CPU's int8 13-20 dB from its fp32 on
+/// these sentences (`--device cpu --precision int8` fails this check); TF32 (10-bit mantissas,
+/// which the engine turns off on CUDA) moved hibari's audio by up to 0.14.
+const PIPER_SNR_DB: f64 = 40.0;
+
+/// The in-process speed's two texts (`--write-piper-cases`): one short sentence, and a paragraph
+/// read as one pass (its sentences' phonemes joined, the time of a long segment).
+const PIPER_SHORT: &str = "The weather today is sunny with a light breeze from the west.";
+const PIPER_LONG: &str = "The old lighthouse stood at the edge of the cliff for more than two hundred years. \
+    Every night its keeper climbed the narrow stairs, trimmed the wick and watched the lamp turn slowly \
+    over the dark water. Ships that passed far out at sea saw the light and knew where the rocks were. \
+    When the keeper grew old, the town installed an electric lamp, and the stairs were left to the gulls.";
+
+/// One of the check's sentences: its text and phoneme ids.
+#[derive(serde::Deserialize, serde::Serialize)]
+struct PiperCase {
+    text: String,
+    ids: Vec<i64>,
+}
+
+/// The voice's config (the .onnx.json beside `onnx`).
+fn piper_config(onnx: &Path) -> Result<PiperConfig, String> {
+    let name = onnx.file_stem().and_then(|s| s.to_str()).unwrap_or("voice");
+    PiperConfig::read(&onnx.with_extension("onnx.json"), name)
+}
+
+/// `texts` read by espeak-ng as the server reads them for this voice: each sentence's text and
+/// phonemes.
+fn piper_read(config: &PiperConfig, texts: &[&str]) -> Result<Vec<(String, String)>, String> {
+    let espeak = Espeak::for_piper();
+    let mut out = Vec::new();
+    for text in texts {
+        for s in config.phonemizer.sentences(&espeak, text)? {
+            out.push((s.text, s.phonemes));
+        }
+    }
+    Ok(out)
+}
+
+/// `--write-piper-cases`: the check's sentences and the two speed cases, as JSON files in `dir`.
+fn write_piper_cases(onnx: &Path, dir: &Path) -> Result<(), String> {
+    let config = piper_config(onnx)?;
+    let case = |text: String, phonemes: &str| PiperCase { ids: config.ids.ids(phonemes), text };
+    let check: Vec<PiperCase> = piper_read(&config, TEXTS)?.into_iter().map(|(t, p)| case(t, &p)).collect();
+    let short = piper_read(&config, &[PIPER_SHORT])?;
+    let (text, phonemes) = short.into_iter().next().ok_or("the short text has no sentence")?;
+    let short = case(text, &phonemes);
+    let long = piper_read(&config, &[PIPER_LONG])?;
+    let phonemes = long.iter().map(|(_, p)| p.trim()).collect::<Vec<_>>().join(" ");
+    let long = case(PIPER_LONG.to_owned(), &phonemes);
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let write = |name: &str, value: serde_json::Value| {
+        let path = dir.join(name);
+        std::fs::write(&path, value.to_string()).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    write("piper-check.json", json!(check))?;
+    write("piper-short.json", json!(short))?;
+    write("piper-long.json", json!(long))?;
+    eprintln!(
+        "device-check: Piper cases in {}: {} sentences to check, short {} ids, long {} ids",
+        dir.display(),
+        check.len(),
+        short.ids.len(),
+        long.ids.len()
+    );
+    Ok(())
+}
+
+/// Signal-to-noise ratio of `x` against `reference`, in dB (400 for equal signals).
+fn snr_db(reference: &[f32], x: &[f32]) -> f64 {
+    let signal: f64 = reference.iter().map(|&v| f64::from(v).powi(2)).sum();
+    let noise: f64 = reference.iter().zip(x).map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2)).sum();
+    if noise == 0.0 {
+        return 400.0;
+    }
+    10.0 * (signal / noise).log10()
+}
+
+/// A Piper voice on `device` in `precision` (what it runs there) against the CPU's fp32 (module
+/// doc); prints its JSON line and returns whether it passed.
+fn piper_check(onnx: &Path, ids: Option<&Path>, device: Device, precision: Precision) -> Result<bool, String> {
+    let config = piper_config(onnx)?;
+    let cases: Vec<PiperCase> = match ids {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        None => piper_read(&config, TEXTS)?
+            .into_iter()
+            .map(|(text, p)| PiperCase { ids: config.ids.ids(&p), text })
+            .collect(),
+    };
+    if cases.is_empty() {
+        return Err("no sentences to check".into());
+    }
+    let cpu = PiperModel::load(onnx, Device::Cpu, Precision::Fp32)?;
+    let dev = PiperModel::load(onnx, device, precision)?;
+    // what the server runs on this device (`--precision auto`)
+    let auto = PiperModel::auto_precision(device);
+    let mut pass = dev.device() == device
+        && (device == Device::Cpu || (dev.precision() == Precision::Fp32 && auto == Precision::Fp32));
+    let quiet = Scales { noise_scale: 0.0, length_scale: config.scales.length_scale, noise_w: 0.0 };
+    let mut results = Vec::new();
+    for case in &cases {
+        for (noise, scales, seed) in [("off", quiet, 0u64), ("seeded", config.scales, 7)] {
+            let c = cpu.infer(&case.ids, None, scales, seed)?;
+            let d = dev.infer(&case.ids, None, scales, seed)?;
+            let moved = c.durations.iter().zip(&d.durations).filter(|(a, b)| a != b).count();
+            let durations_max = c.durations.iter().zip(&d.durations).map(|(a, b)| (a - b).abs()).max().unwrap_or(0);
+            let same = c.durations == d.durations && c.audio.len() == d.audio.len();
+            let (err, snr) = if same {
+                let err = c.audio.iter().zip(&d.audio).map(|(a, b)| f64::from((a - b).abs())).fold(0.0, f64::max);
+                (Some(err), Some(snr_db(&c.audio, &d.audio)))
+            } else {
+                (None, None)
+            };
+            let ok = same && snr.is_some_and(|s| s >= PIPER_SNR_DB);
+            pass &= ok;
+            let peak = c.audio.iter().fold(0f32, |m, x| m.max(x.abs()));
+            results.push(json!({
+                "text": case.text, "ids": case.ids.len(), "noise": noise, "seed": seed,
+                "scales": [scales.noise_scale, scales.length_scale, scales.noise_w],
+                "frames": c.durations.iter().sum::<i64>(), "frames_device": d.durations.iter().sum::<i64>(),
+                "durations_differ": moved, "durations_max_abs": durations_max,
+                "audio_peak": peak, "audio_max_abs_diff": err, "snr_db": snr, "pass": ok,
+            }));
+        }
+    }
+    let line = json!({
+        "kind": "device_check_piper",
+        "device": format!("{device:?}"),
+        "voice": onnx.file_stem().and_then(|s| s.to_str()),
+        "precision_asked": precision.to_string(),
+        "precision": dev.precision().to_string(),
+        "auto_precision": auto.to_string(),
+        "model_device": format!("{:?}", dev.device()),
+        "tolerance": {"durations": "equal", "snr_db": PIPER_SNR_DB},
+        "pass": pass,
+        "sentences": results,
+    });
+    println!("{line}");
+    eprintln!(
+        "device-check: Piper on {device:?} in {} against the CPU's fp32: {}",
+        dev.precision(),
         if pass { "pass" } else { "FAIL" }
     );
     Ok(pass)
