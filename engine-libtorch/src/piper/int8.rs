@@ -11,6 +11,11 @@
 //!   range. An utterance's loud and quiet stretches each get their resolution, and no pass over
 //!   the whole tensor is needed for its range: the window is quantized while it is in cache,
 //!   its products summed, and the sums turned into floats, block after block.
+//! - **In two passes** ([`QConv::two_pass`], the generator's last stage, at the audio rate): the
+//!   window, then its rounding error as a window of its own, both products summed: 16 bits of
+//!   activation for twice the multiply-adds. One pass there cost joe 0.2 Distill-MOS against
+//!   fp32 (a noise floor in the pauses 2–12 dB higher, and rougher speech); blocks down to 12
+//!   steps won back only half of it, two passes all but 0.02 (benches/results/17-piper.md).
 //! - **Per step** instead ([`QConv::per_row`], the flow's WaveNet layers, at frame rate): each
 //!   input step gets its own range, and each tap is a product of its own (see there).
 //! - **The activation before the convolution** (the generator's LeakyReLU, and the mean of a
@@ -44,6 +49,8 @@ const MAX_BLOCK: usize = 1920;
 thread_local! {
     /// The quantized input window of a block (rewritten in full each block).
     static WINDOW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// A window's rounding error ([`QConv::two_pass`]'s second pass).
+    static ERR: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The activation applied to a convolution's input as it is quantized: LeakyReLU of `slope` of
@@ -122,6 +129,8 @@ pub(super) struct QConv {
     up: Option<Up>,
     /// Activations quantized per step (row) instead of per block ([`QConv::per_row`])
     per_row: bool,
+    /// Activations in two passes ([`QConv::two_pass`])
+    two_pass: bool,
 }
 
 /// f32 values of a float tensor (any layout, on any device).
@@ -200,6 +209,7 @@ impl QConv {
                 pad_r: 1,
                 up: Some(Up { stride: s, c_out, shift, pad: p }),
                 per_row: false,
+                two_pass: false,
             });
         }
         if conv.stride != 1 {
@@ -229,6 +239,7 @@ impl QConv {
             pad_r: conv.pad as usize,
             up: None,
             per_row: false,
+            two_pass: false,
         })
     }
 
@@ -270,6 +281,7 @@ impl QConv {
             pad_r: conv.pad as usize,
             up: None,
             per_row: true,
+            two_pass: false,
         })
     }
 
@@ -292,6 +304,17 @@ impl QConv {
             let steps = Steps { scale: &scale, corr: &corr };
             per_row_epilogue(y, steps, &self.rowsum, &self.w_scale, &self.bias, taps, out);
         });
+    }
+
+    /// Quantizes the activations in two passes from now on: each block's window as before, then
+    /// its rounding error (pre(x) less its codes' values, within ± half a step) as a second
+    /// window with a range of its own, whose product is added to the first's: 16 bits of
+    /// resolution where one pass gives 8, for twice the multiply-adds and a second quantizing
+    /// pass. For the layers where 8 bits of activation are heard (Piper's last up-sampling
+    /// stage, [`super::net`]). A [`QConv::new`] layer's only.
+    pub fn two_pass(&mut self) {
+        assert!(!self.per_row, "two passes are for blocks of steps");
+        self.two_pass = true;
     }
 
     /// Input channels.
@@ -347,6 +370,7 @@ impl QConv {
             gemm::with_scratch_i32(block * self.n, |y| {
                 let mut sc = vec![0f32; self.n];
                 let mut corr = vec![0i32; self.n];
+                let zeros = vec![0f32; if self.two_pass { self.n } else { 0 }];
                 for r0 in (0..rows).step_by(block) {
                     let m = block.min(rows - r0);
                     // padded steps r0 .. r0 + m + reach; padded step i is x's step i − pad_l
@@ -388,8 +412,37 @@ impl QConv {
                         Some(u) => {
                             assert!(matches!(how, Out::Store), "an up-sampling stores its output");
                             let cols = Cols { corr: &corr, sc: &sc, bias: &self.bias };
-                            up_epilogue(y, r0, cols, &u.shift, u.c_out, out);
+                            up_epilogue(y, r0, cols, &u.shift, u.c_out, out, false);
                         }
+                    }
+                    if self.two_pass {
+                        // the window's rounding error, quantized with its own range, its sums added
+                        ERR.with_borrow_mut(|err| {
+                            err.resize(inner.len(), 0.0);
+                            rounding_error(inner, pre, 1.0 / scale, scale, zp, err);
+                            let (lo, hi) = extremes(err);
+                            let (s2, z2) = params(lo, hi);
+                            win[..before * c].fill(z2);
+                            quantize(err, Pre::NONE, 1.0 / s2, z2, &mut win[before * c..(before + hi_i - lo_i) * c]);
+                            win[(before + hi_i - lo_i) * c..][..after * c].fill(z2);
+                            if self.up.is_some() {
+                                self.packed.matmul_u8_rows(win, m, c, y);
+                            } else {
+                                self.packed.matmul_u8_taps(win, m, c, self.taps, c, self.dil * c, y);
+                            }
+                            let k2 = 128 - i32::from(z2);
+                            for j in 0..self.n {
+                                sc[j] = s2 * self.w_scale[j];
+                                corr[j] = k2.wrapping_mul(self.rowsum[j]);
+                            }
+                            match &self.up {
+                                None => accumulate(y, &corr, &sc, &mut out[r0 * c_out..(r0 + m) * c_out]),
+                                Some(u) => {
+                                    let cols = Cols { corr: &corr, sc: &sc, bias: &zeros };
+                                    up_epilogue(y, r0, cols, &u.shift, u.c_out, out, true);
+                                }
+                            }
+                        });
                     }
                 }
             })
@@ -460,6 +513,32 @@ simd_fn! {
 }
 
 simd_fn! {
+    /// pre(x) less the value of its code (round(pre(x)·inv), clamped as [`quantize`]'s, times
+    /// `scale`), into `r`.
+    fn rounding_error(x: &[f32], pre: Pre, inv: f32, scale: f32, zp: u8, r: &mut [f32]) {
+        const MAGIC: f32 = 12_582_912.0;
+        let (lo, hi) = (-f32::from(zp), 255.0 - f32::from(zp));
+        for (r, &v) in r.iter_mut().zip(x) {
+            let p = pre.apply(v);
+            let q = ((p * inv).clamp(lo, hi) + MAGIC) - MAGIC;
+            *r = p - q * scale;
+        }
+    }
+}
+
+simd_fn! {
+    /// A block's sums `y` [M, N] as floats added to `dst`: (sum + `corr`)·`sc`.
+    fn accumulate(y: &[i32], corr: &[i32], sc: &[f32], dst: &mut [f32]) {
+        let n = corr.len();
+        for (d, yr) in dst.chunks_exact_mut(n).zip(y.chunks_exact(n)) {
+            for (d, (&v, (&k, &s))) in d.iter_mut().zip(yr.iter().zip(corr.iter().zip(sc))) {
+                *d += v.wrapping_add(k) as f32 * s;
+            }
+        }
+    }
+}
+
+simd_fn! {
     /// A block's sums `y` [M, N] into floats in `dst` [M, N]: (sum + `corr`)·`sc` + `bias`, plus
     /// `res` (if not empty), stored or (`add`) added to `dst`.
     fn epilogue(y: &[i32], corr: &[i32], sc: &[f32], bias: &[f32], dst: &mut [f32], res: &[f32], add: bool) {
@@ -490,7 +569,7 @@ simd_fn! {
 simd_fn! {
     /// A transposed convolution's block of sums `y` (pairs r0.., N = s·C_out) into its output
     /// steps: phase r of pair p is output step (p − a_r)·s + r.
-    fn up_epilogue(y: &[i32], r0: usize, cols: Cols<'_>, shift: &[usize], c_out: usize, out: &mut [f32]) {
+    fn up_epilogue(y: &[i32], r0: usize, cols: Cols<'_>, shift: &[usize], c_out: usize, out: &mut [f32], add: bool) {
         let Cols { corr, sc, bias } = cols;
         let s = shift.len();
         let n = s * c_out;
@@ -505,7 +584,8 @@ simd_fn! {
                 let cols = r * c_out..(r + 1) * c_out;
                 let d = &mut out[t * c_out..(t + 1) * c_out];
                 for (d, (&v, ((&k, &sc), &b))) in d.iter_mut().zip(yr[cols.clone()].iter().zip(corr[cols.clone()].iter().zip(&sc[cols.clone()]).zip(&bias[cols]))) {
-                    *d = v.wrapping_add(k) as f32 * sc + b;
+                    let v = v.wrapping_add(k) as f32 * sc + b;
+                    *d = if add { *d + v } else { v };
                 }
             }
         }
