@@ -29,12 +29,13 @@ noise and length scales (SynthesisConfig's defaults), as wyoming-piper does.
 """
 import json
 import os
-import re
 import statistics
 import sys
 import time
-import unicodedata
 import wave
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "asr"))
+from textdist import distance, normalise  # noqa: E402  (tests/asr, standard library only)
 
 
 def load(model):
@@ -132,20 +133,7 @@ def report(path):
 
 def words(text):
     """cer.py's normalisation, then words."""
-    text = re.sub(r"[<\[][^>\]]*[>\]]", "", text.lower())
-    text = re.sub(r"\(([^)]+?)\)", "", text)
-    text = "".join(" " if unicodedata.category(c)[0] in "MSP" and c != "'" else c
-                   for c in unicodedata.normalize("NFKC", text))
-    return text.split()
-
-
-def distance(a, b):
-    row = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        prev, row[0] = row[0], i
-        for j, cb in enumerate(b, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
-    return row[len(b)]
+    return normalise(text).split()
 
 
 def wer(sentences, cer_output):

@@ -12,27 +12,9 @@ spaces. CER is the Levenshtein distance between the characters over the referenc
 Transcribed by tests/asr/whisper.py's `transcribe`: greedy, temperature 0, int8 on the CPU.
 """
 import argparse
-import re
-import unicodedata
 
+from textdist import distance, normalise
 from whisper import load, transcribe
-
-
-def normalise(text, spaceless):
-    text = re.sub(r"[<\[][^>\]]*[>\]]", "", text.lower())
-    text = re.sub(r"\(([^)]+?)\)", "", text)
-    text = "".join(" " if unicodedata.category(c)[0] in "MSP" and c != "'" else c for c in unicodedata.normalize("NFKC", text))
-    text = " ".join(text.split())
-    return text.replace(" ", "") if spaceless else text
-
-
-def distance(a, b):
-    row = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        prev, row[0] = row[0], i
-        for j, cb in enumerate(b, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
-    return row[len(b)]
 
 
 parser = argparse.ArgumentParser()

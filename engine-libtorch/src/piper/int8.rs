@@ -382,20 +382,9 @@ impl QConv {
                     let (lo, hi) = extremes(inner);
                     let (scale, zp) = params(pre.apply(lo), pre.apply(hi));
                     win.resize((m + reach) * c, 0);
-                    win[..before * c].fill(zp);
-                    quantize(inner, pre, 1.0 / scale, zp, &mut win[before * c..(before + hi_i - lo_i) * c]);
-                    win[(before + hi_i - lo_i) * c..][..after * c].fill(zp);
                     let y = &mut y[..m * self.n];
-                    if self.up.is_some() {
-                        self.packed.matmul_u8_rows(win, m, c, y);
-                    } else {
-                        self.packed.matmul_u8_taps(win, m, c, self.taps, c, self.dil * c, y);
-                    }
-                    let k = 128 - i32::from(zp);
-                    for j in 0..self.n {
-                        sc[j] = scale * self.w_scale[j];
-                        corr[j] = k.wrapping_mul(self.rowsum[j]);
-                    }
+                    let pads = (before, after);
+                    self.window_product(inner, pre, (scale, zp), pads, m, win, y, (&mut sc, &mut corr));
                     match &self.up {
                         None => {
                             let dst = &mut out[r0 * c_out..(r0 + m) * c_out];
@@ -421,20 +410,8 @@ impl QConv {
                             err.resize(inner.len(), 0.0);
                             rounding_error(inner, pre, 1.0 / scale, scale, zp, err);
                             let (lo, hi) = extremes(err);
-                            let (s2, z2) = params(lo, hi);
-                            win[..before * c].fill(z2);
-                            quantize(err, Pre::NONE, 1.0 / s2, z2, &mut win[before * c..(before + hi_i - lo_i) * c]);
-                            win[(before + hi_i - lo_i) * c..][..after * c].fill(z2);
-                            if self.up.is_some() {
-                                self.packed.matmul_u8_rows(win, m, c, y);
-                            } else {
-                                self.packed.matmul_u8_taps(win, m, c, self.taps, c, self.dil * c, y);
-                            }
-                            let k2 = 128 - i32::from(z2);
-                            for j in 0..self.n {
-                                sc[j] = s2 * self.w_scale[j];
-                                corr[j] = k2.wrapping_mul(self.rowsum[j]);
-                            }
+                            let params = params(lo, hi);
+                            self.window_product(err, Pre::NONE, params, pads, m, win, y, (&mut sc, &mut corr));
                             match &self.up {
                                 None => accumulate(y, &corr, &sc, &mut out[r0 * c_out..(r0 + m) * c_out]),
                                 Some(u) => {
@@ -447,6 +424,39 @@ impl QConv {
                 }
             })
         });
+    }
+
+    /// One block's product: `values` (its input window's steps within x, `pads` = the padded
+    /// steps before and after them) quantized through `pre` at `(scale, zp)` into `win`, its int32
+    /// sums for `m` output steps into `y`, and the columns' scale and zero-point correction into
+    /// `cols` for the epilogue.
+    #[allow(clippy::too_many_arguments)]
+    fn window_product(
+        &self,
+        values: &[f32],
+        pre: Pre,
+        (scale, zp): (f32, u8),
+        (before, after): (usize, usize),
+        m: usize,
+        win: &mut [u8],
+        y: &mut [i32],
+        (sc, corr): (&mut [f32], &mut [i32]),
+    ) {
+        let c = self.c_in;
+        let inner = values.len() / c;
+        win[..before * c].fill(zp);
+        quantize(values, pre, 1.0 / scale, zp, &mut win[before * c..(before + inner) * c]);
+        win[(before + inner) * c..][..after * c].fill(zp);
+        if self.up.is_some() {
+            self.packed.matmul_u8_rows(win, m, c, y);
+        } else {
+            self.packed.matmul_u8_taps(win, m, c, self.taps, c, self.dil * c, y);
+        }
+        let k = 128 - i32::from(zp);
+        for j in 0..self.n {
+            sc[j] = scale * self.w_scale[j];
+            corr[j] = k.wrapping_mul(self.rowsum[j]);
+        }
     }
 
     /// [1, C, L] (any layout, CPU) → [1, C', L'] (its transpose's memory: time-major).
