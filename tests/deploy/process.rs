@@ -77,30 +77,27 @@ impl Server {
 
     /// Where it serves Wyoming (started with `--wyoming-port 0`).
     pub fn wyoming_addr(&self) -> SocketAddr {
-        let deadline = Instant::now() + TIMEOUT;
-        let line = loop {
-            if let Some(line) = self.log().into_iter().find(|line| line.contains("wyoming listening")) {
-                break line;
-            }
-            assert!(Instant::now() < deadline, "no wyoming listener in the log: {:?}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let addr = line.split("addr=").nth(1).and_then(|rest| rest.split_whitespace().next()).expect("address");
-        addr.parse().expect("wyoming address")
+        self.listening("wyoming")
     }
 
     /// Where it answers HAProxy's agent check (started with `--agent-port 0`).
     pub fn agent_addr(&self) -> SocketAddr {
+        self.listening("agent-check")
+    }
+
+    /// The address of the `{what} listening addr=...` line of its log, once it is there.
+    fn listening(&self, what: &str) -> SocketAddr {
+        let marker = format!("{what} listening");
         let deadline = Instant::now() + TIMEOUT;
         let line = loop {
-            if let Some(line) = self.log().into_iter().find(|line| line.contains("agent-check listening")) {
+            if let Some(line) = self.log().into_iter().find(|line| line.contains(&marker)) {
                 break line;
             }
-            assert!(Instant::now() < deadline, "no agent-check listener in the log: {:?}", self.log());
+            assert!(Instant::now() < deadline, "no {what} listener in the log: {:?}", self.log());
             std::thread::sleep(Duration::from_millis(20));
         };
         let addr = line.split("addr=").nth(1).and_then(|rest| rest.split_whitespace().next()).expect("address");
-        addr.parse().expect("agent-check address")
+        addr.parse().unwrap_or_else(|e| panic!("{what} address {addr}: {e}"))
     }
 
     pub fn pid(&self) -> u32 {
