@@ -24,6 +24,7 @@ mod net;
 // How the engine's workers serve Piper's voices (the family integration).
 pub mod serve;
 
+use std::ops::Range;
 use std::path::Path;
 
 use tch::{Device, Kind, Tensor};
@@ -155,6 +156,12 @@ impl PiperModel {
         self.net.dec.hop()
     }
 
+    /// Frames of context [`PiperModel::decode`] decodes on each side of a stretch (the
+    /// generator's receptive field: 12 for a medium voice).
+    pub fn decoder_context(&self) -> usize {
+        self.net.dec.context()
+    }
+
     /// Whether the durations come from the stochastic predictor (noise_w matters), as in all
     /// of Piper's voices, or the plain one.
     pub fn stochastic_durations(&self) -> bool {
@@ -181,8 +188,23 @@ impl PiperModel {
 
     /// Speaks `ids` (phoneme ids, each below [`PiperModel::num_symbols`]) as `speaker` (None for
     /// a single-speaker voice; None means speaker 0 of a multi-speaker one, as Piper does), at
-    /// `scales`, with the noise of `seed`.
+    /// `scales`, with the noise of `seed`: [`PiperModel::prepare`], then its frames decoded
+    /// whole.
     pub fn infer(&self, ids: &[i64], speaker: Option<i64>, scales: Scales, seed: u64) -> Result<PiperOutput, String> {
+        let prepared = self.prepare(ids, speaker, scales, seed)?;
+        let audio = caught(|| {
+            let _g = tch::no_grad_guard();
+            let prior = &prepared.prior;
+            self.net.dec.forward(&prior.z, prior.g.as_ref()).view([-1])
+        })?;
+        let audio = Vec::<f32>::try_from(audio.to_kind(Kind::Float).to_device(Device::Cpu)).map_err(|e| e.to_string())?;
+        Ok(PiperOutput { audio, durations: prepared.prior.durations, samples_per_frame: self.samples_per_frame() })
+    }
+
+    /// A pass up to the decoder (the text encoder, the durations, the flow), whose frames
+    /// [`PiperModel::decode`] then turns into audio a stretch at a time: the first audio of a
+    /// long sentence need not wait for all of it. Arguments as [`PiperModel::infer`]'s.
+    pub fn prepare(&self, ids: &[i64], speaker: Option<i64>, scales: Scales, seed: u64) -> Result<Prepared, String> {
         let symbols = self.num_symbols() as i64;
         if ids.is_empty() {
             return Err("no phoneme ids".into());
@@ -216,22 +238,54 @@ impl PiperModel {
         let dp_noise = Self::noise_tensor(seed, DURATION_STREAM, 2, ids.len() as i64).to_device(device);
         let channels = self.net.channels;
         let prior = |t: i64| Self::noise_tensor(seed, PRIOR_STREAM, channels, t).to_device(device);
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.net.forward(&ids_t, speaker, &s, &dp_noise, prior, MAX_FRAMES as i64)
-        }));
-        let pass = match run {
-            Ok(r) => r?,
-            Err(p) => {
-                let msg = p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                return Err(format!("Piper's network failed: {msg}"));
-            }
-        };
-        let audio =
-            Vec::<f32>::try_from(pass.audio.to_kind(Kind::Float).to_device(Device::Cpu)).map_err(|e| e.to_string())?;
-        Ok(PiperOutput { audio, durations: pass.durations, samples_per_frame: self.samples_per_frame() })
+        let prior = caught(|| self.net.prepare(&ids_t, speaker, &s, &dp_noise, prior, MAX_FRAMES as i64))??;
+        Ok(Prepared { prior })
     }
+
+    /// The audio of `frames` of a prepared pass (its frames counted from 0; a range past its
+    /// end is cut there): `(end − start) · samples_per_frame` samples, raw as
+    /// [`PiperOutput::audio`]. Each stretch is decoded with the generator's receptive field of
+    /// context on each side (12 frames for a medium voice), so stretches laid end to end sound
+    /// as the whole: in fp32 the same samples up to float rounding, in int8 within int8's own
+    /// noise (tests/piper_model.rs).
+    pub fn decode(&self, prepared: &Prepared, frames: Range<usize>) -> Result<Vec<f32>, String> {
+        let prior = &prepared.prior;
+        let audio = caught(|| {
+            let _g = tch::no_grad_guard();
+            self.net.dec.decode_frames(&prior.z, prior.g.as_ref(), frames)
+        })?;
+        Vec::<f32>::try_from(audio.to_kind(Kind::Float).to_device(Device::Cpu)).map_err(|e| e.to_string())
+    }
+}
+
+/// A pass of [`PiperModel::prepare`]: the frames its generator has to decode.
+pub struct Prepared {
+    prior: net::Prior,
+}
+
+// SAFETY: its tensors are made for it alone and only read; libtorch lets another thread use them.
+unsafe impl Send for Prepared {}
+
+impl Prepared {
+    /// Its length in frames (the durations' sum; 1 when every duration is 0, as VITS decodes).
+    pub fn frames(&self) -> usize {
+        self.prior.z.size()[2] as usize
+    }
+
+    /// Frames per input id ([`PiperOutput::durations`]).
+    pub fn durations(&self) -> &[i64] {
+        &self.prior.durations
+    }
+}
+
+/// Runs network code, turning a panic (tch's form of libtorch's exceptions) into an error.
+fn caught<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        format!("Piper's network failed: {msg}")
+    })
 }

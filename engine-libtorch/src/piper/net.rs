@@ -515,8 +515,43 @@ impl Generator {
         self.stages.iter().map(|(up, _)| up.stride as usize).product()
     }
 
+    /// Frames of context a stretch of frames needs on each side to be decoded as in the whole
+    /// pass: its receptive field, each layer's reach (half its dilated kernel; an up-sampling's
+    /// whole kernel, in its input steps) in frames at that layer's rate, summed and rounded up:
+    /// 12 for joe (medium), 3 more than fp32 needs to give the whole pass's samples.
+    pub fn context(&self) -> usize {
+        let reach = |c: &Conv| ((c.k() - 1) * c.dil / 2) as f64;
+        let mut rate = 1.0; // steps per frame
+        let mut frames = reach(&self.pre);
+        for (up, blocks) in &self.stages {
+            frames += (up.k() as f64 / up.stride as f64).ceil() / rate;
+            rate *= up.stride as f64;
+            let block = |b: &ResBlock| -> f64 {
+                b.steps.iter().map(|(c1, c2)| reach(c1) + c2.as_ref().map_or(0.0, reach)).sum()
+            };
+            frames += blocks.iter().map(block).fold(0.0, f64::max) / rate;
+        }
+        frames += reach(&self.post) / rate;
+        frames.ceil() as usize
+    }
+
+    /// Frames `range` of z [1, C, T] decoded with [`Generator::context`] frames of context on
+    /// each side (where z has them) → their audio [(range.end − range.start)·hop]. In fp32 the
+    /// same samples as the whole pass's, up to float rounding; in int8 a block of steps whose
+    /// window the cut shortens quantizes on its own range, within int8's own noise
+    /// (tests/piper_model.rs measures it).
+    pub fn decode_frames(&self, z: &Tensor, g: Option<&Tensor>, range: std::ops::Range<usize>) -> Tensor {
+        let t = z.size()[2] as usize;
+        let (a, b) = (range.start.min(t), range.end.min(t));
+        let c = self.context();
+        let (a0, b0) = (a.saturating_sub(c), (b + c).min(t));
+        let audio = self.forward(&z.narrow(2, a0 as i64, (b0 - a0) as i64), g).view([-1]);
+        let hop = self.hop() as i64;
+        audio.narrow(0, (a - a0) as i64 * hop, (b - a) as i64 * hop)
+    }
+
     /// z [1, C, T] → audio [1, 1, 1, T·hop]. Channels-last throughout ([`Conv::channels_last`]).
-    fn forward(&self, z: &Tensor, g: Option<&Tensor>) -> Tensor {
+    pub fn forward(&self, z: &Tensor, g: Option<&Tensor>) -> Tensor {
         if self.int8 {
             return self.forward_int8(z, g);
         }
@@ -546,10 +581,12 @@ impl Generator {
     }
 }
 
-/// One pass's results.
-pub(super) struct Pass {
-    /// [T·hop]
-    pub audio: Tensor,
+/// What the generator decodes: everything of a pass before it.
+pub(super) struct Prior {
+    /// The flow's output [1, C, T]: T frames
+    pub z: Tensor,
+    /// The speaker's embedding [1, gin, 1] (a multi-speaker voice)
+    pub g: Option<Tensor>,
     pub durations: Vec<i64>,
 }
 
@@ -632,10 +669,12 @@ impl Vits {
         self.dur.stochastic()
     }
 
-    /// ids [L] (int64, on the device), the speaker, standard-normal noise for the duration
-    /// predictor [1, 2, L] and, for the prior, `prior_noise(T)` → [1, C, T]; `max_frames`
-    /// refuses longer outputs before the decoder runs.
-    pub fn forward(
+    /// Everything before the generator: ids [L] (int64, on the device), the speaker,
+    /// standard-normal noise for the duration predictor [1, 2, L] and, for the prior,
+    /// `prior_noise(T)` → [1, C, T]; `max_frames` refuses longer outputs. The generator then
+    /// decodes the prior's frames whole ([`Generator::forward`]) or a stretch at a time
+    /// ([`Generator::decode_frames`]).
+    pub fn prepare(
         &self,
         ids: &Tensor,
         speaker: Option<i64>,
@@ -643,7 +682,7 @@ impl Vits {
         dp_noise: &Tensor,
         prior_noise: impl FnOnce(i64) -> Tensor,
         max_frames: i64,
-    ) -> R<Pass> {
+    ) -> R<Prior> {
         let (x, m, logs) = self.enc.forward(ids);
         let g = match (&self.emb_g, speaker) {
             (Some(e), Some(s)) => Some(e.narrow(0, s, 1).unsqueeze(2)),
@@ -676,7 +715,6 @@ impl Vits {
         let t = m.size()[2];
         let z_p = &m + prior_noise(t) * logs.exp() * s.noise_scale;
         let z = self.flow.reverse(&z_p, g.as_ref());
-        let audio = self.dec.forward(&z, g.as_ref()).view([-1]);
-        Ok(Pass { audio, durations })
+        Ok(Prior { z, g, durations })
     }
 }

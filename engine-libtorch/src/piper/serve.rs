@@ -4,15 +4,24 @@
 //! espeak-ng front end as piper-tts reads it (`speechstream_text::piper`), at its own sample
 //! rate.
 //!
-//! Piper is not causal: a sentence's audio comes out whole from one pass. So, as Kokoro's, an
-//! utterance's first segment is its first clause or first words ([`split_first`]), later ones
-//! are sentences, each computed in one round of a worker and streamed in slices. Each segment's
-//! audio is scaled to a peak of 1, as piper-tts scales each sentence's.
+//! Piper is not causal: a sentence's durations and frames come from one pass over it all. So,
+//! as Kokoro's, an utterance's first segment is its first clause or first words
+//! ([`split_first`]), later ones are sentences, each computed in one round of a worker and
+//! streamed in slices. But its generator, most of a pass's time, is convolutional with a short
+//! reach (12 frames): an utterance's first round decodes only its first chunk's frames (with
+//! the context after them), and the segment is decoded whole when its second chunk is due, the
+//! rest cut from that, so its first audio waits for a fraction of the decoder
+//! ([`PiperModel::decode`]) and everything after its first chunk is the whole pass's audio.
+//!
+//! Every segment of a voice is scaled by one gain, the voice's own ([`PiperVoice::gain`]), where
+//! piper-tts scales each sentence to a peak of 1: a segment's first chunk leaves before its peak
+//! is known, and one gain keeps a voice's sentences at one loudness.
 
 use std::any::Any;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use speechstream_core::config::TaskType;
@@ -20,14 +29,14 @@ use speechstream_core::engine::{EngineCapabilities, Language, Voice};
 
 use crate::chunks::ChunkSizes;
 use crate::family::{
-    audio_slices, cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds,
-    Streaming, Style, VoiceModel,
+    cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, Streaming,
+    Style, VoiceModel,
 };
 use crate::g2p::espeak::Espeak;
 use crate::g2p::piper::{PhonemeIdMap, Phonemizer};
 use crate::g2p::{Reader, Sentence};
 use crate::pacing::{Costs, Speed};
-use crate::piper::{PiperModel, Scales};
+use crate::piper::{PiperModel, Prepared, Scales};
 use crate::precision::Precision;
 use crate::timing::Acoustics;
 
@@ -279,6 +288,8 @@ fn loaded(voices: Vec<(&PiperVoiceFile, Arc<PiperModel>)>, espeak: Arc<Espeak>) 
             config: Arc::new(config.clone()),
             espeak: espeak.clone(),
             speaker: config.speakers.first().map(|(_, id)| *id),
+            gain: OnceLock::new(),
+            first_chunk: AtomicUsize::new(FIRST_CHUNK_FRAMES),
         };
         served.push((listed, Arc::new(voice)));
     }
@@ -326,6 +337,21 @@ pub struct PiperVoice {
     pub espeak: Arc<Espeak>,
     /// The speaker a request naming none gets (a multi-speaker voice's first).
     pub speaker: Option<i64>,
+    /// Its gain ([`PiperVoice::gain`]), measured once.
+    gain: OnceLock<f32>,
+    /// The scheduler's first chunk, in its frames (told by [`VoiceModel::warm_up`]): what an
+    /// utterance's first round decodes.
+    first_chunk: AtomicUsize,
+}
+
+/// A segment as its chunks are cut from it.
+struct PiperSegment(Mutex<Decoded>);
+
+/// A segment's audio decoded so far (scaled by the voice's gain), and its pass while the rest
+/// is to decode.
+struct Decoded {
+    audio: Vec<f32>,
+    rest: Option<Prepared>,
 }
 
 /// The style of a request naming one of a voice's speakers: its id.
@@ -334,8 +360,20 @@ struct Speaker(i64);
 /// Samples in one of the scheduler's frames at 22,050 Hz (11.6 ms, the decoder's hop of a
 /// medium voice); other rates keep about the same time.
 const FRAME_SECONDS: f64 = 256.0 / 22_050.0;
-/// The phonemes ("hello.") its network is warmed with, espeak-ng's en-us IPA.
-const WARM_PHONEMES: &str = "həlˈoʊ.";
+/// The scheduler's first chunk until [`VoiceModel::warm_up`] tells it (its default, 16 frames).
+const FIRST_CHUNK_FRAMES: usize = 16;
+/// The level a voice's gain puts its calibration sentence at: RMS −22 dBFS. piper-tts's own
+/// peak normalisation puts joe's sentences at −17.7 to −22.5 dBFS RMS (median −19.5, 18
+/// sentences), as each sentence's peak decides; joe's raw sentences are within ±1.2 dB of one
+/// level (−24.2 to −26.6 dBFS) and peak at 15.7 to 22.5 dB over it, so −22 keeps their peaks
+/// under full scale, and a rare louder one is clipped there (as piper-tts clips).
+const LEVEL_DBFS: f32 = -22.0;
+/// The sentence a voice's gain is measured on (and its network warmed with), espeak-ng's en-us
+/// IPA as piper-tts reads it: "The weather today is sunny with a light breeze, and the keeper
+/// climbed the narrow stairs to light the great lamp." (a voice of another language maps the
+/// same IPA through its own table).
+const CALIBRATION_PHONEMES: &str =
+    "ðə wˈɛðɚ tədˈeɪ ɪz sˈʌni wɪð ɐ lˈaɪt bɹˈiːz, ænd ðə kˈiːpɚ klˈaɪmd ðə nˈæɹoʊ stˈɛɹz tə lˈaɪt ðə ɡɹˈeɪt lˈæmp.";
 /// A typical first segment (six words), admission's first measure of its cost per phoneme
 /// character: "The weather today is sunny with," as espeak-ng reads it.
 const MEASURE_PHONEMES: &str = "ðə wˈɛðɚ tədˈeɪ ɪz sˈʌni wɪð, ";
@@ -346,26 +384,69 @@ impl PiperVoice {
         ((f64::from(self.config.sample_rate) * FRAME_SECONDS).round() as usize).max(1)
     }
 
-    /// One pass over `phonemes`: its audio scaled to a peak of 1 (as piper-tts scales each
-    /// sentence), and its durations.
-    fn speak(
-        &self,
-        phonemes: &str,
-        speed: f32,
-        seed: u64,
-        speaker: Option<i64>,
-    ) -> Result<crate::piper::PiperOutput, String> {
+    /// The one factor every segment of the voice is scaled by: its calibration sentence
+    /// ([`CALIBRATION_PHONEMES`], seed 0, the default speaker) at [`LEVEL_DBFS`] RMS, measured
+    /// once (at warm-up). 1.47 for joe.
+    pub fn gain(&self) -> f32 {
+        *self.gain.get_or_init(|| {
+            let ids = self.config.ids.ids(CALIBRATION_PHONEMES);
+            let rms = match guarded(|| self.model.infer(&ids, self.speaker, self.config.scales, 0)) {
+                Ok(Ok(out)) if !out.audio.is_empty() => {
+                    (out.audio.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>() / out.audio.len() as f64).sqrt()
+                }
+                _ => 0.0,
+            };
+            let level = 10f64.powf(f64::from(LEVEL_DBFS) / 20.0);
+            // (a voice that says nothing of these phonemes: joe's gain)
+            let gain = if rms > 1e-4 { (level / rms).clamp(0.25, 16.0) } else { 1.5 };
+            tracing::debug!(voice = %self.name, rms, gain, "Piper voice's gain");
+            gain as f32
+        })
+    }
+
+    /// A pass over `phonemes` up to its decoder, at the request's speed.
+    fn prepare(&self, phonemes: &str, speed: f32, seed: u64, speaker: Option<i64>) -> Result<Prepared, String> {
         let ids = self.config.ids.ids(phonemes);
         let mut scales = self.config.scales;
         scales.length_scale /= speed.max(0.05);
-        let mut out = guarded(|| self.model.infer(&ids, speaker, scales, seed)).and_then(|r| r)?;
-        let peak = out.audio.iter().fold(0f32, |m, x| m.max(x.abs()));
-        if peak < 1e-8 {
-            out.audio.iter_mut().for_each(|x| *x = 0.0);
-        } else {
-            out.audio.iter_mut().for_each(|x| *x = (*x / peak).clamp(-1.0, 1.0));
-        }
-        Ok(out)
+        guarded(|| self.model.prepare(&ids, speaker, scales, seed)).and_then(|r| r)
+    }
+
+    /// `frames` of a prepared pass decoded, scaled by the voice's gain.
+    fn decode(&self, prepared: &Prepared, frames: Range<usize>) -> Result<Vec<f32>, String> {
+        let gain = self.gain();
+        let mut audio = guarded(|| self.model.decode(prepared, frames)).and_then(|r| r)?;
+        audio.iter_mut().for_each(|x| *x = (*x * gain).clamp(-1.0, 1.0));
+        Ok(audio)
+    }
+
+    /// A segment started: the first of an utterance (`first`) decoded up to its first chunk
+    /// (in int8 its first chunk is then within int8's noise of the whole pass's, not the same
+    /// bits: tests/piper_model.rs), any other whole. A segment barely longer than its first
+    /// chunk and the context after it is decoded whole.
+    fn start_one(&self, input: &SegmentInput, first: bool) -> Result<Segment, String> {
+        let speaker = input.style.and_then(|style| style.downcast_ref::<Speaker>()).map(|s| s.0).or(self.speaker);
+        let seed = crate::noise::splitmix64(input.seed ^ crate::noise::splitmix64(input.index));
+        let prepared = self.prepare(input.phonemes, input.speed, seed, speaker)?;
+        let (frames, hop) = (prepared.frames(), self.model.samples_per_frame());
+        let chunk = self.first_chunk.load(Ordering::Relaxed) * self.frame_samples();
+        let piece = chunk.div_ceil(hop).max(1);
+        let cut = first && frames > piece + 2 * self.model.decoder_context();
+        let audio = self.decode(&prepared, 0..if cut { piece } else { frames })?;
+        let (_, bounds) = fold_tokens(&self.config.ids.char_tokens(input.phonemes), prepared.durations().len());
+        let durations = fold_durations(prepared.durations(), &bounds);
+        let samples = frames * hop;
+        let frame = self.frame_samples();
+        Ok(Segment {
+            frames: samples.div_ceil(frame),
+            samples,
+            durations: fine_durations_at(&durations, hop, self.config.sample_rate),
+            computed: audio.len(),
+            state: Box::new(PiperSegment(Mutex::new(Decoded {
+                audio,
+                rest: cut.then_some(prepared),
+            }))),
+        })
     }
 }
 
@@ -484,36 +565,43 @@ impl VoiceModel for PiperVoice {
         Acoustics::PIPER
     }
 
-    /// Each segment's whole audio in one pass of its network, its word timings from the
-    /// predicted durations.
+    /// Each segment's pass, and its audio decoded: an utterance's first segment up to its first
+    /// chunk, the rest when a chunk past it is due ([`VoiceModel::chunks`]); word timings from
+    /// the predicted durations.
     fn start(&self, batch: &[SegmentInput]) -> Result<Vec<Result<Segment, String>>, String> {
-        let frame = self.frame_samples();
-        Ok(batch
-            .iter()
-            .map(|s| {
-                let speaker = s.style.and_then(|style| style.downcast_ref::<Speaker>()).map(|s| s.0).or(self.speaker);
-                let seed = crate::noise::splitmix64(s.seed ^ crate::noise::splitmix64(s.index));
-                let out = self.speak(s.phonemes, s.speed, seed, speaker).map_err(|e| format!("piper: {e}"))?;
-                let (_, bounds) = fold_tokens(&self.config.ids.char_tokens(s.phonemes), out.durations.len());
-                let durations = fold_durations(&out.durations, &bounds);
-                Ok(Segment {
-                    frames: out.audio.len().div_ceil(frame),
-                    samples: out.audio.len(),
-                    durations: fine_durations_at(&durations, out.samples_per_frame, self.config.sample_rate),
-                    computed: out.audio.len(),
-                    state: Box::new(out.audio),
-                })
-            })
-            .collect())
+        Ok(batch.iter().map(|s| self.start_one(s, s.index == 0).map_err(|e| format!("piper: {e}"))).collect())
     }
 
-    /// Slices of each segment's audio.
+    /// Slices of each segment's audio, the rest of a segment decoded first where a slice
+    /// reaches past what is.
     fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
-        audio_slices(batch, self.frame_samples(), "piper")
+        let frame = self.frame_samples();
+        batch
+            .iter()
+            .map(|(state, frames)| {
+                let segment =
+                    state.downcast_ref::<PiperSegment>().ok_or("piper: a segment of another family".to_owned())?;
+                let mut decoded = segment.0.lock().unwrap_or_else(|p| p.into_inner());
+                let end = frames.end * frame;
+                if end > decoded.audio.len() {
+                    if let Some(prepared) = decoded.rest.take() {
+                        // whole, as the pass would be (the same bits after the first chunk)
+                        let whole = self.decode(&prepared, 0..prepared.frames()).map_err(|e| format!("piper: {e}"))?;
+                        let done = decoded.audio.len().min(whole.len());
+                        decoded.audio.extend_from_slice(&whole[done..]);
+                    }
+                }
+                let end = end.min(decoded.audio.len());
+                Ok(decoded.audio[(frames.start * frame).min(end)..end].to_vec())
+            })
+            .collect()
     }
 
-    fn warm_up(&self, _frames: &ChunkSizes<usize>) {
-        let _ = self.speak(WARM_PHONEMES, 1.0, 0, self.speaker);
+    /// Measures the voice's gain on its calibration sentence ([`PiperVoice::gain`]), which
+    /// warms its network, and keeps the scheduler's first chunk.
+    fn warm_up(&self, frames: &ChunkSizes<usize>) {
+        self.first_chunk.store(frames.first, Ordering::Relaxed);
+        self.gain();
     }
 
     /// Warm, a pass over a first segment's worth is its first measure of its cost per
@@ -523,7 +611,7 @@ impl VoiceModel for PiperVoice {
         speeds.chunk = Speed::new(1.0, 0.0);
         speeds.first = Speed::new(1.0, 0.0);
         let started = Instant::now();
-        let _ = self.speak(MEASURE_PHONEMES, 1.0, 0, self.speaker);
+        let _ = self.prepare(MEASURE_PHONEMES, 1.0, 0, self.speaker).and_then(|p| self.decode(&p, 0..p.frames()));
         speeds.segment = Speed::new(MEASURE_PHONEMES.chars().count() as f64, started.elapsed().as_secs_f64());
         None
     }
