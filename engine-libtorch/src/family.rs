@@ -184,7 +184,9 @@ pub struct Segment {
     /// Frames per token (both boundary tokens included), for word timings: of 600 samples at
     /// 24 kHz, or of 300 for a family whose [`Acoustics::fine_per_frame`] is 1.
     pub durations: Vec<i64>,
-    /// Samples of audio computed while starting it (a family that computes segments whole).
+    /// Samples of audio computed while starting it (a family that computes segments whole; one
+    /// that decodes part of a segment in its chunk rounds counts it here too), for the worker's
+    /// real-time factor.
     pub computed: usize,
     pub state: SegmentState,
 }

@@ -156,10 +156,10 @@ impl PiperModel {
         self.net.dec.hop()
     }
 
-    /// Frames of context [`PiperModel::decode`] decodes on each side of a stretch (the
-    /// generator's receptive field: 12 for a medium voice).
-    pub fn decoder_context(&self) -> usize {
-        self.net.dec.context()
+    /// Frames of context [`PiperModel::decode`] computes on each side of a stretch: the
+    /// generator's receptive field (12 for a medium voice), then the flow's, beyond it (32).
+    pub fn context(&self) -> (usize, usize) {
+        self.net.context()
     }
 
     /// Whether the durations come from the stochastic predictor (noise_w matters), as in all
@@ -188,22 +188,17 @@ impl PiperModel {
 
     /// Speaks `ids` (phoneme ids, each below [`PiperModel::num_symbols`]) as `speaker` (None for
     /// a single-speaker voice; None means speaker 0 of a multi-speaker one, as Piper does), at
-    /// `scales`, with the noise of `seed`: [`PiperModel::prepare`], then its frames decoded
-    /// whole.
+    /// `scales`, with the noise of `seed`: [`PiperModel::prepare`], then all its frames
+    /// [`PiperModel::decode`]d.
     pub fn infer(&self, ids: &[i64], speaker: Option<i64>, scales: Scales, seed: u64) -> Result<PiperOutput, String> {
         let prepared = self.prepare(ids, speaker, scales, seed)?;
-        let audio = caught(|| {
-            let _g = tch::no_grad_guard();
-            let prior = &prepared.prior;
-            self.net.dec.forward(&prior.z, prior.g.as_ref()).view([-1])
-        })?;
-        let audio = Vec::<f32>::try_from(audio.to_kind(Kind::Float).to_device(Device::Cpu)).map_err(|e| e.to_string())?;
+        let audio = self.decode(&prepared, 0..prepared.frames())?;
         Ok(PiperOutput { audio, durations: prepared.prior.durations, samples_per_frame: self.samples_per_frame() })
     }
 
-    /// A pass up to the decoder (the text encoder, the durations, the flow), whose frames
-    /// [`PiperModel::decode`] then turns into audio a stretch at a time: the first audio of a
-    /// long sentence need not wait for all of it. Arguments as [`PiperModel::infer`]'s.
+    /// A pass up to the flow (the text encoder, the durations, the prior's sample), whose
+    /// frames [`PiperModel::decode`] then turns into audio a stretch at a time: the first audio
+    /// of a long sentence need not wait for all of it. Arguments as [`PiperModel::infer`]'s.
     pub fn prepare(&self, ids: &[i64], speaker: Option<i64>, scales: Scales, seed: u64) -> Result<Prepared, String> {
         let symbols = self.num_symbols() as i64;
         if ids.is_empty() {
@@ -244,15 +239,14 @@ impl PiperModel {
 
     /// The audio of `frames` of a prepared pass (its frames counted from 0; a range past its
     /// end is cut there): `(end − start) · samples_per_frame` samples, raw as
-    /// [`PiperOutput::audio`]. Each stretch is decoded with the generator's receptive field of
-    /// context on each side (12 frames for a medium voice), so stretches laid end to end sound
-    /// as the whole: in fp32 the same samples up to float rounding, in int8 within int8's own
-    /// noise (tests/piper_model.rs).
+    /// [`PiperOutput::audio`]: the flow and the generator over those frames, each with the
+    /// context its receptive field needs on each side ([`PiperModel::context`]), so stretches
+    /// laid end to end sound as the whole: in fp32 the same samples up to float rounding, in
+    /// int8 within int8's own noise (tests/piper_model.rs). All its frames are the whole pass.
     pub fn decode(&self, prepared: &Prepared, frames: Range<usize>) -> Result<Vec<f32>, String> {
-        let prior = &prepared.prior;
         let audio = caught(|| {
             let _g = tch::no_grad_guard();
-            self.net.dec.decode_frames(&prior.z, prior.g.as_ref(), frames)
+            self.net.decode(&prepared.prior, frames)
         })?;
         Vec::<f32>::try_from(audio.to_kind(Kind::Float).to_device(Device::Cpu)).map_err(|e| e.to_string())
     }
@@ -269,7 +263,7 @@ unsafe impl Send for Prepared {}
 impl Prepared {
     /// Its length in frames (the durations' sum; 1 when every duration is 0, as VITS decodes).
     pub fn frames(&self) -> usize {
-        self.prior.z.size()[2] as usize
+        self.prior.z_p.size()[2] as usize
     }
 
     /// Frames per input id ([`PiperOutput::durations`]).

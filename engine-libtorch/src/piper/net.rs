@@ -299,6 +299,15 @@ impl Flow {
         Ok(Flow { layers })
     }
 
+    /// Frames of context a stretch of frames needs on each side to come out as in the whole
+    /// pass: the WaveNet layers' reach (half each dilated kernel) summed over the coupling
+    /// layers (the 1×1 convolutions reach nothing). 32 for joe: 4 couplings of 4 layers of
+    /// kernel 5.
+    fn context(&self) -> usize {
+        let reach = |c: &Conv| ((c.k() - 1) * c.dil / 2) as usize;
+        self.layers.iter().flat_map(|c| &c.enc.layers).map(|(inl, _)| reach(inl)).sum()
+    }
+
     fn reverse(&self, z: &Tensor, g: Option<&Tensor>) -> Tensor {
         let mut z = z.shallow_clone();
         for layer in self.layers.iter().rev() {
@@ -519,7 +528,7 @@ impl Generator {
     /// pass: its receptive field, each layer's reach (half its dilated kernel; an up-sampling's
     /// whole kernel, in its input steps) in frames at that layer's rate, summed and rounded up:
     /// 12 for joe (medium), 3 more than fp32 needs to give the whole pass's samples.
-    pub fn context(&self) -> usize {
+    fn context(&self) -> usize {
         let reach = |c: &Conv| ((c.k() - 1) * c.dil / 2) as f64;
         let mut rate = 1.0; // steps per frame
         let mut frames = reach(&self.pre);
@@ -535,23 +544,8 @@ impl Generator {
         frames.ceil() as usize
     }
 
-    /// Frames `range` of z [1, C, T] decoded with [`Generator::context`] frames of context on
-    /// each side (where z has them) → their audio [(range.end − range.start)·hop]. In fp32 the
-    /// same samples as the whole pass's, up to float rounding; in int8 a block of steps whose
-    /// window the cut shortens quantizes on its own range, within int8's own noise
-    /// (tests/piper_model.rs measures it).
-    pub fn decode_frames(&self, z: &Tensor, g: Option<&Tensor>, range: std::ops::Range<usize>) -> Tensor {
-        let t = z.size()[2] as usize;
-        let (a, b) = (range.start.min(t), range.end.min(t));
-        let c = self.context();
-        let (a0, b0) = (a.saturating_sub(c), (b + c).min(t));
-        let audio = self.forward(&z.narrow(2, a0 as i64, (b0 - a0) as i64), g).view([-1]);
-        let hop = self.hop() as i64;
-        audio.narrow(0, (a - a0) as i64 * hop, (b - a) as i64 * hop)
-    }
-
     /// z [1, C, T] → audio [1, 1, 1, T·hop]. Channels-last throughout ([`Conv::channels_last`]).
-    pub fn forward(&self, z: &Tensor, g: Option<&Tensor>) -> Tensor {
+    fn forward(&self, z: &Tensor, g: Option<&Tensor>) -> Tensor {
         if self.int8 {
             return self.forward_int8(z, g);
         }
@@ -581,10 +575,10 @@ impl Generator {
     }
 }
 
-/// What the generator decodes: everything of a pass before it.
+/// A pass up to the flow: what the flow and the generator turn into audio.
 pub(super) struct Prior {
-    /// The flow's output [1, C, T]: T frames
-    pub z: Tensor,
+    /// The prior's sample [1, C, T] (the flow's input): T frames
+    pub z_p: Tensor,
     /// The speaker's embedding [1, gin, 1] (a multi-speaker voice)
     pub g: Option<Tensor>,
     pub durations: Vec<i64>,
@@ -669,11 +663,10 @@ impl Vits {
         self.dur.stochastic()
     }
 
-    /// Everything before the generator: ids [L] (int64, on the device), the speaker,
-    /// standard-normal noise for the duration predictor [1, 2, L] and, for the prior,
-    /// `prior_noise(T)` → [1, C, T]; `max_frames` refuses longer outputs. The generator then
-    /// decodes the prior's frames whole ([`Generator::forward`]) or a stretch at a time
-    /// ([`Generator::decode_frames`]).
+    /// A pass up to the flow: ids [L] (int64, on the device), the speaker, standard-normal
+    /// noise for the duration predictor [1, 2, L] and, for the prior, `prior_noise(T)` →
+    /// [1, C, T]; `max_frames` refuses longer outputs. [`Vits::decode`] then turns its frames
+    /// into audio, whole or a stretch at a time.
     pub fn prepare(
         &self,
         ids: &Tensor,
@@ -714,7 +707,31 @@ impl Vits {
         };
         let t = m.size()[2];
         let z_p = &m + prior_noise(t) * logs.exp() * s.noise_scale;
-        let z = self.flow.reverse(&z_p, g.as_ref());
-        Ok(Prior { z, g, durations })
+        Ok(Prior { z_p, g, durations })
+    }
+
+    /// Frames of context a stretch needs on each side: the generator's, then the flow's.
+    pub fn context(&self) -> (usize, usize) {
+        (self.dec.context(), self.flow.context())
+    }
+
+    /// Frames `range` of a pass → their audio [(end − start)·hop] (a range past its end is cut
+    /// there): the flow over the range with both contexts on each side (where the pass has
+    /// them), the generator over it with its own. The whole range is the whole pass. In fp32 a
+    /// stretch's samples are the whole pass's up to float rounding; in int8 a block of steps
+    /// whose window the cut shortens quantizes on its own range, within int8's own noise
+    /// (tests/piper_model.rs measures it).
+    pub fn decode(&self, prior: &Prior, range: std::ops::Range<usize>) -> Tensor {
+        let t = prior.z_p.size()[2] as usize;
+        let (a, b) = (range.start.min(t), range.end.min(t));
+        let (cd, cf) = self.context();
+        let (da, db) = (a.saturating_sub(cd), (b + cd).min(t));
+        let (fa, fb) = (da.saturating_sub(cf), (db + cf).min(t));
+        let g = prior.g.as_ref();
+        let z = self.flow.reverse(&prior.z_p.narrow(2, fa as i64, (fb - fa) as i64), g);
+        let z = z.narrow(2, (da - fa) as i64, (db - da) as i64);
+        let audio = self.dec.forward(&z, g).view([-1]);
+        let hop = self.dec.hop() as i64;
+        audio.narrow(0, (a - da) as i64 * hop, (b - a) as i64 * hop)
     }
 }

@@ -431,7 +431,8 @@ impl PiperVoice {
         let (frames, hop) = (prepared.frames(), self.model.samples_per_frame());
         let chunk = self.first_chunk.load(Ordering::Relaxed) * self.frame_samples();
         let piece = chunk.div_ceil(hop).max(1);
-        let cut = first && frames > piece + 2 * self.model.decoder_context();
+        let (decoder, flow) = self.model.context();
+        let cut = first && frames > piece + decoder + flow;
         let audio = self.decode(&prepared, 0..if cut { piece } else { frames })?;
         let (_, bounds) = fold_tokens(&self.config.ids.char_tokens(input.phonemes), prepared.durations().len());
         let durations = fold_durations(prepared.durations(), &bounds);
@@ -441,7 +442,8 @@ impl PiperVoice {
             frames: samples.div_ceil(frame),
             samples,
             durations: fine_durations_at(&durations, hop, self.config.sample_rate),
-            computed: audio.len(),
+            // (all of it: a cut segment's rest is decoded in a round of chunks, which counts none)
+            computed: samples,
             state: Box::new(PiperSegment(Mutex::new(Decoded {
                 audio,
                 rest: cut.then_some(prepared),
