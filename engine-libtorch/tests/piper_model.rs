@@ -349,18 +349,17 @@ fn int8_stays_close_to_fp32() {
     }
 }
 
-/// How close int8's first stretch of a pass decoded alone (with the generator's context after
-/// it) stays to the same frames of the whole decoding, in dB of SNR: 28.9 to 34.5 measured (AMD
-/// EPYC Zen 4), two int8 renderings of the same frames: a block of steps whose window the cut
-/// shortens quantizes on its own range (the first up-sampling's blocks are 60 frames long), so
-/// within int8's own noise (16.9 dB against fp32; the generator alone 25.7).
-const FIRST_STRETCH_SNR_DB: f64 = 25.0;
+/// How close int8's audio decoded in stretches (as the server decodes an utterance's first
+/// segment: its first chunk, then growing pieces) stays to the whole pass's, in dB of SNR: 24.8
+/// to 30.3 measured (AMD EPYC Zen 4; 86 where the only cut is after frame 1), two int8
+/// renderings of the same frames: a block of steps whose window a cut shortens quantizes on its
+/// own range (the first up-sampling's blocks are 60 frames long), so within int8's own noise
+/// (16.9 dB against fp32; the generator alone 25.7).
+const STRETCHES_SNR_DB: f64 = 20.0;
 
-/// A prepared pass decoded in stretches with the generator's context on each side equals it
-/// decoded whole: in fp32 to float rounding (half the context, 6 frames: 4.7e-4 off);
-/// whole, the same bits as `infer`'s. int8 as the server streams an utterance's first segment (its first
-/// chunk's frames, then the rest cut from the whole): the rest the same bits, the first
-/// stretch within [`FIRST_STRETCH_SNR_DB`].
+/// A prepared pass decoded in stretches, each with the contexts on both sides, equals it decoded
+/// whole: in fp32 to float rounding (with half the generator's context, 6 frames, 4.7e-4 off);
+/// in int8 within [`STRETCHES_SNR_DB`]; whole, the same bits as `infer`'s.
 #[test]
 fn decoding_in_stretches_sounds_as_the_whole() {
     for precision in [Precision::Fp32, Precision::Int8] {
@@ -372,20 +371,20 @@ fn decoding_in_stretches_sounds_as_the_whole() {
         assert_eq!(prepared.durations(), &whole.durations[..]);
         assert!(model.decode(&prepared, 0..frames).unwrap() == whole.audio, "{precision}: whole, as infer");
         let hop = model.samples_per_frame();
-        for cut in [1, 16, 37] {
-            let first = model.decode(&prepared, 0..cut).unwrap();
-            assert_eq!(first.len(), cut * hop);
-            let (snr, err) = (snr_db(&whole.audio[..cut * hop], &first), common::max_abs_diff(&whole.audio[..cut * hop], &first));
-            eprintln!("{precision}, frames 0..{cut} of {frames}: SNR {snr:.1} dB, max abs error {err:.2e}");
-            if precision == Precision::Fp32 {
-                let mut pieces = first;
-                pieces.extend(model.decode(&prepared, cut..frames + 5).unwrap());
-                assert_eq!(pieces.len(), whole.audio.len());
-                let err = common::max_abs_diff(&whole.audio, &pieces);
-                assert!(err <= 1e-5, "fp32 cut at {cut}: {err:.2e} from the whole");
-            } else if cut * hop >= 4096 {
-                // (a stretch under 4,096 samples can fall in a pause, where SNR means little)
-                assert!(snr >= FIRST_STRETCH_SNR_DB, "int8 frames 0..{cut}: {snr:.1} dB SNR of the whole");
+        for cuts in [&[1][..], &[16], &[16, 128], &[37, 38, 100]] {
+            let mut pieces = Vec::new();
+            let mut from = 0;
+            for &cut in cuts.iter().chain([frames + 5].iter()) {
+                let piece = model.decode(&prepared, from..cut).unwrap();
+                assert_eq!(piece.len(), (cut.min(frames) - from) * hop);
+                pieces.extend(piece);
+                from = cut;
+            }
+            let (snr, err) = (snr_db(&whole.audio, &pieces), common::max_abs_diff(&whole.audio, &pieces));
+            eprintln!("{precision}, cut at {cuts:?} of {frames} frames: SNR {snr:.1} dB, max abs error {err:.2e}");
+            match precision {
+                Precision::Fp32 => assert!(err <= 1e-5, "fp32 cut at {cuts:?}: {err:.2e} from the whole"),
+                _ => assert!(snr >= STRETCHES_SNR_DB, "int8 cut at {cuts:?}: {snr:.1} dB SNR of the whole"),
             }
         }
     }

@@ -7,11 +7,11 @@
 //! Piper is not causal: a sentence's durations and frames come from one pass over it all. So,
 //! as Kokoro's, an utterance's first segment is its first clause or first words
 //! ([`split_first`]), later ones are sentences, each computed in one round of a worker and
-//! streamed in slices. But its generator, most of a pass's time, is convolutional with a short
-//! reach (12 frames): an utterance's first round decodes only its first chunk's frames (with
-//! the context after them), and the segment is decoded whole when its second chunk is due, the
-//! rest cut from that, so its first audio waits for a fraction of the decoder
-//! ([`PiperModel::decode`]) and everything after its first chunk is the whole pass's audio.
+//! streamed in slices. But its flow and generator, most of a pass's time, are convolutional with
+//! a short reach (32 and 12 frames): an utterance's first round decodes only its first chunk's
+//! frames (with the context after them), and the rest of the segment in growing pieces as its
+//! chunks are due ([`PiperModel::decode`]), so its first audio waits for the text encoder and
+//! the durations, and a fraction of the decoder.
 //!
 //! Every segment of a voice is scaled by one gain, the voice's own ([`PiperVoice::gain`]), where
 //! piper-tts scales each sentence to a peak of 1: a segment's first chunk leaves before its peak
@@ -40,12 +40,14 @@ use crate::piper::{PiperModel, Prepared, Scales};
 use crate::precision::Precision;
 use crate::timing::Acoustics;
 
-/// Words a Piper voice's first segment holds at most (unless a clause ends earlier): more than
-/// Kokoro's six, as its passes are cheap (eight words ~80 ms of int8 on one Zen 4 core) and a cut
-/// costs words. Whisper base on piper-tts's joe reading eight held-out sentences (10-13 words;
-/// three draws, 276 words): whole 3.3% word errors, cut after six words with a comma 8.3%,
-/// without the comma 9.1%, after eight with a comma 4.3%.
-pub const PIPER_FIRST_WORDS: usize = 8;
+/// Words a Piper voice's first segment holds at most (unless a clause ends earlier): its first
+/// audio waits only for the text encoder and the durations over them and a chunk's decoding
+/// (~60 ms for 12 words, one Zen 4 core), and a cut costs words and naturalness. Whisper base on
+/// piper-tts's joe reading eight held-out sentences (10-13 words; three draws, 276 words): whole
+/// 3.3% word errors, cut after six words with a comma 8.3%, after eight 4.3%; Distill-MOS whole
+/// 4.14-4.19, cut after eight 4.06-4.08; ours int8 with 16 words (those sentences whole) 1.1%
+/// and 4.13, with 8 words 3.3% and 4.00 (benches/results/17-piper.md).
+pub const PIPER_FIRST_WORDS: usize = 16;
 
 /// The model name Piper's voices are served under (`model: "piper"` picks the default voice).
 pub const PIPER_MODEL_NAME: &str = "piper";
@@ -347,8 +349,8 @@ pub struct PiperVoice {
 /// A segment as its chunks are cut from it.
 struct PiperSegment(Mutex<Decoded>);
 
-/// A segment's audio decoded so far (scaled by the voice's gain), and its pass while the rest
-/// is to decode.
+/// A segment's audio decoded so far (scaled by the voice's gain: whole frames), and its pass
+/// while the rest is to decode.
 struct Decoded {
     audio: Vec<f32>,
     rest: Option<Prepared>,
@@ -362,6 +364,12 @@ struct Speaker(i64);
 const FRAME_SECONDS: f64 = 256.0 / 22_050.0;
 /// The scheduler's first chunk until [`VoiceModel::warm_up`] tells it (its default, 16 frames).
 const FIRST_CHUNK_FRAMES: usize = 16;
+/// A cut segment's later pieces: each decodes what its chunk asks for and at least this many
+/// times what is decoded already, so each is computed well within the time the audio before it
+/// plays (the flow and generator in int8 run ~28x real time on one Zen 4 core: the second piece,
+/// ~110 frames with its context, ~50 ms while the first chunk's 186 ms play), in few pieces (each
+/// seam decodes the contexts twice: 24 frames of generator, 88 of flow).
+const PIECE_GROWTH: usize = 8;
 /// The level a voice's gain puts its calibration sentence at: RMS −22 dBFS. piper-tts's own
 /// peak normalisation puts joe's sentences at −17.7 to −22.5 dBFS RMS (median −19.5, 18
 /// sentences), as each sentence's peak decides; joe's raw sentences are within ±1.2 dB of one
@@ -420,10 +428,11 @@ impl PiperVoice {
         Ok(audio)
     }
 
-    /// A segment started: the first of an utterance (`first`) decoded up to its first chunk
-    /// (in int8 its first chunk is then within int8's noise of the whole pass's, not the same
-    /// bits: tests/piper_model.rs), any other whole. A segment barely longer than its first
-    /// chunk and the context after it is decoded whole.
+    /// A segment started: the first of an utterance (`first`) decoded up to its first chunk,
+    /// the rest in pieces as its chunks ask ([`PIECE_GROWTH`]; in int8 each piece is within
+    /// int8's noise of the whole pass's audio, not the same bits: tests/piper_model.rs), any
+    /// other whole. A segment barely longer than its first chunk and the contexts is decoded
+    /// whole.
     fn start_one(&self, input: &SegmentInput, first: bool) -> Result<Segment, String> {
         let speaker = input.style.and_then(|style| style.downcast_ref::<Speaker>()).map(|s| s.0).or(self.speaker);
         let seed = crate::noise::splitmix64(input.seed ^ crate::noise::splitmix64(input.index));
@@ -442,7 +451,7 @@ impl PiperVoice {
             frames: samples.div_ceil(frame),
             samples,
             durations: fine_durations_at(&durations, hop, self.config.sample_rate),
-            // (all of it: a cut segment's rest is decoded in a round of chunks, which counts none)
+            // (all of it: a cut segment's rest is decoded in rounds of chunks, which count none)
             computed: samples,
             state: Box::new(PiperSegment(Mutex::new(Decoded {
                 audio,
@@ -583,14 +592,21 @@ impl VoiceModel for PiperVoice {
             .map(|(state, frames)| {
                 let segment =
                     state.downcast_ref::<PiperSegment>().ok_or("piper: a segment of another family".to_owned())?;
-                let mut decoded = segment.0.lock().unwrap_or_else(|p| p.into_inner());
+                let mut guard = segment.0.lock().unwrap_or_else(|p| p.into_inner());
+                let decoded = &mut *guard;
                 let end = frames.end * frame;
-                if end > decoded.audio.len() {
-                    if let Some(prepared) = decoded.rest.take() {
-                        // whole, as the pass would be (the same bits after the first chunk)
-                        let whole = self.decode(&prepared, 0..prepared.frames()).map_err(|e| format!("piper: {e}"))?;
-                        let done = decoded.audio.len().min(whole.len());
-                        decoded.audio.extend_from_slice(&whole[done..]);
+                if let (true, Some(prepared)) = (end > decoded.audio.len(), &decoded.rest) {
+                    let (hop, total) = (self.model.samples_per_frame(), prepared.frames());
+                    let done = decoded.audio.len() / hop;
+                    let mut to = end.div_ceil(hop).max(done * PIECE_GROWTH).min(total);
+                    let (decoder, flow) = self.model.context();
+                    if total - to <= decoder + flow {
+                        to = total; // (a remainder shorter than the context joins)
+                    }
+                    let audio = self.decode(prepared, done..to).map_err(|e| format!("piper: {e}"))?;
+                    decoded.audio.extend(audio);
+                    if to == total {
+                        decoded.rest = None;
                     }
                 }
                 let end = end.min(decoded.audio.len());
