@@ -453,10 +453,7 @@ impl PiperVoice {
             durations: fine_durations_at(&durations, hop, self.config.sample_rate),
             // (all of it: a cut segment's rest is decoded in rounds of chunks, which count none)
             computed: samples,
-            state: Box::new(PiperSegment(Mutex::new(Decoded {
-                audio,
-                rest: cut.then_some(prepared),
-            }))),
+            state: Box::new(PiperSegment(Mutex::new(Decoded { audio, rest: cut.then_some(prepared) }))),
         })
     }
 }
