@@ -12,10 +12,11 @@
 //!   the whole tensor is needed for its range: the window is quantized while it is in cache,
 //!   its products summed, and the sums turned into floats, block after block.
 //! - **In two passes** ([`QConv::two_pass`], the generator's last stage, at the audio rate): the
-//!   window, then its rounding error as a window of its own, both products summed: 16 bits of
-//!   activation for twice the multiply-adds. One pass there cost joe 0.2 Distill-MOS against
-//!   fp32 (a noise floor in the pauses 2–12 dB higher, and rougher speech); blocks down to 12
-//!   steps won back only half of it, two passes all but 0.02 (benches/results/17-piper.md).
+//!   window, then its rounding error as a window of its own (in 1/255ths of a step, both
+//!   windows quantized in one pass over the input), both products summed in one epilogue: 16
+//!   bits of activation for twice the multiply-adds. One pass there cost joe 0.2 Distill-MOS
+//!   against fp32 (a noise floor in the pauses 2–12 dB higher, and rougher speech); blocks down
+//!   to 12 steps won back only half of it, two passes all but 0.02 (benches/results/17-piper.md).
 //! - **Per step** instead ([`QConv::per_row`], the flow's WaveNet layers, at frame rate): each
 //!   input step gets its own range, and each tap is a product of its own (see there).
 //! - **The activation before the convolution** (the generator's LeakyReLU, and the mean of a
@@ -49,8 +50,8 @@ const MAX_BLOCK: usize = 1920;
 thread_local! {
     /// The quantized input window of a block (rewritten in full each block).
     static WINDOW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    /// A window's rounding error ([`QConv::two_pass`]'s second pass).
-    static ERR: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// A window's rounding error, quantized ([`QConv::two_pass`]'s second pass).
+    static ERR_WINDOW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The activation applied to a convolution's input as it is quantized: LeakyReLU of `slope` of
@@ -298,20 +299,40 @@ impl QConv {
             quantize(row, Pre::NONE, 1.0 / s, zp, qr);
             (scale[t], corr[t]) = (s, 128 - i32::from(zp));
         }
-        gemm::with_scratch_i32(l * k * n, |y| {
-            self.packed.matmul_u8(&q, y);
-            let taps = Taps { k, n, dil: self.dil, pad: self.pad_l };
+        // the products in blocks of input steps, each after the `reach` steps before it that the
+        // next outputs still read, so that they stay in L2 for the epilogue (the whole layer's are
+        // 12 MB on joe's flow); every output step is summed when all its steps' products are in
+        let (width, reach, pad) = (k * n, self.dil * (k - 1), self.pad_l);
+        let steps_out = out.len() / n;
+        let block = (BLOCK_SUM_BYTES / (4 * width)).max(6);
+        gemm::with_scratch_i32((reach + block) * width, |y| {
             let steps = Steps { scale: &scale, corr: &corr };
-            per_row_epilogue(y, steps, &self.rowsum, &self.w_scale, &self.bias, taps, out);
+            let (mut y0, mut s0, mut t0) = (0, 0, 0);
+            loop {
+                let s1 = (s0 + block).min(l);
+                let keep = s0.saturating_sub(reach).max(y0);
+                y.copy_within((keep - y0) * width..(s0 - y0) * width, 0);
+                y0 = keep;
+                self.packed.matmul_u8(&q[s0 * c..s1 * c], &mut y[(s0 - y0) * width..(s1 - y0) * width]);
+                let t1 = if s1 == l { steps_out } else { (s1 + pad).saturating_sub(reach).clamp(t0, steps_out) };
+                let taps = Taps { k, n, dil: self.dil, pad, first_row: y0, first_out: t0 };
+                let y = &y[..(s1 - y0) * width];
+                per_row_epilogue(y, steps, &self.rowsum, &self.w_scale, &self.bias, taps, &mut out[t0 * n..t1 * n]);
+                (s0, t0) = (s1, t1);
+                if t0 == steps_out {
+                    break;
+                }
+            }
         });
     }
 
-    /// Quantizes the activations in two passes from now on: each block's window as before, then
-    /// its rounding error (pre(x) less its codes' values, within ± half a step) as a second
-    /// window with a range of its own, whose product is added to the first's: 16 bits of
-    /// resolution where one pass gives 8, for twice the multiply-adds and a second quantizing
-    /// pass. For the layers where 8 bits of activation are heard (Piper's last up-sampling
-    /// stage, [`super::net`]). A [`QConv::new`] layer's only.
+    /// Quantizes the activations in two passes from now on: each block's window as before, and
+    /// its rounding error (pre(x)·inv less its codes, within ± half a step) as a second window
+    /// on the range ± half a step (scale step/255, zero point 128: [`quantize_two`], written in
+    /// the same pass over the input as the first), whose product is added to the first's in the
+    /// same epilogue: 16 bits of resolution where one pass gives 8, for twice the multiply-adds.
+    /// For the layers where 8 bits of activation are heard (Piper's last up-sampling stage,
+    /// [`super::net`]). A [`QConv::new`] layer's only.
     pub fn two_pass(&mut self) {
         assert!(!self.per_row, "two passes are for blocks of steps");
         self.two_pass = true;
@@ -366,96 +387,83 @@ impl QConv {
         }
         let reach = self.dil * (self.taps - 1);
         let block = self.block_rows();
+        let n = self.n;
         WINDOW.with_borrow_mut(|win| {
-            gemm::with_scratch_i32(block * self.n, |y| {
-                let mut sc = vec![0f32; self.n];
-                let mut corr = vec![0i32; self.n];
-                let zeros = vec![0f32; if self.two_pass { self.n } else { 0 }];
-                for r0 in (0..rows).step_by(block) {
-                    let m = block.min(rows - r0);
-                    // padded steps r0 .. r0 + m + reach; padded step i is x's step i − pad_l
-                    let (first, end) =
-                        (r0 as isize - self.pad_l as isize, (r0 + m + reach) as isize - self.pad_l as isize);
-                    let (lo_i, hi_i) = (first.clamp(0, l as isize) as usize, end.clamp(0, l as isize) as usize);
-                    let (before, after) = ((lo_i as isize - first) as usize, (end - hi_i as isize) as usize);
-                    let inner = &x[lo_i * c..hi_i * c];
-                    let (lo, hi) = extremes(inner);
-                    let (scale, zp) = params(pre.apply(lo), pre.apply(hi));
-                    win.resize((m + reach) * c, 0);
-                    let y = &mut y[..m * self.n];
-                    let pads = (before, after);
-                    self.window_product(inner, pre, (scale, zp), pads, m, win, y, (&mut sc, &mut corr));
-                    match &self.up {
-                        None => {
-                            let dst = &mut out[r0 * c_out..(r0 + m) * c_out];
-                            match how {
-                                Out::Store => epilogue(y, &corr, &sc, &self.bias, dst, &[], false),
-                                Out::Residual(res) => {
-                                    epilogue(y, &corr, &sc, &self.bias, dst, &res[r0 * c_out..(r0 + m) * c_out], false)
-                                }
-                                Out::AddResidual(res) => {
-                                    epilogue(y, &corr, &sc, &self.bias, dst, &res[r0 * c_out..(r0 + m) * c_out], true)
+            ERR_WINDOW.with_borrow_mut(|win2| {
+                let passes = if self.two_pass { 2 } else { 1 };
+                gemm::with_scratch_i32(passes * block * n, |ys| {
+                    let (y, y2) = ys.split_at_mut(block * n);
+                    let mut sc = vec![0f32; n];
+                    let mut corr = vec![0i32; n];
+                    let mut sc2 = vec![0f32; if self.two_pass { n } else { 0 }];
+                    for r0 in (0..rows).step_by(block) {
+                        let m = block.min(rows - r0);
+                        // padded steps r0 .. r0 + m + reach; padded step i is x's step i − pad_l
+                        let (first, end) =
+                            (r0 as isize - self.pad_l as isize, (r0 + m + reach) as isize - self.pad_l as isize);
+                        let (lo_i, hi_i) = (first.clamp(0, l as isize) as usize, end.clamp(0, l as isize) as usize);
+                        let (before, after) = ((lo_i as isize - first) as usize, (end - hi_i as isize) as usize);
+                        let inner = &x[lo_i * c..hi_i * c];
+                        let (lo, hi) = extremes(inner);
+                        let (scale, zp) = params(pre.apply(lo), pre.apply(hi));
+                        let len = (m + reach) * c;
+                        let (b, i) = (before * c, inner.len());
+                        win.resize(len, 0);
+                        win[..b].fill(zp);
+                        win[b + i..].fill(zp);
+                        let (y, y2) = (&mut y[..m * n], &mut y2[..if self.two_pass { m * n } else { 0 }]);
+                        if self.two_pass {
+                            // the window and its rounding error (in 1/255ths of a step: zero point
+                            // 128, zero in the padding), quantized in one pass over it
+                            win2.resize(len, 0);
+                            win2[..b].fill(ERR_ZP);
+                            win2[b + i..].fill(ERR_ZP);
+                            quantize_two(inner, pre, 1.0 / scale, zp, &mut win[b..b + i], &mut win2[b..b + i]);
+                            self.product(win, m, y);
+                            self.product(win2, m, y2);
+                        } else {
+                            quantize(inner, pre, 1.0 / scale, zp, &mut win[b..b + i]);
+                            self.product(win, m, y);
+                        }
+                        debug_assert_eq!(after, (len - b - i) / c);
+                        let k = 128 - i32::from(zp);
+                        for j in 0..n {
+                            sc[j] = scale * self.w_scale[j];
+                            corr[j] = k.wrapping_mul(self.rowsum[j]);
+                        }
+                        for (s2, &w) in sc2.iter_mut().zip(&self.w_scale) {
+                            *s2 = scale / 255.0 * w;
+                        }
+                        let sums = Sums { y, corr: &corr, sc: &sc, y2, sc2: &sc2 };
+                        match &self.up {
+                            None => {
+                                let at = r0 * c_out..(r0 + m) * c_out;
+                                let dst = &mut out[at.clone()];
+                                match how {
+                                    Out::Store => epilogue(sums, &self.bias, dst, &[], false),
+                                    Out::Residual(res) => epilogue(sums, &self.bias, dst, &res[at], false),
+                                    Out::AddResidual(res) => epilogue(sums, &self.bias, dst, &res[at], true),
                                 }
                             }
-                        }
-                        Some(u) => {
-                            assert!(matches!(how, Out::Store), "an up-sampling stores its output");
-                            let cols = Cols { corr: &corr, sc: &sc, bias: &self.bias };
-                            up_epilogue(y, r0, cols, &u.shift, u.c_out, out, false);
-                        }
-                    }
-                    if self.two_pass {
-                        // the window's rounding error, quantized with its own range, its sums added
-                        ERR.with_borrow_mut(|err| {
-                            err.resize(inner.len(), 0.0);
-                            rounding_error(inner, pre, 1.0 / scale, scale, zp, err);
-                            let (lo, hi) = extremes(err);
-                            let params = params(lo, hi);
-                            self.window_product(err, Pre::NONE, params, pads, m, win, y, (&mut sc, &mut corr));
-                            match &self.up {
-                                None => accumulate(y, &corr, &sc, &mut out[r0 * c_out..(r0 + m) * c_out]),
-                                Some(u) => {
-                                    let cols = Cols { corr: &corr, sc: &sc, bias: &zeros };
-                                    up_epilogue(y, r0, cols, &u.shift, u.c_out, out, true);
-                                }
+                            Some(u) => {
+                                assert!(matches!(how, Out::Store), "an up-sampling stores its output");
+                                up_epilogue(sums, &self.bias, r0, &u.shift, u.c_out, out);
                             }
-                        });
+                        }
                     }
-                }
+                })
             })
         });
     }
 
-    /// One block's product: `values` (its input window's steps within x, `pads` = the padded
-    /// steps before and after them) quantized through `pre` at `(scale, zp)` into `win`, its int32
-    /// sums for `m` output steps into `y`, and the columns' scale and zero-point correction into
-    /// `cols` for the epilogue.
-    #[allow(clippy::too_many_arguments)]
-    fn window_product(
-        &self,
-        values: &[f32],
-        pre: Pre,
-        (scale, zp): (f32, u8),
-        (before, after): (usize, usize),
-        m: usize,
-        win: &mut [u8],
-        y: &mut [i32],
-        (sc, corr): (&mut [f32], &mut [i32]),
-    ) {
+    /// One block's product: its window (`win`, quantized) into the int32 sums `y` of its `m`
+    /// output steps (product rows).
+    fn product(&self, win: &[u8], m: usize, y: &mut [i32]) {
         let c = self.c_in;
-        let inner = values.len() / c;
-        win[..before * c].fill(zp);
-        quantize(values, pre, 1.0 / scale, zp, &mut win[before * c..(before + inner) * c]);
-        win[(before + inner) * c..][..after * c].fill(zp);
         if self.up.is_some() {
             self.packed.matmul_u8_rows(win, m, c, y);
         } else {
             self.packed.matmul_u8_taps(win, m, c, self.taps, c, self.dil * c, y);
-        }
-        let k = 128 - i32::from(zp);
-        for j in 0..self.n {
-            sc[j] = scale * self.w_scale[j];
-            corr[j] = k.wrapping_mul(self.rowsum[j]);
         }
     }
 
@@ -522,92 +530,123 @@ simd_fn! {
     }
 }
 
+/// The zero point of a rounding error's codes ([`quantize_two`]): its range is ± half a step.
+const ERR_ZP: u8 = 128;
+
 simd_fn! {
-    /// pre(x) less the value of its code (round(pre(x)·inv), clamped as [`quantize`]'s, times
-    /// `scale`), into `r`.
-    fn rounding_error(x: &[f32], pre: Pre, inv: f32, scale: f32, zp: u8, r: &mut [f32]) {
+    /// [`quantize`] into `q`, and the rounding error of each code (pre(x)·inv less the code's
+    /// value, within ± half a step but where the clamp cut more) in 1/255ths of a step, rounded,
+    /// saturated to −128..127, plus [`ERR_ZP`], into `e`: the range ± half a step on 0..255, as
+    /// onnxruntime's parameters of that range give (scale step/255, zero point 128).
+    fn quantize_two(x: &[f32], pre: Pre, inv: f32, zp: u8, q: &mut [u8], e: &mut [u8]) {
         const MAGIC: f32 = 12_582_912.0;
         let (lo, hi) = (-f32::from(zp), 255.0 - f32::from(zp));
-        for (r, &v) in r.iter_mut().zip(x) {
-            let p = pre.apply(v);
-            let q = ((p * inv).clamp(lo, hi) + MAGIC) - MAGIC;
-            *r = p - q * scale;
+        for ((q, e), &v) in q.iter_mut().zip(e.iter_mut()).zip(x) {
+            let u = pre.apply(v) * inv;
+            let r = u.clamp(lo, hi) + MAGIC;
+            *q = (r.to_bits() as u8).wrapping_add(zp);
+            let d = ((u - (r - MAGIC)) * 255.0).clamp(-128.0, 127.0) + MAGIC;
+            *e = (d.to_bits() as u8).wrapping_add(ERR_ZP);
         }
     }
 }
 
-simd_fn! {
-    /// A block's sums `y` [M, N] as floats added to `dst`: (sum + `corr`)·`sc`.
-    fn accumulate(y: &[i32], corr: &[i32], sc: &[f32], dst: &mut [f32]) {
-        let n = corr.len();
-        for (d, yr) in dst.chunks_exact_mut(n).zip(y.chunks_exact(n)) {
-            for (d, (&v, (&k, &s))) in d.iter_mut().zip(yr.iter().zip(corr.iter().zip(sc))) {
-                *d += v.wrapping_add(k) as f32 * s;
-            }
-        }
-    }
-}
-
-simd_fn! {
-    /// A block's sums `y` [M, N] into floats in `dst` [M, N]: (sum + `corr`)·`sc` + `bias`, plus
-    /// `res` (if not empty), stored or (`add`) added to `dst`.
-    fn epilogue(y: &[i32], corr: &[i32], sc: &[f32], bias: &[f32], dst: &mut [f32], res: &[f32], add: bool) {
-        let n = corr.len();
-        let cols = corr.iter().zip(sc).zip(bias);
-        if res.is_empty() {
-            for (d, yr) in dst.chunks_exact_mut(n).zip(y.chunks_exact(n)) {
-                for (d, (&v, ((&k, &s), &b))) in d.iter_mut().zip(yr.iter().zip(cols.clone())) {
-                    *d = v.wrapping_add(k) as f32 * s + b;
-                }
-            }
-            return;
-        }
-        for ((d, yr), rr) in dst.chunks_exact_mut(n).zip(y.chunks_exact(n)).zip(res.chunks_exact(n)) {
-            if add {
-                for ((d, &r), (&v, ((&k, &s), &b))) in d.iter_mut().zip(rr).zip(yr.iter().zip(cols.clone())) {
-                    *d += v.wrapping_add(k) as f32 * s + b + r;
-                }
-            } else {
-                for ((d, &r), (&v, ((&k, &s), &b))) in d.iter_mut().zip(rr).zip(yr.iter().zip(cols.clone())) {
-                    *d = v.wrapping_add(k) as f32 * s + b + r;
-                }
-            }
-        }
-    }
-}
-
-simd_fn! {
-    /// A transposed convolution's block of sums `y` (pairs r0.., N = s·C_out) into its output
-    /// steps: phase r of pair p is output step (p − a_r)·s + r.
-    fn up_epilogue(y: &[i32], r0: usize, cols: Cols<'_>, shift: &[usize], c_out: usize, out: &mut [f32], add: bool) {
-        let Cols { corr, sc, bias } = cols;
-        let s = shift.len();
-        let n = s * c_out;
-        let steps = out.len() / c_out;
-        for (i, yr) in y.chunks_exact(n).enumerate() {
-            let p = r0 + i;
-            for (r, &a) in shift.iter().enumerate() {
-                if p < a || (p - a) * s + r >= steps {
-                    continue;
-                }
-                let t = (p - a) * s + r;
-                let cols = r * c_out..(r + 1) * c_out;
-                let d = &mut out[t * c_out..(t + 1) * c_out];
-                for (d, (&v, ((&k, &sc), &b))) in d.iter_mut().zip(yr[cols.clone()].iter().zip(corr[cols.clone()].iter().zip(&sc[cols.clone()]).zip(&bias[cols]))) {
-                    let v = v.wrapping_add(k) as f32 * sc + b;
-                    *d = if add { *d + v } else { v };
-                }
-            }
-        }
-    }
-}
-
-/// A block's per-column terms: the zero point's correction of the sums, the scale, the bias.
+/// A block's int32 sums [M, N] and their columns' terms: (sum + `corr`)·`sc`; in two passes
+/// ([`QConv::two_pass`]) plus `y2`·`sc2`, the rounding error's sums (zero point 128: no
+/// correction). `y2` and `sc2` are empty in one pass.
 #[derive(Clone, Copy)]
-struct Cols<'a> {
+struct Sums<'a> {
+    y: &'a [i32],
     corr: &'a [i32],
     sc: &'a [f32],
-    bias: &'a [f32],
+    y2: &'a [i32],
+    sc2: &'a [f32],
+}
+
+/// Row `yr` of a block's sums (and `yr2` of the second pass's, if TWO), columns `cols`, as
+/// floats: (sum + corr)·sc (+ sum2·sc2) + bias, each passed to `f` with its column's place.
+#[inline(always)]
+fn row_values<const TWO: bool>(
+    s: Sums<'_>,
+    bias: &[f32],
+    (yr, yr2): (&[i32], &[i32]),
+    cols: std::ops::Range<usize>,
+    mut f: impl FnMut(usize, f32),
+) {
+    let (y, corr, sc, b) = (&yr[cols.clone()], &s.corr[cols.clone()], &s.sc[cols.clone()], &bias[cols.clone()]);
+    if TWO {
+        let (y2, sc2) = (&yr2[cols.clone()], &s.sc2[cols.clone()]);
+        for (i, ((((&v, &k), &c), &b), (&v2, &c2))) in y.iter().zip(corr).zip(sc).zip(b).zip(y2.iter().zip(sc2)).enumerate() {
+            f(i, v.wrapping_add(k) as f32 * c + v2 as f32 * c2 + b);
+        }
+    } else {
+        for (i, (((&v, &k), &c), &b)) in y.iter().zip(corr).zip(sc).zip(b).enumerate() {
+            f(i, v.wrapping_add(k) as f32 * c + b);
+        }
+    }
+}
+
+/// [`epilogue`] for one or two passes.
+#[inline(always)]
+fn epilogue_rows<const TWO: bool>(s: Sums<'_>, bias: &[f32], dst: &mut [f32], res: &[f32], add: bool) {
+    let n = s.corr.len();
+    let y2 = |t: usize| if TWO { &s.y2[t * n..(t + 1) * n] } else { &[][..] };
+    for (t, d) in dst.chunks_exact_mut(n).enumerate() {
+        let rows = (&s.y[t * n..(t + 1) * n], y2(t));
+        if res.is_empty() {
+            row_values::<TWO>(s, bias, rows, 0..n, |j, v| d[j] = v);
+        } else if add {
+            let r = &res[t * n..(t + 1) * n];
+            row_values::<TWO>(s, bias, rows, 0..n, |j, v| d[j] += v + r[j]);
+        } else {
+            let r = &res[t * n..(t + 1) * n];
+            row_values::<TWO>(s, bias, rows, 0..n, |j, v| d[j] = v + r[j]);
+        }
+    }
+}
+
+simd_fn! {
+    /// A block's sums into floats in `dst` [M, N]: [`Sums`]'s values plus `bias`, plus `res` (if
+    /// not empty), stored or (`add`) added to `dst`.
+    fn epilogue(s: Sums<'_>, bias: &[f32], dst: &mut [f32], res: &[f32], add: bool) {
+        if s.y2.is_empty() {
+            epilogue_rows::<false>(s, bias, dst, res, add)
+        } else {
+            epilogue_rows::<true>(s, bias, dst, res, add)
+        }
+    }
+}
+
+/// [`up_epilogue`] for one or two passes.
+#[inline(always)]
+fn up_rows<const TWO: bool>(s: Sums<'_>, bias: &[f32], r0: usize, shift: &[usize], c_out: usize, out: &mut [f32]) {
+    let st = shift.len();
+    let n = st * c_out;
+    let steps = out.len() / c_out;
+    for i in 0..s.y.len() / n {
+        let p = r0 + i;
+        let rows = (&s.y[i * n..(i + 1) * n], if TWO { &s.y2[i * n..(i + 1) * n] } else { &[][..] });
+        for (r, &a) in shift.iter().enumerate() {
+            if p < a || (p - a) * st + r >= steps {
+                continue;
+            }
+            let t = (p - a) * st + r;
+            let d = &mut out[t * c_out..(t + 1) * c_out];
+            row_values::<TWO>(s, bias, rows, r * c_out..(r + 1) * c_out, |j, v| d[j] = v);
+        }
+    }
+}
+
+simd_fn! {
+    /// A transposed convolution's block of sums (pairs r0.., N = s·C_out) into its output
+    /// steps: phase r of pair p is output step (p − a_r)·s + r.
+    fn up_epilogue(s: Sums<'_>, bias: &[f32], r0: usize, shift: &[usize], c_out: usize, out: &mut [f32]) {
+        if s.y2.is_empty() {
+            up_rows::<false>(s, bias, r0, shift, c_out, out)
+        } else {
+            up_rows::<true>(s, bias, r0, shift, c_out, out)
+        }
+    }
 }
 
 /// A per-step layer's activations: each step's scale and zero point's correction (128 − zp).
@@ -618,36 +657,37 @@ struct Steps<'a> {
 }
 
 /// A per-step layer's taps: `k` of them, `dil` steps apart, the first `pad` steps before the
-/// output's; `n` output channels.
+/// output's; `n` output channels; a block of the products starts at input step `first_row`,
+/// the outputs it gives at step `first_out`.
 #[derive(Clone, Copy)]
 struct Taps {
     k: usize,
     n: usize,
     dil: usize,
     pad: usize,
+    first_row: usize,
+    first_out: usize,
 }
 
 simd_fn! {
-    /// The per-step products `y` ([L, k·N]: tap j of step t' in columns j·N..) into `out`
-    /// ([L', N]): step t is the bias plus, tap by tap, the sums of step t + j·dil − pad
-    /// (those within 0..L) corrected for its zero point and times its scale and the column's.
+    /// The per-step products `y` ([rows, k·N] from input step `first_row`: tap j of step t' in
+    /// columns j·N..) into `out` (output steps `first_out`.., N each): step t is the bias plus,
+    /// tap by tap, the sums of step t + j·dil − pad (those within 0..L, all of them in `y`)
+    /// corrected for its zero point and times its scale and the column's.
     fn per_row_epilogue(y: &[i32], steps: Steps<'_>, rowsum: &[i32], w_scale: &[f32], bias: &[f32], taps: Taps, out: &mut [f32]) {
         let Steps { scale, corr } = steps;
-        let Taps { k, n, dil, pad } = taps;
+        let Taps { k, n, dil, pad, first_row, first_out } = taps;
         let l = scale.len();
-        let mut sc = vec![0f32; n];
         for (t, d) in out.chunks_exact_mut(n).enumerate() {
+            let t = first_out + t;
             d.copy_from_slice(bias);
             for j in 0..k {
                 let Some(src) = (t + j * dil).checked_sub(pad).filter(|&s| s < l) else { continue };
                 let cols = j * n..(j + 1) * n;
-                for (v, &w) in sc.iter_mut().zip(&w_scale[cols.clone()]) {
-                    *v = scale[src] * w;
-                }
-                let z = corr[src];
-                let yr = &y[src * k * n + j * n..][..n];
-                for (((d, &v), &s), &r) in d.iter_mut().zip(yr).zip(&sc).zip(&rowsum[cols]) {
-                    *d += v.wrapping_add(z.wrapping_mul(r)) as f32 * s;
+                let (z, s) = (corr[src], scale[src]);
+                let yr = &y[(src - first_row) * k * n + j * n..][..n];
+                for (((d, &v), &w), &r) in d.iter_mut().zip(yr).zip(&w_scale[cols.clone()]).zip(&rowsum[cols]) {
+                    *d += v.wrapping_add(z.wrapping_mul(r)) as f32 * (s * w);
                 }
             }
         }
