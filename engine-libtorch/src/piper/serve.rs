@@ -293,6 +293,7 @@ fn loaded(voices: Vec<(&PiperVoiceFile, Arc<PiperModel>)>, espeak: Arc<Espeak>) 
             gain: OnceLock::new(),
             first_chunk: AtomicUsize::new(FIRST_CHUNK_FRAMES),
         };
+        voice.gain();
         served.push((listed, Arc::new(voice)));
     }
     let mut rates: Vec<u32> = served.iter().map(|(_, v)| v.sample_rate()).collect();
@@ -370,18 +371,19 @@ const FIRST_CHUNK_FRAMES: usize = 16;
 /// ~110 frames with its context, ~50 ms while the first chunk's 186 ms play), in few pieces (each
 /// seam decodes the contexts twice: 24 frames of generator, 88 of flow).
 const PIECE_GROWTH: usize = 8;
-/// The level a voice's gain puts its calibration sentence at: RMS −22 dBFS. piper-tts's own
-/// peak normalisation puts joe's sentences at −17.7 to −22.5 dBFS RMS (median −19.5, 18
-/// sentences), as each sentence's peak decides; joe's raw sentences are within ±1.2 dB of one
-/// level (−24.2 to −26.6 dBFS) and peak at 15.7 to 22.5 dB over it, so −22 keeps their peaks
-/// under full scale, and a rare louder one is clipped there (as piper-tts clips).
-const LEVEL_DBFS: f32 = -22.0;
-/// The sentence a voice's gain is measured on (and its network warmed with), espeak-ng's en-us
-/// IPA as piper-tts reads it: "The weather today is sunny with a light breeze, and the keeper
-/// climbed the narrow stairs to light the great lamp." (a voice of another language maps the
-/// same IPA through its own table).
-const CALIBRATION_PHONEMES: &str =
-    "ðə wˈɛðɚ tədˈeɪ ɪz sˈʌni wɪð ɐ lˈaɪt bɹˈiːz, ænd ðə kˈiːpɚ klˈaɪmd ðə nˈæɹoʊ stˈɛɹz tə lˈaɪt ðə ɡɹˈeɪt lˈæmp.";
+/// The level a voice's gain puts its calibration sentence at: RMS −21 dBFS (a gain of 1.46 for
+/// joe). piper-tts's own peak normalisation puts joe's sentences at −17.7 to −22.5 dBFS RMS
+/// (median −19.5, 18 sentences), as each sentence's peak decides; joe's raw sentences are within
+/// ±1.2 dB of one level (−24.2 to −26.6 dBFS; the calibration sentence −24.3) and peak at 15.7 to
+/// 22.5 dB over it, so this keeps nearly all their peaks under full scale, and a rare louder one
+/// is clipped there (as piper-tts clips).
+const LEVEL_DBFS: f32 = -21.0;
+/// The sentence a voice's gain is measured on when it loads, espeak-ng's en-us IPA as piper-tts
+/// reads it: "The weather today is sunny with a light breeze." (2.5 s of joe, ~0.1 s of one
+/// core; a voice of another language maps the same IPA through its own table).
+const CALIBRATION_PHONEMES: &str = "ðə wˈɛðɚ tədˈeɪ ɪz sˈʌni wɪð ɐ lˈaɪt bɹˈiːz.";
+/// The phonemes ("hello.") its network is warmed with, espeak-ng's en-us IPA.
+const WARM_PHONEMES: &str = "həlˈoʊ.";
 /// A typical first segment (six words), admission's first measure of its cost per phoneme
 /// character: "The weather today is sunny with," as espeak-ng reads it.
 const MEASURE_PHONEMES: &str = "ðə wˈɛðɚ tədˈeɪ ɪz sˈʌni wɪð, ";
@@ -394,7 +396,7 @@ impl PiperVoice {
 
     /// The one factor every segment of the voice is scaled by: its calibration sentence
     /// ([`CALIBRATION_PHONEMES`], seed 0, the default speaker) at [`LEVEL_DBFS`] RMS, measured
-    /// once (at warm-up). 1.47 for joe.
+    /// once, as the voice loads.
     pub fn gain(&self) -> f32 {
         *self.gain.get_or_init(|| {
             let ids = self.config.ids.ids(CALIBRATION_PHONEMES);
@@ -612,11 +614,10 @@ impl VoiceModel for PiperVoice {
             .collect()
     }
 
-    /// Measures the voice's gain on its calibration sentence ([`PiperVoice::gain`]), which
-    /// warms its network, and keeps the scheduler's first chunk.
+    /// Keeps the scheduler's first chunk, and runs a word through its network.
     fn warm_up(&self, frames: &ChunkSizes<usize>) {
         self.first_chunk.store(frames.first, Ordering::Relaxed);
-        self.gain();
+        let _ = self.prepare(WARM_PHONEMES, 1.0, 0, self.speaker).and_then(|p| self.decode(&p, 0..p.frames()));
     }
 
     /// Warm, a pass over a first segment's worth is its first measure of its cost per
