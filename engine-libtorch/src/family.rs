@@ -305,7 +305,7 @@ pub fn english_reads(text: &str) -> Result<(), String> {
         .to_owned())
 }
 
-/// The chunks of a batch of segments whose audio a family computed whole (Kokoro's, Piper's:
+/// The chunks of a batch of segments whose audio a family computed whole (Kokoro's:
 /// the segment's state is its audio): slices of `frame` samples per frame, the last one cut
 /// where the audio ends. `family` names it in the error for another family's segment.
 pub fn audio_slices(
