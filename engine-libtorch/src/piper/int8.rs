@@ -576,7 +576,9 @@ fn row_values<const TWO: bool>(
     let (y, corr, sc, b) = (&yr[cols.clone()], &s.corr[cols.clone()], &s.sc[cols.clone()], &bias[cols.clone()]);
     if TWO {
         let (y2, sc2) = (&yr2[cols.clone()], &s.sc2[cols.clone()]);
-        for (i, ((((&v, &k), &c), &b), (&v2, &c2))) in y.iter().zip(corr).zip(sc).zip(b).zip(y2.iter().zip(sc2)).enumerate() {
+        for (i, ((((&v, &k), &c), &b), (&v2, &c2))) in
+            y.iter().zip(corr).zip(sc).zip(b).zip(y2.iter().zip(sc2)).enumerate()
+        {
             f(i, v.wrapping_add(k) as f32 * c + v2 as f32 * c2 + b);
         }
     } else {

@@ -395,7 +395,7 @@ impl PiperVoice {
     }
 
     /// The one factor every segment of the voice is scaled by: its calibration sentence
-    /// ([`CALIBRATION_PHONEMES`], seed 0, the default speaker) at [`LEVEL_DBFS`] RMS, measured
+    /// (`CALIBRATION_PHONEMES`, seed 0, the default speaker) at `LEVEL_DBFS` RMS, measured
     /// once, as the voice loads.
     pub fn gain(&self) -> f32 {
         *self.gain.get_or_init(|| {
