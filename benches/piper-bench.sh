@@ -35,8 +35,9 @@
 # seed of MOS_SEEDS: ours through each server (`wav` with `"seed": S`, so each P of PRECISIONS
 # reads a sentence with the same seed of the noise), piper-tts (`synthesize_wav`; its noise is
 # drawn inside its ONNX graph and takes no seed, so a draw is a fresh one), piper-tts-cut8
-# (piper-tts reading each sentence cut as our engine cuts Piper's first sentence now: eight words
-# and a comma, then the rest; piper_ref.py --split-first=8), and each voice of
+# (piper-tts reading each sentence cut as our engine cut Piper's first sentence until
+# 2026-12-06: eight words and a comma, then the rest; piper_ref.py --split-first=8; it now keeps
+# sentences up to sixteen words whole, so the held-out ones are not cut), and each voice of
 # MOS_CONTEXT through `speechstream say --voice V --seed S` (hibari's heart by default, as
 # context). Per set the mean, min and max over every file, the means per draw, and its mean
 # difference from the first set (ours, the first of PRECISIONS) file by file.
