@@ -184,9 +184,7 @@ pub struct Segment {
     /// Frames per token (both boundary tokens included), for word timings: of 600 samples at
     /// 24 kHz, or of 300 for a family whose [`Acoustics::fine_per_frame`] is 1.
     pub durations: Vec<i64>,
-    /// Samples of audio computed while starting it (a family that computes segments whole; one
-    /// that decodes part of a segment in its chunk rounds counts it here too), for the worker's
-    /// real-time factor.
+    /// Samples of audio computed while starting it (a family that computes segments whole).
     pub computed: usize,
     pub state: SegmentState,
 }
@@ -305,7 +303,7 @@ pub fn english_reads(text: &str) -> Result<(), String> {
         .to_owned())
 }
 
-/// The chunks of a batch of segments whose audio a family computed whole (Kokoro's:
+/// The chunks of a batch of segments whose audio a family computed whole (Kokoro's, Piper's:
 /// the segment's state is its audio): slices of `frame` samples per frame, the last one cut
 /// where the audio ends. `family` names it in the error for another family's segment.
 pub fn audio_slices(

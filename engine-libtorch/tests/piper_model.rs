@@ -349,8 +349,8 @@ fn int8_stays_close_to_fp32() {
     }
 }
 
-/// How close int8's audio decoded in stretches (as the server decodes an utterance's first
-/// segment: its first chunk, then growing pieces) stays to the whole pass's, in dB of SNR: 24.8
+/// How close int8's audio decoded in stretches (a first chunk, then growing pieces, as a chunked
+/// server would decode a segment) stays to the whole pass's, in dB of SNR: 24.8
 /// to 30.3 measured (AMD EPYC Zen 4; 86 where the only cut is after frame 1), two int8
 /// renderings of the same frames: a block of steps whose window a cut shortens quantizes on its
 /// own range (the first up-sampling's blocks are 60 frames long), so within int8's own noise

@@ -4,24 +4,21 @@
 //! espeak-ng front end as piper-tts reads it (`speechstream_text::piper`), at its own sample
 //! rate.
 //!
-//! Piper is not causal: a sentence's durations and frames come from one pass over it all. So,
-//! as Kokoro's, an utterance's first segment is its first clause or first words
-//! ([`split_first`]), later ones are sentences, each computed in one round of a worker and
-//! streamed in slices. But its flow and generator, most of a pass's time, are convolutional with
-//! a short reach (32 and 12 frames): an utterance's first round decodes only its first chunk's
-//! frames (with the context after them), and the rest of the segment in growing pieces as its
-//! chunks are due ([`PiperModel::decode`]), so its first audio waits for the text encoder and
-//! the durations, and a fraction of the decoder.
+//! Piper is not causal: a sentence's audio comes out of one pass over it all. So, as Kokoro's,
+//! an utterance's first segment is its first clause or first words ([`split_first`]), later
+//! ones are sentences, each computed whole in one round of a worker and streamed in slices.
+//! (Decoding a first segment's frames in pieces, its first chunk's first, gave first audio in
+//! half the time, but its later pieces, decoded in rounds the scheduler costs as slices, came
+//! late under load: benches/results/17-piper.md.)
 //!
 //! Every segment of a voice is scaled by one gain, the voice's own ([`PiperVoice::gain`]), where
-//! piper-tts scales each sentence to a peak of 1: a segment's first chunk leaves before its peak
-//! is known, and one gain keeps a voice's sentences at one loudness.
+//! piper-tts scales each sentence to a peak of 1: one gain keeps a voice's sentences at one
+//! loudness (and lets a segment's audio leave before its peak is known).
 
 use std::any::Any;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use speechstream_core::config::TaskType;
@@ -29,25 +26,24 @@ use speechstream_core::engine::{EngineCapabilities, Language, Voice};
 
 use crate::chunks::ChunkSizes;
 use crate::family::{
-    cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, Streaming,
-    Style, VoiceModel,
+    audio_slices, cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds,
+    Streaming, Style, VoiceModel,
 };
 use crate::g2p::espeak::Espeak;
 use crate::g2p::piper::{PhonemeIdMap, Phonemizer};
 use crate::g2p::{Reader, Sentence};
 use crate::pacing::{Costs, Speed};
-use crate::piper::{PiperModel, Prepared, Scales};
+use crate::piper::{PiperModel, PiperOutput, Scales};
 use crate::precision::Precision;
 use crate::timing::Acoustics;
 
-/// Words a Piper voice's first segment holds at most (unless a clause ends earlier): its first
-/// audio waits only for the text encoder and the durations over them and a chunk's decoding
-/// (~60 ms for 12 words, one Zen 4 core), and a cut costs words and naturalness. Whisper base on
-/// piper-tts's joe reading eight held-out sentences (10-13 words; three draws, 276 words): whole
-/// 3.3% word errors, cut after six words with a comma 8.3%, after eight 4.3%; Distill-MOS whole
-/// 4.14-4.19, cut after eight 4.06-4.08; ours int8 with 16 words (those sentences whole) 1.1%
-/// and 4.13, with 8 words 3.3% and 4.00 (benches/results/17-piper.md).
-pub const PIPER_FIRST_WORDS: usize = 16;
+/// Words a Piper voice's first segment holds at most (unless a clause ends earlier): more than
+/// Kokoro's six, as its passes are cheap (eight words ~80 ms of int8 on one Zen 4 core) and a cut
+/// costs words. Whisper base on piper-tts's joe reading eight held-out sentences (10-13 words;
+/// three draws, 276 words): whole 3.3% word errors, cut after six words with a comma 8.3%,
+/// without the comma 9.1%, after eight with a comma 4.3%; Distill-MOS whole 4.14-4.19, cut after
+/// eight 4.06-4.08 (benches/results/17-piper.md).
+pub const PIPER_FIRST_WORDS: usize = 8;
 
 /// The model name Piper's voices are served under (`model: "piper"` picks the default voice).
 pub const PIPER_MODEL_NAME: &str = "piper";
@@ -291,7 +287,6 @@ fn loaded(voices: Vec<(&PiperVoiceFile, Arc<PiperModel>)>, espeak: Arc<Espeak>) 
             espeak: espeak.clone(),
             speaker: config.speakers.first().map(|(_, id)| *id),
             gain: OnceLock::new(),
-            first_chunk: AtomicUsize::new(FIRST_CHUNK_FRAMES),
         };
         voice.gain();
         served.push((listed, Arc::new(voice)));
@@ -342,19 +337,6 @@ pub struct PiperVoice {
     pub speaker: Option<i64>,
     /// Its gain ([`PiperVoice::gain`]), measured once.
     gain: OnceLock<f32>,
-    /// The scheduler's first chunk, in its frames (told by [`VoiceModel::warm_up`]): what an
-    /// utterance's first round decodes.
-    first_chunk: AtomicUsize,
-}
-
-/// A segment as its chunks are cut from it.
-struct PiperSegment(Mutex<Decoded>);
-
-/// A segment's audio decoded so far (scaled by the voice's gain: whole frames), and its pass
-/// while the rest is to decode.
-struct Decoded {
-    audio: Vec<f32>,
-    rest: Option<Prepared>,
 }
 
 /// The style of a request naming one of a voice's speakers: its id.
@@ -363,14 +345,6 @@ struct Speaker(i64);
 /// Samples in one of the scheduler's frames at 22,050 Hz (11.6 ms, the decoder's hop of a
 /// medium voice); other rates keep about the same time.
 const FRAME_SECONDS: f64 = 256.0 / 22_050.0;
-/// The scheduler's first chunk until [`VoiceModel::warm_up`] tells it (its default, 16 frames).
-const FIRST_CHUNK_FRAMES: usize = 16;
-/// A cut segment's later pieces: each decodes what its chunk asks for and at least this many
-/// times what is decoded already, so each is computed well within the time the audio before it
-/// plays (the flow and generator in int8 run ~28x real time on one Zen 4 core: the second piece,
-/// ~110 frames with its context, ~50 ms while the first chunk's 186 ms play), in few pieces (each
-/// seam decodes the contexts twice: 24 frames of generator, 88 of flow).
-const PIECE_GROWTH: usize = 8;
 /// The level a voice's gain puts its calibration sentence at: RMS −21 dBFS (a gain of 1.46 for
 /// joe). piper-tts's own peak normalisation puts joe's sentences at −17.7 to −22.5 dBFS RMS
 /// (median −19.5, 18 sentences), as each sentence's peak decides; joe's raw sentences are within
@@ -414,49 +388,16 @@ impl PiperVoice {
         })
     }
 
-    /// A pass over `phonemes` up to its decoder, at the request's speed.
-    fn prepare(&self, phonemes: &str, speed: f32, seed: u64, speaker: Option<i64>) -> Result<Prepared, String> {
+    /// One pass over `phonemes` at the request's speed: its audio scaled by the voice's gain,
+    /// and its durations.
+    fn speak(&self, phonemes: &str, speed: f32, seed: u64, speaker: Option<i64>) -> Result<PiperOutput, String> {
         let ids = self.config.ids.ids(phonemes);
         let mut scales = self.config.scales;
         scales.length_scale /= speed.max(0.05);
-        guarded(|| self.model.prepare(&ids, speaker, scales, seed)).and_then(|r| r)
-    }
-
-    /// `frames` of a prepared pass decoded, scaled by the voice's gain.
-    fn decode(&self, prepared: &Prepared, frames: Range<usize>) -> Result<Vec<f32>, String> {
+        let mut out = guarded(|| self.model.infer(&ids, speaker, scales, seed)).and_then(|r| r)?;
         let gain = self.gain();
-        let mut audio = guarded(|| self.model.decode(prepared, frames)).and_then(|r| r)?;
-        audio.iter_mut().for_each(|x| *x = (*x * gain).clamp(-1.0, 1.0));
-        Ok(audio)
-    }
-
-    /// A segment started: the first of an utterance (`first`) decoded up to its first chunk,
-    /// the rest in pieces as its chunks ask ([`PIECE_GROWTH`]; in int8 each piece is within
-    /// int8's noise of the whole pass's audio, not the same bits: tests/piper_model.rs), any
-    /// other whole. A segment barely longer than its first chunk and the contexts is decoded
-    /// whole.
-    fn start_one(&self, input: &SegmentInput, first: bool) -> Result<Segment, String> {
-        let speaker = input.style.and_then(|style| style.downcast_ref::<Speaker>()).map(|s| s.0).or(self.speaker);
-        let seed = crate::noise::splitmix64(input.seed ^ crate::noise::splitmix64(input.index));
-        let prepared = self.prepare(input.phonemes, input.speed, seed, speaker)?;
-        let (frames, hop) = (prepared.frames(), self.model.samples_per_frame());
-        let chunk = self.first_chunk.load(Ordering::Relaxed) * self.frame_samples();
-        let piece = chunk.div_ceil(hop).max(1);
-        let (decoder, flow) = self.model.context();
-        let cut = first && frames > piece + decoder + flow;
-        let audio = self.decode(&prepared, 0..if cut { piece } else { frames })?;
-        let (_, bounds) = fold_tokens(&self.config.ids.char_tokens(input.phonemes), prepared.durations().len());
-        let durations = fold_durations(prepared.durations(), &bounds);
-        let samples = frames * hop;
-        let frame = self.frame_samples();
-        Ok(Segment {
-            frames: samples.div_ceil(frame),
-            samples,
-            durations: fine_durations_at(&durations, hop, self.config.sample_rate),
-            // (all of it: a cut segment's rest is decoded in rounds of chunks, which count none)
-            computed: samples,
-            state: Box::new(PiperSegment(Mutex::new(Decoded { audio, rest: cut.then_some(prepared) }))),
-        })
+        out.audio.iter_mut().for_each(|x| *x = (*x * gain).clamp(-1.0, 1.0));
+        Ok(out)
     }
 }
 
@@ -575,49 +516,36 @@ impl VoiceModel for PiperVoice {
         Acoustics::PIPER
     }
 
-    /// Each segment's pass, and its audio decoded: an utterance's first segment up to its first
-    /// chunk, the rest when a chunk past it is due ([`VoiceModel::chunks`]); word timings from
-    /// the predicted durations.
+    /// Each segment's whole audio in one pass of its network, its word timings from the
+    /// predicted durations.
     fn start(&self, batch: &[SegmentInput]) -> Result<Vec<Result<Segment, String>>, String> {
-        Ok(batch.iter().map(|s| self.start_one(s, s.index == 0).map_err(|e| format!("piper: {e}"))).collect())
-    }
-
-    /// Slices of each segment's audio, the rest of a segment decoded first where a slice
-    /// reaches past what is.
-    fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
         let frame = self.frame_samples();
-        batch
+        Ok(batch
             .iter()
-            .map(|(state, frames)| {
-                let segment =
-                    state.downcast_ref::<PiperSegment>().ok_or("piper: a segment of another family".to_owned())?;
-                let mut guard = segment.0.lock().unwrap_or_else(|p| p.into_inner());
-                let decoded = &mut *guard;
-                let end = frames.end * frame;
-                if let (true, Some(prepared)) = (end > decoded.audio.len(), &decoded.rest) {
-                    let (hop, total) = (self.model.samples_per_frame(), prepared.frames());
-                    let done = decoded.audio.len() / hop;
-                    let mut to = end.div_ceil(hop).max(done * PIECE_GROWTH).min(total);
-                    let (decoder, flow) = self.model.context();
-                    if total - to <= decoder + flow {
-                        to = total; // (a remainder shorter than the context joins)
-                    }
-                    let audio = self.decode(prepared, done..to).map_err(|e| format!("piper: {e}"))?;
-                    decoded.audio.extend(audio);
-                    if to == total {
-                        decoded.rest = None;
-                    }
-                }
-                let end = end.min(decoded.audio.len());
-                Ok(decoded.audio[(frames.start * frame).min(end)..end].to_vec())
+            .map(|s| {
+                let speaker = s.style.and_then(|style| style.downcast_ref::<Speaker>()).map(|s| s.0).or(self.speaker);
+                let seed = crate::noise::splitmix64(s.seed ^ crate::noise::splitmix64(s.index));
+                let out = self.speak(s.phonemes, s.speed, seed, speaker).map_err(|e| format!("piper: {e}"))?;
+                let (_, bounds) = fold_tokens(&self.config.ids.char_tokens(s.phonemes), out.durations.len());
+                let durations = fold_durations(&out.durations, &bounds);
+                Ok(Segment {
+                    frames: out.audio.len().div_ceil(frame),
+                    samples: out.audio.len(),
+                    durations: fine_durations_at(&durations, out.samples_per_frame, self.config.sample_rate),
+                    computed: out.audio.len(),
+                    state: Box::new(out.audio),
+                })
             })
-            .collect()
+            .collect())
     }
 
-    /// Keeps the scheduler's first chunk, and runs a word through its network.
-    fn warm_up(&self, frames: &ChunkSizes<usize>) {
-        self.first_chunk.store(frames.first, Ordering::Relaxed);
-        let _ = self.prepare(WARM_PHONEMES, 1.0, 0, self.speaker).and_then(|p| self.decode(&p, 0..p.frames()));
+    /// Slices of each segment's audio.
+    fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
+        audio_slices(batch, self.frame_samples(), "piper")
+    }
+
+    fn warm_up(&self, _frames: &ChunkSizes<usize>) {
+        let _ = self.speak(WARM_PHONEMES, 1.0, 0, self.speaker);
     }
 
     /// Warm, a pass over a first segment's worth is its first measure of its cost per
@@ -627,7 +555,7 @@ impl VoiceModel for PiperVoice {
         speeds.chunk = Speed::new(1.0, 0.0);
         speeds.first = Speed::new(1.0, 0.0);
         let started = Instant::now();
-        let _ = self.prepare(MEASURE_PHONEMES, 1.0, 0, self.speaker).and_then(|p| self.decode(&p, 0..p.frames()));
+        let _ = self.speak(MEASURE_PHONEMES, 1.0, 0, self.speaker);
         speeds.segment = Speed::new(MEASURE_PHONEMES.chars().count() as f64, started.elapsed().as_secs_f64());
         None
     }
