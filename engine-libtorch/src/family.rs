@@ -326,13 +326,14 @@ pub fn audio_slices(
 /// of device memory, into panics) into an error message.
 pub fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
-        let what = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("unknown error");
+        let what = panic_text(&*panic).unwrap_or("unknown error");
         format!("the voice failed: {}", what.lines().next().unwrap_or(what))
     })
+}
+
+/// A panic's message, where it carries one (`panic!` with a string; tch's libtorch errors).
+pub(crate) fn panic_text(panic: &(dyn Any + Send)) -> Option<&str> {
+    panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied())
 }
 
 /// Words a Kokoro first segment holds at most when its sentence has no earlier clause break.

@@ -156,11 +156,7 @@ impl KokoroModel {
         let pass = match run {
             Ok(r) => r?,
             Err(p) => {
-                let msg = p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
+                let msg = crate::family::panic_text(&*p).unwrap_or_default();
                 return Err(format!("Kokoro's network failed: {msg}"));
             }
         };

@@ -274,12 +274,6 @@ impl Prepared {
 
 /// Runs network code, turning a panic (tch's form of libtorch's exceptions) into an error.
 fn caught<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
-        let msg = p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        format!("Piper's network failed: {msg}")
-    })
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .map_err(|p| format!("Piper's network failed: {}", crate::family::panic_text(&*p).unwrap_or_default()))
 }

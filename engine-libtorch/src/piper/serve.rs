@@ -11,14 +11,14 @@
 //! half the time, but its later pieces, decoded in rounds the scheduler costs as slices, came
 //! late under load: benches/results/17-piper.md.)
 //!
-//! Every segment of a voice is scaled by one gain, the voice's own ([`PiperVoice::gain`]), where
+//! Every segment of a voice is scaled by one gain, the voice's own (`calibrate`), where
 //! piper-tts scales each sentence to a peak of 1: one gain keeps a voice's sentences at one
 //! loudness (and lets a segment's audio leave before its peak is known).
 
 use std::any::Any;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use speechstream_core::config::TaskType;
@@ -280,15 +280,15 @@ fn loaded(voices: Vec<(&PiperVoiceFile, Arc<PiperModel>)>, espeak: Arc<Espeak>) 
             .with_language(config.language_tag())
             .with_description(config.description(&file.name))
             .with_speakers(config.speakers.iter().map(|(name, _)| name.clone()));
+        let speaker = config.speakers.first().map(|(_, id)| *id);
         let voice = PiperVoice {
             name: file.name.clone(),
+            gain: calibrate(&file.name, &model, config, speaker),
             model,
             config: Arc::new(config.clone()),
             espeak: espeak.clone(),
-            speaker: config.speakers.first().map(|(_, id)| *id),
-            gain: OnceLock::new(),
+            speaker,
         };
-        voice.gain();
         served.push((listed, Arc::new(voice)));
     }
     let mut rates: Vec<u32> = served.iter().map(|(_, v)| v.sample_rate()).collect();
@@ -335,8 +335,8 @@ pub struct PiperVoice {
     pub espeak: Arc<Espeak>,
     /// The speaker a request naming none gets (a multi-speaker voice's first).
     pub speaker: Option<i64>,
-    /// Its gain ([`PiperVoice::gain`]), measured once.
-    gain: OnceLock<f32>,
+    /// The one factor every segment of the voice is scaled by ([`calibrate`]).
+    gain: f32,
 }
 
 /// The style of a request naming one of a voice's speakers: its id.
@@ -368,26 +368,6 @@ impl PiperVoice {
         ((f64::from(self.config.sample_rate) * FRAME_SECONDS).round() as usize).max(1)
     }
 
-    /// The one factor every segment of the voice is scaled by: its calibration sentence
-    /// (`CALIBRATION_PHONEMES`, seed 0, the default speaker) at `LEVEL_DBFS` RMS, measured
-    /// once, as the voice loads.
-    pub fn gain(&self) -> f32 {
-        *self.gain.get_or_init(|| {
-            let ids = self.config.ids.ids(CALIBRATION_PHONEMES);
-            let rms = match guarded(|| self.model.infer(&ids, self.speaker, self.config.scales, 0)) {
-                Ok(Ok(out)) if !out.audio.is_empty() => {
-                    (out.audio.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>() / out.audio.len() as f64).sqrt()
-                }
-                _ => 0.0,
-            };
-            let level = 10f64.powf(f64::from(LEVEL_DBFS) / 20.0);
-            // (a voice that says nothing of these phonemes: joe's gain)
-            let gain = if rms > 1e-4 { (level / rms).clamp(0.25, 16.0) } else { 1.5 };
-            tracing::debug!(voice = %self.name, rms, gain, "Piper voice's gain");
-            gain as f32
-        })
-    }
-
     /// One pass over `phonemes` at the request's speed: its audio scaled by the voice's gain,
     /// and its durations.
     fn speak(&self, phonemes: &str, speed: f32, seed: u64, speaker: Option<i64>) -> Result<PiperOutput, String> {
@@ -395,10 +375,27 @@ impl PiperVoice {
         let mut scales = self.config.scales;
         scales.length_scale /= speed.max(0.05);
         let mut out = guarded(|| self.model.infer(&ids, speaker, scales, seed)).and_then(|r| r)?;
-        let gain = self.gain();
-        out.audio.iter_mut().for_each(|x| *x = (*x * gain).clamp(-1.0, 1.0));
+        out.audio.iter_mut().for_each(|x| *x = (*x * self.gain).clamp(-1.0, 1.0));
         Ok(out)
     }
+}
+
+/// The one factor every segment of a voice is scaled by, measured as it loads: the gain that
+/// puts its calibration sentence (`CALIBRATION_PHONEMES`, seed 0, its default speaker) at
+/// `LEVEL_DBFS` RMS.
+fn calibrate(name: &str, model: &PiperModel, config: &PiperConfig, speaker: Option<i64>) -> f32 {
+    let ids = config.ids.ids(CALIBRATION_PHONEMES);
+    let rms = match guarded(|| model.infer(&ids, speaker, config.scales, 0)) {
+        Ok(Ok(out)) if !out.audio.is_empty() => {
+            (out.audio.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>() / out.audio.len() as f64).sqrt()
+        }
+        _ => 0.0,
+    };
+    let level = 10f64.powf(f64::from(LEVEL_DBFS) / 20.0);
+    // (a voice that says nothing of these phonemes: joe's gain)
+    let gain = if rms > 1e-4 { (level / rms).clamp(0.25, 16.0) } else { 1.5 };
+    tracing::debug!(voice = %name, rms, gain, "Piper voice's gain");
+    gain as f32
 }
 
 /// Piper's ids as word timings count tokens: one per phoneme. Its ids are `^ _ p1 _ p2 _ ... pn
