@@ -226,6 +226,17 @@ fn piper_voices_are_listed_and_served_on_every_protocol_at_their_own_rate() {
 
 /// `text` in `voice` of the Piper voices in `dir`, by `speaker`, with a fixed seed: the PCM.
 fn speak_in_engine(dir: &std::path::Path, voice: &str, text: &str, speaker: Option<&str>) -> Vec<u8> {
+    speak_with(dir, voice, text, speaker, |_| {})
+}
+
+/// [`speak_in_engine`] with the engine's options changed by `adjust`.
+fn speak_with(
+    dir: &std::path::Path,
+    voice: &str,
+    text: &str,
+    speaker: Option<&str>,
+    adjust: impl FnOnce(&mut speechstream_engine_libtorch::EngineOptions),
+) -> Vec<u8> {
     use speechstream_core::engine::{Engine, EngineEvent, EngineEventKind, EventSink, RequestId, SynthesisRequest};
     struct Sink(std::sync::mpsc::Sender<EngineEvent>);
     impl EventSink for Sink {
@@ -242,6 +253,7 @@ fn speak_in_engine(dir: &std::path::Path, voice: &str, text: &str, speaker: Opti
     options.workers = Some(1);
     options.warm_up = false;
     options.only_request = Some(request.clone());
+    adjust(&mut options);
     let engine = speechstream_engine_libtorch::TorchEngine::new(options).expect("engine");
     let (tx, rx) = std::sync::mpsc::channel();
     engine.submit(RequestId { connection: 1, utterance: 0 }, request, Box::new(Sink(tx)));
@@ -252,6 +264,41 @@ fn speak_in_engine(dir: &std::path::Path, voice: &str, text: &str, speaker: Opti
             EngineEventKind::Finished => return pcm,
             EngineEventKind::Failed(e) => panic!("{voice} by {speaker:?}: {e}"),
             _ => {}
+        }
+    }
+}
+
+/// Piper streams each segment in chunks, each decoded with its generator's and flow's context
+/// on both sides: laid end to end they are the segment decoded whole. In fp32 to a 16-bit
+/// sample's rounding, with a seam every few frames; in int8 within int8's own noise (a cut
+/// shortens the window some blocks of steps are quantized on: engine-libtorch/tests/piper_model.rs).
+#[test]
+fn piper_chunks_decoded_apart_are_the_segment_decoded_whole() {
+    use speechstream_engine_libtorch::Precision;
+    let dir = cache().join("piper");
+    let text = "The train to the city leaves at half past seven. My brother planted three apple trees.";
+    let samples = |pcm: Vec<u8>| -> Vec<f64> {
+        pcm.chunks_exact(2).map(|b| f64::from(i16::from_le_bytes([b[0], b[1]]))).collect()
+    };
+    for (precision, bound) in [(Precision::Fp32, None), (Precision::Int8, Some(20.0))] {
+        let speak = |first: usize, chunk: usize, max: usize| {
+            samples(speak_with(&dir, JOE, text, None, |o| {
+                o.precision = Some(precision);
+                (o.first_chunk_frames, o.chunk_frames, o.max_chunk_frames) = (first, chunk, max);
+            }))
+        };
+        let whole = speak(100_000, 100_000, 100_000);
+        let apart = speak(2, 3, 5);
+        assert_eq!(apart.len(), whole.len(), "{precision}: the same samples");
+        assert!(whole.len() > 22_050 * 3, "{precision}: {} samples", whole.len());
+        let worst = apart.iter().zip(&whole).map(|(a, w)| (a - w).abs()).fold(0.0, f64::max);
+        let error: f64 = apart.iter().zip(&whole).map(|(a, w)| (a - w).powi(2)).sum();
+        let signal: f64 = whole.iter().map(|w| w * w).sum();
+        let snr = 10.0 * (signal / error.max(1e-9)).log10();
+        eprintln!("{precision}: largest difference {worst} of 32768, {snr:.1} dB");
+        match bound {
+            None => assert!(worst <= 2.0, "{precision}: chunks differ from the whole by {worst} of 32768"),
+            Some(db) => assert!(snr >= db, "{precision}: chunks {snr:.1} dB from the whole (at least {db})"),
         }
     }
 }

@@ -15,7 +15,8 @@
 //!    durations for word timings, and the family's own state), in one pass where it can batch.
 //! 3. **Chunks.** [`VoiceModel::chunks`] makes the next chunk of a batch of segments, each a
 //!    range of frames cut by the engine's one chunk rule (`crate::chunks`): a causal family
-//!    decodes it (hibari), a non-causal one slices audio it computed whole (Kokoro).
+//!    decodes it (hibari), as does one whose decoder has a short reach (Piper: the chunk with
+//!    its context); a non-causal one slices audio it computed whole (Kokoro).
 //!
 //! Admission costs each family's streams by its own measured speeds ([`Speeds`], turned into
 //! [`Costs`] by [`Family::costs`]) and by how its first audio comes ([`Streaming`]).
@@ -153,6 +154,14 @@ pub trait VoiceModel: Send + Sync {
     /// from the segment's start (the last chunk may end past its samples: cut it there).
     fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String>;
 
+    /// Most segments, or chunks, it takes in one round ([`VoiceModel::start`],
+    /// [`VoiceModel::chunks`]): a voice that computes a batch's items one after the other gains
+    /// nothing from a batch, and a stream due meanwhile waits for all of it: 1. By default as
+    /// many as the engine's rounds take.
+    fn max_batch(&self) -> usize {
+        usize::MAX
+    }
+
     /// Runs a short sentence through its networks, so that the first request does not pay for
     /// libtorch's first passes.
     fn warm_up(&self, frames: &ChunkSizes<usize>);
@@ -213,6 +222,18 @@ impl Default for Speeds {
             segment: Speed::new(1.0, 0.0),
             phonemes_per_char: (1.0, 1.0),
         }
+    }
+}
+
+/// A chunked family's costs (hibari's, Piper's): its segments' passes per character of text
+/// (measured per phoneme character, turned into text by its front end's ratio), its chunks per
+/// audio second, an utterance's first apart.
+pub fn chunked_costs(speeds: &Speeds) -> Costs {
+    let (phonemes, text) = speeds.phonemes_per_char;
+    Costs {
+        per_audio_second: cost(&speeds.chunk),
+        per_first_second: cost(&speeds.first),
+        per_char: cost(&speeds.segment) * phonemes / text.max(1.0),
     }
 }
 
@@ -303,7 +324,7 @@ pub fn english_reads(text: &str) -> Result<(), String> {
         .to_owned())
 }
 
-/// The chunks of a batch of segments whose audio a family computed whole (Kokoro's, Piper's:
+/// The chunks of a batch of segments whose audio a family computed whole (Kokoro's:
 /// the segment's state is its audio): slices of `frame` samples per frame, the last one cut
 /// where the audio ends. `family` names it in the error for another family's segment.
 pub fn audio_slices(
@@ -341,8 +362,8 @@ pub const FIRST_SEGMENT_WORDS: usize = 6;
 /// Fewest words of a first segment cut at a clause break (a shorter clause joins the next).
 const FIRST_CLAUSE_MIN_WORDS: usize = 2;
 
-/// An utterance's first sentence cut so its audio comes early, for a family that computes a
-/// segment whole (Kokoro, Piper): up to its first clause break
+/// An utterance's first sentence cut so its audio comes early (Kokoro, which computes a segment
+/// whole; Piper, whose encoder runs over it before its first audio): up to its first clause break
 /// (`,` `;` `:` or a dash after at least two words) within its first `max_words` words
 /// ([`FIRST_SEGMENT_WORDS`] for Kokoro), else after those words, with a comma, so the network reads on rather than ending
 /// the sentence there (measured with Whisper: without it "The train to the city leaves. But

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use tch::Device;
 
 use crate::chunks;
-use crate::pacing::{ChunkSizes, Pacing};
+use crate::pacing::Pacing;
 use crate::precision::Precision;
 use crate::stats::AdmissionMode;
 
@@ -147,10 +147,5 @@ impl EngineOptions {
     /// The chunk sizes in frames (what the scheduler cuts sentences at).
     pub(crate) fn chunk_frames(&self) -> chunks::ChunkSizes<usize> {
         chunks::ChunkSizes::frames(self.first_chunk_frames, self.chunk_frames, self.max_chunk_frames)
-    }
-
-    /// The chunk sizes, in seconds of audio (what admission models streams with).
-    pub(crate) fn chunk_sizes(&self) -> ChunkSizes {
-        self.chunk_frames().map(|frames| frames as f64 * FRAME_SECONDS)
     }
 }

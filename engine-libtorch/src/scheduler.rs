@@ -118,6 +118,18 @@ impl Voices {
         Ok(Voices { voices, families, routes, default_voice })
     }
 
+    /// Each family's chunk sizes in seconds of audio (what admission models its streams with):
+    /// `frames` of its default voice's frames ([`VoiceModel::samples_per_frame`]).
+    pub fn chunk_seconds(&self, frames: chunks::ChunkSizes<usize>) -> Vec<ChunkSizes> {
+        self.families
+            .iter()
+            .map(|f| {
+                let seconds = frame_seconds(self.voices[f.default_voice].model.as_ref());
+                frames.map(|n| n as f64 * seconds)
+            })
+            .collect()
+    }
+
     /// The family that serves a request routed to `route` ([`EngineCapabilities::route`]):
     /// the only one for an engine that hosts none.
     pub fn family_of(&self, route: Option<usize>) -> Option<usize> {
@@ -308,7 +320,7 @@ impl Job {
 pub(crate) struct Scheduler {
     voices: Arc<Voices>,
     capabilities: EngineCapabilities,
-    /// The chunk sizes in frames (`sizes` in seconds).
+    /// The chunk sizes in frames (each stream's own in seconds: as many of its voice's frames).
     frames: chunks::ChunkSizes<usize>,
     max_batch: usize,
     pacing: Pacing,
@@ -320,7 +332,6 @@ pub(crate) struct Scheduler {
     /// What each family's work measured here (indexed as [`Voices::families`]): the speeds
     /// admission costs its streams with.
     speeds: Vec<Speeds>,
-    sizes: ChunkSizes,
     jobs: Vec<Job>,
 }
 
@@ -360,7 +371,6 @@ impl Scheduler {
             stats,
             admission,
             speed: Speed::new(1.0, 1.0),
-            sizes: options.chunk_sizes(),
             jobs: Vec::new(),
         }
     }
@@ -485,7 +495,8 @@ impl Scheduler {
                 }
                 Streaming::Chunked => job.outlook(&self.pacing),
             };
-            outlook.steps(&costs[job.family], &self.sizes, horizon, &mut steps);
+            let sizes = self.frames.map(|n| n as f64 * job.frame_seconds);
+            outlook.steps(&costs[job.family], &sizes, horizon, &mut steps);
         }
         let mut demand = self.stats.demand.lock().unwrap_or_else(|p| p.into_inner());
         demand.steps = steps;
@@ -704,7 +715,12 @@ impl Scheduler {
         // On the CPU, prosody batches are bounded like chunk rounds: a batch is not preempted,
         // and 16 sentences' encoders would hold up streams that are due.
         let max_batch = if cpu_round < self.max_batch { cpu_round } else { self.max_batch };
-        let (work, batch) = pacing::plan_batch(&candidates, max_batch, cpu_round);
+        let (work, mut batch) = pacing::plan_batch(&candidates, max_batch, cpu_round);
+        // (a voice that computes a batch's items one after the other gains nothing from it, and
+        // the streams after it wait: [`VoiceModel::max_batch`])
+        if let Some(&lead) = batch.first() {
+            batch.truncate(self.voices.voices[self.jobs[lead].voice].model.max_batch().max(1));
+        }
         let done = match work {
             None => return (None, resume),
             Some(Work::Prosody) => self.start_sentences(&batch),

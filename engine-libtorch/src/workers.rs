@@ -57,7 +57,8 @@ pub(crate) struct Pool {
     workers: Vec<Worker>,
     admission: Arc<Admission>,
     pacing: Pacing,
-    sizes: ChunkSizes,
+    /// Each family's chunk sizes in seconds ([`Voices::chunk_seconds`]).
+    sizes: Vec<ChunkSizes>,
     /// Where the search for the least busy worker starts (turned at each request).
     turn: AtomicU64,
     /// What the engine serves: which family a request goes to (each costs its own).
@@ -83,6 +84,7 @@ impl Pool {
         options: &EngineOptions,
     ) -> Result<Pool, String> {
         let streaming = voices.families.iter().map(|f| f.family.streaming()).collect();
+        let sizes = voices.chunk_seconds(options.chunk_frames());
         let routes = voices.routes.clone();
         let admission = Arc::new(Admission::new(options.admission, options.max_streams));
         let mut workers = Vec::new();
@@ -133,7 +135,7 @@ impl Pool {
             workers,
             admission,
             pacing: options.pacing,
-            sizes: options.chunk_sizes(),
+            sizes,
             turn: AtomicU64::new(0),
             capabilities: capabilities.clone(),
             streaming,
@@ -268,7 +270,7 @@ impl Pool {
                 let costs = demand.costs.get(family).copied().unwrap_or(INITIAL_COSTS);
                 let outlook = self.outlook(text, family, now, plays_after, &costs);
                 let steps = |delay: Duration, out: &mut Vec<Step>| {
-                    outlook.clone().delayed(delay).steps(&costs, &self.sizes, horizon, out)
+                    outlook.clone().delayed(delay).steps(&costs, &self.sizes[family], horizon, out)
                 };
                 // A worker with no stream takes one whatever its estimates say: it makes nobody
                 // late, and its work measures its speed again (a worker that refused everything
@@ -378,7 +380,7 @@ impl Pool {
                 let costs = demand.costs.first().copied().unwrap_or(INITIAL_COSTS);
                 let outlook = self.outlook(PROBE_TEXT, 0, now, None, &costs);
                 let new = |delay: Duration, out: &mut Vec<Step>| {
-                    outlook.clone().delayed(delay).steps(&costs, &self.sizes, horizon, out)
+                    outlook.clone().delayed(delay).steps(&costs, &self.sizes[0], horizon, out)
                 };
                 room = idle
                     || pacing::least_delay(&steps, now, pacing::ADMISSION_UTILIZATION, Duration::ZERO, new).is_ok();

@@ -15,7 +15,9 @@ use tch::Device;
 use super::{Hibari, Precision, Prosody, SAMPLES_PER_FRAME};
 use crate::chunks::{sentence_ranges, ChunkSizes};
 use crate::dsp::SAMPLE_RATE;
-use crate::family::{cost, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, VoiceModel};
+use crate::family::{
+    chunked_costs, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, VoiceModel,
+};
 use crate::g2p::{FrontEnd, Reader};
 use crate::noise::NoiseSource;
 use crate::options::DEFAULT_VOICE;
@@ -139,13 +141,7 @@ impl Family for HibariFamily {
     }
 
     fn costs(&self, speeds: &Speeds) -> Costs {
-        // Its prosody is measured per phoneme character, admission counts characters of text.
-        let (phonemes, text) = speeds.phonemes_per_char;
-        Costs {
-            per_audio_second: cost(&speeds.chunk),
-            per_first_second: cost(&speeds.first),
-            per_char: cost(&speeds.segment) * phonemes / text.max(1.0),
-        }
+        chunked_costs(speeds)
     }
 }
 

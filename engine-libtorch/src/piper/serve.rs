@@ -4,12 +4,15 @@
 //! espeak-ng front end as piper-tts reads it (`speechstream_text::piper`), at its own sample
 //! rate.
 //!
-//! Piper is not causal: a sentence's audio comes out of one pass over it all. So, as Kokoro's,
-//! an utterance's first segment is its first clause or first words ([`split_first`]), later
-//! ones are sentences, each computed whole in one round of a worker and streamed in slices.
-//! (Decoding a first segment's frames in pieces, its first chunk's first, gave first audio in
-//! half the time, but its later pieces, decoded in rounds the scheduler costs as slices, came
-//! late under load: benches/results/17-piper.md.)
+//! Piper is not causal: a sentence's durations come out of one pass over it all. But its flow
+//! and generator, most of a pass's time, are convolutional with a short reach (joe: 32 and 12
+//! of its frames each side). So it streams as hibari does ([`crate::family::Streaming::Chunked`]):
+//! a segment's round runs the text encoder and the durations ([`PiperModel::prepare`]), and each
+//! chunk's round decodes that chunk's frames with the context on each side
+//! ([`PiperModel::decode`]): the first audio waits for the encoder and one chunk, and admission
+//! costs each round as what it is. The chunks are counted in frames of two of the decoder's hops
+//! (`HOPS_PER_FRAME`), so a sentence has few seams (each decodes the contexts twice). An
+//! utterance's first segment is its first sentence up to sixteen words ([`split_first`]).
 //!
 //! Every segment of a voice is scaled by one gain, the voice's own (`calibrate`), where
 //! piper-tts scales each sentence to a peak of 1: one gain keeps a voice's sentences at one
@@ -24,26 +27,27 @@ use std::time::Instant;
 use speechstream_core::config::TaskType;
 use speechstream_core::engine::{EngineCapabilities, Language, Voice};
 
+use crate::chunks::sentence_ranges;
 use crate::chunks::ChunkSizes;
 use crate::family::{
-    audio_slices, cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds,
-    Streaming, Style, VoiceModel,
+    chunked_costs, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds,
+    Style, VoiceModel,
 };
 use crate::g2p::espeak::Espeak;
 use crate::g2p::piper::{PhonemeIdMap, Phonemizer};
 use crate::g2p::{Reader, Sentence};
 use crate::pacing::{Costs, Speed};
-use crate::piper::{PiperModel, PiperOutput, Scales};
+use crate::piper::{PiperModel, Prepared, Scales};
 use crate::precision::Precision;
 use crate::timing::Acoustics;
 
-/// Words a Piper voice's first segment holds at most (unless a clause ends earlier): more than
-/// Kokoro's six, as its passes are cheap (eight words ~80 ms of int8 on one Zen 4 core) and a cut
-/// costs words. Whisper base on piper-tts's joe reading eight held-out sentences (10-13 words;
-/// three draws, 276 words): whole 3.3% word errors, cut after six words with a comma 8.3%,
-/// without the comma 9.1%, after eight with a comma 4.3%; Distill-MOS whole 4.14-4.19, cut after
-/// eight 4.06-4.08 (benches/results/17-piper.md).
-pub const PIPER_FIRST_WORDS: usize = 8;
+/// Words a Piper voice's first segment holds at most (unless a clause ends earlier): its first
+/// audio waits only for the text encoder and the durations over them and one chunk's decoding
+/// (~60 ms for 12 words, one Zen 4 core), and a cut costs words and naturalness. Whisper base
+/// on piper-tts's joe reading eight held-out sentences (10-13 words; three draws, 276 words):
+/// whole 3.3% word errors, cut after six words with a comma 8.3%, after eight 4.3%; Distill-MOS
+/// whole 4.14-4.19, cut after eight 4.06-4.08 (benches/results/17-piper.md).
+pub const PIPER_FIRST_WORDS: usize = 16;
 
 /// The model name Piper's voices are served under (`model: "piper"` picks the default voice).
 pub const PIPER_MODEL_NAME: &str = "piper";
@@ -253,18 +257,10 @@ impl Family for PiperFamily {
         Ok(Some(loaded(voices, espeak)))
     }
 
-    /// Its segments cost per phoneme character (the whole network), its chunks (slices of
-    /// computed audio) per audio second.
+    /// Its segments (the encoder and the durations) cost per character, its chunks (the flow
+    /// and the generator) per audio second.
     fn costs(&self, speeds: &Speeds) -> Costs {
-        Costs {
-            per_audio_second: cost(&speeds.chunk),
-            per_first_second: cost(&speeds.chunk),
-            per_char: cost(&speeds.segment),
-        }
-    }
-
-    fn streaming(&self) -> Streaming {
-        Streaming::WholeSegments { first_words: PIPER_FIRST_WORDS }
+        chunked_costs(speeds)
     }
 }
 
@@ -342,9 +338,18 @@ pub struct PiperVoice {
 /// The style of a request naming one of a voice's speakers: its id.
 struct Speaker(i64);
 
-/// Samples in one of the scheduler's frames at 22,050 Hz (11.6 ms, the decoder's hop of a
-/// medium voice); other rates keep about the same time.
-const FRAME_SECONDS: f64 = 256.0 / 22_050.0;
+/// A started segment: its pass up to the decoder, and the decoder's hops in one of its frames.
+struct PiperSegment {
+    prepared: Prepared,
+    hops: usize,
+}
+
+/// The length of a frame of Piper's chunks (the scheduler cuts them in whole frames): two of a
+/// medium voice's hops (256 samples at 22,050 Hz), 23 ms. Each seam between chunks decodes the
+/// generator's and the flow's contexts twice (joe: 24 hops of generator, 88 of flow, ~12 ms of
+/// one Zen 4 core), so Piper's chunks are twice hibari's 12.5 ms frames long: a sentence of
+/// 3 s opening an utterance is two chunks (16 frames, 372 ms, then the rest), a later one one.
+const FRAME_SECONDS: f64 = 512.0 / 22_050.0;
 /// The level a voice's gain puts its calibration sentence at: RMS −21 dBFS (a gain of 1.46 for
 /// joe). piper-tts's own peak normalisation puts joe's sentences at −17.7 to −22.5 dBFS RMS
 /// (median −19.5, 18 sentences), as each sentence's peak decides; joe's raw sentences are within
@@ -358,25 +363,51 @@ const LEVEL_DBFS: f32 = -21.0;
 const CALIBRATION_PHONEMES: &str = "ðə wˈɛðɚ tədˈeɪ ɪz sˈʌni wɪð ɐ lˈaɪt bɹˈiːz.";
 /// The phonemes ("hello.") its network is warmed with, espeak-ng's en-us IPA.
 const WARM_PHONEMES: &str = "həlˈoʊ.";
-/// A typical first segment (six words), admission's first measure of its cost per phoneme
-/// character: "The weather today is sunny with," as espeak-ng reads it.
-const MEASURE_PHONEMES: &str = "ðə wˈɛðɚ tədˈeɪ ɪz sˈʌni wɪð, ";
+/// The text of `CALIBRATION_PHONEMES`, whose stream measures a worker's speed at start.
+const MEASURE_TEXT: &str = "The weather today is sunny with a light breeze.";
 
 impl PiperVoice {
-    /// The frames of `rate` Hz the scheduler cuts its segments in.
-    fn frame_samples(&self) -> usize {
-        ((f64::from(self.config.sample_rate) * FRAME_SECONDS).round() as usize).max(1)
+    /// The decoder's hops in one of the frames its chunks are cut in (`FRAME_SECONDS`, at
+    /// least one).
+    fn hops_per_frame(&self) -> usize {
+        let hop = self.model.samples_per_frame().max(1);
+        ((f64::from(self.config.sample_rate) * FRAME_SECONDS / hop as f64).round() as usize).max(1)
     }
 
-    /// One pass over `phonemes` at the request's speed: its audio scaled by the voice's gain,
-    /// and its durations.
-    fn speak(&self, phonemes: &str, speed: f32, seed: u64, speaker: Option<i64>) -> Result<PiperOutput, String> {
+    /// A pass over `phonemes` up to its decoder, at the request's speed.
+    fn prepare(&self, phonemes: &str, speed: f32, seed: u64, speaker: Option<i64>) -> Result<Prepared, String> {
         let ids = self.config.ids.ids(phonemes);
         let mut scales = self.config.scales;
         scales.length_scale /= speed.max(0.05);
-        let mut out = guarded(|| self.model.infer(&ids, speaker, scales, seed)).and_then(|r| r)?;
-        out.audio.iter_mut().for_each(|x| *x = (*x * self.gain).clamp(-1.0, 1.0));
-        Ok(out)
+        guarded(|| self.model.prepare(&ids, speaker, scales, seed)).and_then(|r| r)
+    }
+
+    /// `hops` of a prepared pass decoded, scaled by the voice's gain.
+    fn decode(&self, prepared: &Prepared, hops: Range<usize>) -> Result<Vec<f32>, String> {
+        let mut audio = guarded(|| self.model.decode(prepared, hops)).and_then(|r| r)?;
+        audio.iter_mut().for_each(|x| *x = (*x * self.gain).clamp(-1.0, 1.0));
+        Ok(audio)
+    }
+
+    /// A prepared pass decoded in the chunks the scheduler would cut it in (as the first
+    /// segment of an utterance); returns (its audio seconds, the first chunk's audio seconds
+    /// and seconds of compute, the whole decoding's seconds).
+    fn decode_as_streamed(&self, prepared: &Prepared, frames: &ChunkSizes<usize>) -> (f64, f64, f64, f64) {
+        let h = self.hops_per_frame();
+        let rate = f64::from(self.config.sample_rate);
+        let started = Instant::now();
+        let (mut samples, mut first) = (0, (0.0, 0.0));
+        let f = frames;
+        for (k, r) in sentence_ranges(prepared.frames().div_ceil(h), 0, f.first, f.chunk, f.max).into_iter().enumerate()
+        {
+            let chunk_started = Instant::now();
+            let n = self.decode(prepared, r.start * h..r.end * h).map_or(0, |a| a.len());
+            if k == 0 {
+                first = (n as f64 / rate, chunk_started.elapsed().as_secs_f64());
+            }
+            samples += n;
+        }
+        (samples as f64 / rate, first.0, first.1, started.elapsed().as_secs_f64())
     }
 }
 
@@ -451,7 +482,7 @@ impl VoiceModel for PiperVoice {
     }
 
     fn samples_per_frame(&self) -> usize {
-        self.frame_samples()
+        self.model.samples_per_frame() * self.hops_per_frame()
     }
 
     fn weights(&self) -> usize {
@@ -485,7 +516,8 @@ impl VoiceModel for PiperVoice {
         Ok(Reader::Piper(self.espeak.clone(), self.config.phonemizer.clone()))
     }
 
-    /// Its first audio waits for a whole segment: the first is short ([`split_first`]).
+    /// Its first segment's encoder and durations come before its first audio: a long first
+    /// sentence is cut ([`split_first`], [`PIPER_FIRST_WORDS`]).
     fn first_segments(&self, mut sentences: Vec<Sentence>) -> Vec<Sentence> {
         if !sentences.is_empty() {
             let first = split_first(sentences.remove(0), PIPER_FIRST_WORDS);
@@ -513,48 +545,75 @@ impl VoiceModel for PiperVoice {
         Acoustics::PIPER
     }
 
-    /// Each segment's whole audio in one pass of its network, its word timings from the
-    /// predicted durations.
+    /// Each segment's pass up to its decoder (the text encoder, the durations, the prior's
+    /// sample), its word timings from the durations.
     fn start(&self, batch: &[SegmentInput]) -> Result<Vec<Result<Segment, String>>, String> {
-        let frame = self.frame_samples();
+        let (hop, hops) = (self.model.samples_per_frame(), self.hops_per_frame());
         Ok(batch
             .iter()
             .map(|s| {
                 let speaker = s.style.and_then(|style| style.downcast_ref::<Speaker>()).map(|s| s.0).or(self.speaker);
                 let seed = crate::noise::splitmix64(s.seed ^ crate::noise::splitmix64(s.index));
-                let out = self.speak(s.phonemes, s.speed, seed, speaker).map_err(|e| format!("piper: {e}"))?;
-                let (_, bounds) = fold_tokens(&self.config.ids.char_tokens(s.phonemes), out.durations.len());
-                let durations = fold_durations(&out.durations, &bounds);
+                let prepared = self.prepare(s.phonemes, s.speed, seed, speaker).map_err(|e| format!("piper: {e}"))?;
+                let (_, bounds) = fold_tokens(&self.config.ids.char_tokens(s.phonemes), prepared.durations().len());
+                let durations = fold_durations(prepared.durations(), &bounds);
                 Ok(Segment {
-                    frames: out.audio.len().div_ceil(frame),
-                    samples: out.audio.len(),
-                    durations: fine_durations_at(&durations, out.samples_per_frame, self.config.sample_rate),
-                    computed: out.audio.len(),
-                    state: Box::new(out.audio),
+                    frames: prepared.frames().div_ceil(hops),
+                    samples: prepared.frames() * hop,
+                    durations: fine_durations_at(&durations, hop, self.config.sample_rate),
+                    computed: 0,
+                    state: Box::new(PiperSegment { prepared, hops }),
                 })
             })
             .collect())
     }
 
-    /// Slices of each segment's audio.
+    /// Each chunk's hops decoded with their contexts ([`PiperModel::decode`]), one segment
+    /// after the other.
     fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
-        audio_slices(batch, self.frame_samples(), "piper")
+        batch
+            .iter()
+            .map(|(state, frames)| {
+                let segment = state.downcast_ref::<PiperSegment>().ok_or("piper: a segment of another family")?;
+                let h = segment.hops;
+                self.decode(&segment.prepared, frames.start * h..frames.end * h).map_err(|e| format!("piper: {e}"))
+            })
+            .collect()
     }
 
-    fn warm_up(&self, _frames: &ChunkSizes<usize>) {
-        let _ = self.speak(WARM_PHONEMES, 1.0, 0, self.speaker);
+    /// One: its passes run one segment, one chunk, at a time.
+    fn max_batch(&self) -> usize {
+        1
     }
 
-    /// Warm, a pass over a first segment's worth is its first measure of its cost per
-    /// character (its real segments refine it); its chunks, slices of computed audio, cost
-    /// nothing until their rounds are measured.
-    fn measure(&self, _frames: &ChunkSizes<usize>, speeds: &mut Speeds) -> Option<Speed> {
-        speeds.chunk = Speed::new(1.0, 0.0);
-        speeds.first = Speed::new(1.0, 0.0);
-        let started = Instant::now();
-        let _ = self.speak(MEASURE_PHONEMES, 1.0, 0, self.speaker);
-        speeds.segment = Speed::new(MEASURE_PHONEMES.chars().count() as f64, started.elapsed().as_secs_f64());
-        None
+    fn warm_up(&self, frames: &ChunkSizes<usize>) {
+        if let Ok(prepared) = self.prepare(WARM_PHONEMES, 1.0, 0, self.speaker) {
+            self.decode_as_streamed(&prepared, frames);
+        }
+    }
+
+    /// Streams `CALIBRATION_PHONEMES` three times, as a first segment: the first pass of
+    /// these shapes still allocates; the faster of the other two is measured. Its pass up to
+    /// the decoder is the segment's cost, its first chunk is timed apart from the rest.
+    fn measure(&self, frames: &ChunkSizes<usize>, speeds: &mut Speeds) -> Option<Speed> {
+        // (audio s, decoding s, first chunk's audio s and s, prepare s)
+        let mut best: Option<(f64, f64, f64, f64, f64)> = None;
+        for pass in 0..3 {
+            let started = Instant::now();
+            let Ok(prepared) = self.prepare(CALIBRATION_PHONEMES, 1.0, 0, self.speaker) else { return None };
+            let prepare_s = started.elapsed().as_secs_f64();
+            let (audio, first_audio, first_s, decode_s) = self.decode_as_streamed(&prepared, frames);
+            if pass > 0 && best.is_none_or(|b| prepare_s + decode_s < b.1 + b.4) {
+                best = Some((audio, decode_s, first_audio, first_s, prepare_s));
+            }
+        }
+        let (audio, decode_s, first_audio, first_s, prepare_s) = best?;
+        let chars = CALIBRATION_PHONEMES.chars().count() as f64;
+        speeds.chunk = Speed::new(audio - first_audio, decode_s - first_s);
+        speeds.first = Speed::new(first_audio, first_s);
+        speeds.segment = Speed::new(chars, prepare_s);
+        speeds.phonemes_per_char = (chars, MEASURE_TEXT.chars().count() as f64);
+        Some(Speed::new(audio, decode_s + prepare_s))
     }
 }
 
