@@ -42,6 +42,9 @@ struct ToneVoice {
     front_end: Arc<FrontEnd>,
 }
 
+/// The frames of each chunk the engine asked the toy for, in order.
+static ASKED: std::sync::Mutex<Vec<Range<usize>>> = std::sync::Mutex::new(Vec::new());
+
 /// The phoneme characters a tone is said for (the rest, spaces and punctuation, are silent).
 fn tokens(phonemes: &str) -> Vec<char> {
     phonemes.chars().filter(|c| c.is_alphabetic()).collect()
@@ -152,6 +155,7 @@ impl VoiceModel for ToneVoice {
             .iter()
             .map(|(state, frames)| {
                 let tokens = state.downcast_ref::<Vec<char>>().ok_or("not a tones segment")?;
+                ASKED.lock().unwrap().push(frames.clone());
                 let end = (frames.end * FRAME).min(tokens.len() * TONE_FRAMES * FRAME);
                 Ok((frames.start * FRAME..end).map(|i| sample(tokens, i)).collect())
             })
@@ -247,11 +251,17 @@ async fn a_toy_family_plugged_in_through_the_contract_speaks_over_the_websocket(
 
     // Streamed PCM from the toy voice, chunk by chunk: exactly the tones, in order.
     let config = json!({"type": "session.config", "voice": "tone", "stream_audio": true, "response_format": "pcm"});
+    ASKED.lock().unwrap().clear();
     let (frames, audio) = speak(addr, config, text).await;
     let kinds: Vec<&str> = frames.iter().filter_map(|f| f["type"].as_str()).collect();
     assert!(kinds.ends_with(&["audio.done", "session.done"]) && !kinds.contains(&"error"), "{frames:?}");
     assert_eq!(audio.len(), expected.len());
     assert!(audio == expected, "the streamed tones differ from the toy's samples");
+    // Its chunks as the one chunk rule cuts them: the utterance's first is the options' first
+    // (16 frames), so the first audio comes early; the second sentence's starts at 0 again.
+    let asked = std::mem::take(&mut *ASKED.lock().unwrap());
+    assert_eq!(asked.first(), Some(&(0..16)), "{asked:?}");
+    assert_eq!(asked.iter().filter(|r| r.start == 0).count(), 2, "{asked:?}");
 
     // Word timestamps from its durations: each word where its tones are.
     let config = json!({"type": "session.config", "model": "tones", "stream_audio": true,
