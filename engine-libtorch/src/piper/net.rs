@@ -422,8 +422,10 @@ impl Generator {
     }
 
     /// Runs the up-samplings and the residual blocks in int8 ([`super::int8`]), where every one
-    /// of them is covered; conv_pre, conv_post and the conditioning stay fp32 (frame rate, and
-    /// one output channel). The last stage (up-sampling and residual blocks, at the audio rate)
+    /// of them is covered, and then conv_pre too, per frame ([`QConv::per_row`]: 2-3 ms of
+    /// joe's short sentence's 105 in fp32, its SNR against fp32 0.05 dB lower on average over
+    /// seven sentences and three seeds); conv_post ([`PostConv`]) and the conditioning stay fp32
+    /// (one output channel; one frame). The last stage (up-sampling and residual blocks, at the audio rate)
     /// quantizes its activations in two passes ([`QConv::two_pass`]): in one, joe lost 0.2
     /// Distill-MOS against fp32, nearly all of it there (the earlier stages in fp32 won back
     /// 0.03, the last 0.20; two passes there 0.20, for 18% more time, 33% capped to AVX2).
@@ -448,13 +450,15 @@ impl Generator {
                 }
             }
         }
-        self.post_q = PostConv::new(&self.post.parts());
         let covered = |c: &Conv| c.q.is_some();
         self.int8 = self.stages.iter().all(|(up, blocks)| {
             covered(up)
                 && blocks.iter().flat_map(|b| &b.steps).all(|(c1, c2)| covered(c1) && c2.as_ref().is_none_or(covered))
         });
-        if !self.int8 {
+        if self.int8 {
+            self.pre.quantize_per_row();
+            self.post_q = PostConv::new(&self.post.parts());
+        } else {
             // all or nothing: the int8 stages run time-major, the float ones channels-last
             for (up, blocks) in &mut self.stages {
                 up.q = None;
@@ -496,14 +500,21 @@ impl Generator {
             let n = up.out_len(cur.len / up.c_in()) * c;
             let mut y = Buffer::take(n);
             up.run(cur.get(), Pre { slope: SLOPE as f32, mul }, y.get(), Out::Store);
-            let (mut acc, mut ping, mut pong) = (Buffer::take(n), Buffer::take(n), Buffer::take(n));
+            // a step reads the block's input (the up-sampling's y) or ping, and writes ping
+            // (after y), pong (after ping: then swapped) or, the block's last, acc: blocks of
+            // two steps (ResBlock2) need no pong, and leave one 8.7 MB buffer less in cache
+            let (mut acc, mut ping, mut pong) = (Buffer::take(n), Buffer::take(n), None);
             let mut tmp = None;
             let leaky = Pre::leaky(SLOPE);
             for (bi, block) in blocks.iter().enumerate() {
                 for (si, (c1, c2)) in block.steps.iter().enumerate() {
                     let last = si + 1 == block.steps.len();
-                    let input: &[f32] = if si == 0 { y.get() } else { ping.get() };
-                    let out: &mut [f32] = if last { acc.get() } else { pong.get() };
+                    let (input, out): (&[f32], &mut [f32]) = match (si, last) {
+                        (0, true) => (y.get(), acc.get()),
+                        (0, false) => (y.get(), ping.get()),
+                        (_, true) => (ping.get(), acc.get()),
+                        (_, false) => (ping.get(), pong.get_or_insert_with(|| Buffer::take(n)).get()),
+                    };
                     let how = if !last || bi == 0 { Out::Residual(input) } else { Out::AddResidual(input) };
                     match c2 {
                         None => q(c1).run(input, leaky, out, how),
@@ -513,8 +524,8 @@ impl Generator {
                             q(c2).run(tmp, leaky, out, how);
                         }
                     }
-                    if !last {
-                        std::mem::swap(&mut ping, &mut pong);
+                    if si > 0 && !last {
+                        std::mem::swap(&mut ping, pong.as_mut().expect("written"));
                     }
                 }
             }
@@ -696,7 +707,12 @@ impl Vits {
     /// generator is not covered. Left fp32, measured on joe (tests/piper_model.rs): the text
     /// encoder's convolutions (int8 per token moved the prior enough to change durations, and
     /// the audio's SNR against fp32 to 8 dB), the flow's pre and post 1×1 convolutions (−4 dB,
-    /// for little time), conv_pre, conv_post and the duration predictor (little time).
+    /// for little time), conv_post and the duration predictor (little time). Tried since on
+    /// joe: the text encoder's FFN convolutions alone, per token, with the activations in two
+    /// passes (16 bits): durations still changed (20 tokens of ~4,500 over seven sentences and
+    /// three seeds), SNR ~8 dB where they did not; its q/k/v or output convolutions alone, in
+    /// two passes, 13-15 dB; `enc_p.proj` alone 10 dB: its 8-bit weights are what moves the
+    /// prior, whatever the activations' resolution.
     pub fn quantize(&mut self) -> bool {
         if !self.dec.quantize() {
             return false;
