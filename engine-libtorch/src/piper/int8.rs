@@ -134,6 +134,98 @@ pub(super) struct QConv {
     two_pass: bool,
 }
 
+/// Output steps per block of [`PostConv::run`]: its sums and its input's channels (32 on joe)
+/// stay in L1.
+const POST_BLOCK: usize = 256;
+
+/// The generator's last convolution (`conv_post`: C channels to one, stride 1, no dilation) on
+/// the int8 stages' time-major output, with the activation before it ([`Pre`]: the stages'
+/// mean and the LeakyReLU) applied as it reads each block: one pass over the audio-rate
+/// buffer instead of libtorch's copy, scale, LeakyReLU and one-channel convolution (7.7 ms of
+/// joe's short sentence, 4.8 of it oneDNN's convolution; this 2.4-2.7). Each output step is the
+/// bias, then the taps' products added channel by channel, tap by tap, with no fused
+/// multiply-add: the same bits at every level (`cpu::simd_fn!`).
+pub(super) struct PostConv {
+    /// [C, k]
+    w: Vec<f32>,
+    bias: f32,
+    c_in: usize,
+    taps: usize,
+    pad: usize,
+}
+
+impl PostConv {
+    /// None unless `conv` is a plain convolution to one channel (stride 1, no dilation, no
+    /// groups).
+    pub fn new(conv: &ConvParts) -> Option<PostConv> {
+        if conv.groups != 1 || conv.transposed || conv.stride != 1 || conv.dil != 1 {
+            return None;
+        }
+        let w = if conv.w.dim() == 4 { conv.w.squeeze_dim(2) } else { conv.w.shallow_clone() };
+        let (o, c, k) = (w.size()[0] as usize, w.size()[1] as usize, w.size()[2] as usize);
+        if o != 1 || k == 0 || conv.pad < 0 || 2 * conv.pad as usize + 1 < k {
+            return None;
+        }
+        let bias = conv.b.as_ref().map_or(0.0, |b| floats(b)[0]);
+        Some(PostConv { w: floats(&w), bias, c_in: c, taps: k, pad: conv.pad as usize })
+    }
+
+    /// Output steps for `l` input steps.
+    pub fn out_len(&self, l: usize) -> usize {
+        l + 2 * self.pad + 1 - self.taps
+    }
+
+    /// conv(`pre`(x)) of `x` [L, C] (time-major) into `out` [L'].
+    pub fn run(&self, x: &[f32], pre: Pre, out: &mut [f32]) {
+        assert!(x.len().is_multiple_of(self.c_in), "PostConv: X [L, C]");
+        assert_eq!(out.len(), self.out_len(x.len() / self.c_in), "PostConv: Y [L']");
+        post_conv(self, x, pre, out);
+    }
+}
+
+simd_fn! {
+    /// [`PostConv::run`]: per block of [`POST_BLOCK`] output steps, its input window activated
+    /// and laid out channel-major (zero in the padding), then the sums over time in lanes.
+    fn post_conv(p: &PostConv, x: &[f32], pre: Pre, out: &mut [f32]) {
+        let (c, k, pad) = (p.c_in, p.taps, p.pad);
+        let l = x.len() / c;
+        let span = POST_BLOCK + k - 1;
+        let mut win = vec![0f32; c * span];
+        let mut act = vec![0f32; c * span];
+        let mut acc = [0f32; POST_BLOCK];
+        for (b, dst) in out.chunks_mut(POST_BLOCK).enumerate() {
+            let t0 = b * POST_BLOCK;
+            let m = dst.len();
+            // window step s is input step t0 + s − pad: activated time-major, then channel-major
+            let (first, end) = (t0 as isize - pad as isize, (t0 + m + k - 1) as isize - pad as isize);
+            let (lo, hi) = (first.clamp(0, l as isize) as usize, end.clamp(0, l as isize) as usize);
+            let (before, n) = ((lo as isize - first) as usize, m + k - 1);
+            let act = &mut act[..n * c];
+            act.fill(0.0);
+            for (a, &v) in act[before * c..][..(hi - lo) * c].iter_mut().zip(&x[lo * c..hi * c]) {
+                *a = pre.apply(v);
+            }
+            for ci in 0..c {
+                for (s, w) in win[ci * span..][..n].iter_mut().enumerate() {
+                    *w = act[s * c + ci];
+                }
+            }
+            let acc = &mut acc[..m];
+            acc.fill(p.bias);
+            for ci in 0..c {
+                let row = &win[ci * span..(ci + 1) * span];
+                for j in 0..k {
+                    let w = p.w[ci * k + j];
+                    for (a, &v) in acc.iter_mut().zip(&row[j..j + m]) {
+                        *a += w * v;
+                    }
+                }
+            }
+            dst.copy_from_slice(acc);
+        }
+    }
+}
+
 /// f32 values of a float tensor (any layout, on any device).
 fn floats(t: &Tensor) -> Vec<f32> {
     Vec::<f32>::try_from(t.to_device(Device::Cpu).to_kind(Kind::Float).contiguous().view([-1])).expect("a float tensor")

@@ -72,7 +72,7 @@ impl Conv {
     }
 
     /// Its weight, bias and attributes, what [`QConv`] is made from.
-    fn parts(&self) -> ConvParts<'_> {
+    pub fn parts(&self) -> ConvParts<'_> {
         ConvParts {
             w: &self.w,
             b: &self.b,
@@ -308,5 +308,34 @@ mod int8_tests {
                 assert!(f64::from(e) < 0.03 * scale, "leaky + residual: {e}");
             }
         }
+    }
+
+    /// The generator's conv_post on time-major data, its LeakyReLU of a scaled input applied as
+    /// it reads, against libtorch's float convolution (channels-last, as the generator holds
+    /// it): float rounding apart, across blocks and short inputs; none for what it does not
+    /// cover.
+    #[test]
+    fn post_conv_matches_the_float_convolution() {
+        let _g = tch::no_grad_guard();
+        tch::manual_seed(5);
+        for (c_in, k, pad, l) in [(32, 7, 3, 1000), (16, 3, 1, 257), (8, 5, 2, 1), (4, 1, 0, 300)] {
+            let w = Tensor::randn([1, c_in, k], (Kind::Float, Device::Cpu)) * 0.2;
+            let b = Tensor::randn([1], (Kind::Float, Device::Cpu));
+            let f = conv(w, Some(b), 1, pad, 1, false).channels_last();
+            let p = PostConv::new(&f.parts()).expect("covered");
+            let x = Tensor::randn([1, c_in, 1, l], (Kind::Float, Device::Cpu));
+            let want = f.forward(&(&x * 0.25).maximum(&(&x * 0.0025))).view([-1]);
+            let want = Vec::<f32>::try_from(want).unwrap();
+            let xt = Vec::<f32>::try_from(x.view([c_in, l]).transpose(0, 1).contiguous().view([-1])).unwrap();
+            let mut got = vec![f32::NAN; p.out_len(l as usize)];
+            p.run(&xt, Pre { slope: 0.01, mul: 0.25 }, &mut got);
+            assert_eq!(got.len(), want.len(), "C {c_in}, k {k}, L {l}");
+            let e = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(e < 1e-5, "C {c_in}, k {k}, L {l}: {e}");
+        }
+        let two = conv(Tensor::ones([2, 4, 3], (Kind::Float, Device::Cpu)), None, 1, 1, 1, false);
+        assert!(PostConv::new(&two.parts()).is_none(), "two output channels");
+        let dilated = conv(Tensor::ones([1, 4, 3], (Kind::Float, Device::Cpu)), None, 1, 2, 2, false);
+        assert!(PostConv::new(&dilated.parts()).is_none(), "dilated");
     }
 }

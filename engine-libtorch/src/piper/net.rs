@@ -7,10 +7,12 @@
 //! embedding conditioning the duration predictor, the flow and the generator) load alike.
 //! Batch 1 and every position valid: VITS's masks are all ones and are left out.
 
+use std::cell::RefCell;
+
 use tch::{Device, Kind, Tensor};
 
 use super::duration::{ChannelNorm, Durations};
-use super::int8::{Out, Pre, QConv};
+use super::int8::{Out, PostConv, Pre, QConv};
 use super::load::{Conv, Weights};
 
 type R<T> = Result<T, String>;
@@ -374,6 +376,8 @@ pub(super) struct Generator {
     cond: Option<Conv>,
     stages: Vec<(Conv, Vec<ResBlock>)>,
     post: Conv,
+    /// conv_post on the int8 stages' output ([`Generator::forward_int8`])
+    post_q: Option<PostConv>,
     /// The up-samplings and residual blocks run in int8 ([`Generator::quantize`])
     int8: bool,
 }
@@ -412,13 +416,16 @@ impl Generator {
             cond: cond.map(Conv::channels_last),
             stages,
             post: w.conv("dec.conv_post")?.channels_last(),
+            post_q: None,
             int8: false,
         })
     }
 
     /// Runs the up-samplings and the residual blocks in int8 ([`super::int8`]), where every one
-    /// of them is covered; conv_pre, conv_post and the conditioning stay fp32 (frame rate, and
-    /// one output channel). The last stage (up-sampling and residual blocks, at the audio rate)
+    /// of them is covered, and then conv_pre too, per frame ([`QConv::per_row`]: 2-3 ms of
+    /// joe's short sentence's 105 in fp32, its SNR against fp32 0.05 dB lower on average over
+    /// seven sentences and three seeds); conv_post ([`PostConv`]) and the conditioning stay fp32
+    /// (one output channel; one frame). The last stage (up-sampling and residual blocks, at the audio rate)
     /// quantizes its activations in two passes ([`QConv::two_pass`]): in one, joe lost 0.2
     /// Distill-MOS against fp32, nearly all of it there (the earlier stages in fp32 won back
     /// 0.03, the last 0.20; two passes there 0.20, for 18% more time, 33% capped to AVX2).
@@ -448,7 +455,10 @@ impl Generator {
             covered(up)
                 && blocks.iter().flat_map(|b| &b.steps).all(|(c1, c2)| covered(c1) && c2.as_ref().is_none_or(covered))
         });
-        if !self.int8 {
+        if self.int8 {
+            self.pre.quantize_per_row();
+            self.post_q = PostConv::new(&self.post.parts());
+        } else {
             // all or nothing: the int8 stages run time-major, the float ones channels-last
             for (up, blocks) in &mut self.stages {
                 up.q = None;
@@ -467,7 +477,9 @@ impl Generator {
     /// channels-last tensors' memory) from conv_pre's output to conv_post's input, each
     /// convolution's LeakyReLU applied as its input is quantized, each residual sum added as its
     /// output is written, the last step of each residual block adding into the stage's sum, and
-    /// the mean's 1/blocks carried into the next LeakyReLU.
+    /// the mean's 1/blocks carried into the next LeakyReLU; the buffers kept between passes
+    /// ([`Buffer`]); conv_post, in fp32, on the last stage's buffer with the mean and its
+    /// LeakyReLU applied as it reads it ([`PostConv`]).
     fn forward_int8(&self, z: &Tensor, g: Option<&Tensor>) -> Tensor {
         let mut x = self.pre.forward(&z.unsqueeze(2));
         if let (Some(c), Some(g)) = (&self.cond, g) {
@@ -475,7 +487,9 @@ impl Generator {
         }
         // [1, C, 1, T] channels-last → [T, C]
         let x = x.permute([0, 2, 3, 1]).to_kind(Kind::Float).contiguous();
-        let mut cur: Vec<f32> = crate::tensor_slices::f32s(&x).to_vec();
+        let x = crate::tensor_slices::f32s(&x);
+        let mut cur = Buffer::take(x.len());
+        cur.get().copy_from_slice(x);
         let mut mul = 1.0f32;
         fn q(c: &Conv) -> &QConv {
             c.q.as_ref().expect("quantized")
@@ -483,39 +497,52 @@ impl Generator {
         for (up, blocks) in &self.stages {
             let up = q(up);
             let c = up.c_out();
-            let l = up.out_len(cur.len() / up.c_in());
-            let mut y = vec![0f32; l * c];
-            up.run(&cur, Pre { slope: SLOPE as f32, mul }, &mut y, Out::Store);
-            let mut acc = vec![0f32; y.len()];
-            let mut ping = vec![0f32; y.len()];
-            let mut pong = vec![0f32; y.len()];
-            let mut tmp = Vec::new();
+            let n = up.out_len(cur.len / up.c_in()) * c;
+            let mut y = Buffer::take(n);
+            up.run(cur.get(), Pre { slope: SLOPE as f32, mul }, y.get(), Out::Store);
+            // a step reads the block's input (the up-sampling's y) or ping, and writes ping
+            // (after y), pong (after ping: then swapped) or, the block's last, acc: blocks of
+            // two steps (ResBlock2) need no pong, and leave one 8.7 MB buffer less in cache
+            let (mut acc, mut ping, mut pong) = (Buffer::take(n), Buffer::take(n), None);
+            let mut tmp = None;
             let leaky = Pre::leaky(SLOPE);
             for (bi, block) in blocks.iter().enumerate() {
                 for (si, (c1, c2)) in block.steps.iter().enumerate() {
                     let last = si + 1 == block.steps.len();
-                    let input: &[f32] = if si == 0 { &y } else { &ping };
-                    let out: &mut [f32] = if last { &mut acc } else { &mut pong };
+                    let (input, out): (&[f32], &mut [f32]) = match (si, last) {
+                        (0, true) => (y.get(), acc.get()),
+                        (0, false) => (y.get(), ping.get()),
+                        (_, true) => (ping.get(), acc.get()),
+                        (_, false) => (ping.get(), pong.get_or_insert_with(|| Buffer::take(n)).get()),
+                    };
                     let how = if !last || bi == 0 { Out::Residual(input) } else { Out::AddResidual(input) };
                     match c2 {
                         None => q(c1).run(input, leaky, out, how),
                         Some(c2) => {
-                            tmp.resize(y.len(), 0.0);
-                            q(c1).run(input, leaky, &mut tmp, Out::Store);
-                            q(c2).run(&tmp, leaky, out, how);
+                            let tmp = tmp.get_or_insert_with(|| Buffer::take(n)).get();
+                            q(c1).run(input, leaky, tmp, Out::Store);
+                            q(c2).run(tmp, leaky, out, how);
                         }
                     }
-                    if !last {
-                        std::mem::swap(&mut ping, &mut pong);
+                    if si > 0 && !last {
+                        std::mem::swap(&mut ping, pong.as_mut().expect("written"));
                     }
                 }
             }
             cur = acc;
             mul = 1.0 / blocks.len() as f32;
         }
+        let cur = cur.get();
         let c = self.post.c_in();
         let t = cur.len() as i64 / c;
-        let x = Tensor::from_slice(&cur).view([1, 1, t, c]).permute([0, 3, 1, 2]) * f64::from(mul);
+        let pre = Pre { slope: POST_SLOPE as f32, mul };
+        if let Some(p) = &self.post_q {
+            let mut y = Tensor::empty([1, 1, 1, p.out_len(t as usize) as i64], (Kind::Float, Device::Cpu));
+            // SAFETY: a tensor made here and held alone while the slice lives.
+            p.run(cur, pre, unsafe { crate::tensor_slices::f32s_mut(&mut y) });
+            return y.tanh_();
+        }
+        let x = Tensor::from_slice(cur).view([1, 1, t, c]).permute([0, 3, 1, 2]) * f64::from(mul);
         self.post.forward(&leaky(&x, POST_SLOPE)).tanh()
     }
 
@@ -572,6 +599,49 @@ impl Generator {
             });
         }
         sum.expect("at least one block") / blocks.len() as f64
+    }
+}
+
+thread_local! {
+    /// [`Buffer`]s kept for the next pass on this thread.
+    static BUFFERS: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// [`Buffer`]s of at most this many values (16 MB: joe's last stage for ~5.6 s of audio) are
+/// kept for the next pass, six at most (the stages' own); longer ones are freed.
+const KEPT_BUFFER: usize = 4 << 20;
+
+/// A buffer of the int8 generator's stages ([`Generator::forward_int8`]: time-major activations
+/// at up to the audio rate, 8.7 MB each at joe's last stage for 3 s of audio), taken from those
+/// earlier passes on the thread left and given back when dropped: their pages are neither
+/// zeroed nor faulted in again each pass (calloc zeroed ~60 MB per pass of a short sentence).
+/// Every value of [`Buffer::get`] is written before it is read (stored, or the residual's
+/// store, by [`QConv::run`]), so what an earlier pass left there is never seen.
+struct Buffer {
+    v: Vec<f32>,
+    len: usize,
+}
+
+impl Buffer {
+    fn take(len: usize) -> Buffer {
+        let mut v = BUFFERS.with_borrow_mut(|b| b.pop()).unwrap_or_default();
+        if v.len() < len {
+            v.resize(len, 0.0);
+        }
+        Buffer { v, len }
+    }
+
+    fn get(&mut self) -> &mut [f32] {
+        &mut self.v[..self.len]
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if self.v.len() <= KEPT_BUFFER {
+            let v = std::mem::take(&mut self.v);
+            BUFFERS.with_borrow_mut(|b| b.push(v));
+        }
     }
 }
 
@@ -637,7 +707,12 @@ impl Vits {
     /// generator is not covered. Left fp32, measured on joe (tests/piper_model.rs): the text
     /// encoder's convolutions (int8 per token moved the prior enough to change durations, and
     /// the audio's SNR against fp32 to 8 dB), the flow's pre and post 1×1 convolutions (−4 dB,
-    /// for little time), conv_pre, conv_post and the duration predictor (little time).
+    /// for little time), conv_post and the duration predictor (little time). Tried since on
+    /// joe: the text encoder's FFN convolutions alone, per token, with the activations in two
+    /// passes (16 bits): durations still changed (20 tokens of ~4,500 over seven sentences and
+    /// three seeds), SNR ~8 dB where they did not; its q/k/v or output convolutions alone, in
+    /// two passes, 13-15 dB; `enc_p.proj` alone 10 dB: its 8-bit weights are what moves the
+    /// prior, whatever the activations' resolution.
     pub fn quantize(&mut self) -> bool {
         if !self.dec.quantize() {
             return false;
