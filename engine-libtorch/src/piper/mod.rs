@@ -157,8 +157,8 @@ impl PiperModel {
     }
 
     /// Frames of context [`PiperModel::decode`] computes on each side of a stretch: the
-    /// generator's receptive field (12 for a medium voice).
-    pub fn context(&self) -> usize {
+    /// generator's receptive field (12 for a medium voice), then the flow's, beyond it (32).
+    pub fn context(&self) -> (usize, usize) {
         self.net.context()
     }
 
@@ -196,10 +196,9 @@ impl PiperModel {
         Ok(PiperOutput { audio, durations: prepared.prior.durations, samples_per_frame: self.samples_per_frame() })
     }
 
-    /// A pass up to the generator (the text encoder, the durations, the prior's sample and the
-    /// flow over it), whose frames [`PiperModel::decode`] then turns into audio a stretch at a
-    /// time: the first audio of a long sentence need not wait for its generator, most of a
-    /// pass. Arguments as [`PiperModel::infer`]'s.
+    /// A pass up to the flow (the text encoder, the durations, the prior's sample), whose
+    /// frames [`PiperModel::decode`] then turns into audio a stretch at a time: the first audio
+    /// of a long sentence need not wait for all of it. Arguments as [`PiperModel::infer`]'s.
     pub fn prepare(&self, ids: &[i64], speaker: Option<i64>, scales: Scales, seed: u64) -> Result<Prepared, String> {
         let symbols = self.num_symbols() as i64;
         if ids.is_empty() {
@@ -240,8 +239,8 @@ impl PiperModel {
 
     /// The audio of `frames` of a prepared pass (its frames counted from 0; a range past its
     /// end is cut there): `(end − start) · samples_per_frame` samples, raw as
-    /// [`PiperOutput::audio`]: the generator over those frames, with the context its receptive
-    /// field needs on each side ([`PiperModel::context`]), so stretches
+    /// [`PiperOutput::audio`]: the flow and the generator over those frames, each with the
+    /// context its receptive field needs on each side ([`PiperModel::context`]), so stretches
     /// laid end to end sound as the whole: in fp32 the same samples up to float rounding, in
     /// int8 within int8's own noise (tests/piper_model.rs). All its frames are the whole pass.
     pub fn decode(&self, prepared: &Prepared, frames: Range<usize>) -> Result<Vec<f32>, String> {
@@ -264,7 +263,7 @@ unsafe impl Send for Prepared {}
 impl Prepared {
     /// Its length in frames (the durations' sum; 1 when every duration is 0, as VITS decodes).
     pub fn frames(&self) -> usize {
-        self.prior.z.size()[2] as usize
+        self.prior.z_p.size()[2] as usize
     }
 
     /// Frames per input id ([`PiperOutput::durations`]).

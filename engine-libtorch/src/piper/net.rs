@@ -301,6 +301,15 @@ impl Flow {
         Ok(Flow { layers })
     }
 
+    /// Frames of context a stretch of frames needs on each side to come out as in the whole
+    /// pass: the WaveNet layers' reach (half each dilated kernel) summed over the coupling
+    /// layers (the 1×1 convolutions reach nothing). 32 for joe: 4 couplings of 4 layers of
+    /// kernel 5.
+    fn context(&self) -> usize {
+        let reach = |c: &Conv| ((c.k() - 1) * c.dil / 2) as usize;
+        self.layers.iter().flat_map(|c| &c.enc.layers).map(|(inl, _)| reach(inl)).sum()
+    }
+
     fn reverse(&self, z: &Tensor, g: Option<&Tensor>) -> Tensor {
         let mut z = z.shallow_clone();
         for layer in self.layers.iter().rev() {
@@ -636,10 +645,10 @@ impl Drop for Buffer {
     }
 }
 
-/// A pass up to the generator: what the generator turns into audio.
+/// A pass up to the flow: what the flow and the generator turn into audio.
 pub(super) struct Prior {
-    /// The flow's output [1, C, T] over the prior's sample (the generator's input): T frames
-    pub z: Tensor,
+    /// The prior's sample [1, C, T] (the flow's input): T frames
+    pub z_p: Tensor,
     /// The speaker's embedding [1, gin, 1] (a multi-speaker voice)
     pub g: Option<Tensor>,
     pub durations: Vec<i64>,
@@ -773,27 +782,29 @@ impl Vits {
         };
         let t = m.size()[2];
         let z_p = &m + prior_noise(t) * logs.exp() * s.noise_scale;
-        let z = self.flow.reverse(&z_p, g.as_ref());
-        Ok(Prior { z, g, durations })
+        Ok(Prior { z_p, g, durations })
     }
 
-    /// Frames of context a stretch needs on each side: the generator's.
-    pub fn context(&self) -> usize {
-        self.dec.context()
+    /// Frames of context a stretch needs on each side: the generator's, then the flow's.
+    pub fn context(&self) -> (usize, usize) {
+        (self.dec.context(), self.flow.context())
     }
 
     /// Frames `range` of a pass → their audio [(end − start)·hop] (a range past its end is cut
-    /// there): the generator over the range with its context on each side (where the pass has
-    /// it). The whole range is the whole pass. In fp32 a stretch's samples are the whole pass's
-    /// up to float rounding; in int8 a block of steps whose window the cut shortens quantizes on
-    /// its own range, within int8's own noise (tests/piper_model.rs measures it).
+    /// there): the flow over the range with both contexts on each side (where the pass has
+    /// them), the generator over it with its own. The whole range is the whole pass. In fp32 a
+    /// stretch's samples are the whole pass's up to float rounding; in int8 a block of steps
+    /// whose window the cut shortens quantizes on its own range, within int8's own noise
+    /// (tests/piper_model.rs measures it).
     pub fn decode(&self, prior: &Prior, range: std::ops::Range<usize>) -> Tensor {
-        let t = prior.z.size()[2] as usize;
+        let t = prior.z_p.size()[2] as usize;
         let (a, b) = (range.start.min(t), range.end.min(t));
-        let cd = self.context();
+        let (cd, cf) = self.context();
         let (da, db) = (a.saturating_sub(cd), (b + cd).min(t));
+        let (fa, fb) = (da.saturating_sub(cf), (db + cf).min(t));
         let g = prior.g.as_ref();
-        let z = prior.z.narrow(2, da as i64, (db - da) as i64);
+        let z = self.flow.reverse(&prior.z_p.narrow(2, fa as i64, (fb - fa) as i64), g);
+        let z = z.narrow(2, (da - fa) as i64, (db - da) as i64);
         let audio = self.dec.forward(&z, g).view([-1]);
         let hop = self.dec.hop() as i64;
         audio.narrow(0, (a - da) as i64 * hop, (b - a) as i64 * hop)

@@ -4,16 +4,15 @@
 //! espeak-ng front end as piper-tts reads it (`speechstream_text::piper`), at its own sample
 //! rate.
 //!
-//! Piper is not causal: a sentence's durations come out of one pass over it all. But its
-//! generator, most of a pass's time, is convolutional with a short reach (joe: 12 of its frames
-//! each side). So it streams as hibari does ([`crate::family::Streaming::Chunked`]): a segment's
-//! round runs the text encoder, the durations and the flow ([`PiperModel::prepare`]), and each
-//! chunk's round runs the generator over that chunk's frames with the context on each side
-//! ([`PiperModel::decode`]): the first audio waits for the segment's pass up to the generator and
-//! one chunk's, and admission costs each round as what it is. The chunks are counted in frames of
-//! two of the generator's hops (`FRAME_SECONDS`), so a sentence has few seams (each decodes the
-//! context twice). An utterance's first segment is its first sentence up to sixteen words
-//! ([`split_first`]).
+//! Piper is not causal: a sentence's durations come out of one pass over it all. But its flow
+//! and generator, most of a pass's time, are convolutional with a short reach (joe: 32 and 12
+//! of its frames each side). So it streams as hibari does ([`crate::family::Streaming::Chunked`]):
+//! a segment's round runs the text encoder and the durations ([`PiperModel::prepare`]), and each
+//! chunk's round decodes that chunk's frames with the context on each side
+//! ([`PiperModel::decode`]): the first audio waits for the encoder and one chunk, and admission
+//! costs each round as what it is. The chunks are counted in frames of two of the decoder's hops
+//! (`HOPS_PER_FRAME`), so a sentence has few seams (each decodes the contexts twice). An
+//! utterance's first segment is its first sentence up to sixteen words ([`split_first`]).
 //!
 //! Every segment of a voice is scaled by one gain, the voice's own (`calibrate`), where
 //! piper-tts scales each sentence to a peak of 1: one gain keeps a voice's sentences at one
@@ -43,8 +42,8 @@ use crate::precision::Precision;
 use crate::timing::Acoustics;
 
 /// Words a Piper voice's first segment holds at most (unless a clause ends earlier): its first
-/// audio waits only for the pass up to the generator over them and one chunk's generator (~70 ms
-/// for 12 words, one Zen 4 core), and a cut costs words and naturalness. Whisper base
+/// audio waits only for the text encoder and the durations over them and one chunk's decoding
+/// (~60 ms for 12 words, one Zen 4 core), and a cut costs words and naturalness. Whisper base
 /// on piper-tts's joe reading eight held-out sentences (10-13 words; three draws, 276 words):
 /// whole 3.3% word errors, cut after six words with a comma 8.3%, after eight 4.3%; Distill-MOS
 /// whole 4.14-4.19, cut after eight 4.06-4.08 (benches/results/17-piper.md).
@@ -339,18 +338,17 @@ pub struct PiperVoice {
 /// The style of a request naming one of a voice's speakers: its id.
 struct Speaker(i64);
 
-/// A started segment: its pass up to the generator, and the generator's hops in one of its
-/// frames.
+/// A started segment: its pass up to the decoder, and the decoder's hops in one of its frames.
 struct PiperSegment {
     prepared: Prepared,
     hops: usize,
 }
 
 /// The length of a frame of Piper's chunks (the scheduler cuts them in whole frames): two of a
-/// medium voice's hops (256 samples at 22,050 Hz), 23 ms. Each seam between chunks runs the
-/// generator over its context twice (joe: 24 hops, ~6 ms of one Zen 4 core), so Piper's chunks
-/// are twice hibari's 12.5 ms frames long: a sentence of 3 s opening an utterance is two chunks
-/// (16 frames, 372 ms, then the rest), a later one of up to 3.7 s one.
+/// medium voice's hops (256 samples at 22,050 Hz), 23 ms. Each seam between chunks decodes the
+/// generator's and the flow's contexts twice (joe: 24 hops of generator, 88 of flow, ~12 ms of
+/// one Zen 4 core), so Piper's chunks are twice hibari's 12.5 ms frames long: a sentence of
+/// 3 s opening an utterance is two chunks (16 frames, 372 ms, then the rest), a later one one.
 const FRAME_SECONDS: f64 = 512.0 / 22_050.0;
 /// The level a voice's gain puts its calibration sentence at: RMS −21 dBFS (a gain of 1.46 for
 /// joe). piper-tts's own peak normalisation puts joe's sentences at −17.7 to −22.5 dBFS RMS
@@ -369,14 +367,14 @@ const WARM_PHONEMES: &str = "həlˈoʊ.";
 const MEASURE_TEXT: &str = "The weather today is sunny with a light breeze.";
 
 impl PiperVoice {
-    /// The generator's hops in one of the frames its chunks are cut in (`FRAME_SECONDS`, at
+    /// The decoder's hops in one of the frames its chunks are cut in (`FRAME_SECONDS`, at
     /// least one).
     fn hops_per_frame(&self) -> usize {
         let hop = self.model.samples_per_frame().max(1);
         ((f64::from(self.config.sample_rate) * FRAME_SECONDS / hop as f64).round() as usize).max(1)
     }
 
-    /// A pass over `phonemes` up to its generator, at the request's speed.
+    /// A pass over `phonemes` up to its decoder, at the request's speed.
     fn prepare(&self, phonemes: &str, speed: f32, seed: u64, speaker: Option<i64>) -> Result<Prepared, String> {
         let ids = self.config.ids.ids(phonemes);
         let mut scales = self.config.scales;
@@ -547,8 +545,8 @@ impl VoiceModel for PiperVoice {
         Acoustics::PIPER
     }
 
-    /// Each segment's pass up to its generator (the text encoder, the durations, the prior's
-    /// sample, the flow), its word timings from the durations.
+    /// Each segment's pass up to its decoder (the text encoder, the durations, the prior's
+    /// sample), its word timings from the durations.
     fn start(&self, batch: &[SegmentInput]) -> Result<Vec<Result<Segment, String>>, String> {
         let (hop, hops) = (self.model.samples_per_frame(), self.hops_per_frame());
         Ok(batch
@@ -570,8 +568,8 @@ impl VoiceModel for PiperVoice {
             .collect())
     }
 
-    /// Each chunk's hops through the generator with its context ([`PiperModel::decode`]), one
-    /// segment after the other.
+    /// Each chunk's hops decoded with their contexts ([`PiperModel::decode`]), one segment
+    /// after the other.
     fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
         batch
             .iter()
@@ -596,7 +594,7 @@ impl VoiceModel for PiperVoice {
 
     /// Streams `CALIBRATION_PHONEMES` three times, as a first segment: the first pass of
     /// these shapes still allocates; the faster of the other two is measured. Its pass up to
-    /// the generator is the segment's cost, its first chunk is timed apart from the rest.
+    /// the decoder is the segment's cost, its first chunk is timed apart from the rest.
     fn measure(&self, frames: &ChunkSizes<usize>, speeds: &mut Speeds) -> Option<Speed> {
         // (audio s, decoding s, first chunk's audio s and s, prepare s)
         let mut best: Option<(f64, f64, f64, f64, f64)> = None;
