@@ -11,7 +11,7 @@
 //! chunk's round decodes that chunk's frames with the context on each side
 //! ([`PiperModel::decode`]): the first audio waits for the encoder and one chunk, and admission
 //! costs each round as what it is. The chunks are counted in frames of two of the decoder's hops
-//! (`HOPS_PER_FRAME`), so a sentence has few seams (each decodes the contexts twice). An
+//! (`FRAME_SECONDS`), so a sentence has few seams (each decodes the contexts twice). An
 //! utterance's first segment is its first sentence up to sixteen words ([`split_first`]).
 //!
 //! Every segment of a voice is scaled by one gain, the voice's own (`calibrate`), where
@@ -367,7 +367,7 @@ const WARM_PHONEMES: &str = "həlˈoʊ.";
 const MEASURE_TEXT: &str = "The weather today is sunny with a light breeze.";
 
 impl PiperVoice {
-    /// The decoder's hops in one of the frames its chunks are cut in (`FRAME_SECONDS`, at
+    /// The generator's hops in one of the frames its chunks are cut in (`FRAME_SECONDS`, at
     /// least one).
     fn hops_per_frame(&self) -> usize {
         let hop = self.model.samples_per_frame().max(1);
