@@ -155,9 +155,9 @@ pub trait VoiceModel: Send + Sync {
     fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String>;
 
     /// Most segments, or chunks, it takes in one round ([`VoiceModel::start`],
-    /// [`VoiceModel::chunks`]): a voice that computes a batch's items one after the other gains
-    /// nothing from a batch, and a stream due meanwhile waits for all of it: 1. By default as
-    /// many as the engine's rounds take.
+    /// [`VoiceModel::chunks`]). A voice that computes a batch's items one after the other gains
+    /// nothing from a batch, while a stream due meanwhile waits for all of it: such a voice says
+    /// 1 (Piper). By default, as many as the engine's rounds take.
     fn max_batch(&self) -> usize {
         usize::MAX
     }
