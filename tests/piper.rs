@@ -272,6 +272,8 @@ fn speak_with(
 /// on both sides: laid end to end they are the segment decoded whole. In fp32 to a 16-bit
 /// sample's rounding, with a seam every few frames; in int8 within int8's own noise (a cut
 /// shortens the window some blocks of steps are quantized on: engine-libtorch/tests/piper_model.rs).
+/// Measured on a Zen 4: fp32 1 of 32768; int8 23.6 dB, 22.3 with our kernels, libtorch and MKL
+/// capped to AVX2, 24.3-25.0 with `MKL_CBWR=COMPATIBLE` or `AVX2`.
 #[test]
 fn piper_chunks_decoded_apart_are_the_segment_decoded_whole() {
     use speechstream_engine_libtorch::Precision;

@@ -338,12 +338,6 @@ pub struct PiperVoice {
 /// The style of a request naming one of a voice's speakers: its id.
 struct Speaker(i64);
 
-/// A started segment: its pass up to the decoder, and the decoder's hops in one of its frames.
-struct PiperSegment {
-    prepared: Prepared,
-    hops: usize,
-}
-
 /// The length of a frame of Piper's chunks (the scheduler cuts them in whole frames): two of a
 /// medium voice's hops (256 samples at 22,050 Hz), 23 ms. Each seam between chunks decodes the
 /// generator's and the flow's contexts twice (joe: 24 hops of generator, 88 of flow, ~12 ms of
@@ -397,9 +391,8 @@ impl PiperVoice {
         let rate = f64::from(self.config.sample_rate);
         let started = Instant::now();
         let (mut samples, mut first) = (0, (0.0, 0.0));
-        let f = frames;
-        for (k, r) in sentence_ranges(prepared.frames().div_ceil(h), 0, f.first, f.chunk, f.max).into_iter().enumerate()
-        {
+        let ranges = sentence_ranges(prepared.frames().div_ceil(h), 0, frames.first, frames.chunk, frames.max);
+        for (k, r) in ranges.into_iter().enumerate() {
             let chunk_started = Instant::now();
             let n = self.decode(prepared, r.start * h..r.end * h).map_or(0, |a| a.len());
             if k == 0 {
@@ -562,21 +555,21 @@ impl VoiceModel for PiperVoice {
                     samples: prepared.frames() * hop,
                     durations: fine_durations_at(&durations, hop, self.config.sample_rate),
                     computed: 0,
-                    state: Box::new(PiperSegment { prepared, hops }),
+                    state: Box::new(prepared),
                 })
             })
             .collect())
     }
 
     /// Each chunk's hops decoded with their contexts ([`PiperModel::decode`]), one segment
-    /// after the other.
+    /// after the other (a segment's state is its pass up to the decoder).
     fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
+        let h = self.hops_per_frame();
         batch
             .iter()
             .map(|(state, frames)| {
-                let segment = state.downcast_ref::<PiperSegment>().ok_or("piper: a segment of another family")?;
-                let h = segment.hops;
-                self.decode(&segment.prepared, frames.start * h..frames.end * h).map_err(|e| format!("piper: {e}"))
+                let prepared = state.downcast_ref::<Prepared>().ok_or("piper: a segment of another family")?;
+                self.decode(prepared, frames.start * h..frames.end * h).map_err(|e| format!("piper: {e}"))
             })
             .collect()
     }
