@@ -137,7 +137,9 @@ struct RunArgs {
     /// Server pid: report its CPU time and resident memory over the run.
     #[arg(long)]
     pid: Option<u32>,
-    /// Bytes of audio per second of playback (24 kHz s16le mono: 48000), for the underruns.
+    /// Bytes of audio per second of playback (24 kHz s16le mono: 48000), for the underruns and
+    /// the audio seconds: an utterance whose `audio.start` announces its `sample_rate` (streamed
+    /// `pcm`, s16le mono: a Piper voice's 22050) is played at that rate instead.
     #[arg(long, default_value_t = 48_000.0)]
     bytes_per_second: f64,
     /// Play each utterance out (in real time from its first audio) before sending the next.
@@ -256,6 +258,7 @@ struct ServerMessage {
     total_bytes: Option<u64>,
     error: Option<bool>,
     message: Option<String>,
+    sample_rate: Option<f64>,
 }
 
 #[derive(Default)]
@@ -270,6 +273,8 @@ struct UtteranceResult {
     refused: Option<Duration>,
     done: Duration,
     audio_bytes: u64,
+    /// Its playback rate: `--bytes-per-second`, or what its `audio.start` announced.
+    bytes_per_second: f64,
     /// Error frames or `audio.done {error: true}` seen for this utterance.
     server_errors: Vec<String>,
     /// `audio.done.total_bytes` disagreed with the binary bytes received.
@@ -286,7 +291,7 @@ async fn utterance(
     send_text(ws, text_msg).await?;
     let t0 = Instant::now();
     send_text(ws, done_msg).await?;
-    let mut r = UtteranceResult::default();
+    let mut r = UtteranceResult { bytes_per_second, ..UtteranceResult::default() };
     loop {
         let frame = ws.read_frame().await.map_err(|e| format!("read: {e}"))?;
         match frame.opcode {
@@ -294,7 +299,7 @@ async fn utterance(
                 let now = Instant::now();
                 r.first_audio.get_or_insert_with(|| now - t0);
                 let start = *r.first_audio_at.get_or_insert(now);
-                let runs_dry = start + Duration::from_secs_f64(r.audio_bytes as f64 / bytes_per_second);
+                let runs_dry = start + Duration::from_secs_f64(r.audio_bytes as f64 / r.bytes_per_second);
                 if now > runs_dry {
                     r.late.push(now - runs_dry);
                 }
@@ -305,6 +310,11 @@ async fn utterance(
                 let msg: ServerMessage =
                     serde_json::from_slice(&frame.payload).map_err(|e| format!("bad JSON from server: {e}"))?;
                 match msg.kind.as_deref() {
+                    Some("audio.start") => {
+                        if let Some(rate) = msg.sample_rate.filter(|r| *r > 0.0) {
+                            r.bytes_per_second = 2.0 * rate;
+                        }
+                    }
                     Some("audio.chunk") => {
                         r.first_audio.get_or_insert_with(|| t0.elapsed());
                     }
@@ -349,6 +359,8 @@ struct WorkerStats {
     reconnects: u64,
     bytes_mismatch: u64,
     audio_bytes: u64,
+    /// The audio received, in seconds of playback (each utterance at its own rate).
+    audio_seconds: f64,
     ttfa: Samples,
     done: Samples,
     /// Refused utterances and how long their refusal took.
@@ -378,6 +390,7 @@ impl WorkerStats {
         self.reconnects += o.reconnects;
         self.bytes_mismatch += o.bytes_mismatch;
         self.audio_bytes += o.audio_bytes;
+        self.audio_seconds += o.audio_seconds;
         self.ttfa.extend(o.ttfa);
         self.done.extend(o.done);
         self.refused += o.refused;
@@ -467,7 +480,7 @@ async fn worker(shared: Arc<RunShared>, mut ws: Option<Client>, delay: Duration)
                 }
                 if shared.playback {
                     if let Some(start) = r.first_audio_at {
-                        let played = start + Duration::from_secs_f64(r.audio_bytes as f64 / shared.bytes_per_second);
+                        let played = start + Duration::from_secs_f64(r.audio_bytes as f64 / r.bytes_per_second);
                         tokio::time::sleep_until(played.into()).await;
                     }
                 }
@@ -475,6 +488,7 @@ async fn worker(shared: Arc<RunShared>, mut ws: Option<Client>, delay: Duration)
                     st.bytes_mismatch += 1;
                 }
                 st.audio_bytes += r.audio_bytes;
+                st.audio_seconds += r.audio_bytes as f64 / r.bytes_per_second;
                 if r.server_errors.is_empty() && r.first_audio.is_some() {
                     st.ok += 1;
                     if Instant::now() <= shared.deadline {
@@ -613,7 +627,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
     let done = total.done.summary();
     let lateness = total.lateness.summary();
     let refusal = total.refusal.summary();
-    let audio_seconds_per_s = total.audio_bytes as f64 / args.bytes_per_second / elapsed.max(1e-9);
+    let audio_seconds_per_s = total.audio_seconds / elapsed.max(1e-9);
     // Throughput counts what completed inside the window, over the window: utterances still
     // in flight at the deadline are finished (their latencies count) but the drain is not
     // charged to the rate. A run that used its budget early is timed to its end.
