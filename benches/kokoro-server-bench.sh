@@ -11,10 +11,15 @@
 # Run it alone on the machine (its figures are timings):
 #   benches/kokoro-server-bench.sh                 # ~5 min with the defaults
 #   STREAMS="1 2" DURATION=10 benches/kokoro-server-bench.sh
+#   BINS="before=target/bench/speechstream-old now=target/release/speechstream" SKIP_BUILD=1 \
+#     benches/kokoro-server-bench.sh              # builds side by side, point by point
 #
 # Knobs: VOICE [jf_alpha], STREAMS ["1 2 3 4"], ADMISSIONS ["off realtime"], MAX_STREAMS [""],
 # DURATION [20] (s per run: no utterance starts after it), RAMP [2] (s over which the listeners
-# start), CPU [0] (the server's), LOADGEN_CPU [1], PORT [28970], SKIP_BUILD [0].
+# start), CPU [0] (the server's), LOADGEN_CPU [1], PORT [28970], SKIP_BUILD [0], BINS
+# ["ours=target/release/speechstream"]: LABEL=PATH of each build, run one after the other at
+# each point. The server inherits the environment (SPEECHSTREAM_SIMD=avx2
+# ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 caps it to AVX2).
 # Needs .cache/kokoro (scripts/setup.sh). Results: target/bench/kokoro-server-<stamp>.{md,jsonl}.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,6 +34,7 @@ RAMP="${RAMP:-2}"
 CPU="${CPU:-0}"
 LOADGEN_CPU="${LOADGEN_CPU:-1}"
 PORT="${PORT:-28970}"
+BINS="${BINS:-ours=target/release/speechstream}"
 WS=/v1/audio/speech/stream
 export LD_LIBRARY_PATH="$ROOT/.cache/libtorch/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 say() { echo "kokoro-server-bench: $*" >&2; }
@@ -45,14 +51,16 @@ TEXT="$(cat benches/texts/short.txt)"
   echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); flags: $(grep -o -w -E 'avx2|avx512f|avx512_vnni|avx_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   echo "server: serve --workers 1 --threads 1 on CPU $CPU; voice $VOICE; text: $TEXT"
   echo
-  echo "| admission | listeners | utterances | audio s/s | TTFA p50 ms | TTFA p99 ms | late chunks | of chunks | lateness p99 ms | underruns (server) | refused |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  echo "builds: $BINS"
+  echo
+  echo "| build | admission | listeners | utterances | audio s/s | TTFA p50 ms | TTFA p99 ms | late chunks | of chunks | lateness p99 ms | underruns (server) | refused |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 } | tee "$OUT.md" >&2
-run() { # label n server-args...
-  local label=$1 n=$2
+run() { # build=path label n server-args...
+  local build=${1%%=*} bin=${1#*=} label=$2 n=$3
   start_server speechstream "$PORT" "$OUT.server.log" \
-    taskset -c "$CPU" target/release/speechstream serve --port "$PORT" --workers 1 --threads 1 "${@:3}"
-  say "$label, $n listener(s), ${DURATION}s"
+    taskset -c "$CPU" "$bin" serve --port "$PORT" --workers 1 --threads 1 "${@:4}"
+  say "$build, $label, $n listener(s), ${DURATION}s"
   line="$(taskset -c "$LOADGEN_CPU" target/release/loadgen run -u "ws://127.0.0.1:$PORT$WS" -l "$label" -c "$n" \
     -d "$DURATION" -m pcm --playback --ramp "$RAMP" --voice "$VOICE" --text "$TEXT" --utterance-timeout 60 \
     --pid "$SERVER_PID")"
@@ -62,17 +70,21 @@ run() { # label n server-args...
 import json, sys
 r = json.load(sys.stdin)
 g = lambda *p: (lambda v: '-' if v is None else v)(__import__('functools').reduce(lambda a, k: (a or {}).get(k), p, r))
-print(f\"| $label | $n | {g('utterances_ok')} | {g('audio_seconds_per_s')} | {g('ttfa_ms','p50')} | {g('ttfa_ms','p99')} | {g('late_chunks')} | {g('chunks')} | {g('lateness_ms','p99')} | ${under:--} | {g('refused')} |\")
+print(f\"| $build | $label | $n | {g('utterances_ok')} | {g('audio_seconds_per_s')} | {g('ttfa_ms','p50')} | {g('ttfa_ms','p99')} | {g('late_chunks')} | {g('chunks')} | {g('lateness_ms','p99')} | ${under:--} | {g('refused')} |\")
 " | tee -a "$OUT.md"
   stop_server "$SERVER_PID"
 }
 for admission in $ADMISSIONS; do
   for n in $STREAMS; do
-    run "$admission" "$n" --admission "$admission"
+    for bin in $BINS; do
+      run "$bin" "$admission" "$n" --admission "$admission"
+    done
   done
 done
 largest="${STREAMS##* }"
 for m in ${MAX_STREAMS:-}; do
-  run "realtime, --max-streams $m" "$largest" --admission realtime --max-streams "$m"
+  for bin in $BINS; do
+    run "$bin" "realtime, --max-streams $m" "$largest" --admission realtime --max-streams "$m"
+  done
 done
 say "results: $OUT.md, $OUT.jsonl"
