@@ -321,16 +321,33 @@ fn quiet_excess_db(reference: &[f32], x: &[f32]) -> Option<f64> {
     (!d.is_empty()).then(|| d.iter().sum::<f64>() / d.len() as f64)
 }
 
-/// int8 against fp32 on one sentence: the same durations, and the audio within
-/// [`INT8_SNR_DB`] of fp32's.
+/// At most this share of the tokens whose duration int8's text encoder (its FFN) moves from
+/// fp32's, each by at most a frame: 2 of [`FOX`]'s 109 measured (Zen 4).
+const INT8_MOVED_DURATIONS: f64 = 0.05;
+
+/// int8 against fp32 on one sentence: its durations within a frame of fp32's on all but a few
+/// tokens ([`INT8_MOVED_DURATIONS`]); with its text encoder in fp32, the same durations, and
+/// the audio within [`INT8_SNR_DB`] of fp32's.
 #[test]
 fn int8_stays_close_to_fp32() {
     let fp32 = PiperModel::load(&voice(), Device::Cpu, Precision::Fp32).expect("joe loads");
     let int8 = PiperModel::load(&voice(), Device::Cpu, Precision::Int8).expect("joe loads");
     assert_eq!((fp32.precision(), int8.precision()), (Precision::Fp32, Precision::Int8));
     let a = fp32.infer(FOX, None, Scales::default(), 3).expect("fp32");
+    let whole = int8.infer(FOX, None, Scales::default(), 3).expect("int8");
+    assert_eq!(a.durations.len(), whole.durations.len());
+    let moved = a.durations.iter().zip(&whole.durations).filter(|(x, y)| x != y).count();
+    eprintln!("int8 moved {moved} of {} durations", a.durations.len());
+    assert!(
+        a.durations.iter().zip(&whole.durations).all(|(x, y)| x.abs_diff(*y) <= 1),
+        "int8 moved a duration by more than a frame: {:?} against {:?}",
+        whole.durations,
+        a.durations
+    );
+    assert!(moved as f64 <= INT8_MOVED_DURATIONS * a.durations.len() as f64, "int8 moved {moved} durations");
+    let int8 = int8.with_float_encoder();
     let b = int8.infer(FOX, None, Scales::default(), 3).expect("int8");
-    assert_eq!(a.durations, b.durations, "int8 changed the durations");
+    assert_eq!(a.durations, b.durations, "int8 with an fp32 text encoder changed the durations");
     let (snr, err) = (snr_db(&a.audio, &b.audio), common::max_abs_diff(&a.audio, &b.audio));
     eprintln!("int8 against fp32: SNR {snr:.1} dB, max abs error {err:.3e}");
     assert!(snr >= INT8_SNR_DB, "int8 at {snr:.1} dB SNR of fp32 (bound {INT8_SNR_DB} dB)");
@@ -345,7 +362,7 @@ fn int8_stays_close_to_fp32() {
         let capped = PiperModel::load(&voice(), Device::Cpu, Precision::Int8).expect("joe loads");
         let c = capped.infer(FOX, None, Scales::default(), 3).expect("int8 at AVX2");
         cpu::reset_cap();
-        assert!(c.audio == b.audio, "int8 at AVX2 gave other audio");
+        assert!(c.audio == whole.audio, "int8 at AVX2 gave other audio");
     }
 }
 

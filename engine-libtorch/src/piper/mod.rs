@@ -107,10 +107,18 @@ impl PiperModel {
     }
 
     /// The precision the network runs in: [`Precision::Int8`] (the generator's up-samplings and
-    /// residual blocks and the flow's WaveNet layers on our int8 kernels, the rest fp32: see
-    /// `net::Vits::quantize`) or [`Precision::Fp32`].
+    /// residual blocks, the flow's WaveNet layers and the text encoder's FFN on our int8
+    /// kernels, the rest fp32: see `net::Vits::quantize`) or [`Precision::Fp32`].
     pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// The same model with its text encoder all fp32 (in int8 its FFN is int8, which moves a
+    /// few durations by a frame): its durations are fp32's, so the rest of int8 (the flow, the
+    /// generator) can be compared with fp32 sample by sample.
+    pub fn with_float_encoder(mut self) -> PiperModel {
+        self.net.float_encoder();
+        self
     }
 
     fn from_model(model: &Model, device: Device, precision: Precision) -> Result<PiperModel, String> {

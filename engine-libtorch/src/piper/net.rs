@@ -702,17 +702,21 @@ impl Vits {
 
     /// Runs the heavy convolutions in int8 ([`super::int8`]), CPU only: the generator's
     /// up-samplings and residual blocks (activations quantized per block of steps, the last
-    /// stage's in two passes: [`Generator::quantize`]), and the
-    /// flow's WaveNet layers (per frame). Returns false, and leaves the network fp32, where the
-    /// generator is not covered. Left fp32, measured on joe (tests/piper_model.rs): the text
-    /// encoder's convolutions (int8 per token moved the prior enough to change durations, and
-    /// the audio's SNR against fp32 to 8 dB), the flow's pre and post 1×1 convolutions (−4 dB,
-    /// for little time), conv_post and the duration predictor (little time). Tried since on
-    /// joe: the text encoder's FFN convolutions alone, per token, with the activations in two
-    /// passes (16 bits): durations still changed (20 tokens of ~4,500 over seven sentences and
-    /// three seeds), SNR ~8 dB where they did not; its q/k/v or output convolutions alone, in
-    /// two passes, 13-15 dB; `enc_p.proj` alone 10 dB: its 8-bit weights are what moves the
-    /// prior, whatever the activations' resolution.
+    /// stage's in two passes: [`Generator::quantize`]), the flow's WaveNet layers (per frame),
+    /// and the text encoder's FFN convolutions (per token: two thirds of the encoder's time,
+    /// a fifth of a short sentence's). Returns false, and leaves the network fp32, where the
+    /// generator is not covered.
+    ///
+    /// The FFN in int8 moves the prior a little, and with it some durations by a frame (2 of
+    /// joe's 109 tokens of tests/piper_model.rs's sentence), so its audio is another rendering
+    /// of the sentence rather than fp32's within int8's noise; what it is heard as is what
+    /// counts: Distill-MOS on the held-out sentences over seven seeded draws 4.126 against
+    /// 4.121 with the FFN in fp32, Whisper base 2/92 words wrong either way (piper-tts 4-5),
+    /// for 8% less time on a short sentence (benches/results/17-piper.md). Left fp32: the
+    /// encoder's q/k/v and output convolutions (13-15 dB SNR against fp32 in int8, for a third of
+    /// its time) and `enc_p.proj` (10 dB: its 8-bit weights move the prior), the flow's pre and
+    /// post 1×1 convolutions (−4 dB, for little time), conv_post and the duration predictor
+    /// (little time).
     pub fn quantize(&mut self) -> bool {
         if !self.dec.quantize() {
             return false;
@@ -723,7 +727,20 @@ impl Vits {
                 rs.quantize_per_row();
             }
         }
+        for l in &mut self.enc.layers {
+            l.ffn1.quantize_per_row();
+            l.ffn2.quantize_per_row();
+        }
         true
+    }
+
+    /// The text encoder's FFN convolutions back in fp32 ([`Vits::quantize`] runs them in int8):
+    /// what the tests compare the rest of int8 with fp32 on, the durations then the same.
+    pub fn float_encoder(&mut self) {
+        for l in &mut self.enc.layers {
+            l.ffn1.q = None;
+            l.ffn2.q = None;
+        }
     }
 
     pub fn symbols(&self) -> i64 {
