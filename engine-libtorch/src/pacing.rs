@@ -303,9 +303,9 @@ pub struct Step {
 /// first chunk's arrival (or once free, if `busy` until then), and the scheduler sends that chunk
 /// as soon as it is made, well before its first-audio deadline where the worker has time; so
 /// each later chunk is due `position` seconds of audio after that arrival (less `margin`), not
-/// after the deadline. Admission's sweep ([`sweep`]) takes the arrival to be when, in its
-/// order, it has the first chunk done, and puts the later steps back in that order by the dues
-/// this gives them, as the scheduler's earliest deadline first will.
+/// after the deadline. Admission's sweep ([`feasible`], [`least_delay`], [`demand`]) takes the
+/// arrival to be when, in its order, it has the first chunk done, and puts the later steps back
+/// in that order by the dues this gives them, as the scheduler's earliest deadline first will.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Starts {
     /// The stream's first-audio deadline: which stream it is (its first step's `due`).
