@@ -322,9 +322,16 @@ impl Starts {
     /// A later step of its stream, held to a playback from `arrives` on.
     fn hold(self, s: &Step, arrives: Instant) -> Step {
         let dry = self.busy.map_or(arrives, |b| b.max(arrives)) + Duration::from_secs_f64(self.position);
-        let before = |d: Duration| dry.checked_sub(d).unwrap_or(dry);
-        Step { due: s.due.min(before(self.margin)), limit: s.limit.min(before(ADMISSION_MARGIN)), ..*s }
+        let (due, limit) = listener_deadlines(dry, self.margin);
+        Step { due: s.due.min(due), limit: s.limit.min(limit), ..*s }
     }
+}
+
+/// A listener's chunk whose audio it would run dry without at `dry`: due `margin` before
+/// ([`Pacing::margin`]), to be done [`ADMISSION_MARGIN`] before.
+fn listener_deadlines(dry: Instant, margin: Duration) -> (Instant, Instant) {
+    let before = |d: Duration| dry.checked_sub(d).unwrap_or(dry);
+    (before(margin), before(ADMISSION_MARGIN))
 }
 
 /// How far ahead admission looks: the steps due within it must fit (further on, the same
@@ -495,7 +502,7 @@ impl Outlook {
                 }
                 _ => {
                     let dry = self.plays_from + Duration::from_secs_f64(position.max(0.0));
-                    let (due, limit) = (before(dry, self.margin), before(dry, ADMISSION_MARGIN));
+                    let (due, limit) = listener_deadlines(dry, self.margin);
                     Step { due, limit, work, playing: true, starts }
                 }
             };
@@ -1002,37 +1009,26 @@ mod tests {
         assert!(!feasible(&mut starts(14), t0, ADMISSION_UTILIZATION));
     }
 
-    /// Earliest deadline first at full speed, as the scheduler runs: streams submitted at
-    /// `at`, each a list of chunks (audio seconds, compute seconds); a first chunk due by the
-    /// target, each later one `margin` before its listener, playing from the first chunk's
-    /// arrival, runs dry. The chunks done after their listener ran dry, and the first chunks
-    /// done after the target.
+    /// Earliest deadline first at full speed, as the scheduler runs it ([`Pace::urgency`],
+    /// [`Pace::delivered`]): streams submitted at `at`, each a list of chunks (audio seconds,
+    /// compute seconds), each chunk delivered as soon as it is made. The chunks done after
+    /// their listener ran dry, and the first chunks done after the target.
     fn misses(pacing: &Pacing, at: &[Instant], chunks: &[(f64, f64)]) -> (usize, usize) {
         let mut t = at.iter().copied().min().expect("streams");
-        // per stream: chunks done, audio sent, first arrival
-        let mut state: Vec<(usize, f64, Option<Instant>)> = vec![(0, 0.0, None); at.len()];
+        // per stream: its pace, and its chunks done
+        let mut streams: Vec<(Pace, usize)> = at.iter().map(|&a| (Pace::new(a, true), 0)).collect();
         let (mut late, mut first_late) = (0, 0);
         loop {
-            let due = |i: usize, s: &(usize, f64, Option<Instant>)| match s.2 {
-                None => at[i] + pacing.first_audio,
-                Some(first) => first + Duration::from_secs_f64(s.1) - pacing.margin,
-            };
-            let next =
-                (0..at.len()).filter(|&i| state[i].0 < chunks.len() && at[i] <= t).min_by_key(|&i| due(i, &state[i]));
+            let next = (0..at.len())
+                .filter(|&i| streams[i].1 < chunks.len() && at[i] <= t)
+                .min_by_key(|&i| streams[i].0.urgency(pacing));
             let Some(i) = next else { break };
-            let (len, work) = chunks[state[i].0];
+            let (pace, done) = &mut streams[i];
+            let (len, work) = chunks[*done];
             t += Duration::from_secs_f64(work);
-            let s = &mut state[i];
-            match s.2 {
-                None => {
-                    s.2 = Some(t);
-                    first_late += usize::from(t > at[i] + pacing.first_audio);
-                }
-                Some(first) if t > first + Duration::from_secs_f64(s.1) => late += 1,
-                Some(_) => {}
-            }
-            s.0 += 1;
-            s.1 += len;
+            first_late += usize::from(!pace.started() && t > at[i] + pacing.first_audio);
+            late += usize::from(matches!(pace.delivered(t, len), Delivery::Late(_)));
+            *done += 1;
         }
         (late, first_late)
     }
