@@ -322,7 +322,8 @@ fn quiet_excess_db(reference: &[f32], x: &[f32]) -> Option<f64> {
 }
 
 /// At most this share of the tokens whose duration int8's text encoder (its FFN) moves from
-/// fp32's, each by at most a frame: 2 of [`FOX`]'s 109 measured (Zen 4).
+/// fp32's, each by at most a frame: 2 of [`FOX`]'s 109 measured (Zen 4; the same 2 with our
+/// kernels, libtorch and MKL capped to AVX2, and with `MKL_CBWR=COMPATIBLE`).
 const INT8_MOVED_DURATIONS: f64 = 0.05;
 
 /// int8 against fp32 on one sentence: its durations within a frame of fp32's on all but a few
