@@ -121,6 +121,16 @@ pub fn sentence_ranges(frames: usize, index: u64, first: usize, size: usize, max
     ranges(ChunkLengths::new(frames, index == 0, ChunkSizes::frames(first, size, max)))
 }
 
+/// [`sentence_ranges`] of a segment of which `ready` frames were computed when it started
+/// (Kokoro's opening): those go out at once as its first chunk, the rest as a later sentence's.
+pub fn opened_ranges(frames: usize, ready: usize, index: u64, sizes: ChunkSizes<usize>) -> Vec<Range<usize>> {
+    if ready == 0 || ready >= frames {
+        return sentence_ranges(frames, index, sizes.first, sizes.chunk, sizes.max);
+    }
+    let rest = sentence_ranges(frames - ready, 1, sizes.first, sizes.chunk, sizes.max);
+    std::iter::once(0..ready).chain(rest.into_iter().map(|r| r.start + ready..r.end + ready)).collect()
+}
+
 /// Consecutive ranges from 0 with these lengths.
 fn ranges(lengths: impl Iterator<Item = usize>) -> Vec<Range<usize>> {
     let mut a = 0;
@@ -141,6 +151,16 @@ mod stream_ranges_tests {
         assert_eq!(sentence_ranges(320, 0, 16, 80, 200), stream_ranges(320, 16, 80, 200));
         assert_eq!(sentence_ranges(320, 1, 16, 80, 200), vec![0..80, 80..160, 160..320]);
         assert_eq!(sentence_ranges(320, 7, 16, 80, 200), vec![0..80, 80..160, 160..320]);
+    }
+
+    #[test]
+    fn a_segments_computed_opening_is_its_first_chunk() {
+        let sizes = ChunkSizes::frames(16, 80, 200);
+        assert_eq!(opened_ranges(320, 44, 0, sizes), vec![0..44, 44..124, 124..320]);
+        // nothing computed, or everything: the chunk rule as it is
+        assert_eq!(opened_ranges(320, 0, 0, sizes), sentence_ranges(320, 0, 16, 80, 200));
+        assert_eq!(opened_ranges(320, 320, 0, sizes), sentence_ranges(320, 0, 16, 80, 200));
+        assert_eq!(opened_ranges(320, 320, 2, sizes), sentence_ranges(320, 2, 16, 80, 200));
     }
 
     #[test]

@@ -324,25 +324,6 @@ pub fn english_reads(text: &str) -> Result<(), String> {
         .to_owned())
 }
 
-/// The chunks of a batch of segments whose audio a family computed whole (Kokoro's:
-/// the segment's state is its audio): slices of `frame` samples per frame, the last one cut
-/// where the audio ends. `family` names it in the error for another family's segment.
-pub fn audio_slices(
-    batch: &[(&SegmentState, Range<usize>)],
-    frame: usize,
-    family: &str,
-) -> Result<Vec<Vec<f32>>, String> {
-    batch
-        .iter()
-        .map(|(state, frames)| {
-            let audio =
-                state.downcast_ref::<Vec<f32>>().ok_or_else(|| format!("{family}: a segment of another family"))?;
-            let end = (frames.end * frame).min(audio.len());
-            Ok(audio[(frames.start * frame).min(end)..end].to_vec())
-        })
-        .collect()
-}
-
 /// Runs model code, turning a panic (tch turns libtorch's C++ exceptions, such as running out
 /// of device memory, into panics) into an error message.
 pub fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {

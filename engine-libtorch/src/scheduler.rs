@@ -27,7 +27,7 @@ use speechstream_core::engine::{
     EngineCapabilities, EngineEvent, EngineEventKind, EventSink, Failure, RequestId, SynthesisRequest, TrySendError,
 };
 
-use crate::chunks::{self, sentence_ranges};
+use crate::chunks::{self, opened_ranges};
 use crate::family::{guarded, Family, Loaded, Segment, SegmentInput, Speeds, Streaming, Style, VoiceModel};
 use crate::g2p::spoken::{Pronunciation, Pronunciations};
 use crate::g2p::{Reader, Sentence};
@@ -842,8 +842,8 @@ impl Scheduler {
                     &segment.durations,
                 );
             }
-            let f = self.frames;
-            let ranges = sentence_ranges(segment.frames, job.started_sentences, f.first, f.chunk, f.max);
+            let ready = segment.computed / model.samples_per_frame();
+            let ranges = opened_ranges(segment.frames, ready, job.started_sentences, self.frames);
             job.started_sentences += 1;
             if ranges.is_empty() {
                 continue;

@@ -69,7 +69,30 @@ pub(super) fn adain_quantize(
     }
     assert!(stats.sum.len() == c && stats.lo.len() == c && stats.hi.len() == c, "AdaIN: statistics of C channels");
     z.resize(c, 0.0);
-    pass(x, stats, gb, act, pad, z, q)
+    pass(x, (stats, x.len() / c), gb, act, pad, z, q)
+}
+
+/// [`adain_quantize`] with statistics `stats` of `rows_n` rows that are not (all) `x`'s own: an
+/// earlier chunk's rows and this chunk's (`net::Tape::Accumulate`). The codes' range is still
+/// `x`'s exact one.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn adain_quantize_over(
+    x: &[f32],
+    c: usize,
+    (stats, rows_n): (&Stats, usize),
+    gb: &[f32],
+    act: Activation,
+    pad: usize,
+    z: &mut Vec<f32>,
+    q: &mut Vec<u8>,
+) -> (f32, u8) {
+    assert!(c > 0 && x.len().is_multiple_of(c) && gb.len() == 2 * c, "AdaIN: [T, C] and γ, β of C");
+    if let Activation::Snake(alpha) = act {
+        assert!(alpha.alpha.len() == c && alpha.inv.len() == c, "Snake: α of C");
+    }
+    assert!(stats.sum.len() == c && rows_n > 0, "AdaIN: statistics of C channels over some rows");
+    z.resize(c, 0.0);
+    pass(x, (stats, rows_n), gb, act, pad, z, q)
 }
 
 /// A channel's AdaIN (`m`, `a`, `b`: (x − mean)·a + β) and Snake (`al`, `inv`: α and 1/α) of `v`.
@@ -103,17 +126,18 @@ fn adain_act(v: f32, ch: usize, m: f32, a: f32, b: f32, act: Activation) -> f32 
 
 simd_fn! {
     /// [`adain_quantize`]'s pass (z a row): the channels' means and variances from their
-    /// sums; the output's range predicted from each channel's extremes, since AdaIN and the
+    /// sums over `n` rows; the output's range predicted from each channel's extremes, since AdaIN and the
     /// activation are monotone in each channel (x + sin²(αx)/α has the slope 1 + sin(2αx) ≥ 0);
     /// then each row normalized, activated and quantized in one go (before, the values went to memory, 4.6 MB at
     /// the second stage, and a second pass quantized them). The range is also measured as the
     /// rows go: where rounding made the computed Snake not quite monotone and a value fell
     /// outside the prediction, the rows are done again with the range measured, so the codes are
     /// always those of the exact range.
-    fn pass(x: &[f32], stats: &Stats, gb: &[f32], act: Activation, pad: usize, z: &mut [f32], q: &mut Vec<u8>) -> (f32, u8) {
+    fn pass(x: &[f32], over: (&Stats, usize), gb: &[f32], act: Activation, pad: usize, z: &mut [f32], q: &mut Vec<u8>) -> (f32, u8) {
+        let (stats, n) = over;
         let c = stats.sum.len();
         let t = x.len() / c;
-        let (mean, a) = affine(stats, gb, t);
+        let (mean, a) = affine(stats, gb, n);
         let beta = &gb[c..];
         let (mut plo, mut phi) = (0f32, 0f32);
         for ch in 0..c {
@@ -133,6 +157,71 @@ simd_fn! {
         q[..pad * c].fill(zp);
         q[(pad + t) * c..].fill(zp);
         (scale, zp)
+    }
+}
+
+/// The codes' range after an AdaIN of statistics `stats` over `n` rows and `act`: predicted from
+/// each channel's extremes (both are monotone in each channel), as [`adain_quantize`] predicts
+/// it; the range of those rows' values, up to rounding.
+pub(super) fn predicted_range(stats: &Stats, n: usize, gb: &[f32], act: Activation) -> (f32, u8) {
+    let c = stats.sum.len();
+    let (mean, a) = affine(stats, gb, n);
+    let beta = &gb[c..];
+    let (mut lo, mut hi) = (0f32, 0f32);
+    for ch in 0..c {
+        for v in [stats.lo[ch], stats.hi[ch]] {
+            let y = adain_act(v, ch, mean[ch], a[ch], beta[ch], act);
+            lo = lo.min(y);
+            hi = hi.max(y);
+        }
+    }
+    range_params(lo, hi)
+}
+
+/// [`adain_quantize`] with its normalization fixed: the statistics `stats` of `rows` rows (not
+/// `x`'s own) and the codes' `scale` and `zp` (values beyond their range saturate), as an earlier
+/// pass over a window of the segment measured them (`net::Norms`). Given the statistics and the
+/// codes that [`adain_quantize`] used and returned for the same `x`, the same codes.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn adain_quantize_fixed(
+    x: &[f32],
+    c: usize,
+    (stats, rows_n): (&Stats, usize),
+    gb: &[f32],
+    act: Activation,
+    (scale, zp): (f32, u8),
+    pad: usize,
+    z: &mut Vec<f32>,
+    q: &mut Vec<u8>,
+) {
+    assert!(c > 0 && x.len().is_multiple_of(c) && gb.len() == 2 * c, "AdaIN: [T, C] and γ, β of C");
+    if let Activation::Snake(alpha) = act {
+        assert!(alpha.alpha.len() == c && alpha.inv.len() == c, "Snake: α of C");
+    }
+    assert!(stats.sum.len() == c && rows_n > 0, "AdaIN: statistics of C channels over some rows");
+    z.resize(c, 0.0);
+    fixed_pass(x, (stats, rows_n), (gb, act), (scale, zp), pad, z, q);
+}
+
+simd_fn! {
+    /// [`adain_quantize_fixed`]'s pass: [`pass`]'s rows with the range given.
+    fn fixed_pass(
+        x: &[f32],
+        over: (&Stats, usize),
+        norm: (&[f32], Activation),
+        codes: (f32, u8),
+        pad: usize,
+        z: &mut [f32],
+        q: &mut Vec<u8>,
+    ) {
+        let ((stats, rows_n), (gb, act), (scale, zp)) = (over, norm, codes);
+        let c = stats.sum.len();
+        let t = x.len() / c;
+        let (mean, a) = affine(stats, gb, rows_n);
+        q.resize((t + 2 * pad) * c, zp);
+        rows(x, &mean, &a, &gb[c..], act, scale, zp, z, &mut q[pad * c..(pad + t) * c]);
+        q[..pad * c].fill(zp);
+        q[(pad + t) * c..].fill(zp);
     }
 }
 

@@ -128,42 +128,14 @@ impl KokoroModel {
         speed: f32,
         forced: Option<&[i64]>,
     ) -> Result<(KokoroOutput, KokoroTrace), String> {
-        if ids.is_empty() || ids.len() > MAX_IDS {
-            return Err(format!("{} phoneme ids: Kokoro takes 1 to {MAX_IDS}", ids.len()));
-        }
-        if style.len() != 256 {
-            return Err(format!("a style of {} floats, not 256", style.len()));
-        }
-        if !(speed.is_finite() && speed > 0.0) {
-            return Err(format!("speed {speed}: must be a positive number"));
-        }
-        if let Some(f) = forced {
-            if f.len() != ids.len() + 2 || f.iter().any(|&d| !(1..=10_000).contains(&d)) {
-                return Err(format!(
-                    "{} forced durations for {} tokens (1 to 10000 frames each)",
-                    f.len(),
-                    ids.len() + 2
-                ));
-            }
-        }
+        check_input(ids, style, speed)?;
+        check_forced(ids, forced)?;
         let _g = tch::no_grad_guard();
         let mut tokens = Vec::with_capacity(ids.len() + 2);
         tokens.push(0);
         tokens.extend_from_slice(ids);
         tokens.push(0);
-        let run =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.net.forward(&tokens, style, speed, forced)));
-        let pass = match run {
-            Ok(r) => r?,
-            Err(p) => {
-                let msg = crate::family::panic_text(&*p).unwrap_or_default();
-                return Err(format!("Kokoro's network failed: {msg}"));
-            }
-        };
-        let floats = |t: &Tensor| -> Result<Vec<f32>, String> {
-            Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1).to_device(Device::Cpu))
-                .map_err(|e| e.to_string())
-        };
+        let pass = caught(|| self.net.forward(&tokens, style, speed, forced))?;
         let out = KokoroOutput {
             audio: floats(&pass.audio)?,
             durations: pass.durations,
@@ -173,6 +145,167 @@ impl KokoroModel {
             KokoroTrace { durations_raw: floats(&pass.durations_raw)?, f0: floats(&pass.f0)?, n: floats(&pass.n)? };
         Ok((out, trace))
     }
+}
+
+/// What [`KokoroModel::infer`] and [`KokoroModel::prepare`] refuse.
+fn check_input(ids: &[i64], style: &[f32], speed: f32) -> Result<(), String> {
+    if ids.is_empty() || ids.len() > MAX_IDS {
+        return Err(format!("{} phoneme ids: Kokoro takes 1 to {MAX_IDS}", ids.len()));
+    }
+    if style.len() != 256 {
+        return Err(format!("a style of {} floats, not 256", style.len()));
+    }
+    if !(speed.is_finite() && speed > 0.0) {
+        return Err(format!("speed {speed}: must be a positive number"));
+    }
+    Ok(())
+}
+
+fn check_forced(ids: &[i64], forced: Option<&[i64]>) -> Result<(), String> {
+    if let Some(f) = forced {
+        if f.len() != ids.len() + 2 || f.iter().any(|&d| !(1..=10_000).contains(&d)) {
+            return Err(format!("{} forced durations for {} tokens (1 to 10000 frames each)", f.len(), ids.len() + 2));
+        }
+    }
+    Ok(())
+}
+
+/// Runs a pass of the network, its panic (libtorch's exceptions) an error.
+fn caught<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => Err(format!("Kokoro's network failed: {}", crate::family::panic_text(&*p).unwrap_or_default())),
+    }
+}
+
+/// Frames (12.5 ms) over which the rest of a segment fades in from its opening
+/// ([`KokoroModel::decode_opening`]): the two normalizations give the same sound in other
+/// phases, and a cut from one to the other is heard as a click.
+pub const SEAM: usize = 2;
+
+/// Fades `audio` in from `tail` over `tail`'s samples (a raised cosine).
+fn fade_in(audio: &mut [f32], tail: &[f32]) {
+    let n = tail.len().min(audio.len());
+    for (i, (a, &t)) in audio[..n].iter_mut().zip(tail).enumerate() {
+        let w = 0.5 - 0.5 * (std::f32::consts::PI * (i as f32 + 0.5) / n as f32).cos();
+        *a = t + (*a - t) * w;
+    }
+}
+
+/// Samples in one of a segment's frames ([`KokoroSegment::frames`]): 12.5 ms, half a duration
+/// frame, one row of the decoder's output.
+pub const SAMPLES_PER_ROW: usize = SAMPLES_PER_FRAME / 2;
+
+/// Frames of speech after its leading silence that a segment's opening decodes
+/// ([`KokoroModel::decode_opening`]): its normalizations are over that much speech (with 16
+/// frames, the leading silence came out as audible noise; docs/kokoro-chunks.md).
+pub const OPENING_SPEECH: usize = 24;
+
+/// A segment prepared for decoding ([`KokoroModel::prepare`]): its pass up to the generator's
+/// up-sampling stages.
+pub struct KokoroSegment {
+    prepared: net::Prepared,
+}
+
+impl KokoroSegment {
+    /// Its length in frames of [`SAMPLES_PER_ROW`] samples.
+    pub fn frames(&self) -> usize {
+        self.prepared.frames
+    }
+
+    /// Frames per token (of [`SAMPLES_PER_FRAME`] samples), both pads included.
+    pub fn durations(&self) -> &[i64] {
+        &self.prepared.durations
+    }
+
+    /// Whether decoding its opening first pays: the whole segment is more than twice the
+    /// opening's pass (a shorter one is decoded whole at once, exact, and nearly as soon).
+    pub fn worth_opening(&self) -> bool {
+        self.frames() > 2 * (self.opening_frames() + SEAM + net::GENERATOR_REACH)
+    }
+
+    /// The frames its opening covers ([`KokoroModel::decode_opening`]): the leading silence (its
+    /// first pad token) and [`OPENING_SPEECH`] frames of speech, or the whole segment.
+    pub fn opening_frames(&self) -> usize {
+        let lead = 2 * self.prepared.durations.first().map_or(0, |&d| d.max(0) as usize);
+        (lead + OPENING_SPEECH).min(self.frames())
+    }
+}
+
+/// A segment's opening ([`KokoroModel::decode_opening`]).
+pub struct Opening {
+    /// The audio of frames `0..frames`
+    pub audio: Vec<f32>,
+    pub frames: usize,
+    /// The [`SEAM`] frames after them, decoded with the same normalizations: what the rest of the
+    /// segment fades in from ([`Opening::join`]).
+    pub tail: Vec<f32>,
+}
+
+impl Opening {
+    /// The whole segment: this opening, then the rest of `whole` (the segment decoded whole,
+    /// [`KokoroModel::decode_whole`]) fading in from the opening's tail.
+    pub fn join(&self, whole: &[f32]) -> Vec<f32> {
+        let at = (self.frames * SAMPLES_PER_ROW).min(whole.len());
+        let mut audio = self.audio.clone();
+        let mut rest = whole[at..].to_vec();
+        fade_in(&mut rest, &self.tail);
+        audio.extend_from_slice(&rest);
+        audio
+    }
+}
+
+impl KokoroModel {
+    /// A segment's pass up to the generator's up-sampling stages (ALBERT, the prosody predictor,
+    /// the text encoder, the decoder, the harmonic source), to decode with
+    /// [`KokoroModel::decode_opening`] and [`KokoroModel::decode_whole`].
+    pub fn prepare(&self, ids: &[i64], style: &[f32], speed: f32) -> Result<KokoroSegment, String> {
+        check_input(ids, style, speed)?;
+        let _g = tch::no_grad_guard();
+        let tokens: Vec<i64> = std::iter::once(0).chain(ids.iter().copied()).chain(std::iter::once(0)).collect();
+        let prepared = caught(|| {
+            let mut profile = net::Profile::new();
+            let prepared = self.net.prepare(&tokens, style, speed, None, &mut profile);
+            profile.report();
+            prepared
+        })?;
+        Ok(KokoroSegment { prepared })
+    }
+
+    /// The segment whole, as [`KokoroModel::infer`] decodes it (bit for bit).
+    pub fn decode_whole(&self, segment: &KokoroSegment) -> Result<Vec<f32>, String> {
+        let _g = tch::no_grad_guard();
+        caught(|| {
+            let frames = 0..segment.frames();
+            floats(&self.net.generate(&segment.prepared, frames, &mut net::Tape::Own, &mut net::Profile::new()))
+        })
+    }
+
+    /// The segment's opening ([`KokoroSegment::opening_frames`]), for its first audio to leave
+    /// before the generator's pass over the whole segment: the generator over those frames, the
+    /// [`SEAM`] after them and [`net::GENERATOR_REACH`] frames of context, each instance norm
+    /// over the opening's own rows instead of the whole segment's (which no window can see;
+    /// docs/kokoro-chunks.md). Where the opening is the whole segment, that is the whole pass.
+    pub fn decode_opening(&self, segment: &KokoroSegment) -> Result<Opening, String> {
+        let _g = tch::no_grad_guard();
+        let total = segment.frames();
+        let upto = segment.opening_frames();
+        let past = (upto + SEAM).min(total);
+        let window = 0..(past + net::GENERATOR_REACH).min(total);
+        // the opening's rows at each stage's rate (10 and 60 a frame; the last stage has one
+        // more where the window is the segment's end)
+        let rows = [0..10 * upto, 0..60 * upto + usize::from(upto == total)];
+        let mut sums = Vec::new();
+        let mut tape = net::Tape::Accumulate { sums: &mut sums, next: 0, rows, stage: 0 };
+        let audio = caught(|| floats(&self.net.generate(&segment.prepared, window, &mut tape, &mut net::Profile::new())))?;
+        let (n, m) = (upto * SAMPLES_PER_ROW, past * SAMPLES_PER_ROW);
+        Ok(Opening { audio: audio[..n].to_vec(), frames: upto, tail: audio[n..m].to_vec() })
+    }
+}
+
+/// A tensor's values, on the CPU, as f32.
+fn floats(t: &Tensor) -> Result<Vec<f32>, String> {
+    Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1).to_device(Device::Cpu)).map_err(|e| e.to_string())
 }
 
 /// Intermediate values of one pass ([`KokoroModel::infer_traced`]).

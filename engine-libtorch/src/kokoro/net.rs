@@ -12,7 +12,9 @@
 use tch::{Device, Kind, Tensor};
 
 use super::dsp;
-use super::fused::{adain_leaky, adain_quantize, Activation, Alpha};
+use super::fused::{
+    adain_leaky, adain_quantize, adain_quantize_fixed, adain_quantize_over, predicted_range, Activation, Alpha,
+};
 use super::int8::{quant_params, quantize, quantize_into, range_params, to_f32s, Act, Conv, Linear, Lstm};
 use super::load::{DepthwiseUp, FloatConv, TmConv, Weights};
 use super::signal;
@@ -39,6 +41,132 @@ fn instance_norm(x: &Tensor) -> Tensor {
     d / (var + 1e-5).sqrt()
 }
 
+/// Instance norm's mean and divisor √(var + ε) over the last axis of [1, C, T], each [1, C, 1],
+/// computed as [`instance_norm`] computes them.
+fn instance_stats(x: &Tensor) -> (Tensor, Tensor) {
+    let mean = x.mean_dim(2, true, Kind::Float);
+    let d = x - &mean;
+    let var = (&d * &d).mean_dim(2, true, Kind::Float);
+    (mean, (var + 1e-5).sqrt())
+}
+
+/// Each AdaIN's statistics over the rows of a segment decoded so far ([`Tape::Accumulate`]):
+/// int8's [`Stats`], or the float sums [1, C, 1] (f64); and the rows.
+pub(super) enum Sums {
+    Int8(Stats, usize),
+    Float(Tensor, Tensor, usize),
+}
+
+/// How a generator pass normalizes: over its own input, as the export does (`Own`); or over
+/// `rows` of it only (`Accumulate`: the window's own rows at each stage's rate, the context
+/// after them left out; `sums`, the statistics counted, one per AdaIN in the order the pass
+/// meets them). A window covering the whole segment normalizes as `Own`.
+pub(super) enum Tape<'a> {
+    Own,
+    Accumulate { sums: &'a mut Vec<Sums>, next: usize, rows: [std::ops::Range<usize>; 2], stage: usize },
+}
+
+impl Tape<'_> {
+    /// Whether the pass needs its activations' statistics over all their rows (the export's
+    /// normalization, recorded or not).
+    fn measures(&self) -> bool {
+        matches!(self, Tape::Own)
+    }
+
+    /// The generator's stage whose activations come next (0 or 1): `Accumulate` counts its rows.
+    fn stage(&mut self, i: usize) {
+        if let Tape::Accumulate { stage, .. } = self {
+            *stage = i;
+        }
+    }
+
+    /// `Accumulate`: this site's sums so far, and the rows of `x` (`t` rows) to add.
+    fn site(&mut self) -> (&mut Vec<Sums>, usize, std::ops::Range<usize>) {
+        match self {
+            Tape::Accumulate { sums, next, rows, stage } => {
+                let k = *next;
+                *next += 1;
+                (sums, k, rows[*stage].clone())
+            }
+            _ => unreachable!("only an accumulating pass adds up"),
+        }
+    }
+
+    /// The int8 AdaIN + Snake + quantize of `x` (its statistics `xs` unless replaying): as
+    /// [`adain_quantize`], recorded, or with the recorded normalization.
+    #[allow(clippy::too_many_arguments)]
+    fn adain_quantize(
+        &mut self,
+        x: &[f32],
+        c: usize,
+        xs: &Stats,
+        gb: &[f32],
+        act: Activation,
+        pad: usize,
+        z: &mut Vec<f32>,
+        q: &mut Vec<u8>,
+    ) -> (f32, u8) {
+        match self {
+            Tape::Own => adain_quantize(x, c, xs, gb, act, pad, z, q),
+            Tape::Accumulate { .. } => {
+                let (sums, k, rows) = self.site();
+                let mine = Stats::of(&x[rows.start * c..rows.end * c], c);
+                if sums.len() == k {
+                    sums.push(Sums::Int8(Stats::zeros(c), 0));
+                }
+                let Sums::Int8(stats, n) = &mut sums[k] else { panic!("float sums in an int8 pass") };
+                stats.merge(&mine);
+                *n += rows.len();
+                let (scale, zp) = if *n == x.len() / c {
+                    // the whole segment in one window: the export's own normalization
+                    adain_quantize_over(x, c, (stats, *n), gb, act, pad, z, q)
+                } else {
+                    // the codes' range that of the rows counted: the context's rows, whose
+                    // far end the window's cut has made up, saturate
+                    let range = predicted_range(stats, *n, gb, act);
+                    adain_quantize_fixed(x, c, (stats, *n), gb, act, range, pad, z, q);
+                    range
+                };
+                (scale, zp)
+            }
+        }
+    }
+
+    /// Instance norm of x [1, C, T] (fp32, fp16): as [`instance_norm`], recorded, or with the
+    /// recorded mean and divisor.
+    fn instance_norm(&mut self, x: &Tensor) -> Tensor {
+        match self {
+            Tape::Own => instance_norm(x),
+            Tape::Accumulate { .. } => {
+                let (sums, k, rows) = self.site();
+                let t = x.size()[2] as usize;
+                let mine = x.narrow(2, rows.start as i64, rows.len() as i64);
+                let s = mine.sum_dim_intlist(2, true, Kind::Double);
+                let q = (&mine * &mine).to_kind(Kind::Double).sum_dim_intlist(2, true, Kind::Double);
+                let first = sums.len() == k;
+                if first {
+                    sums.push(Sums::Float(s, q, rows.len()));
+                } else {
+                    let Sums::Float(ss, qq, n) = &mut sums[k] else { panic!("int8 sums in a float pass") };
+                    *ss = &*ss + s;
+                    *qq = &*qq + q;
+                    *n += rows.len();
+                }
+                let Sums::Float(ss, qq, n) = &sums[k] else { unreachable!() };
+                // a window that is the whole segment: the export's own normalization
+                let (mean, std) = if first && rows.len() == t {
+                    instance_stats(x)
+                } else {
+                    let mean = ss / *n as f64;
+                    let var = (qq / *n as f64 - &mean * &mean).clamp_min(0.0);
+                    (mean.to_kind(Kind::Float), (var + 1e-5).sqrt().to_kind(Kind::Float))
+                };
+                (x - &mean) / &std
+            }
+        }
+    }
+}
+
 /// AdaIN 1-d: instance norm, then (1 + γ)·x̂ + β with γ, β a Linear of the style.
 struct AdaIn {
     fc: Linear,
@@ -55,10 +183,15 @@ impl AdaIn {
     }
 
     fn forward(&self, x: &Tensor, s: &Act) -> Tensor {
+        self.forward_taped(x, s, &mut Tape::Own)
+    }
+
+    /// [`AdaIn::forward`] normalized as `tape` says.
+    fn forward_taped(&self, x: &Tensor, s: &Act, tape: &mut Tape) -> Tensor {
         let h = self.fc.forward_act(s).unsqueeze(2);
         let c = h.size()[1] / 2;
         let (gamma, beta) = (h.narrow(1, 0, c), h.narrow(1, c, c));
-        (gamma + 1.0) * instance_norm(x) + beta
+        (gamma + 1.0) * tape.instance_norm(x) + beta
     }
 }
 
@@ -492,12 +625,12 @@ impl SnakeBlock {
     }
 
     /// fp32: x [1, C, T] → [1, C, T] in tensor ops.
-    fn forward(&self, p: Precision, x: &Tensor, sq: &Act) -> Tensor {
+    fn forward(&self, p: Precision, x: &Tensor, sq: &Act, tape: &mut Tape) -> Tensor {
         let mut x = x.shallow_clone();
         for j in 0..3 {
-            let t = snake(&self.adain1[j].forward(&x, sq), &self.alpha1[j].0);
+            let t = snake(&self.adain1[j].forward_taped(&x, sq, tape), &self.alpha1[j].0);
             let t = self.convs1[j].forward(p, &t);
-            let t = snake(&self.adain2[j].forward(&t, sq), &self.alpha2[j].0);
+            let t = snake(&self.adain2[j].forward_taped(&t, sq, tape), &self.alpha2[j].0);
             let t = self.convs2[j].forward(p, &t);
             x = t + x;
         }
@@ -509,15 +642,16 @@ impl SnakeBlock {
     /// time-major, the statistics of the next AdaIN's input gathered as the convolutions write
     /// it, the second convolution's output added to x as it is written. `buf`: the stage's
     /// buffers, reused by every convolution.
-    fn forward_tm(&self, x: &mut [f32], c: usize, xs: &Stats, sq: &Act, buf: &mut StageBuffers) {
+    fn forward_tm(&self, x: &mut [f32], c: usize, xs: &Stats, sq: &Act, buf: &mut StageBuffers, tape: &mut Tape) {
         let t = x.len() / c;
         let StageBuffers { z, q, y1, .. } = buf;
         y1.resize(x.len(), 0.0);
         let y1 = &mut y1[..x.len()];
         let mut xs = xs.clone();
+        let measures = tape.measures();
         for j in 0..3 {
             let conv = &self.convs1[j];
-            let (s, zp) = adain_quantize(
+            let (s, zp) = tape.adain_quantize(
                 x,
                 c,
                 &xs,
@@ -528,9 +662,9 @@ impl SnakeBlock {
                 q,
             );
             let mut ys = Stats::zeros(c);
-            conv.forward_tm_into(q, t, s, zp, y1, false, Some(&mut ys));
+            conv.forward_tm_into(q, t, s, zp, y1, false, measures.then_some(&mut ys));
             let conv = &self.convs2[j];
-            let (s, zp) = adain_quantize(
+            let (s, zp) = tape.adain_quantize(
                 y1,
                 c,
                 &ys,
@@ -542,7 +676,7 @@ impl SnakeBlock {
             );
             // (the last one's statistics have no AdaIN to go to)
             xs = Stats::zeros(c);
-            conv.forward_tm_into(q, t, s, zp, x, true, (j < 2).then_some(&mut xs));
+            conv.forward_tm_into(q, t, s, zp, x, true, (measures && j < 2).then_some(&mut xs));
         }
     }
 }
@@ -689,20 +823,44 @@ impl Generator {
         }
     }
 
-    /// x [1, 512, 2T] from the decoder (int8: time-major, [2T, 512]), F0 [1, 2T] → audio [600T].
-    fn forward(&self, p: Precision, x: &Tensor, f0: &Tensor, sq: &Act, profile: &mut Profile) -> Tensor {
+    /// The generator's input from the harmonic source of F0 [1, 2T]: its spectrum [1, 22, 120T + 1]
+    /// as the noise convolutions read it (int8: quantized over the whole segment).
+    fn source_input(&self, p: Precision, f0: &Tensor, profile: &mut Profile) -> Act {
         let har = self.source_spectrum(p, &self.source(p, f0));
         profile.mark("generator: source");
-        let har_q = quantize(p, &har);
+        quantize(p, &har)
+    }
+
+    /// Decodes frames `rows` of a segment (12.5 ms each): `x` the decoder's output [1, 512, 2T]
+    /// (int8: time-major, [2T, 512]), `har` its [`Generator::source_input`], normalized as `tape`
+    /// says → audio [300·rows.len()]. Frames within the generator's reach of a window's cut ends
+    /// ([`GENERATOR_REACH`]) differ from the whole segment's; all of `0..2T`, with
+    /// [`Tape::Own`], is the export's pass.
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &self,
+        p: Precision,
+        x: &Tensor,
+        har: &Act,
+        rows: std::ops::Range<usize>,
+        sq: &Act,
+        tape: &mut Tape,
+        profile: &mut Profile,
+    ) -> Tensor {
+        let n = rows.len() as i64;
+        let (a, hop) = (rows.start as i64, HAR_PER_ROW as i64);
+        // the window's rows, and its source frames: 60 a row, and the one after the last
+        let har_q = narrow_act(har, hop * a, hop * n + 1);
         // int8: time-major from the first up-sampling's input to conv_post's, the LeakyReLU before
         // the second and before conv_post taken into the pass that ends the stage before it
         // (`mean_leaky`)
         let mut x = match p {
             // (the decoder's output is time-major in int8)
-            Precision::Int8 => leaky(x, 0.1),
-            Precision::Fp32 | Precision::Fp16 => x.shallow_clone(),
+            Precision::Int8 => leaky(&x.narrow(0, a, n), 0.1),
+            Precision::Fp32 | Precision::Fp16 => x.narrow(2, a, n),
         };
         for i in 0..2 {
+            tape.stage(i);
             // the second stage's input starts with one step of reflection padding
             let pad = usize::from(i == 1);
             x = match p {
@@ -711,11 +869,11 @@ impl Generator {
                     if pad > 0 {
                         x = x.reflection_pad1d([pad as i64, 0]);
                     }
-                    let src = self.noise_res[i].forward(p, &self.noise_convs[i].forward_act(&har_q), sq);
+                    let src = self.noise_res[i].forward(p, &self.noise_convs[i].forward_act(&har_q), sq, tape);
                     x += src;
-                    let mut sum = self.resblocks[3 * i].forward(p, &x, sq);
+                    let mut sum = self.resblocks[3 * i].forward(p, &x, sq, tape);
                     for j in 1..3 {
-                        sum += self.resblocks[3 * i + j].forward(p, &x, sq);
+                        sum += self.resblocks[3 * i + j].forward(p, &x, sq, tape);
                     }
                     sum / 3.0
                 }
@@ -724,19 +882,21 @@ impl Generator {
                     let mut src = self.noise_convs[i].forward_act_tm(&har_q);
                     let up = self.ups[i].time_major();
                     let c = up.c_out();
-                    let st = Stats::of(&src, c);
-                    self.noise_res[i].forward_tm(&mut src, c, &st, sq, &mut buf);
+                    let measures = tape.measures();
+                    let stats = |v: &[f32]| if measures { Stats::of(v, c) } else { Stats::zeros(c) };
+                    let st = stats(&src);
+                    self.noise_res[i].forward_tm(&mut src, c, &st, sq, &mut buf, tape);
                     let mut x = up.up_plus(&x, pad, &src);
-                    let xs = Stats::of(&x, c);
+                    let xs = stats(&x);
                     // the three blocks of the same x: the first two on copies, the last on x
                     // itself, whose sum the closing pass adds in (the same additions in the
                     // same order as summing first)
                     let mut sum = x.clone();
-                    self.resblocks[3 * i].forward_tm(&mut sum, c, &xs, sq, &mut buf);
+                    self.resblocks[3 * i].forward_tm(&mut sum, c, &xs, sq, &mut buf, tape);
                     let mut r = x.clone();
-                    self.resblocks[3 * i + 1].forward_tm(&mut r, c, &xs, sq, &mut buf);
+                    self.resblocks[3 * i + 1].forward_tm(&mut r, c, &xs, sq, &mut buf, tape);
                     add_into(&mut sum, &r);
-                    self.resblocks[3 * i + 2].forward_tm(&mut x, c, &xs, sq, &mut buf);
+                    self.resblocks[3 * i + 2].forward_tm(&mut x, c, &xs, sq, &mut buf, tape);
                     mean_leaky(&sum, &x, c, if i == 0 { 0.1 } else { 0.01 })
                 }
             };
@@ -755,6 +915,34 @@ impl Generator {
         };
         profile.mark("generator: iSTFT");
         out
+    }
+}
+
+/// The source's spectrum frames per frame of the decoder's output (hop 5 at 24 kHz: 300/5).
+const HAR_PER_ROW: usize = 60;
+
+/// Frames of the decoder's output (12.5 ms) on each side of a window beyond which its cut ends
+/// change nothing, with the normalizations fixed: the generator's reach (its first stage's
+/// dilated convolutions, 60 steps at 10 a frame; the up-samplings, the second stage, conv_post and
+/// the iSTFT, about 2 frames more), rounded up. With it, chunks are the whole segment decoded
+/// with their normalizations within float rounding (tests/kokoro_chunks.rs).
+pub(super) const GENERATOR_REACH: usize = 10;
+
+/// Frames `start..start + len` (the last axis) of an activation [1, C, L]: codes with their
+/// scale and zero point, or the tensor.
+fn narrow_act(a: &Act, start: i64, len: i64) -> Act {
+    match a {
+        Act::Float(t) => Act::Float(t.narrow(2, start, len)),
+        Act::Int8 { q, scale, zp, shape } => {
+            let (c, l) = (shape[1] as usize, shape[2] as usize);
+            let (start, len) = (start as usize, len as usize);
+            assert!(shape[0] == 1 && start + len <= l, "frames {start}..{} of {l}", start + len);
+            let mut out = Vec::with_capacity(c * len);
+            for ch in 0..c {
+                out.extend_from_slice(&q[ch * l + start..][..len]);
+            }
+            Act::Int8 { q: out, scale: *scale, zp: *zp, shape: vec![1, c as i64, len as i64] }
+        }
     }
 }
 
@@ -822,8 +1010,25 @@ impl Kokoro {
     /// `tokens` with both pads; `forced`: durations to use instead of the predicted ones (the
     /// fixture tests feed onnxruntime's, so that the lengths agree).
     pub fn forward(&self, tokens: &[i64], style: &[f32], speed: f32, forced: Option<&[i64]>) -> R<Pass> {
-        let (p, dev) = (self.precision, self.device);
         let mut profile = Profile::new();
+        let prepared = self.prepare(tokens, style, speed, forced, &mut profile)?;
+        let audio = self.generate(&prepared, 0..prepared.frames, &mut Tape::Own, &mut profile);
+        profile.report();
+        let Prepared { durations, durations_raw, f0, n, .. } = prepared;
+        Ok(Pass { audio, durations, durations_raw, f0, n })
+    }
+
+    /// Everything before the generator's up-sampling stages: ALBERT, the prosody predictor, the
+    /// text encoder, the decoder and the harmonic source's spectrum, over the whole segment.
+    pub fn prepare(
+        &self,
+        tokens: &[i64],
+        style: &[f32],
+        speed: f32,
+        forced: Option<&[i64]>,
+        profile: &mut Profile,
+    ) -> R<Prepared> {
+        let (p, dev) = (self.precision, self.device);
         let tok = Tensor::from_slice(tokens).to_device(dev);
         let style = Tensor::from_slice(style).to_device(dev).view([1, 256]);
         let (s_dec, s_enc) = (style.narrow(1, 0, 128), style.narrow(1, 128, 128));
@@ -850,10 +1055,40 @@ impl Kokoro {
         profile.mark("text encoder");
         let x = self.decoder.forward(p, &asr, &f0, &n, &sq_dec);
         profile.mark("decoder");
-        let audio = self.generator.forward(p, &x, &f0, &sq_dec, &mut profile);
-        profile.report();
-        Ok(Pass { audio, durations, durations_raw: raw, f0, n })
+        let har = self.generator.source_input(p, &f0, profile);
+        let frames = 2 * durations.iter().sum::<i64>() as usize;
+        Ok(Prepared { x, har, sq_dec, frames, durations, durations_raw: raw, f0, n })
     }
+
+    /// The audio of frames `rows` of a prepared segment (300 samples each), normalized as `tape`
+    /// says ([`Generator::forward`]).
+    pub fn generate(
+        &self,
+        prepared: &Prepared,
+        rows: std::ops::Range<usize>,
+        tape: &mut Tape,
+        profile: &mut Profile,
+    ) -> Tensor {
+        assert!(rows.start < rows.end && rows.end <= prepared.frames, "frames {rows:?} of {}", prepared.frames);
+        let Prepared { x, har, sq_dec, .. } = prepared;
+        self.generator.forward(self.precision, x, har, rows, sq_dec, tape, profile)
+    }
+}
+
+/// A segment's pass up to the generator's stages ([`Kokoro::prepare`]).
+pub(super) struct Prepared {
+    /// The decoder's output, [1, 512, frames] (int8: time-major, [frames, 512])
+    x: Tensor,
+    /// The harmonic source's spectrum as the generator reads it
+    har: Act,
+    /// The style's first half (the decoder's and the generator's), as their Linears read it
+    sq_dec: Act,
+    /// Frames of 12.5 ms (300 samples): two per duration frame
+    pub frames: usize,
+    pub durations: Vec<i64>,
+    pub durations_raw: Tensor,
+    pub f0: Tensor,
+    pub n: Tensor,
 }
 
 /// The [L, T] one-hot alignment of tokens to frames.

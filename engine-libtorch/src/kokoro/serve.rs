@@ -13,7 +13,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use speechstream_core::config::TaskType;
@@ -21,7 +21,7 @@ use speechstream_core::engine::{voice_mix, EngineCapabilities, Language, Synthes
 
 use crate::chunks::ChunkSizes;
 use crate::family::{
-    audio_slices, cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds,
+    cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds,
     Streaming, Style, VoiceModel, FIRST_SEGMENT_WORDS,
 };
 use crate::g2p::espeak::Espeak;
@@ -29,7 +29,7 @@ use crate::g2p::japanese::{has_japanese_script, Japanese, WORD_LIST};
 use crate::g2p::mandarin::{self, Mandarin};
 use crate::g2p::{FrontEnd, Reader, Sentence};
 use crate::kokoro::voices::{scan, KokoroFiles, VoicePack};
-use crate::kokoro::{KokoroModel, SAMPLE_RATE};
+use crate::kokoro::{KokoroModel, KokoroSegment, Opening, SAMPLES_PER_FRAME, SAMPLE_RATE};
 use crate::pacing::{Costs, Speed};
 use crate::precision::Precision;
 use crate::timing::Acoustics;
@@ -56,6 +56,16 @@ pub trait Network: Send + Sync {
     /// ([`VoicePack::style`]); `speed`: 1.0 is natural.
     fn infer(&self, ids: &[i64], style: &[f32], speed: f32) -> Result<Speech, String>;
 
+    /// A segment's pass up to the generator ([`KokoroModel::prepare`]), to decode its opening
+    /// first ([`Network::decode_opening`]) and then the whole ([`Network::decode_whole`]).
+    fn prepare(&self, ids: &[i64], style: &[f32], speed: f32) -> Result<KokoroSegment, String>;
+
+    /// [`KokoroModel::decode_opening`].
+    fn decode_opening(&self, segment: &KokoroSegment) -> Result<Opening, String>;
+
+    /// [`KokoroModel::decode_whole`].
+    fn decode_whole(&self, segment: &KokoroSegment) -> Result<Vec<f32>, String>;
+
     /// Where it runs.
     fn device(&self) -> tch::Device {
         tch::Device::Cpu
@@ -81,6 +91,18 @@ impl Network for KokoroModel {
     fn infer(&self, ids: &[i64], style: &[f32], speed: f32) -> Result<Speech, String> {
         let out = KokoroModel::infer(self, ids, style, speed)?;
         Ok(Speech { audio: out.audio, durations: out.durations, samples_per_frame: out.samples_per_frame })
+    }
+
+    fn prepare(&self, ids: &[i64], style: &[f32], speed: f32) -> Result<KokoroSegment, String> {
+        KokoroModel::prepare(self, ids, style, speed)
+    }
+
+    fn decode_opening(&self, segment: &KokoroSegment) -> Result<Opening, String> {
+        KokoroModel::decode_opening(self, segment)
+    }
+
+    fn decode_whole(&self, segment: &KokoroSegment) -> Result<Vec<f32>, String> {
+        KokoroModel::decode_whole(self, segment)
     }
 
     fn device(&self) -> tch::Device {
@@ -578,30 +600,63 @@ impl VoiceModel for KokoroVoiceModel {
         Acoustics::KOKORO
     }
 
-    /// Each segment's whole audio in one pass of the network (each with its own style), its
-    /// word timings from the predicted durations.
+    /// Each segment's audio in one pass of the network (each with its own style), its word
+    /// timings from the predicted durations; an utterance's first segment, where it is long
+    /// enough for that to pay, only its opening ([`KokoroModel::decode_opening`]): its first
+    /// audio leaves before the generator's pass over the rest.
     fn start(&self, batch: &[SegmentInput]) -> Result<Vec<Result<Segment, String>>, String> {
         Ok(batch
             .iter()
             .map(|s| {
                 let ids = self.vocab.ids(s.phonemes);
                 let style = s.style.and_then(|style| style.downcast_ref::<VoicePack>()).unwrap_or(&self.pack);
-                let speech = guarded(|| self.network.infer(&ids, style.style(ids.len()), s.speed))
-                    .and_then(|r| r.map_err(|e| format!("kokoro: {e}")))?;
-                Ok(Segment {
-                    frames: speech.audio.len().div_ceil(CHUNK_FRAME_SAMPLES),
-                    samples: speech.audio.len(),
-                    durations: coarse_durations(&speech.durations, speech.samples_per_frame),
-                    computed: speech.audio.len(),
-                    state: Box::new(speech.audio),
-                })
+                let failed = |e: String| format!("kokoro: {e}");
+                let run = |f: &dyn Fn() -> Result<(KokoroAudio, Vec<i64>), String>| guarded(f).and_then(|r| r.map_err(failed));
+                let audio = if s.index == 0 {
+                    run(&|| {
+                        let segment = self.network.prepare(&ids, style.style(ids.len()), s.speed)?;
+                        let durations = segment.durations().to_vec();
+                        if !segment.worth_opening() {
+                            return Ok((KokoroAudio::Whole(self.network.decode_whole(&segment)?), durations));
+                        }
+                        let opening = self.network.decode_opening(&segment)?;
+                        Ok((KokoroAudio::Opened { segment, opening }, durations))
+                    })?
+                } else {
+                    run(&|| {
+                        let speech = self.network.infer(&ids, style.style(ids.len()), s.speed)?;
+                        Ok((KokoroAudio::Whole(speech.audio), speech.durations))
+                    })?
+                };
+                Ok(audio.0.segment(&audio.1))
             })
             .collect())
     }
 
-    /// Slices of each segment's audio.
+    /// Slices of each segment's audio; the first chunk past an opening decodes the segment whole
+    /// ([`KokoroAudio::Opened`]).
     fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
-        audio_slices(batch, CHUNK_FRAME_SAMPLES, "kokoro")
+        batch
+            .iter()
+            .map(|(state, frames)| {
+                let state = state.downcast_ref::<Mutex<KokoroAudio>>().ok_or("kokoro: a segment of another family")?;
+                let mut state = state.lock().map_err(|_| "kokoro: a segment's chunk failed before".to_owned())?;
+                let end = frames.end * CHUNK_FRAME_SAMPLES;
+                if let KokoroAudio::Opened { segment, opening } = &*state {
+                    if end > opening.audio.len() {
+                        let whole = guarded(|| self.network.decode_whole(segment))
+                            .and_then(|r| r.map_err(|e| format!("kokoro: {e}")))?;
+                        *state = KokoroAudio::Whole(opening.join(&whole));
+                    }
+                }
+                let audio = match &*state {
+                    KokoroAudio::Whole(audio) => audio,
+                    KokoroAudio::Opened { opening, .. } => &opening.audio,
+                };
+                let end = end.min(audio.len());
+                Ok(audio[(frames.start * CHUNK_FRAME_SAMPLES).min(end)..end].to_vec())
+            })
+            .collect()
     }
 
     fn warm_up(&self, _frames: &ChunkSizes<usize>) {
@@ -621,6 +676,31 @@ impl VoiceModel for KokoroVoiceModel {
         let _ = guarded(|| self.network.infer(&ids, self.pack.style(ids.len()), 1.0));
         speeds.segment = Speed::new(MEASURE_PHONEMES.chars().count() as f64, started.elapsed().as_secs_f64());
         None
+    }
+}
+
+/// A Kokoro segment as a worker holds it: its audio, or (an utterance's first segment) its
+/// opening, until a chunk past it decodes the whole and joins the two ([`Opening::join`]).
+enum KokoroAudio {
+    Whole(Vec<f32>),
+    Opened { segment: KokoroSegment, opening: Opening },
+}
+
+impl KokoroAudio {
+    /// The segment the workers stream: its frames and samples, its word durations (frames of
+    /// [`SAMPLES_PER_FRAME`] per token), the audio computed so far, and this as its state.
+    fn segment(self, durations: &[i64]) -> Segment {
+        let (samples, computed) = match &self {
+            KokoroAudio::Whole(audio) => (audio.len(), audio.len()),
+            KokoroAudio::Opened { segment, opening } => (segment.frames() * CHUNK_FRAME_SAMPLES, opening.audio.len()),
+        };
+        Segment {
+            frames: samples.div_ceil(CHUNK_FRAME_SAMPLES),
+            samples,
+            durations: coarse_durations(durations, SAMPLES_PER_FRAME),
+            computed,
+            state: Box::new(Mutex::new(self)),
+        }
     }
 }
 
