@@ -182,6 +182,12 @@ pub struct SegmentInput<'a> {
     pub index: u64,
     /// The request's style, if it named a mix ([`VoiceModel::mix`]).
     pub style: Option<&'a Style>,
+    /// Whether its first audio may leave before its whole audio is computed (a streamed
+    /// utterance's first segment): a family that computes segments whole may then compute its
+    /// opening first ([`Segment::computed`] less than its samples), the rest in the round of its
+    /// next chunk (Kokoro). It depends on the request alone, so that a request gets the same
+    /// audio at any load.
+    pub early: bool,
 }
 
 /// A started segment.

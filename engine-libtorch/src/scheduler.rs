@@ -28,7 +28,7 @@ use speechstream_core::engine::{
 };
 
 use crate::chunks::{self, opened_ranges};
-use crate::family::{guarded, Family, Loaded, Segment, SegmentInput, Speeds, Streaming, Style, VoiceModel};
+use crate::family::{self, guarded, Family, Loaded, Segment, SegmentInput, Speeds, Streaming, Style, VoiceModel};
 use crate::g2p::spoken::{Pronunciation, Pronunciations};
 use crate::g2p::{Reader, Sentence};
 use crate::options::EngineOptions;
@@ -146,6 +146,10 @@ struct Current {
     segment: Segment,
     ranges: Vec<Range<usize>>,
     next: usize,
+    /// A segment started with only its opening computed ([`SegmentInput::early`]): its phoneme
+    /// characters and the samples left, computed in the round of its next chunk (that round is
+    /// measured as the segment's: its characters' cost is the two rounds').
+    unfinished: Option<(usize, usize)>,
 }
 
 struct Job {
@@ -706,7 +710,16 @@ impl Scheduler {
                 Some(c) if job.started_sentences == 1 && c.next == 0 => Work::FirstChunk,
                 Some(_) => Work::Chunk,
             };
-            candidates.push(Candidate { index, voice: job.voice, work, urgency: job.pace.urgency(&self.pacing) });
+            let mut urgency = job.pace.urgency(&self.pacing);
+            // The chunk after an opening computes the rest of its segment: due that much sooner.
+            if let (Some(Current { unfinished: Some((chars, _)), .. }), pacing::Urgency::Due(t)) =
+                (&job.current, urgency)
+            {
+                let pass = family::cost(&self.speeds[job.family].segment) * *chars as f64;
+                urgency =
+                    pacing::Urgency::Due(t.checked_sub(Duration::from_secs_f64(pass.clamp(0.0, 60.0))).unwrap_or(t));
+            }
+            candidates.push(Candidate { index, voice: job.voice, work, urgency });
         }
         let cpu_round = match candidates.first().map(|c| self.voices.voices[c.voice].model.device()) {
             Some(tch::Device::Cpu) => CPU_ROUND,
@@ -780,15 +793,15 @@ impl Scheduler {
                 ready.push(i);
             }
         }
-        let chars =
-            ready.iter().filter_map(|&i| self.jobs[i].sentences.front()).map(|s| s.phonemes.chars().count()).sum();
-        let computed = if ready.is_empty() { 0 } else { self.start_segments(model, &ready) };
+        let (chars, computed) = if ready.is_empty() { (0, 0) } else { self.start_segments(model, &ready) };
         Round::Segments { family, chars, computed: computed as f64 / f64::from(model.sample_rate()) }
     }
 
     /// Starts the next segment of each job of `batch` (one voice) in one pass of its family,
-    /// with their word timings, and cuts each into chunks; returns the samples it computed.
-    fn start_segments(&mut self, model: &dyn VoiceModel, batch: &[usize]) -> usize {
+    /// with their word timings, and cuts each into chunks; returns the phoneme characters of the
+    /// segments it computed whole (an opened one's count in the round that finishes it) and the
+    /// samples it computed.
+    fn start_segments(&mut self, model: &dyn VoiceModel, batch: &[usize]) -> (usize, usize) {
         let sentences: Vec<Sentence> = batch.iter().filter_map(|&i| self.jobs[i].sentences.pop_front()).collect();
         let inputs: Vec<SegmentInput> = batch
             .iter()
@@ -801,6 +814,7 @@ impl Scheduler {
                     seed: job.seed,
                     index: job.started_sentences,
                     style: job.style.as_ref(),
+                    early: job.started_sentences == 0 && job.pace.streamed(),
                 }
             })
             .collect();
@@ -811,11 +825,11 @@ impl Scheduler {
                     self.jobs[i].finish(EngineEventKind::Failed(message.clone().into()));
                     self.jobs[i].flush(&self.stats, &self.admission);
                 }
-                return 0;
+                return (0, 0);
             }
         };
         self.stats.record_batch(batch.len());
-        let mut computed = 0;
+        let (mut chars, mut computed) = (0, 0);
         for ((&i, sentence), segment) in batch.iter().zip(sentences).zip(segments) {
             let job = &mut self.jobs[i];
             let segment = match segment {
@@ -827,7 +841,13 @@ impl Scheduler {
                 }
             };
             computed += segment.computed;
-            job.chars_left = job.chars_left.saturating_sub(sentence.phonemes.chars().count());
+            let phonemes = sentence.phonemes.chars().count();
+            let unfinished = (segment.computed > 0 && segment.computed < segment.samples)
+                .then_some((phonemes, segment.samples - segment.computed));
+            if unfinished.is_none() {
+                chars += phonemes;
+            }
+            job.chars_left = job.chars_left.saturating_sub(phonemes);
             if !job.running {
                 job.running = true;
                 self.stats.queued.fetch_sub(1, Ordering::Relaxed);
@@ -848,9 +868,9 @@ impl Scheduler {
             if ranges.is_empty() {
                 continue;
             }
-            job.current = Some(Current { segment, ranges, next: 0 });
+            job.current = Some(Current { segment, ranges, next: 0, unfinished });
         }
-        computed
+        (chars, computed)
     }
 
     /// Makes and sends the next chunk of each job of `batch` (one voice) in one pass of its
@@ -866,11 +886,24 @@ impl Scheduler {
             .map(|c| (&c.segment.state, c.ranges[c.next].clone()))
             .collect();
         let audio = guarded(|| model.chunks(&items)).and_then(|r| r);
+        // The chunks after an opening compute the rest of their segments.
+        let (mut chars, mut samples) = (0, 0);
+        for &i in batch {
+            if let Some(c) = self.jobs[i].current.as_mut().filter(|c| c.next > 0) {
+                if let Some((n, s)) = c.unfinished.take() {
+                    (chars, samples) = (chars + n, samples + s);
+                }
+            }
+        }
         let sent = self.send(batch, audio, model.sample_rate());
+        let computed = samples as f64 / f64::from(model.sample_rate());
+        if chars > 0 {
+            return Round::Segments { family: entry.family, chars, computed };
+        }
         // Audio computed in these rounds, or sliced from segments computed whole.
         let computed = match voices.families[entry.family].family.streaming() {
             Streaming::Chunked => sent,
-            Streaming::WholeSegments { .. } => 0.0,
+            Streaming::WholeSegments { .. } => computed,
         };
         Round::Chunks { family: entry.family, sent, computed }
     }

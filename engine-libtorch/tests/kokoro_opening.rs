@@ -5,7 +5,7 @@
 //! instance norm over the opening's own rows; that audio goes out while the generator decodes
 //! the whole segment, exact, whose rest fades in from the opening over `SEAM` frames. So
 //! everything after the opening and its seam is the whole pass bit for bit, and the opening is
-//! within a stated spectral distance of it (docs/kokoro-chunks.md). Needs `.cache`
+//! within a stated spectral distance of it (docs/kokoro-architecture.md §8). Needs `.cache`
 //! (scripts/setup-voice.sh, with Kokoro).
 
 mod common;
@@ -180,7 +180,8 @@ fn the_engine_sends_the_opening_first_then_the_whole_pass() {
     let fe = load_front_end(&hibari_assets(), Device::Cpu, false).unwrap();
     let sentences = fe.sentences(text);
     assert_eq!(sentences.len(), 2);
-    let i16s = |x: &[f32]| -> Vec<f32> { x.iter().map(|&x| f32::from((x.clamp(-1.0, 1.0) * 32767.0) as i16)).collect() };
+    let i16s =
+        |x: &[f32]| -> Vec<f32> { x.iter().map(|&x| f32::from((x.clamp(-1.0, 1.0) * 32767.0) as i16)).collect() };
     let ids = v.vocab.ids(&sentences[0].phonemes);
     let segment = m.prepare(&ids, &v.style("jm_kumo", ids.len()), 1.0).unwrap();
     assert!(segment.worth_opening(), "{} frames", segment.frames());

@@ -7,7 +7,10 @@
 //! [`KokoroModel::infer`] takes the phoneme ids of one utterance (without the two pad tokens,
 //! which it adds), the voice's 256 style floats for that length and the speed, and returns 24 kHz
 //! audio with the predicted durations (frames of [`SAMPLES_PER_FRAME`] samples per input token,
-//! both pads included).
+//! both pads included). [`KokoroModel::prepare`] runs the same pass up to the generator, for
+//! [`KokoroModel::decode_opening`] to decode a segment's start before
+//! [`KokoroModel::decode_whole`] decodes it whole (an utterance's first audio: §8 of
+//! docs/kokoro-architecture.md).
 
 mod approx;
 mod dsp;
@@ -198,7 +201,7 @@ pub const SAMPLES_PER_ROW: usize = SAMPLES_PER_FRAME / 2;
 
 /// Frames of speech after its leading silence that a segment's opening decodes
 /// ([`KokoroModel::decode_opening`]): its normalizations are over that much speech (with 16
-/// frames, the leading silence came out as audible noise; docs/kokoro-chunks.md).
+/// frames, the leading silence came out as audible noise; docs/kokoro-architecture.md §8).
 pub const OPENING_SPEECH: usize = 24;
 
 /// A segment prepared for decoding ([`KokoroModel::prepare`]): its pass up to the generator's
@@ -283,9 +286,9 @@ impl KokoroModel {
 
     /// The segment's opening ([`KokoroSegment::opening_frames`]), for its first audio to leave
     /// before the generator's pass over the whole segment: the generator over those frames, the
-    /// [`SEAM`] after them and [`net::GENERATOR_REACH`] frames of context, each instance norm
+    /// [`SEAM`] after them and the generator's reach (10 frames) of context, each instance norm
     /// over the opening's own rows instead of the whole segment's (which no window can see;
-    /// docs/kokoro-chunks.md). Where the opening is the whole segment, that is the whole pass.
+    /// docs/kokoro-architecture.md §8). Where the opening is the whole segment, that is the whole pass.
     pub fn decode_opening(&self, segment: &KokoroSegment) -> Result<Opening, String> {
         let _g = tch::no_grad_guard();
         let total = segment.frames();
@@ -297,7 +300,8 @@ impl KokoroModel {
         let rows = [0..10 * upto, 0..60 * upto + usize::from(upto == total)];
         let mut sums = Vec::new();
         let mut tape = net::Tape::Accumulate { sums: &mut sums, next: 0, rows, stage: 0 };
-        let audio = caught(|| floats(&self.net.generate(&segment.prepared, window, &mut tape, &mut net::Profile::new())))?;
+        let audio =
+            caught(|| floats(&self.net.generate(&segment.prepared, window, &mut tape, &mut net::Profile::new())))?;
         let (n, m) = (upto * SAMPLES_PER_ROW, past * SAMPLES_PER_ROW);
         Ok(Opening { audio: audio[..n].to_vec(), frames: upto, tail: audio[n..m].to_vec() })
     }

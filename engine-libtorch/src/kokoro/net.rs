@@ -924,8 +924,9 @@ const HAR_PER_ROW: usize = 60;
 /// Frames of the decoder's output (12.5 ms) on each side of a window beyond which its cut ends
 /// change nothing, with the normalizations fixed: the generator's reach (its first stage's
 /// dilated convolutions, 60 steps at 10 a frame; the up-samplings, the second stage, conv_post and
-/// the iSTFT, about 2 frames more), rounded up. With it, chunks are the whole segment decoded
-/// with their normalizations within float rounding (tests/kokoro_chunks.rs).
+/// the iSTFT, about 2 frames more), rounded up. With it, windows of a segment decoded with
+/// fixed normalizations were the whole segment decoded with them within float rounding (int8 bit
+/// for bit; measured on the `kokoro-chunks` branch, docs/kokoro-architecture.md §8).
 pub(super) const GENERATOR_REACH: usize = 10;
 
 /// Frames `start..start + len` (the last axis) of an activation [1, C, L]: codes with their

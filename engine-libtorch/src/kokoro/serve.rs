@@ -7,7 +7,8 @@
 //! Kokoro is not causal: a segment's audio comes out whole from one pass over its phonemes.
 //! So an utterance's first segment is short (its first clause, or its first words), and later
 //! ones are sentences; each segment is computed in one round of a worker, then streamed in
-//! chunks, slices of it, as hibari's are.
+//! chunks, slices of it, as hibari's are. The first segment's first chunk leaves sooner: its
+//! opening, decoded on its own, then the rest of the whole pass (`KokoroAudio`).
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -21,8 +22,8 @@ use speechstream_core::engine::{voice_mix, EngineCapabilities, Language, Synthes
 
 use crate::chunks::ChunkSizes;
 use crate::family::{
-    cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds,
-    Streaming, Style, VoiceModel, FIRST_SEGMENT_WORDS,
+    cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, Streaming,
+    Style, VoiceModel, FIRST_SEGMENT_WORDS,
 };
 use crate::g2p::espeak::Espeak;
 use crate::g2p::japanese::{has_japanese_script, Japanese, WORD_LIST};
@@ -373,8 +374,10 @@ impl Family for KokoroFamily {
         }
     }
 
-    /// Its segments cost per phoneme character (the whole network), its chunks (slices of
-    /// computed audio) per audio second.
+    /// Its segments cost per phoneme character (the whole network; an utterance's first, the
+    /// network up to the generator and its opening), its chunks per audio second (slices of
+    /// computed audio, but for the one past a first segment's opening, which decodes that
+    /// segment whole: the speeds its rounds measure average the two).
     fn costs(&self, speeds: &Speeds) -> Costs {
         Costs {
             per_audio_second: cost(&speeds.chunk),
@@ -601,9 +604,10 @@ impl VoiceModel for KokoroVoiceModel {
     }
 
     /// Each segment's audio in one pass of the network (each with its own style), its word
-    /// timings from the predicted durations; an utterance's first segment, where it is long
-    /// enough for that to pay, only its opening ([`KokoroModel::decode_opening`]): its first
-    /// audio leaves before the generator's pass over the rest.
+    /// timings from the predicted durations; a streamed utterance's first segment
+    /// ([`SegmentInput::early`]), where it is long enough for it to pay, only its opening
+    /// ([`KokoroModel::decode_opening`]): its first audio leaves before the generator's pass
+    /// over the whole.
     fn start(&self, batch: &[SegmentInput]) -> Result<Vec<Result<Segment, String>>, String> {
         Ok(batch
             .iter()
@@ -611,8 +615,10 @@ impl VoiceModel for KokoroVoiceModel {
                 let ids = self.vocab.ids(s.phonemes);
                 let style = s.style.and_then(|style| style.downcast_ref::<VoicePack>()).unwrap_or(&self.pack);
                 let failed = |e: String| format!("kokoro: {e}");
-                let run = |f: &dyn Fn() -> Result<(KokoroAudio, Vec<i64>), String>| guarded(f).and_then(|r| r.map_err(failed));
-                let audio = if s.index == 0 {
+                let run = |f: &dyn Fn() -> Result<(KokoroAudio, Vec<i64>), String>| {
+                    guarded(f).and_then(|r| r.map_err(failed))
+                };
+                let audio = if s.early {
                     run(&|| {
                         let segment = self.network.prepare(&ids, style.style(ids.len()), s.speed)?;
                         let durations = segment.durations().to_vec();
@@ -620,7 +626,7 @@ impl VoiceModel for KokoroVoiceModel {
                             return Ok((KokoroAudio::Whole(self.network.decode_whole(&segment)?), durations));
                         }
                         let opening = self.network.decode_opening(&segment)?;
-                        Ok((KokoroAudio::Opened { segment, opening }, durations))
+                        Ok((KokoroAudio::Opened { segment: Box::new(segment), opening }, durations))
                     })?
                 } else {
                     run(&|| {
@@ -662,12 +668,17 @@ impl VoiceModel for KokoroVoiceModel {
     fn warm_up(&self, _frames: &ChunkSizes<usize>) {
         let ids = self.vocab.ids(WARM_PHONEMES);
         let _ = guarded(|| self.network.infer(&ids, self.pack.style(ids.len()), 1.0));
+        // and a first segment's opening (its pass normalizes otherwise)
+        let style = self.pack.style(ids.len());
+        let _ = guarded(|| self.network.prepare(&ids, style, 1.0).and_then(|s| self.network.decode_opening(&s)));
         let _ = self.american.sentences("Hello there.");
     }
 
     /// Warm, a pass over a first segment's worth is its first measure of its cost per
     /// character (its real segments refine it); its chunks, slices of computed audio, cost
-    /// nothing until their rounds are measured.
+    /// nothing until their rounds are measured (a first segment's opening and its whole pass,
+    /// split between a segment round and a chunk round, cost about one whole pass and the
+    /// opening again: ~8% of a two-sentence utterance more than these figures say).
     fn measure(&self, _frames: &ChunkSizes<usize>, speeds: &mut Speeds) -> Option<Speed> {
         speeds.chunk = Speed::new(1.0, 0.0);
         speeds.first = Speed::new(1.0, 0.0);
@@ -683,7 +694,7 @@ impl VoiceModel for KokoroVoiceModel {
 /// opening, until a chunk past it decodes the whole and joins the two ([`Opening::join`]).
 enum KokoroAudio {
     Whole(Vec<f32>),
-    Opened { segment: KokoroSegment, opening: Opening },
+    Opened { segment: Box<KokoroSegment>, opening: Opening },
 }
 
 impl KokoroAudio {
