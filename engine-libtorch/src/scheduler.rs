@@ -711,13 +711,12 @@ impl Scheduler {
                 Some(_) => Work::Chunk,
             };
             let mut urgency = job.pace.urgency(&self.pacing);
-            // The chunk after an opening computes the rest of its segment: due that much sooner.
-            if let (Some(Current { unfinished: Some((chars, _)), .. }), pacing::Urgency::Due(t)) =
-                (&job.current, urgency)
-            {
-                let pass = family::cost(&self.speeds[job.family].segment) * *chars as f64;
-                urgency =
-                    pacing::Urgency::Due(t.checked_sub(Duration::from_secs_f64(pass.clamp(0.0, 60.0))).unwrap_or(t));
+            // The chunk after an opening computes the rest of its segment, and the opening is all
+            // its listener has: it comes next (another stream's round first made it late: 2
+            // Kokoro listeners on a core, `--admission off`, 2 late chunks of 30; a new stream's
+            // first audio waits for it as it would for a whole first segment).
+            if let (Some(Current { unfinished: Some(_), .. }), pacing::Urgency::Due(t)) = (&job.current, urgency) {
+                urgency = pacing::Urgency::Due(t.min(now));
             }
             candidates.push(Candidate { index, voice: job.voice, work, urgency });
         }
