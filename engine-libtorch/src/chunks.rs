@@ -156,7 +156,7 @@ mod stream_ranges_tests {
     #[test]
     fn a_segments_computed_opening_is_its_first_chunk() {
         let sizes = ChunkSizes::frames(16, 80, 200);
-        assert_eq!(opened_ranges(320, 44, 0, sizes), vec![0..44, 44..124, 124..320]);
+        assert_eq!(opened_ranges(320, 44, 0, sizes), vec![0..44, 44..124, 124..204, 204..320]);
         // nothing computed, or everything: the chunk rule as it is
         assert_eq!(opened_ranges(320, 0, 0, sizes), sentence_ranges(320, 0, 16, 80, 200));
         assert_eq!(opened_ranges(320, 320, 0, sizes), sentence_ranges(320, 0, 16, 80, 200));
