@@ -28,7 +28,7 @@ use speechstream_core::engine::{
 };
 
 use crate::chunks::{self, opened_ranges};
-use crate::family::{self, guarded, Family, Loaded, Segment, SegmentInput, Speeds, Streaming, Style, VoiceModel};
+use crate::family::{guarded, Family, Loaded, Segment, SegmentInput, Speeds, Streaming, Style, VoiceModel};
 use crate::g2p::spoken::{Pronunciation, Pronunciations};
 use crate::g2p::{Reader, Sentence};
 use crate::options::EngineOptions;
