@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What Kokoro's voices say and how natural they sound, build against build (issue 51): each build
 # in BINS serves every packaged Kokoro voice (`serve --workers 1 --threads 1 --precision int8`),
-# and speaks each line of TEXTS as one utterance over the HTTP API (WAV); then Whisper base
+# and streams each line of TEXTS as one utterance over the HTTP API (raw PCM with `"stream":
+# true`, as streaming clients ask: benches/kokoro_stream_wavs.py, kept as WAV); then Whisper base
 # (tests/asr/whisper.py, greedy) counts the words it gets wrong per build, and Distill-MOS
 # (benches/piper_mos.py) scores every file, file by file against the first build's. What differs
 # between builds is each utterance's start (its first segment's audio), so the texts are short
@@ -39,15 +40,10 @@ for spec in $BINS; do
   mkdir -p "$OUT/$label"
   start_server "$label" "$PORT" "$OUT/$label.server.log" \
     "$bin" serve --port "$PORT" --workers 1 --threads 1 --precision int8 --kokoro-dir .cache/kokoro
-  for voice in $VOICES; do
-    for i in "${!LINES[@]}"; do
-      body="$(python3 -c 'import json, sys; print(json.dumps({"model": "kokoro", "voice": sys.argv[1], "input": sys.argv[2], "response_format": "wav"}))' "$voice" "${LINES[$i]}")"
-      curl -sf -o "$OUT/$label/$voice-$i.wav" -H 'content-type: application/json' -d "$body" \
-        "127.0.0.1:$PORT/v1/audio/speech"
-    done
-  done
+  read -ra voices <<<"$VOICES"
+  python3 benches/kokoro_stream_wavs.py "$PORT" "$OUT/texts.txt" "$OUT/$label" "${voices[@]}"
   stop_server "$SERVER_PID"
-  _bench_say "$label: $(ls "$OUT/$label" | wc -l) files"
+  _bench_say "$label: $(find "$OUT/$label" -name '*.wav' | wc -l) files"
 done
 {
   echo "# Kokoro quality, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD)"

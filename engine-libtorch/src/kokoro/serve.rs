@@ -640,7 +640,7 @@ impl VoiceModel for KokoroVoiceModel {
     }
 
     /// Slices of each segment's audio; the first chunk past an opening decodes the segment whole
-    /// ([`KokoroAudio::Opened`]).
+    /// (`KokoroAudio::Opened`).
     fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
         batch
             .iter()
