@@ -374,10 +374,9 @@ impl Family for KokoroFamily {
         }
     }
 
-    /// Its segments cost per phoneme character (the whole network; an utterance's first, the
-    /// network up to the generator and its opening), its chunks per audio second (slices of
-    /// computed audio, but for the one past a first segment's opening, which decodes that
-    /// segment whole: the speeds its rounds measure average the two).
+    /// Its segments cost per phoneme character (the whole network; an opened first segment's
+    /// two rounds, its opening's and the one that decodes it whole, are measured as the
+    /// segment's), its chunks (slices of computed audio) per audio second.
     fn costs(&self, speeds: &Speeds) -> Costs {
         Costs {
             per_audio_second: cost(&speeds.chunk),
@@ -676,9 +675,9 @@ impl VoiceModel for KokoroVoiceModel {
 
     /// Warm, a pass over a first segment's worth is its first measure of its cost per
     /// character (its real segments refine it); its chunks, slices of computed audio, cost
-    /// nothing until their rounds are measured (a first segment's opening and its whole pass,
-    /// split between a segment round and a chunk round, cost about one whole pass and the
-    /// opening again: ~8% of a two-sentence utterance more than these figures say).
+    /// nothing until their rounds are measured (a streamed first segment's opening and whole
+    /// pass cost the opening more than this pass: 8-10% of a two-sentence utterance, which the
+    /// measured rounds then count).
     fn measure(&self, _frames: &ChunkSizes<usize>, speeds: &mut Speeds) -> Option<Speed> {
         speeds.chunk = Speed::new(1.0, 0.0);
         speeds.first = Speed::new(1.0, 0.0);
