@@ -72,29 +72,6 @@ pub(super) fn adain_quantize(
     pass(x, (stats, x.len() / c), gb, act, pad, z, q)
 }
 
-/// [`adain_quantize`] with statistics `stats` of `rows_n` rows that are not (all) `x`'s own: an
-/// earlier chunk's rows and this chunk's (`net::Tape::Accumulate`). The codes' range is still
-/// `x`'s exact one.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn adain_quantize_over(
-    x: &[f32],
-    c: usize,
-    (stats, rows_n): (&Stats, usize),
-    gb: &[f32],
-    act: Activation,
-    pad: usize,
-    z: &mut Vec<f32>,
-    q: &mut Vec<u8>,
-) -> (f32, u8) {
-    assert!(c > 0 && x.len().is_multiple_of(c) && gb.len() == 2 * c, "AdaIN: [T, C] and γ, β of C");
-    if let Activation::Snake(alpha) = act {
-        assert!(alpha.alpha.len() == c && alpha.inv.len() == c, "Snake: α of C");
-    }
-    assert!(stats.sum.len() == c && rows_n > 0, "AdaIN: statistics of C channels over some rows");
-    z.resize(c, 0.0);
-    pass(x, (stats, rows_n), gb, act, pad, z, q)
-}
-
 /// A channel's AdaIN (`m`, `a`, `b`: (x − mean)·a + β) and Snake (`al`, `inv`: α and 1/α) of `v`.
 /// (Inlined: the passes run it in their AVX2 and AVX-512 builds, and the prediction of the
 /// extremes on single values: the same operations, so the same bits.)

@@ -298,8 +298,7 @@ impl KokoroModel {
         // the opening's rows at each stage's rate (10 and 60 a frame; the last stage has one
         // more where the window is the segment's end)
         let rows = [0..10 * upto, 0..60 * upto + usize::from(upto == total)];
-        let mut sums = Vec::new();
-        let mut tape = net::Tape::Accumulate { sums: &mut sums, next: 0, rows, stage: 0 };
+        let mut tape = net::Tape::Window { rows, stage: 0 };
         let audio =
             caught(|| floats(&self.net.generate(&segment.prepared, window, &mut tape, &mut net::Profile::new())))?;
         let (n, m) = (upto * SAMPLES_PER_ROW, past * SAMPLES_PER_ROW);

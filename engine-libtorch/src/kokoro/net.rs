@@ -12,9 +12,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::dsp;
-use super::fused::{
-    adain_leaky, adain_quantize, adain_quantize_fixed, adain_quantize_over, predicted_range, Activation, Alpha,
-};
+use super::fused::{adain_leaky, adain_quantize, adain_quantize_fixed, predicted_range, Activation, Alpha};
 use super::int8::{quant_params, quantize, quantize_into, range_params, to_f32s, Act, Conv, Linear, Lstm};
 use super::load::{DepthwiseUp, FloatConv, TmConv, Weights};
 use super::signal;
@@ -50,50 +48,31 @@ fn instance_stats(x: &Tensor) -> (Tensor, Tensor) {
     (mean, (var + 1e-5).sqrt())
 }
 
-/// Each AdaIN's statistics over the rows of a segment decoded so far ([`Tape::Accumulate`]):
-/// int8's [`Stats`], or the float sums [1, C, 1] (f64); and the rows.
-pub(super) enum Sums {
-    Int8(Stats, usize),
-    Float(Tensor, Tensor, usize),
-}
-
 /// How a generator pass normalizes: over its own input, as the export does (`Own`); or over
-/// `rows` of it only (`Accumulate`: the window's own rows at each stage's rate, the context
-/// after them left out; `sums`, the statistics counted, one per AdaIN in the order the pass
-/// meets them). A window covering the whole segment normalizes as `Own`.
-pub(super) enum Tape<'a> {
+/// `rows` of it only (`Window`: a window's own rows at each stage's rate, the context after them
+/// left out; `stage`, the stage whose activations come next). A window covering the whole
+/// segment normalizes as `Own`.
+pub(super) enum Tape {
     Own,
-    Accumulate { sums: &'a mut Vec<Sums>, next: usize, rows: [std::ops::Range<usize>; 2], stage: usize },
+    Window { rows: [std::ops::Range<usize>; 2], stage: usize },
 }
 
-impl Tape<'_> {
+impl Tape {
     /// Whether the pass needs its activations' statistics over all their rows (the export's
-    /// normalization, recorded or not).
+    /// normalization).
     fn measures(&self) -> bool {
         matches!(self, Tape::Own)
     }
 
-    /// The generator's stage whose activations come next (0 or 1): `Accumulate` counts its rows.
+    /// The generator's stage whose activations come next (0 or 1): `Window` picks its rows.
     fn stage(&mut self, i: usize) {
-        if let Tape::Accumulate { stage, .. } = self {
+        if let Tape::Window { stage, .. } = self {
             *stage = i;
         }
     }
 
-    /// `Accumulate`: this site's sums so far, and the rows of `x` (`t` rows) to add.
-    fn site(&mut self) -> (&mut Vec<Sums>, usize, std::ops::Range<usize>) {
-        match self {
-            Tape::Accumulate { sums, next, rows, stage } => {
-                let k = *next;
-                *next += 1;
-                (sums, k, rows[*stage].clone())
-            }
-            _ => unreachable!("only an accumulating pass adds up"),
-        }
-    }
-
-    /// The int8 AdaIN + Snake + quantize of `x` (its statistics `xs` unless replaying): as
-    /// [`adain_quantize`], recorded, or with the recorded normalization.
+    /// The int8 AdaIN + Snake + quantize of `x` (its statistics `xs` if `Own`): as
+    /// [`adain_quantize`], or over the window's rows.
     #[allow(clippy::too_many_arguments)]
     fn adain_quantize(
         &mut self,
@@ -108,57 +87,39 @@ impl Tape<'_> {
     ) -> (f32, u8) {
         match self {
             Tape::Own => adain_quantize(x, c, xs, gb, act, pad, z, q),
-            Tape::Accumulate { .. } => {
-                let (sums, k, rows) = self.site();
+            Tape::Window { rows, stage } => {
+                let rows = rows[*stage].clone();
                 let mine = Stats::of(&x[rows.start * c..rows.end * c], c);
-                if sums.len() == k {
-                    sums.push(Sums::Int8(Stats::zeros(c), 0));
-                }
-                let Sums::Int8(stats, n) = &mut sums[k] else { panic!("float sums in an int8 pass") };
-                stats.merge(&mine);
-                *n += rows.len();
-                let (scale, zp) = if *n == x.len() / c {
+                if rows.len() == x.len() / c {
                     // the whole segment in one window: the export's own normalization
-                    adain_quantize_over(x, c, (stats, *n), gb, act, pad, z, q)
-                } else {
-                    // the codes' range that of the rows counted: the context's rows, whose
-                    // far end the window's cut has made up, saturate
-                    let range = predicted_range(stats, *n, gb, act);
-                    adain_quantize_fixed(x, c, (stats, *n), gb, act, range, pad, z, q);
-                    range
-                };
-                (scale, zp)
+                    return adain_quantize(x, c, &mine, gb, act, pad, z, q);
+                }
+                // the codes' range that of the window's rows: the context's rows, whose far
+                // end the window's cut has made up, saturate
+                let range = predicted_range(&mine, rows.len(), gb, act);
+                adain_quantize_fixed(x, c, (&mine, rows.len()), gb, act, range, pad, z, q);
+                range
             }
         }
     }
 
-    /// Instance norm of x [1, C, T] (fp32, fp16): as [`instance_norm`], recorded, or with the
-    /// recorded mean and divisor.
+    /// Instance norm of x [1, C, T] (fp32, fp16): as [`instance_norm`], or over the window's
+    /// rows (their sums in f64).
     fn instance_norm(&mut self, x: &Tensor) -> Tensor {
         match self {
             Tape::Own => instance_norm(x),
-            Tape::Accumulate { .. } => {
-                let (sums, k, rows) = self.site();
-                let t = x.size()[2] as usize;
-                let mine = x.narrow(2, rows.start as i64, rows.len() as i64);
-                let s = mine.sum_dim_intlist(2, true, Kind::Double);
-                let q = (&mine * &mine).to_kind(Kind::Double).sum_dim_intlist(2, true, Kind::Double);
-                let first = sums.len() == k;
-                if first {
-                    sums.push(Sums::Float(s, q, rows.len()));
-                } else {
-                    let Sums::Float(ss, qq, n) = &mut sums[k] else { panic!("int8 sums in a float pass") };
-                    *ss = &*ss + s;
-                    *qq = &*qq + q;
-                    *n += rows.len();
-                }
-                let Sums::Float(ss, qq, n) = &sums[k] else { unreachable!() };
+            Tape::Window { rows, stage } => {
+                let rows = rows[*stage].clone();
                 // a window that is the whole segment: the export's own normalization
-                let (mean, std) = if first && rows.len() == t {
+                let (mean, std) = if rows.len() == x.size()[2] as usize {
                     instance_stats(x)
                 } else {
-                    let mean = ss / *n as f64;
-                    let var = (qq / *n as f64 - &mean * &mean).clamp_min(0.0);
+                    let mine = x.narrow(2, rows.start as i64, rows.len() as i64);
+                    let s = mine.sum_dim_intlist(2, true, Kind::Double);
+                    let q = (&mine * &mine).to_kind(Kind::Double).sum_dim_intlist(2, true, Kind::Double);
+                    let n = rows.len() as f64;
+                    let mean = s / n;
+                    let var = (q / n - &mean * &mean).clamp_min(0.0);
                     (mean.to_kind(Kind::Float), (var + 1e-5).sqrt().to_kind(Kind::Float))
                 };
                 (x - &mean) / &std

@@ -33,23 +33,6 @@ impl Stats {
         s
     }
 
-    /// Adds `other`'s rows to these (the sums in f64; extremes).
-    pub fn merge(&mut self, other: &Stats) {
-        assert_eq!(self.sum.len(), other.sum.len(), "statistics of as many channels");
-        for (a, b) in self.sum.iter_mut().zip(&other.sum) {
-            *a += b;
-        }
-        for (a, b) in self.sq.iter_mut().zip(&other.sq) {
-            *a += b;
-        }
-        for (a, &b) in self.lo.iter_mut().zip(&other.lo) {
-            *a = a.min(b);
-        }
-        for (a, &b) in self.hi.iter_mut().zip(&other.hi) {
-            *a = a.max(b);
-        }
-    }
-
     /// Adds a row (C values) to the sums. (Inlined: it runs in its callers' AVX2 and AVX-512
     /// builds.)
     #[inline(always)]
