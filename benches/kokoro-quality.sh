@@ -57,25 +57,19 @@ for label in "${labels[@]}"; do
   files=()
   for voice in $VOICES; do for i in "${!LINES[@]}"; do files+=("$OUT/$label/$voice-$i.wav"); done; done
   .venv-whisper/bin/python tests/asr/whisper.py --language en "${files[@]}" >"$OUT/$label.transcripts"
-  python3 - "$OUT/texts.txt" "$OUT/$label.transcripts" "$(echo "$VOICES" | wc -w)" "$label" >>"$OUT/quality.md" <<'EOF'
+  python3 - "$OUT/texts.txt" "$OUT/$label.transcripts" "$label" >>"$OUT/quality.md" <<'EOF'
 import re, sys
+sys.path.insert(0, "tests/asr")
+from textdist import distance  # (standard library only)
 texts = open(sys.argv[1]).read().splitlines()
 heard = open(sys.argv[2]).read().splitlines()
-voices = int(sys.argv[3])
 words = lambda s: re.findall(r"[a-z0-9']+", s.lower())
-def distance(a, b):
-    d = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        prev, d[0] = d[0], i
-        for j, y in enumerate(b, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (x != y))
-    return d[len(b)]
 wrong = total = 0
 for k, h in enumerate(heard):
     want = words(texts[k % len(texts)])
     wrong += distance(want, words(h))
     total += len(want)
-print(f"| {sys.argv[4]} | {wrong} | {total} |")
+print(f"| {sys.argv[3]} | {wrong} | {total} |")
 EOF
   if [[ "${SKIP_MOS:-0}" != 1 ]]; then
     .venv-mos/bin/python benches/piper_mos.py --label "$label" "${files[@]}" >"$OUT/$label.mos"
