@@ -617,7 +617,7 @@ impl VoiceModel for KokoroVoiceModel {
                 let run = |f: &dyn Fn() -> Result<(KokoroAudio, Vec<i64>), String>| {
                     guarded(f).and_then(|r| r.map_err(failed))
                 };
-                let audio = if s.early {
+                let (audio, durations) = if s.early {
                     run(&|| {
                         let segment = self.network.prepare(&ids, style.style(ids.len()), s.speed)?;
                         let durations = segment.durations().to_vec();
@@ -633,7 +633,7 @@ impl VoiceModel for KokoroVoiceModel {
                         Ok((KokoroAudio::Whole(speech.audio), speech.durations))
                     })?
                 };
-                Ok(audio.0.segment(&audio.1))
+                Ok(audio.segment(&durations))
             })
             .collect())
     }
