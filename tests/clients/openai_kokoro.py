@@ -1,12 +1,14 @@
 """The official `openai` package asking speechstream for Kokoro, as Kokoro-FastAPI's users do.
 
 Run by tests/kokoro.rs with the venv from scripts/setup-clients.sh:
-    python openai_kokoro.py BASE_URL OUT_WAV TEXT
-Writes the wav of model="kokoro", voice="jf_alpha" to OUT_WAV (tests/kokoro.rs has Whisper
-transcribe it); exits non-zero on a failed check.
+    python openai_kokoro.py BASE_URL OUT_WAV TEXT [STREAMED_WAV]
+Writes the wav of model="kokoro", voice="jf_alpha" to OUT_WAV and, if given, the same text
+streamed to STREAMED_WAV (tests/kokoro.rs has Whisper transcribe them); exits non-zero on a
+failed check.
 """
 
 import sys
+import wave
 
 from openai import OpenAI
 
@@ -32,6 +34,12 @@ def main() -> None:
     second = 2 * 24_000
     assert len(streamed) == len(whole), (len(streamed), len(whole))
     assert streamed[second:] == whole[second:], "the streamed reply differs past its first second"
+    if len(sys.argv) > 4:
+        with wave.open(sys.argv[4], "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(24_000)
+            w.writeframes(streamed)
     print(f"ok: {len(data)} bytes of wav, models {models}")
 
 
