@@ -84,7 +84,12 @@ impl Family for Tones {
 
     fn costs(&self, speeds: &Speeds) -> Costs {
         let cost = |s: &Speed| 1.0 / s.factor().max(1e-9);
-        Costs { per_audio_second: cost(&speeds.chunk), per_first_second: cost(&speeds.first), per_char: 0.0 }
+        Costs {
+            per_audio_second: cost(&speeds.chunk),
+            per_first_second: cost(&speeds.first),
+            per_char: 0.0,
+            per_opening: 0.0,
+        }
     }
 }
 

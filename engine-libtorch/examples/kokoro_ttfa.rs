@@ -1,6 +1,7 @@
 //! Kokoro's time to first audio in the engine, on one worker with one libtorch thread: a
 //! two-sentence utterance streamed `RUNS` times (default 5) with `VOICE` (default jf_alpha);
-//! prints each run's time to first audio and to the end, their medians, and, for comparison,
+//! prints each run's time to first audio (and the first chunk's length: a first segment's
+//! opening) and to the end, their medians, and, for comparison,
 //! the time one pass over the whole first sentence takes (what the first audio would wait for
 //! without the short first segment), both in the precision `--precision auto` gives Kokoro.
 //! `TEXT` replaces the utterance (Japanese text is read by the Japanese front end, as the
@@ -82,11 +83,14 @@ fn main() -> Result<(), String> {
         let request = SynthesisRequest::new(text.clone()).with_voice(voice.clone()).with_stream(true);
         let started = Instant::now();
         engine.submit(RequestId { connection: 0, utterance: run as u64 }, request, Box::new(Sink(tx)));
-        let (mut first, mut bytes) = (None, 0);
+        let (mut first, mut bytes, mut first_bytes) = (None, 0, 0);
         loop {
             match rx.recv().map_err(|_| "engine stopped")?.kind {
                 EngineEventKind::Audio { pcm, .. } => {
-                    first.get_or_insert_with(|| started.elapsed());
+                    if first.is_none() {
+                        first = Some(started.elapsed());
+                        first_bytes = pcm.len();
+                    }
                     bytes += pcm.len();
                 }
                 EngineEventKind::Finished => break,
@@ -97,7 +101,12 @@ fn main() -> Result<(), String> {
         let total = started.elapsed();
         seconds = bytes as f64 / 2.0 / 24_000.0;
         let first = first.ok_or("no audio")?;
-        println!("run {run}: first audio {:.0} ms, all {:.0} ms ({seconds:.2} s of audio)", ms(first), ms(total));
+        println!(
+            "run {run}: first audio {:.0} ms ({:.2} s of audio), all {:.0} ms ({seconds:.2} s of audio)",
+            ms(first),
+            first_bytes as f64 / 2.0 / 24_000.0,
+            ms(total)
+        );
         firsts.push(first);
         totals.push(total);
         // Right after, under the same load: one pass over the whole first sentence.

@@ -33,7 +33,7 @@ use crate::chunks::ChunkSizes;
 use crate::g2p::espeak::Espeak;
 use crate::g2p::{FrontEnd, Reader, Sentence};
 use crate::options::EngineOptions;
-use crate::pacing::{Costs, Speed};
+use crate::pacing::{Costs, Opening, Speed};
 use crate::precision::Precision;
 use crate::timing::Acoustics;
 
@@ -68,8 +68,9 @@ pub enum Streaming {
     /// Causal: each chunk computed on its own, after a segment's pass (hibari's prosody).
     Chunked,
     /// Each segment's audio computed whole; the first segment is at most the text's first
-    /// `first_words` words ([`VoiceModel::first_segments`]), and the first audio waits for it.
-    WholeSegments { first_words: usize },
+    /// `first_words` words ([`VoiceModel::first_segments`]), and the first audio waits for it,
+    /// or, where it has an `opening` and the request is streamed, for its opening's round.
+    WholeSegments { first_words: usize, opening: Option<Opening> },
 }
 
 /// What a family loads with: the engine's options and the text front ends every family shares.
@@ -215,6 +216,10 @@ pub struct Speeds {
     /// Phoneme characters per second of its rounds of segments (the front end and the segment
     /// pass).
     pub segment: Speed,
+    /// Openings per second of its rounds that only opened first segments
+    /// ([`Streaming::WholeSegments`]'s `opening`; also counted in `segment`, with no
+    /// characters: a segment's characters count in the round that finishes it).
+    pub opening: Speed,
     /// Phoneme characters its front end made of a character of text (decaying totals:
     /// phonemes, text).
     pub phonemes_per_char: (f64, f64),
@@ -226,6 +231,7 @@ impl Default for Speeds {
             chunk: Speed::new(1.0, 1.0),
             first: Speed::new(1.0, 1.0),
             segment: Speed::new(1.0, 0.0),
+            opening: Speed::new(1.0, 0.0),
             phonemes_per_char: (1.0, 1.0),
         }
     }
@@ -240,6 +246,7 @@ pub fn chunked_costs(speeds: &Speeds) -> Costs {
         per_audio_second: cost(&speeds.chunk),
         per_first_second: cost(&speeds.first),
         per_char: cost(&speeds.segment) * phonemes / text.max(1.0),
+        per_opening: 0.0,
     }
 }
 

@@ -83,7 +83,8 @@ pub struct Pace {
     /// real-time clock of that audio): it can play this stream only after.
     plays_after: Option<Instant>,
     /// Compute its first audio needs of its own beyond a chunk's (a Kokoro voice's whole first
-    /// segment): its first audio is due this much after the target.
+    /// segment, or its opening's round: [`first_segment_work`]): its first audio is due this
+    /// much after the target.
     first_work: Duration,
     /// Admitted with its first audio due this much after the target ([`least_delay`]).
     first_delay: Duration,
@@ -122,8 +123,9 @@ impl Pace {
     }
 
     /// Its first audio needs `work` of compute of its own first (a Kokoro voice is not causal:
-    /// its first audio comes only once its whole first segment is computed): its first audio is
-    /// due that much after the first-audio target.
+    /// its first audio comes only once its first segment, or that segment's opening, is
+    /// computed: [`first_segment_work`]): its first audio is due that much after the
+    /// first-audio target.
     pub fn first_work(mut self, work: Duration) -> Pace {
         self.first_work = work;
         self
@@ -200,6 +202,8 @@ impl Pace {
             later_chars,
             margin: pacing.margin,
             whole_segments: None,
+            opening: None,
+            unfinished: 0,
         }
     }
 
@@ -279,6 +283,43 @@ pub struct Costs {
     pub per_audio_second: f64,
     pub per_first_second: f64,
     pub per_char: f64,
+    /// A first segment's opening ([`Opening`]): the compute of its round, part of the
+    /// segment's `per_char` (0 for a family that opens none).
+    pub per_opening: f64,
+}
+
+/// A family computing segments whole that sends an utterance's first segment in two rounds
+/// (Kokoro's): its opening first (the network up to its generator, then the generator over the
+/// segment's first fraction of a second), then, in its next chunk's round, the rest of the
+/// segment, while the listener plays the opening.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Opening {
+    /// Seconds of audio an opening holds (its speech, and as much of its leading silence as
+    /// the family counts on).
+    pub seconds: f64,
+    /// Seconds of audio of the shortest first segment that opens: shorter ones are computed
+    /// whole in their first round.
+    pub least: f64,
+}
+
+impl Opening {
+    /// Whether a streamed first segment of `chars` characters of text opens (as far as
+    /// admission can tell: the audio estimated at [`CHARS_PER_SECOND`]).
+    pub fn opens(&self, chars: usize) -> bool {
+        chars as f64 / CHARS_PER_SECOND >= self.least
+    }
+}
+
+/// The compute a stream's first audio needs of its own before it can be sent, for a family
+/// computing segments whole: its first segment of `chars` characters whole, or, where it
+/// opens (`opening`, for a streamed request), the opening's round alone ([`Pace::first_work`]).
+pub fn first_segment_work(costs: &Costs, chars: usize, opening: Option<Opening>) -> Duration {
+    let whole = costs.per_char * chars as f64;
+    let work = match opening {
+        Some(opening) if opening.opens(chars) => costs.per_opening.min(whole),
+        _ => whole,
+    };
+    Duration::from_secs_f64(work.clamp(0.0, 3600.0))
 }
 
 /// Characters of text per second of speech (hibari's default voice at speed 1: ~16), to
@@ -416,6 +457,10 @@ pub struct Outlook {
     /// the next one where known (0: a sentence of the rest, at most [`FIRST_SENTENCE_CHARS`]);
     /// `None` for hibari, which computes its audio chunk by chunk.
     pub whole_segments: Option<usize>,
+    /// Its first segment, not started yet, opens where it is long enough ([`Opening`]).
+    pub opening: Option<Opening>,
+    /// Characters of an opened segment whose rest its next chunk's round computes.
+    pub unfinished: usize,
 }
 
 impl Outlook {
@@ -454,6 +499,21 @@ impl Outlook {
     /// characters ([`Outlook::whole_segments`]).
     pub fn whole_segments(mut self, then: usize) -> Outlook {
         self.whole_segments = Some(then);
+        self
+    }
+
+    /// A stream whose first segment, not started yet, opens where long enough (a streamed
+    /// Kokoro utterance's: [`Opening`]): its opening's round is its first step, the rest of the
+    /// segment its next, due before the opening has played.
+    pub fn opening(mut self, opening: Option<Opening>) -> Outlook {
+        self.opening = opening;
+        self
+    }
+
+    /// Its current segment was opened: its next chunk's round computes the rest of its `chars`
+    /// characters (the segment's cost less the opening's).
+    pub fn unfinished(mut self, chars: usize) -> Outlook {
+        self.unfinished = chars;
         self
     }
 
@@ -511,15 +571,20 @@ impl Outlook {
             (step.due <= horizon || first).then(|| out.push(step)).is_some()
         };
         let first_chunk = |position: f64| if position <= 0.0 { costs.per_first_second } else { costs.per_audio_second };
+        // (the rest of an opened segment)
+        let mut unfinished = (costs.per_char * self.unfinished as f64 - costs.per_opening).max(0.0);
         for &len in &self.current {
-            if !push(position, first_chunk(position) * len) {
+            if !push(position, unfinished + first_chunk(position) * len) {
                 return;
             }
+            unfinished = 0.0;
             position += len;
         }
         if let Some(then) = self.whole_segments {
             // Each segment's audio comes whole from one pass: its cost with its first chunk,
-            // its chunks then only sent; the next segment, the one after, then sentences.
+            // its chunks then only sent; the next segment, the one after, then sentences. A
+            // first segment that opens: its opening's round, then the rest of it with the
+            // chunk after.
             let mut rest = self.later_chars;
             let mut segment = self.next_chars.min(rest);
             let mut then = Some(then);
@@ -528,7 +593,16 @@ impl Outlook {
                     segment = rest.min(FIRST_SENTENCE_CHARS);
                 }
                 let mut work = costs.per_char * segment as f64;
-                for len in ChunkLengths::new(segment as f64 / CHARS_PER_SECOND, position <= 0.0, *sizes) {
+                let mut audio = segment as f64 / CHARS_PER_SECOND;
+                let opens = position <= 0.0 && self.opening.is_some_and(|o| o.opens(segment));
+                if let Some(opening) = self.opening.filter(|_| opens) {
+                    let (seconds, first) = (opening.seconds.min(audio), costs.per_opening.min(work));
+                    if !push(position, first + first_chunk(position) * seconds) {
+                        return;
+                    }
+                    (work, audio, position) = (work - first, audio - seconds, position + seconds);
+                }
+                for len in ChunkLengths::new(audio, position <= 0.0, *sizes) {
                     if !push(position, work + first_chunk(position) * len) {
                         return;
                     }
@@ -881,7 +955,7 @@ mod tests {
         assert!(whole.urgency(&pacing) < Pace::new(t0 + ms(1), false).urgency(&pacing));
     }
 
-    const COSTS: Costs = Costs { per_audio_second: 0.01, per_first_second: 0.01, per_char: 0.0001 };
+    const COSTS: Costs = Costs { per_audio_second: 0.01, per_first_second: 0.01, per_char: 0.0001, per_opening: 0.0 };
     const SIZES: ChunkSizes = ChunkSizes { first: 0.2, chunk: 1.0, max: 2.5 };
 
     #[test]
@@ -996,7 +1070,12 @@ mod tests {
         // do not. (Modelling playback as starting at the target, as admission did before,
         // let 16 in: their first chunks all before any second.)
         let pacing = Pacing::default();
-        let costs = Costs { per_audio_second: 1.0 / 160.0, per_first_second: 1.0 / 160.0, per_char: 0.008 / 60.0 };
+        let costs = Costs {
+            per_audio_second: 1.0 / 160.0,
+            per_first_second: 1.0 / 160.0,
+            per_char: 0.008 / 60.0,
+            per_opening: 0.0,
+        };
         let starts = |n: u64| {
             let mut steps = Vec::new();
             for k in 0..n {
@@ -1054,8 +1133,12 @@ mod tests {
             for w2 in [0.05, 0.1, 0.15, 0.3] {
                 for first in [0.2, 0.372, 0.8] {
                     let sizes = ChunkSizes { first, chunk: 2.7, max: 4.6 };
-                    let costs =
-                        Costs { per_audio_second: w2 / (3.1 - first), per_first_second: w1 / first, per_char: 0.0 };
+                    let costs = Costs {
+                        per_audio_second: w2 / (3.1 - first),
+                        per_first_second: w1 / first,
+                        per_char: 0.0,
+                        per_opening: 0.0,
+                    };
                     let chunks: Vec<(f64, f64)> = ChunkLengths::new(chars as f64 / CHARS_PER_SECOND, true, sizes)
                         .enumerate()
                         .map(|(k, len)| {
@@ -1127,7 +1210,12 @@ mod tests {
         // be playing (a closed loop), only what is needed before each listener is free counts.
         let t0 = Instant::now();
         let pacing = Pacing::default();
-        let costs = Costs { per_audio_second: 1.0 / 160.0, per_first_second: 1.0 / 160.0, per_char: 0.008 / 60.0 };
+        let costs = Costs {
+            per_audio_second: 1.0 / 160.0,
+            per_first_second: 1.0 / 160.0,
+            per_char: 0.008 / 60.0,
+            per_opening: 0.0,
+        };
         let starts = |n: usize, busy: Option<Instant>| {
             let mut steps = Vec::new();
             for _ in 0..n {
@@ -1150,7 +1238,7 @@ mod tests {
         // target there (p99 228 ms), so 16 per worker must fit.
         let t0 = Instant::now();
         let pacing = Pacing::default();
-        let costs = Costs { per_audio_second: 0.0028, per_first_second: 0.007, per_char: 0.0001 };
+        let costs = Costs { per_audio_second: 0.0028, per_first_second: 0.007, per_char: 0.0001, per_opening: 0.0 };
         let burst = |n: u64| {
             let mut steps = Vec::new();
             for k in 0..n {
@@ -1181,7 +1269,7 @@ mod tests {
         // fits for about 22). Admitted one by one, as the submit side does.
         let t0 = Instant::now();
         let pacing = Pacing::default();
-        let costs = Costs { per_audio_second: 0.0028, per_first_second: 0.007, per_char: 0.0001 };
+        let costs = Costs { per_audio_second: 0.0028, per_first_second: 0.007, per_char: 0.0001, per_opening: 0.0 };
         let admit = |n: u64, bound: Duration| {
             let (mut admitted, mut delays, mut refused) = (Vec::new(), Vec::new(), 0);
             for k in 0..n {
@@ -1243,7 +1331,7 @@ mod tests {
         // by one until one needs a delay; the least delay leaves it no slack (to the resolution).
         let t0 = Instant::now();
         let pacing = Pacing::default();
-        let costs = Costs { per_audio_second: 0.0028, per_first_second: 0.007, per_char: 0.0001 };
+        let costs = Costs { per_audio_second: 0.0028, per_first_second: 0.007, per_char: 0.0001, per_opening: 0.0 };
         let bound = pacing.max_first_delay();
         let new = |k: u64, delay: Duration, out: &mut Vec<Step>| {
             let at = t0 + Duration::from_micros(100 * k);
@@ -1321,8 +1409,8 @@ mod tests {
         // has 30.
         let t0 = Instant::now();
         let pacing = Pacing::default();
-        let causal = Costs { per_audio_second: 0.003, per_first_second: 0.007, per_char: 0.0001 };
-        let whole = Costs { per_audio_second: 0.0001, per_first_second: 0.0001, per_char: 0.043 };
+        let causal = Costs { per_audio_second: 0.003, per_first_second: 0.007, per_char: 0.0001, per_opening: 0.0 };
+        let whole = Costs { per_audio_second: 0.0001, per_first_second: 0.0001, per_char: 0.043, per_opening: 0.0 };
         let first_work = Duration::from_secs_f64(30.0 * whole.per_char);
         let new = |at: u64, costs: &Costs, first_work: Duration, out: &mut Vec<Step>| {
             let outlook = Outlook::new_for(t0 + ms(at), &pacing, 90, 30, None, first_work);
@@ -1364,6 +1452,75 @@ mod tests {
         let mut mixed = one.clone();
         pace.outlook(&pacing, vec![2.5], 0, 0).steps(&causal, &SIZES, t0 + ADMISSION_HORIZON, &mut mixed);
         assert!(feasible(&mut mixed, t0, ADMISSION_UTILIZATION));
+    }
+
+    #[test]
+    fn an_opened_first_segment_costs_its_opening_first_and_its_rest_before_the_opening_has_played() {
+        // Kokoro on one core: 12 ms of compute a character over an opened segment's two rounds,
+        // 150 ms of it in the opening's round, whose audio is 0.45 s; segments under 0.9 s of
+        // audio do not open. A stream of 90 characters whose first segment has 30 (2 s).
+        let t0 = Instant::now();
+        let pacing = Pacing::default();
+        let costs = Costs { per_audio_second: 0.0001, per_first_second: 0.0001, per_char: 0.012, per_opening: 0.15 };
+        let opening = Opening { seconds: 0.45, least: 0.9 };
+        let secs = Duration::from_secs_f64;
+        // Its first audio waits for the opening's round alone; a short first segment (10
+        // characters, 0.67 s), or no opening (a request not streamed), for the whole segment.
+        assert_eq!(first_segment_work(&costs, 30, Some(opening)), secs(0.15));
+        assert_eq!(first_segment_work(&costs, 30, None), secs(30.0 * 0.012));
+        assert_eq!(first_segment_work(&costs, 10, Some(opening)), secs(10.0 * 0.012));
+        let new = |at: u64, opening: Option<Opening>, out: &mut Vec<Step>| {
+            let work = first_segment_work(&costs, 30, opening);
+            Outlook::new_for(t0 + ms(at), &pacing, 90, 30, None, work).whole_segments(30).opening(opening).steps(
+                &costs,
+                &SIZES,
+                t0 + ADMISSION_HORIZON,
+                out,
+            )
+        };
+        let mut one = Vec::new();
+        new(0, Some(opening), &mut one);
+        let works: Vec<f64> = one.iter().map(|s| (s.work * 1e4).round() / 1e4).collect();
+        // the opening's round; the rest of the segment with the next chunk (1 s); its last
+        // 0.55 s only sent; the next segment (30 characters) whole with its first chunk, and
+        // its second, due within the horizon
+        assert_eq!(works, [0.15, 0.2101, 0.0001, 0.3601, 0.0001], "{one:?}");
+        assert_eq!(one[0].due - t0, ms(400));
+        assert_eq!(one[1].limit - one[0].due, ms(450 - 50));
+        assert!(feasible(&mut one.clone(), t0, ADMISSION_UTILIZATION));
+        // Unopened, the same stream's first step is the whole segment, due that much later.
+        let mut whole = Vec::new();
+        new(0, None, &mut whole);
+        assert_eq!(whole[0].due - t0, ms(250 + 360));
+        assert!((whole[0].work - 0.36).abs() < 1e-3, "{whole:?}");
+        // A second stream coming with it would have its opening only after the first one's
+        // whole segment (the round after an opening runs next), past its first-audio target:
+        // it is delayed (by what admission's sweep finds), not taken as if in time.
+        let mut two = one.clone();
+        new(1, Some(opening), &mut two);
+        assert!(!feasible(&mut two.clone(), t0, ADMISSION_UTILIZATION));
+        let delay = least_delay(&one, t0, ADMISSION_UTILIZATION, ms(2000), |d, out| {
+            let work = first_segment_work(&costs, 30, Some(opening));
+            Outlook::new_for(t0 + ms(1), &pacing, 90, 30, None, work)
+                .whole_segments(30)
+                .opening(Some(opening))
+                .delayed(d)
+                .steps(&costs, &SIZES, t0 + ADMISSION_HORIZON, out)
+        })
+        .expect("room once the first stream's segment is done");
+        assert!(delay >= ms(100) && delay <= ms(400), "{delay:?}");
+        // Once opened, a stream's next chunk owes the rest of its segment.
+        let mut pace = Pace::new(t0 - ms(300), true);
+        pace.delivered(t0 - ms(100), 0.45);
+        let mut started = Vec::new();
+        pace.outlook(&pacing, vec![1.0, 0.55], 0, 30).whole_segments(0).unfinished(30).steps(
+            &costs,
+            &SIZES,
+            t0 + ADMISSION_HORIZON,
+            &mut started,
+        );
+        let works: Vec<f64> = started.iter().map(|s| (s.work * 1e4).round() / 1e4).collect();
+        assert_eq!(works, [0.2101, 0.0001, 0.3601, 0.0001], "{started:?}");
     }
 
     #[test]

@@ -277,7 +277,8 @@ impl Job {
             (None, Some(t)) => t.chars().count(),
             (None, None) => 0,
         };
-        self.pace.outlook(pacing, current, next_chars, self.chars_left)
+        let unfinished = self.current.as_ref().and_then(|c| c.unfinished).map_or(0, |(chars, _)| chars);
+        self.pace.outlook(pacing, current, next_chars, self.chars_left).unfinished(unfinished)
     }
 
     /// Skips the next sentences with no phoneme the model knows, as the reference does.
@@ -344,9 +345,23 @@ pub(crate) struct Scheduler {
 /// (the front end and the segment pass); and the seconds of audio it computed.
 #[derive(Clone, Copy, Debug)]
 enum Round {
-    Chunks { family: usize, sent: f64, computed: f64 },
-    FirstChunks { family: usize, sent: f64, computed: f64 },
-    Segments { family: usize, chars: usize, computed: f64 },
+    Chunks {
+        family: usize,
+        sent: f64,
+        computed: f64,
+    },
+    FirstChunks {
+        family: usize,
+        sent: f64,
+        computed: f64,
+    },
+    /// `opened`: first segments of which only the opening was computed.
+    Segments {
+        family: usize,
+        chars: usize,
+        computed: f64,
+        opened: usize,
+    },
 }
 
 enum Wait {
@@ -466,8 +481,12 @@ impl Scheduler {
                     self.speeds[family].first.record(sent, busy);
                     computed
                 }
-                Round::Segments { family, chars, computed } => {
+                Round::Segments { family, chars, computed, opened } => {
                     self.speeds[family].segment.record(chars as f64, busy);
+                    // (a round of openings alone: what an opening's round costs)
+                    if opened > 0 && chars == 0 {
+                        self.speeds[family].opening.record(opened as f64, busy);
+                    }
                     computed
                 }
             };
@@ -493,9 +512,10 @@ impl Scheduler {
         for job in self.jobs.iter().filter(|j| j.admitted_stream && j.ready()) {
             let outlook = match self.voices.families[job.family].family.streaming() {
                 // Each segment whole, the one after next known once through the front end.
-                Streaming::WholeSegments { .. } => {
+                Streaming::WholeSegments { opening, .. } => {
                     let then = job.sentences.get(1).map_or(0, |s| s.phonemes.chars().count());
-                    job.outlook(&self.pacing).whole_segments(then)
+                    let opening = opening.filter(|_| job.started_sentences == 0 && job.pace.streamed());
+                    job.outlook(&self.pacing).whole_segments(then).opening(opening)
                 }
                 Streaming::Chunked => job.outlook(&self.pacing),
             };
@@ -610,12 +630,15 @@ impl Scheduler {
                     }
                 };
                 job.front_end = Some(front_end.clone());
-                if let Streaming::WholeSegments { first_words } = self.voices.families[entry.family].family.streaming()
+                if let Streaming::WholeSegments { first_words, opening } =
+                    self.voices.families[entry.family].family.streaming()
                 {
-                    // Its first audio waits for its whole first segment: due that much later.
+                    // Its first audio waits for its whole first segment, or its opening's round:
+                    // due that much later.
                     let chars = pacing::first_words_chars(&request.text, first_words);
-                    let work = self.costs()[entry.family].per_char * chars as f64;
-                    job.pace = job.pace.clone().first_work(Duration::from_secs_f64(work.clamp(0.0, 3600.0)));
+                    let opening = opening.filter(|_| request.stream);
+                    let work = pacing::first_segment_work(&self.costs()[entry.family], chars, opening);
+                    job.pace = job.pace.clone().first_work(work);
                 }
                 match pronunciations(&request.pronunciations, entry.model.as_ref()) {
                     Ok(p) => job.pronunciations = p,
@@ -763,7 +786,9 @@ impl Scheduler {
     /// then one batched pass of the voice's family over those that have one
     /// ([`VoiceModel::start`]); returns what the round did.
     fn start_sentences(&mut self, batch: &[usize]) -> Round {
-        let Some(&lead) = batch.first() else { return Round::Segments { family: 0, chars: 0, computed: 0.0 } };
+        let Some(&lead) = batch.first() else {
+            return Round::Segments { family: 0, chars: 0, computed: 0.0, opened: 0 };
+        };
         let voices = self.voices.clone();
         let entry = &voices.voices[self.jobs[lead].voice];
         let model = entry.model.as_ref();
@@ -792,15 +817,15 @@ impl Scheduler {
                 ready.push(i);
             }
         }
-        let (chars, computed) = if ready.is_empty() { (0, 0) } else { self.start_segments(model, &ready) };
-        Round::Segments { family, chars, computed: computed as f64 / f64::from(model.sample_rate()) }
+        let (chars, computed, opened) = if ready.is_empty() { (0, 0, 0) } else { self.start_segments(model, &ready) };
+        Round::Segments { family, chars, computed: computed as f64 / f64::from(model.sample_rate()), opened }
     }
 
     /// Starts the next segment of each job of `batch` (one voice) in one pass of its family,
     /// with their word timings, and cuts each into chunks; returns the phoneme characters of the
-    /// segments it computed whole (an opened one's count in the round that finishes it) and the
-    /// samples it computed.
-    fn start_segments(&mut self, model: &dyn VoiceModel, batch: &[usize]) -> (usize, usize) {
+    /// segments it computed whole (an opened one's count in the round that finishes it), the
+    /// samples it computed, and how many segments it opened.
+    fn start_segments(&mut self, model: &dyn VoiceModel, batch: &[usize]) -> (usize, usize, usize) {
         let sentences: Vec<Sentence> = batch.iter().filter_map(|&i| self.jobs[i].sentences.pop_front()).collect();
         let inputs: Vec<SegmentInput> = batch
             .iter()
@@ -824,11 +849,11 @@ impl Scheduler {
                     self.jobs[i].finish(EngineEventKind::Failed(message.clone().into()));
                     self.jobs[i].flush(&self.stats, &self.admission);
                 }
-                return (0, 0);
+                return (0, 0, 0);
             }
         };
         self.stats.record_batch(batch.len());
-        let (mut chars, mut computed) = (0, 0);
+        let (mut chars, mut computed, mut opened) = (0, 0, 0);
         for ((&i, sentence), segment) in batch.iter().zip(sentences).zip(segments) {
             let job = &mut self.jobs[i];
             let segment = match segment {
@@ -843,8 +868,9 @@ impl Scheduler {
             let phonemes = sentence.phonemes.chars().count();
             let unfinished = (segment.computed > 0 && segment.computed < segment.samples)
                 .then_some((phonemes, segment.samples - segment.computed));
-            if unfinished.is_none() {
-                chars += phonemes;
+            match unfinished {
+                None => chars += phonemes,
+                Some(_) => opened += 1,
             }
             job.chars_left = job.chars_left.saturating_sub(phonemes);
             if !job.running {
@@ -869,7 +895,7 @@ impl Scheduler {
             }
             job.current = Some(Current { segment, ranges, next: 0, unfinished });
         }
-        (chars, computed)
+        (chars, computed, opened)
     }
 
     /// Makes and sends the next chunk of each job of `batch` (one voice) in one pass of its
@@ -897,7 +923,7 @@ impl Scheduler {
         let sent = self.send(batch, audio, model.sample_rate());
         let computed = samples as f64 / f64::from(model.sample_rate());
         if chars > 0 {
-            return Round::Segments { family: entry.family, chars, computed };
+            return Round::Segments { family: entry.family, chars, computed, opened: 0 };
         }
         // Audio computed in these rounds, or sliced from segments computed whole.
         let computed = match voices.families[entry.family].family.streaming() {

@@ -35,7 +35,8 @@ fn signed_ms(t: Instant, now: Instant) -> f64 {
 
 /// A family's costs before its worker published any (its first stream is taken whatever they
 /// say: a worker with no stream takes one).
-const INITIAL_COSTS: pacing::Costs = pacing::Costs { per_audio_second: 1.0, per_first_second: 1.0, per_char: 0.1 };
+const INITIAL_COSTS: pacing::Costs =
+    pacing::Costs { per_audio_second: 1.0, per_first_second: 1.0, per_char: 0.1, per_opening: 0.1 };
 
 /// The new stream [`Pool::usage`] asks admission about: a typical reply's sentence (~90
 /// characters, ~6 s of speech).
@@ -338,19 +339,20 @@ impl Pool {
         let family = if family < self.streaming.len() { family } else { 0 };
         let streaming = self.streaming.get(family).copied().unwrap_or(Streaming::Chunked);
         // A family computing segments whole: its first segment is its first words, and its
-        // first audio waits for it whole.
-        let first = match streaming {
-            Streaming::WholeSegments { first_words } => pacing::first_words_chars(text, first_words),
-            Streaming::Chunked => pacing::first_sentence_chars(text),
-        };
-        let whole = matches!(streaming, Streaming::WholeSegments { .. });
-        let first_work = if whole { (costs.per_char * first as f64).clamp(0.0, 3600.0) } else { 0.0 };
-        let outlook =
-            Outlook::new_for(now, &self.pacing, chars, first, plays_after, Duration::from_secs_f64(first_work));
-        // Its next segment is the rest of its first sentence.
-        match whole {
-            true => outlook.whole_segments(pacing::first_sentence_chars(text).saturating_sub(first)),
-            false => outlook,
+        // first audio waits for it whole, or for its opening.
+        match streaming {
+            Streaming::WholeSegments { first_words, opening } => {
+                let first = pacing::first_words_chars(text, first_words);
+                let first_work = pacing::first_segment_work(costs, first, opening);
+                // Its next segment is the rest of its first sentence.
+                Outlook::new_for(now, &self.pacing, chars, first, plays_after, first_work)
+                    .whole_segments(pacing::first_sentence_chars(text).saturating_sub(first))
+                    .opening(opening)
+            }
+            Streaming::Chunked => {
+                let first = pacing::first_sentence_chars(text);
+                Outlook::new_for(now, &self.pacing, chars, first, plays_after, Duration::ZERO)
+            }
         }
     }
 

@@ -29,9 +29,12 @@ use crate::g2p::espeak::Espeak;
 use crate::g2p::japanese::{has_japanese_script, Japanese, WORD_LIST};
 use crate::g2p::mandarin::{self, Mandarin};
 use crate::g2p::{FrontEnd, Reader, Sentence};
+use crate::kokoro::net::GENERATOR_REACH;
 use crate::kokoro::voices::{scan, KokoroFiles, VoicePack};
-use crate::kokoro::{KokoroModel, KokoroSegment, Opening, SAMPLES_PER_FRAME, SAMPLE_RATE};
-use crate::pacing::{Costs, Speed};
+use crate::kokoro::{
+    KokoroModel, KokoroSegment, Opening, OPENING_SPEECH, SAMPLES_PER_FRAME, SAMPLES_PER_ROW, SAMPLE_RATE, SEAM,
+};
+use crate::pacing::{self, Costs, Speed};
 use crate::precision::Precision;
 use crate::timing::Acoustics;
 
@@ -320,6 +323,11 @@ pub fn coarse_durations(durations: &[i64], samples_per_frame: usize) -> Vec<i64>
 
 /// Samples in one of the scheduler's frames (12.5 ms), what its segments are chunked in.
 const CHUNK_FRAME_SAMPLES: usize = 300;
+/// Seconds of leading silence admission counts in a first segment's opening (the first pad
+/// token's frames; its audio then plays while the rest of the segment is computed). The
+/// openings measured (`kokoro_ttfa`, 2026-12-07: jf_alpha, jf_nezumi and jm_kumo, English and
+/// Japanese text) held 0.30-0.42 s of it before their 0.3 s of speech.
+const LEADING_SILENCE_S: f64 = 0.25;
 /// The phonemes ("hello.") the network is warmed with.
 const WARM_PHONEMES: &str = "həlˈO.";
 /// A typical first segment of a Kokoro stream (six words: "The weather today is sunny with,"),
@@ -382,11 +390,20 @@ impl Family for KokoroFamily {
             per_audio_second: cost(&speeds.chunk),
             per_first_second: cost(&speeds.chunk),
             per_char: cost(&speeds.segment),
+            per_opening: cost(&speeds.opening),
         }
     }
 
+    /// Segments whole; a streamed utterance's first opens where it is long enough
+    /// ([`KokoroSegment::worth_opening`], its leading silence left out), its opening
+    /// [`OPENING_SPEECH`] and [`LEADING_SILENCE_S`].
     fn streaming(&self) -> Streaming {
-        Streaming::WholeSegments { first_words: FIRST_SEGMENT_WORDS }
+        let seconds = |frames: usize| (frames * SAMPLES_PER_ROW) as f64 / f64::from(SAMPLE_RATE);
+        let opening = pacing::Opening {
+            seconds: seconds(OPENING_SPEECH) + LEADING_SILENCE_S,
+            least: seconds(2 * (OPENING_SPEECH + SEAM + GENERATOR_REACH)),
+        };
+        Streaming::WholeSegments { first_words: FIRST_SEGMENT_WORDS, opening: Some(opening) }
     }
 }
 
@@ -677,7 +694,8 @@ impl VoiceModel for KokoroVoiceModel {
     /// character (its real segments refine it); its chunks, slices of computed audio, cost
     /// nothing until their rounds are measured (a streamed first segment's opening and whole
     /// pass cost the opening more than this pass: 8-10% of a two-sentence utterance, which the
-    /// measured rounds then count).
+    /// measured rounds then count); an opening's round over the same segment, its first
+    /// measure of an opening's cost.
     fn measure(&self, _frames: &ChunkSizes<usize>, speeds: &mut Speeds) -> Option<Speed> {
         speeds.chunk = Speed::new(1.0, 0.0);
         speeds.first = Speed::new(1.0, 0.0);
@@ -685,6 +703,10 @@ impl VoiceModel for KokoroVoiceModel {
         let started = Instant::now();
         let _ = guarded(|| self.network.infer(&ids, self.pack.style(ids.len()), 1.0));
         speeds.segment = Speed::new(MEASURE_PHONEMES.chars().count() as f64, started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        let style = self.pack.style(ids.len());
+        let _ = guarded(|| self.network.prepare(&ids, style, 1.0).and_then(|s| self.network.decode_opening(&s)));
+        speeds.opening = Speed::new(1.0, started.elapsed().as_secs_f64());
         None
     }
 }
