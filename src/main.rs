@@ -308,8 +308,8 @@ struct VoiceArgs {
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u64))]
     max_streams: Option<u64>,
     /// Milliseconds after submission by which a stream's first audio is due (for a Kokoro voice,
-    /// after its first segment's own compute): its deadline, against which workers order their
-    /// work (earliest deadline first).
+    /// after its first segment's own compute, or its opening's where it opens): its deadline,
+    /// against which workers order their work (earliest deadline first).
     #[arg(long, value_name = "MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     first_audio_target_ms: u64,
     /// Seconds of audio a stream may get ahead of its playback before it waits (computed

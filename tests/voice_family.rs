@@ -8,13 +8,15 @@
 use std::any::Any;
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use speechstream_core::config::TaskType;
-use speechstream_core::engine::{EngineCapabilities, Language, Voice};
+use speechstream_core::engine::{
+    Engine, EngineCapabilities, EngineEvent, EngineEventKind, EventSink, Language, RequestId, SynthesisRequest, Voice,
+};
 use speechstream_core::session::SessionOptions;
 use speechstream_engine_libtorch::family::{
     Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, VoiceModel,
@@ -34,16 +36,29 @@ const RATE: u32 = 24_000;
 const FRAME: usize = 300;
 const TONE_FRAMES: usize = 4;
 
-/// The toy family: one voice, `tone`, served as the model `tones`.
-struct Tones;
+/// The toy family: one voice, `tone`, served as the model `tones`; what its engine asked of it.
+#[derive(Default)]
+struct Tones {
+    log: Arc<Log>,
+}
+
+/// What an engine asked of the toy (each test's engine its own).
+#[derive(Default)]
+struct Log {
+    /// The frames of each chunk, in order.
+    asked: Mutex<Vec<Range<usize>>>,
+    /// Each chunk round's size and whether one of its chunks failed, in order.
+    rounds: Mutex<Vec<(usize, bool)>>,
+}
 
 /// Its voice: the English front end, nothing else.
 struct ToneVoice {
     front_end: Arc<FrontEnd>,
+    log: Arc<Log>,
 }
-
-/// The frames of each chunk the engine asked the toy for, in order.
-static ASKED: std::sync::Mutex<Vec<Range<usize>>> = std::sync::Mutex::new(Vec::new());
+/// The toy fails the chunks of a segment with this phoneme ("measure"), as a network may fail on
+/// one stream's input.
+const FAILING: char = 'ʒ';
 
 /// The phoneme characters a tone is said for (the rest, spaces and punctuation, are silent).
 fn tokens(phonemes: &str) -> Vec<char> {
@@ -67,7 +82,7 @@ impl Family for Tones {
     }
 
     fn load(&self, context: &LoadContext) -> Result<Option<Loaded>, String> {
-        let voice = ToneVoice { front_end: context.front_ends.english(false)? };
+        let voice = ToneVoice { front_end: context.front_ends.english(false)?, log: self.log.clone() };
         let capabilities = EngineCapabilities::new("tones", RATE)
             .with_voices([Voice::new("tone").with_language("en-US")])
             .with_languages([Language::new("English", "en")])
@@ -155,16 +170,21 @@ impl VoiceModel for ToneVoice {
             .collect())
     }
 
-    fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
-        batch
+    fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Result<Vec<f32>, String>>, String> {
+        let chunks: Vec<Result<Vec<f32>, String>> = batch
             .iter()
             .map(|(state, frames)| {
                 let tokens = state.downcast_ref::<Vec<char>>().ok_or("not a tones segment")?;
-                ASKED.lock().unwrap().push(frames.clone());
+                self.log.asked.lock().unwrap().push(frames.clone());
+                if tokens.contains(&FAILING) {
+                    return Err(format!("tones: no tone for {FAILING}"));
+                }
                 let end = (frames.end * FRAME).min(tokens.len() * TONE_FRAMES * FRAME);
                 Ok((frames.start * FRAME..end).map(|i| sample(tokens, i)).collect())
             })
-            .collect()
+            .collect();
+        self.log.rounds.lock().unwrap().push((chunks.len(), chunks.iter().any(Result::is_err)));
+        Ok(chunks)
     }
 
     fn warm_up(&self, _frames: &ChunkSizes<usize>) {}
@@ -217,7 +237,9 @@ async fn a_toy_family_plugged_in_through_the_contract_speaks_over_the_websocket(
     options.threads = Some(1);
     options.workers = Some(1);
     // The toy first (its voice the default), hibari beside it; Kokoro not asked for.
-    let mut hosted: Vec<Arc<dyn Family>> = vec![Arc::new(Tones)];
+    let tones = Tones::default();
+    let log = tones.log.clone();
+    let mut hosted: Vec<Arc<dyn Family>> = vec![Arc::new(tones)];
     hosted.extend(families());
     let engine = tokio::task::block_in_place(|| TorchEngine::with_families(options, hosted)).expect("engine");
     assert_eq!(engine.models(), ["tones", "hibari"]);
@@ -256,7 +278,6 @@ async fn a_toy_family_plugged_in_through_the_contract_speaks_over_the_websocket(
 
     // Streamed PCM from the toy voice, chunk by chunk: exactly the tones, in order.
     let config = json!({"type": "session.config", "voice": "tone", "stream_audio": true, "response_format": "pcm"});
-    ASKED.lock().unwrap().clear();
     let (frames, audio) = speak(addr, config, text).await;
     let kinds: Vec<&str> = frames.iter().filter_map(|f| f["type"].as_str()).collect();
     assert!(kinds.ends_with(&["audio.done", "session.done"]) && !kinds.contains(&"error"), "{frames:?}");
@@ -264,7 +285,7 @@ async fn a_toy_family_plugged_in_through_the_contract_speaks_over_the_websocket(
     assert!(audio == expected, "the streamed tones differ from the toy's samples");
     // Its chunks as the one chunk rule cuts them: the utterance's first is the options' first
     // (16 frames), so the first audio comes early; the second sentence's starts at 0 again.
-    let asked = std::mem::take(&mut *ASKED.lock().unwrap());
+    let asked = std::mem::take(&mut *log.asked.lock().unwrap());
     assert_eq!(asked.first(), Some(&(0..16)), "{asked:?}");
     assert_eq!(asked.iter().filter(|r| r.start == 0).count(), 2, "{asked:?}");
 
@@ -292,4 +313,71 @@ async fn a_toy_family_plugged_in_through_the_contract_speaks_over_the_websocket(
 
     let _ = stop.send(());
     let _ = server.await;
+}
+
+struct Events(std::sync::mpsc::Sender<EngineEventKind>);
+
+impl EventSink for Events {
+    fn send(&self, event: EngineEvent) -> bool {
+        self.0.send(event.kind).is_ok()
+    }
+}
+
+/// The tones of `text` as the toy says them, 16-bit PCM.
+fn tones_of(front_end: &FrontEnd, text: &str) -> Vec<u8> {
+    let mut pcm = Vec::new();
+    for sentence in front_end.sentences(text) {
+        let tokens = tokens(&sentence.phonemes);
+        for i in 0..tokens.len() * TONE_FRAMES * FRAME {
+            let x = sample(&tokens, i).clamp(-1.0, 1.0);
+            pcm.extend_from_slice(&((x * 32767.0) as i16).to_le_bytes());
+        }
+    }
+    pcm
+}
+
+/// A chunk that fails fails its own stream, not the others computed in the same round.
+#[test]
+fn a_failed_chunk_fails_its_stream_alone() {
+    let cache = cache();
+    let mut options = EngineOptions::new(cache.join("hibari"));
+    options.admission = AdmissionMode::Off;
+    options.threads = Some(1);
+    options.workers = Some(1);
+    let tones = Tones::default();
+    let log = tones.log.clone();
+    let engine = TorchEngine::with_families(options, vec![Arc::new(tones)]).expect("engine");
+    let front_end = speechstream_engine_libtorch::load_front_end(&cache.join("hibari"), tch::Device::Cpu, false)
+        .expect("front end");
+    // A long utterance, and beside it one whose second sentence the toy cannot say: on one
+    // worker, their segments and chunks go through the same rounds.
+    let healthy = "Hello world. Tones are here. ".repeat(12);
+    let failing = "Hello world. Measure twice, cut once.";
+    assert!(front_end.sentences(failing).iter().any(|s| s.phonemes.contains(FAILING)));
+    assert!(!front_end.sentences(&healthy).iter().any(|s| s.phonemes.contains(FAILING)));
+    let mut receivers = Vec::new();
+    for (utterance, text) in [healthy.as_str(), failing].into_iter().enumerate() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let request = SynthesisRequest::new(text).with_voice("tone");
+        engine.submit(RequestId { connection: 1, utterance: utterance as u64 }, request, Box::new(Events(tx)));
+        receivers.push(rx);
+    }
+    let collect = |rx: &std::sync::mpsc::Receiver<EngineEventKind>| {
+        let mut pcm = Vec::new();
+        loop {
+            match rx.recv_timeout(TIMEOUT).expect("engine event") {
+                EngineEventKind::Audio { pcm: p, .. } => pcm.extend_from_slice(&p),
+                EngineEventKind::Finished => return Ok(pcm),
+                EngineEventKind::Failed(f) => return Err((f.to_string(), pcm)),
+                _ => {}
+            }
+        }
+    };
+    let (healthy_audio, failed) = (collect(&receivers[0]), collect(&receivers[1]));
+    let rounds = std::mem::take(&mut *log.rounds.lock().unwrap());
+    assert!(rounds.iter().any(|&(size, failed)| size > 1 && failed), "no shared round had the failure: {rounds:?}");
+    let (message, before) = failed.expect_err("the stream the toy cannot say fails");
+    assert!(message.contains("no tone for"), "{message}");
+    assert_eq!(before, tones_of(&front_end, "Hello world."), "its first sentence came before the failure");
+    assert!(healthy_audio.expect("the other stream finishes") == tones_of(&front_end, &healthy));
 }

@@ -152,8 +152,10 @@ pub trait VoiceModel: Send + Sync {
     fn start(&self, batch: &[SegmentInput]) -> Result<Vec<Result<Segment, String>>, String>;
 
     /// The next chunk of each of a batch of segments: `(state, frames)`, the frames counted
-    /// from the segment's start (the last chunk may end past its samples: cut it there).
-    fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String>;
+    /// from the segment's start (the last chunk may end past its samples: cut it there); each
+    /// one's audio, or why it failed (that stream alone fails). An error for the whole batch
+    /// fails every stream in it.
+    fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Result<Vec<f32>, String>>, String>;
 
     /// Most segments, or chunks, it takes in one round ([`VoiceModel::start`],
     /// [`VoiceModel::chunks`]). A voice that computes a batch's items one after the other gains

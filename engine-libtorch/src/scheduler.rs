@@ -933,9 +933,10 @@ impl Scheduler {
         Round::Chunks { family: entry.family, sent, computed }
     }
 
-    /// Sends each job of `batch` its next chunk (`audio`, in order) and moves it on, or fails
-    /// them all with the error; returns the seconds of audio sent.
-    fn send(&mut self, batch: &[usize], audio: Result<Vec<Vec<f32>>, String>, sample_rate: u32) -> f64 {
+    /// Sends each job of `batch` its next chunk (`audio`, in order) and moves it on, or fails a
+    /// job whose chunk failed (all of them where the batch failed); returns the seconds of audio
+    /// sent.
+    fn send(&mut self, batch: &[usize], audio: Result<Vec<Result<Vec<f32>, String>>, String>, sample_rate: u32) -> f64 {
         let audio = match audio {
             Ok(audio) => audio,
             Err(message) => {
@@ -950,6 +951,14 @@ impl Scheduler {
         let mut samples_made = 0;
         for (&i, samples) in batch.iter().zip(audio) {
             let job = &mut self.jobs[i];
+            let samples = match samples {
+                Ok(samples) => samples,
+                Err(message) => {
+                    job.finish(EngineEventKind::Failed(message.into()));
+                    job.flush(&self.stats, &self.admission);
+                    continue;
+                }
+            };
             let Some(current) = job.current.as_mut() else { continue };
             current.next += 1;
             if current.next == current.ranges.len() {

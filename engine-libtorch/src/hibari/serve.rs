@@ -226,19 +226,22 @@ impl VoiceModel for HibariVoice {
     }
 
     /// One decoder pass over the chunks ([`Hibari::synthesize_chunks`]; the DSP per segment).
-    fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
+    fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Result<Vec<f32>, String>>, String> {
         let mut items = Vec::with_capacity(batch.len());
         for (state, frames) in batch {
             let (prosody, noise) =
                 state.downcast_ref::<(Prosody, NoiseSource)>().ok_or("hibari: a segment of another family")?;
             items.push((prosody, frames.start, frames.end, noise));
         }
-        self.model
+        Ok(self
+            .model
             .synthesize_chunks(&items)
             .iter()
-            .map(|audio| Vec::<f32>::try_from(&audio.to_device(Device::Cpu)))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("hibari: reading the audio failed: {e}"))
+            .map(|audio| {
+                Vec::<f32>::try_from(&audio.to_device(Device::Cpu))
+                    .map_err(|e| format!("hibari: reading the audio failed: {e}"))
+            })
+            .collect())
     }
 
     fn warm_up(&self, frames: &ChunkSizes<usize>) {

@@ -656,9 +656,9 @@ impl VoiceModel for KokoroVoiceModel {
     }
 
     /// Slices of each segment's audio; the first chunk past an opening decodes the segment whole
-    /// (`KokoroAudio::Opened`).
-    fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
-        batch
+    /// (`KokoroAudio::Opened`; where that fails, its stream alone fails).
+    fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Result<Vec<f32>, String>>, String> {
+        Ok(batch
             .iter()
             .map(|(state, frames)| {
                 let state = state.downcast_ref::<Mutex<KokoroAudio>>().ok_or("kokoro: a segment of another family")?;
@@ -678,7 +678,7 @@ impl VoiceModel for KokoroVoiceModel {
                 let end = end.min(audio.len());
                 Ok(audio[(frames.start * CHUNK_FRAME_SAMPLES).min(end)..end].to_vec())
             })
-            .collect()
+            .collect())
     }
 
     fn warm_up(&self, _frames: &ChunkSizes<usize>) {

@@ -563,15 +563,15 @@ impl VoiceModel for PiperVoice {
 
     /// Each chunk's hops decoded with their contexts ([`PiperModel::decode`]), one segment
     /// after the other (a segment's state is its pass up to the decoder).
-    fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Vec<f32>>, String> {
+    fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Result<Vec<f32>, String>>, String> {
         let h = self.hops_per_frame();
-        batch
+        Ok(batch
             .iter()
             .map(|(state, frames)| {
                 let prepared = state.downcast_ref::<Prepared>().ok_or("piper: a segment of another family")?;
                 self.decode(prepared, frames.start * h..frames.end * h).map_err(|e| format!("piper: {e}"))
             })
-            .collect()
+            .collect())
     }
 
     /// One: its passes run one segment, one chunk, at a time.
