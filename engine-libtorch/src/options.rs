@@ -101,6 +101,11 @@ pub struct KokoroOptions {
     /// A directory that has no model or voices, or whose model fails to load, is an error (the
     /// operator named it) rather than a warning (the default directory).
     pub required: bool,
+    /// Words an utterance's first segment holds at most. `None`: six, fewer where the workers'
+    /// warm-up finds this CPU too slow to decode six while the first segment's opening plays
+    /// (docs/kokoro-architecture.md §8); set it (at most six) to cut every machine's first
+    /// segments alike.
+    pub first_words: Option<usize>,
 }
 
 /// Piper's options.

@@ -157,6 +157,8 @@ fn the_engine_sends_the_opening_first_then_the_whole_pass() {
     let mut options = EngineOptions::new(hibari_assets());
     options.kokoro.dir = Some(cache().join("kokoro"));
     options.kokoro.required = true;
+    // (six words on any CPU: a slow one's warm-up would cut the sentence shorter)
+    options.kokoro.first_words = Some(6);
     options.workers = Some(1);
     options.threads = Some(1);
     options.precision = Some(Precision::Int8);

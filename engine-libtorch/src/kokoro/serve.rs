@@ -14,6 +14,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -170,6 +171,11 @@ pub struct KokoroVoiceModel {
     pub british: Arc<FrontEnd>,
     /// The front ends of its other languages.
     pub languages: Languages,
+    /// Words an utterance's first segment holds at most ([`first_segment_words`]; shared by the
+    /// family's voices, set as the workers warm up unless `sized`).
+    pub first_words: Arc<AtomicUsize>,
+    /// `first_words` was set by the options ([`crate::KokoroOptions::first_words`]).
+    pub sized: bool,
 }
 
 /// The front end a Kokoro voice reads a request's text with.
@@ -328,6 +334,32 @@ const CHUNK_FRAME_SAMPLES: usize = 300;
 /// openings measured (`kokoro_ttfa`, 2026-12-07: jf_alpha, jf_nezumi and jm_kumo, English and
 /// Japanese text) held 0.30-0.42 s of it before their 0.3 s of speech.
 const LEADING_SILENCE_S: f64 = 0.25;
+/// Phoneme characters a word of [`MEASURE_PHONEMES`] has (29 for its six words, spaces and
+/// comma included).
+const PHONEMES_PER_WORD: f64 = 29.0 / 6.0;
+
+/// Words an utterance's first segment may hold where the generator's whole pass over it costs
+/// `per_char` seconds a phoneme character: its opening plays while that pass runs (the round
+/// after it), so the pass must end before the opening has played ([`LEADING_SILENCE_S`] and
+/// [`OPENING_SPEECH`]'s 0.3 s, less admission's margin, at its utilization). At most
+/// [`FIRST_SEGMENT_WORDS`]: a fast CPU keeps six (a Zen 4 core: ~10 ms a character, room for
+/// nine); capped to AVX2 the same core takes ~19 ms a character, and six words (a 2.25 s
+/// segment: 657 ms) ran past its 0.6 s opening, one gap in every reply; four fit.
+fn first_segment_words(per_char: f64) -> usize {
+    let opening = (OPENING_SPEECH * SAMPLES_PER_ROW) as f64 / f64::from(SAMPLE_RATE) + LEADING_SILENCE_S;
+    let budget = (opening - pacing::ADMISSION_MARGIN.as_secs_f64()) * pacing::ADMISSION_UTILIZATION;
+    let words = budget / per_char.max(1e-6) / PHONEMES_PER_WORD;
+    (words.floor() as usize).clamp(2, FIRST_SEGMENT_WORDS)
+}
+
+/// Seconds of CPU time the calling thread has used.
+fn thread_cpu_seconds() -> f64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec for the call to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
 /// The phonemes ("hello.") the network is warmed with.
 const WARM_PHONEMES: &str = "həlˈO.";
 /// A typical first segment of a Kokoro stream (six words: "The weather today is sunny with,"),
@@ -524,6 +556,9 @@ fn load_kokoro(files: &KokoroFiles, dir: &Path, context: &LoadContext) -> Result
         tracing::info!("Kokoro reads no Spanish, French, Hindi, Italian or Portuguese: {e}");
     }
     let languages = Languages { japanese, mandarin, espeak };
+    let first_words = Arc::new(AtomicUsize::new(
+        options.kokoro.first_words.unwrap_or(FIRST_SEGMENT_WORDS).clamp(1, FIRST_SEGMENT_WORDS),
+    ));
     let mut voices = Vec::new();
     for voice in &files.voices {
         let mut listed = Voice::new(voice.name.clone()).with_description(voice.description());
@@ -538,6 +573,8 @@ fn load_kokoro(files: &KokoroFiles, dir: &Path, context: &LoadContext) -> Result
             american: american.clone(),
             british: british.clone(),
             languages: languages.clone(),
+            first_words: first_words.clone(),
+            sized: options.kokoro.first_words.is_some(),
         };
         voices.push((listed, Arc::new(model) as Arc<dyn VoiceModel>));
     }
@@ -593,10 +630,11 @@ impl VoiceModel for KokoroVoiceModel {
         KokoroVoiceModel::reader(self, language, text)
     }
 
-    /// Its first audio waits for a whole segment: the first is short ([`split_first`]).
+    /// Its first audio waits for a whole segment, or its opening: the first is short
+    /// ([`split_first`], at most [`KokoroVoiceModel::first_words`] words).
     fn first_segments(&self, mut sentences: Vec<Sentence>) -> Vec<Sentence> {
         if !sentences.is_empty() {
-            let first = split_first(sentences.remove(0), FIRST_SEGMENT_WORDS);
+            let first = split_first(sentences.remove(0), self.first_words.load(Ordering::Relaxed));
             sentences.splice(0..0, first);
         }
         sentences
@@ -688,6 +726,30 @@ impl VoiceModel for KokoroVoiceModel {
         let style = self.pack.style(ids.len());
         let _ = guarded(|| self.network.prepare(&ids, style, 1.0).and_then(|s| self.network.decode_opening(&s)));
         let _ = self.american.sentences("Hello there.");
+        if self.sized {
+            return;
+        }
+        // The whole pass after an opening, timed warm (the faster of two) over a typical first
+        // segment: how many words a first segment may hold on this machine. Timed in the
+        // thread's CPU time, so that other threads on the same cores (workers warming up
+        // together, a test suite's engines) do not make the machine look slower than it is.
+        let ids = self.vocab.ids(MEASURE_PHONEMES);
+        let timed = guarded(|| {
+            let segment = self.network.prepare(&ids, self.pack.style(ids.len()), 1.0)?;
+            let mut fastest = f64::INFINITY;
+            for _ in 0..2 {
+                let started = thread_cpu_seconds();
+                self.network.decode_whole(&segment)?;
+                fastest = fastest.min(thread_cpu_seconds() - started);
+            }
+            Ok::<f64, String>(fastest)
+        });
+        if let Ok(Ok(whole)) = timed {
+            let per_char = whole / MEASURE_PHONEMES.chars().count() as f64;
+            let words = first_segment_words(per_char);
+            let before = self.first_words.fetch_min(words, Ordering::Relaxed);
+            tracing::debug!(whole_ms = whole * 1e3, words, before, "Kokoro's first segment sized");
+        }
     }
 
     /// Warm, a pass over a first segment's worth is its first measure of its cost per
@@ -798,6 +860,20 @@ mod tests {
             at = start + raw.len();
         }
         Sentence { text: text.to_owned(), phonemes, words }
+    }
+
+    #[test]
+    fn a_first_segment_holds_what_its_whole_pass_computes_while_its_opening_plays() {
+        // As measured warm (03:29): a Zen 4 core 383 ms over MEASURE_PHONEMES' 29 characters,
+        // the same core capped to AVX2 610 ms.
+        assert_eq!(first_segment_words(0.383 / 29.0), FIRST_SEGMENT_WORDS);
+        assert_eq!(first_segment_words(0.610 / 29.0), 4);
+        // The opening's 0.55 s, less the margin, at 85%: 425 ms of whole pass at the most.
+        let words = first_segment_words(0.610 / 29.0) as f64;
+        assert!(words * PHONEMES_PER_WORD * 0.610 / 29.0 <= 0.425);
+        // Never more than six, never fewer than a clause's two.
+        assert_eq!(first_segment_words(1e-4), FIRST_SEGMENT_WORDS);
+        assert_eq!(first_segment_words(1.0), 2);
     }
 
     #[test]
