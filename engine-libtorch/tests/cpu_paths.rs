@@ -129,6 +129,9 @@ fn engine(precision: Precision, kokoro: bool) -> TorchEngine {
     if kokoro {
         options.kokoro.dir = Some(cache().join("kokoro"));
         options.kokoro.required = true;
+        // (the same first segments on every path: a slower path's warm-up would cut them
+        // shorter, which moves the words by the pause of the cut, not by the arithmetic)
+        options.kokoro.first_words = Some(6);
     }
     TorchEngine::new(options).expect("engine")
 }

@@ -171,7 +171,7 @@ pub struct KokoroVoiceModel {
     pub british: Arc<FrontEnd>,
     /// The front ends of its other languages.
     pub languages: Languages,
-    /// Words an utterance's first segment holds at most ([`first_segment_words`]; shared by the
+    /// Words an utterance's first segment holds at most (`first_segment_words`; shared by the
     /// family's voices, set as the workers warm up unless `sized`).
     pub first_words: Arc<AtomicUsize>,
     /// `first_words` was set by the options ([`crate::KokoroOptions::first_words`]).
@@ -428,7 +428,7 @@ impl Family for KokoroFamily {
 
     /// Segments whole; a streamed utterance's first opens where it is long enough
     /// ([`KokoroSegment::worth_opening`], its leading silence left out), its opening
-    /// [`OPENING_SPEECH`] and [`LEADING_SILENCE_S`].
+    /// [`OPENING_SPEECH`] and `LEADING_SILENCE_S`.
     fn streaming(&self) -> Streaming {
         let seconds = |frames: usize| (frames * SAMPLES_PER_ROW) as f64 / f64::from(SAMPLE_RATE);
         let opening = pacing::Opening {
