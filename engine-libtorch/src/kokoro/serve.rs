@@ -329,8 +329,9 @@ pub fn coarse_durations(durations: &[i64], samples_per_frame: usize) -> Vec<i64>
 
 /// Samples in one of the scheduler's frames (12.5 ms), what its segments are chunked in.
 const CHUNK_FRAME_SAMPLES: usize = 300;
-/// Seconds of leading silence admission counts in a first segment's opening (the first pad
-/// token's frames; its audio then plays while the rest of the segment is computed). The
+/// Seconds of leading silence admission and the first segment's sizing count in a first
+/// segment's opening (the first pad token's frames; its audio then plays while the rest of the
+/// segment is computed). The
 /// openings measured (`kokoro_ttfa`, 2026-12-07: jf_alpha, jf_nezumi and jm_kumo, English and
 /// Japanese text) held 0.30-0.42 s of it before their 0.3 s of speech.
 const LEADING_SILENCE_S: f64 = 0.25;
@@ -341,10 +342,10 @@ const PHONEMES_PER_WORD: f64 = 29.0 / 6.0;
 /// Words an utterance's first segment may hold where the generator's whole pass over it costs
 /// `per_char` seconds a phoneme character: its opening plays while that pass runs (the round
 /// after it), so the pass must end before the opening has played ([`LEADING_SILENCE_S`] and
-/// [`OPENING_SPEECH`]'s 0.3 s, less admission's margin, at its utilization). At most
-/// [`FIRST_SEGMENT_WORDS`]: a fast CPU keeps six (a Zen 4 core: ~10 ms a character, room for
-/// nine); capped to AVX2 the same core takes ~19 ms a character, and six words (a 2.25 s
-/// segment: 657 ms) ran past its 0.6 s opening, one gap in every reply; four fit.
+/// [`OPENING_SPEECH`]'s 0.3 s, less admission's margin, at its utilization: 425 ms). At most
+/// [`FIRST_SEGMENT_WORDS`]: a Zen 4 core takes 13-14 ms a character and keeps six; capped to
+/// AVX2 the same core takes ~21 ms, and six words (a 2.25 s segment: 657 ms) ran past its
+/// 0.6 s opening, one gap in every reply; four fit.
 fn first_segment_words(per_char: f64) -> usize {
     let opening = (OPENING_SPEECH * SAMPLES_PER_ROW) as f64 / f64::from(SAMPLE_RATE) + LEADING_SILENCE_S;
     let budget = (opening - pacing::ADMISSION_MARGIN.as_secs_f64()) * pacing::ADMISSION_UTILIZATION;
