@@ -343,9 +343,12 @@ const PHONEMES_PER_WORD: f64 = 29.0 / 6.0;
 /// `per_char` seconds a phoneme character: its opening plays while that pass runs (the round
 /// after it), so the pass must end before the opening has played ([`LEADING_SILENCE_S`] and
 /// [`OPENING_SPEECH`]'s 0.3 s, less admission's margin, at its utilization: 425 ms). At most
-/// [`FIRST_SEGMENT_WORDS`]: a Zen 4 core takes 13-14 ms a character and keeps six; capped to
-/// AVX2 the same core takes ~21 ms, and six words (a 2.25 s segment: 657 ms) ran past its
-/// 0.6 s opening, one gap in every reply; four fit.
+/// [`FIRST_SEGMENT_WORDS`]: a Zen 4 core takes 13-14 ms a character and keeps six (the bound is
+/// 14.7 ms: a warm-up that runs slow cuts five, one chunk more a reply); capped to AVX2 the
+/// same core takes ~21 ms, and six words (a 2.25 s segment: 657 ms) ran past its 0.6 s
+/// opening, one gap in every reply. With four, fewer replies had a gap, not none: the next
+/// segment, computed while the shorter first one plays, is then what comes late
+/// (benches/results/14-kokoro-server.md).
 fn first_segment_words(per_char: f64) -> usize {
     let opening = (OPENING_SPEECH * SAMPLES_PER_ROW) as f64 / f64::from(SAMPLE_RATE) + LEADING_SILENCE_S;
     let budget = (opening - pacing::ADMISSION_MARGIN.as_secs_f64()) * pacing::ADMISSION_UTILIZATION;
