@@ -229,13 +229,19 @@ async fn speak(addr: std::net::SocketAddr, config: Value, text: &str) -> (Vec<Va
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_toy_family_plugged_in_through_the_contract_speaks_over_the_websocket() {
-    let cache = cache();
+/// One worker, one thread, admission off: the toy's rounds in the order the tests expect.
+fn options(cache: &std::path::Path) -> EngineOptions {
     let mut options = EngineOptions::new(cache.join("hibari"));
     options.admission = AdmissionMode::Off;
     options.threads = Some(1);
     options.workers = Some(1);
+    options
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_toy_family_plugged_in_through_the_contract_speaks_over_the_websocket() {
+    let cache = cache();
+    let options = options(&cache);
     // The toy first (its voice the default), hibari beside it; Kokoro not asked for.
     let tones = Tones::default();
     let log = tones.log.clone();
@@ -340,10 +346,7 @@ fn tones_of(front_end: &FrontEnd, text: &str) -> Vec<u8> {
 #[test]
 fn a_failed_chunk_fails_its_stream_alone() {
     let cache = cache();
-    let mut options = EngineOptions::new(cache.join("hibari"));
-    options.admission = AdmissionMode::Off;
-    options.threads = Some(1);
-    options.workers = Some(1);
+    let options = options(&cache);
     let tones = Tones::default();
     let log = tones.log.clone();
     let engine = TorchEngine::with_families(options, vec![Arc::new(tones)]).expect("engine");

@@ -261,6 +261,12 @@ impl Job {
         self.chars_left = 0;
     }
 
+    /// Fails it with `message` at once (its sink gets the failure now).
+    fn fail(&mut self, message: String, stats: &WorkerStats, admission: &Admission) {
+        self.finish(EngineEventKind::Failed(message.into()));
+        self.flush(stats, admission);
+    }
+
     /// The audio it still owes: exact for the sentence being streamed, estimated from the
     /// characters for the rest.
     fn owed_seconds(&self) -> f64 {
@@ -846,8 +852,7 @@ impl Scheduler {
             Ok(segments) => segments,
             Err(message) => {
                 for &i in batch {
-                    self.jobs[i].finish(EngineEventKind::Failed(message.clone().into()));
-                    self.jobs[i].flush(&self.stats, &self.admission);
+                    self.jobs[i].fail(message.clone(), &self.stats, &self.admission);
                 }
                 return (0, 0, 0);
             }
@@ -859,8 +864,7 @@ impl Scheduler {
             let segment = match segment {
                 Ok(segment) => segment,
                 Err(message) => {
-                    job.finish(EngineEventKind::Failed(message.into()));
-                    job.flush(&self.stats, &self.admission);
+                    job.fail(message, &self.stats, &self.admission);
                     continue;
                 }
             };
@@ -941,8 +945,7 @@ impl Scheduler {
             Ok(audio) => audio,
             Err(message) => {
                 for &i in batch {
-                    self.jobs[i].finish(EngineEventKind::Failed(message.clone().into()));
-                    self.jobs[i].flush(&self.stats, &self.admission);
+                    self.jobs[i].fail(message.clone(), &self.stats, &self.admission);
                 }
                 return 0.0;
             }
@@ -954,8 +957,7 @@ impl Scheduler {
             let samples = match samples {
                 Ok(samples) => samples,
                 Err(message) => {
-                    job.finish(EngineEventKind::Failed(message.into()));
-                    job.flush(&self.stats, &self.admission);
+                    job.fail(message, &self.stats, &self.admission);
                     continue;
                 }
             };
