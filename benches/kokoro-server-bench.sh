@@ -14,7 +14,8 @@
 #   BINS="before=target/bench/speechstream-old now=target/release/speechstream" SKIP_BUILD=1 \
 #     benches/kokoro-server-bench.sh              # builds side by side, point by point
 #
-# Knobs: VOICE [jf_alpha], STREAMS ["1 2 3 4"], ADMISSIONS ["off realtime"], MAX_STREAMS [""],
+# Knobs: VOICE [jf_alpha], TEXT_FILE [benches/texts/short.txt] (what each listener asks
+# for), STREAMS ["1 2 3 4"], ADMISSIONS ["off realtime"], MAX_STREAMS [""],
 # DURATION [20] (s per run: no utterance starts after it), RAMP [2] (s over which the listeners
 # start), CPU [0] (the server's), LOADGEN_CPU [1], PORT [28970], SKIP_BUILD [0], BINS
 # ["ours=target/release/speechstream"]: LABEL=PATH of each build, run one after the other at
@@ -45,7 +46,7 @@ fi
 STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
 OUT="target/bench/kokoro-server-$STAMP"
 mkdir -p target/bench
-TEXT="$(cat benches/texts/short.txt)"
+TEXT="$(cat "${TEXT_FILE:-benches/texts/short.txt}")"
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git rev-parse --short HEAD); nproc $(nproc); load: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); flags: $(grep -o -w -E 'avx2|avx512f|avx512_vnni|avx_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"

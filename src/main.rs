@@ -244,6 +244,13 @@ struct VoiceArgs {
     /// them (less memory, a faster start).
     #[arg(long, conflicts_with = "kokoro_dir")]
     no_kokoro: bool,
+    /// Words a streamed Kokoro utterance's first segment holds at most, 1 to 6 [default: 6,
+    /// fewer where the workers' warm-up finds this CPU too slow to compute six while the
+    /// segment's first 0.55 s play]. Set, it also makes the later cuts of a long first
+    /// sentence a Zen 4 core's, not this machine's: a request's audio is then the same on
+    /// every machine and at every start.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=6))]
+    kokoro_first_words: Option<u8>,
     /// Piper's voices, served beside the others (model `piper`, each voice by its name, such as
     /// `en_US-joe-medium`): a directory laid out as wyoming-piper's --data-dir, NAME.onnx with
     /// its NAME.onnx.json, each voice at its own sample rate, every language espeak-ng reads
@@ -395,6 +402,7 @@ impl VoiceArgs {
         options.default_voice = default_voice;
         let skip_default = self.skip_default_kokoro || self.no_kokoro;
         options.kokoro.dir = if skip_default && self.kokoro_dir.is_none() { None } else { self.kokoro() };
+        options.kokoro.first_words = self.kokoro_first_words.map(usize::from);
         options.piper.required = self.piper_dir.is_some() || (self.no_hibari && !self.skip_default_piper);
         let skip_default = self.skip_default_piper || self.no_piper;
         options.piper.dir = if skip_default && self.piper_dir.is_none() { None } else { self.piper() };

@@ -19,8 +19,9 @@ use speechstream_core::engine::{
 };
 use speechstream_core::session::SessionOptions;
 use speechstream_engine_libtorch::family::{
-    Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, VoiceModel,
+    Family, Lead, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, VoiceModel,
 };
+use speechstream_engine_libtorch::g2p::Sentence;
 use speechstream_engine_libtorch::g2p::{FrontEnd, Reader};
 use speechstream_engine_libtorch::pacing::{Costs, Speed};
 use speechstream_engine_libtorch::tch;
@@ -49,6 +50,8 @@ struct Log {
     asked: Mutex<Vec<Range<usize>>>,
     /// Each chunk round's size and whether one of its chunks failed, in order.
     rounds: Mutex<Vec<(usize, bool)>>,
+    /// The sentences of each text recut, after the segments its utterance had before.
+    recuts: Mutex<Vec<(usize, usize)>>,
 }
 
 /// Its voice: the English front end, nothing else.
@@ -187,6 +190,12 @@ impl VoiceModel for ToneVoice {
         Ok(chunks)
     }
 
+    fn recut(&self, sentences: Vec<Sentence>, lead: &mut Lead) -> Vec<Sentence> {
+        self.log.recuts.lock().unwrap().push((lead.segments, sentences.len()));
+        lead.segments += sentences.len();
+        sentences
+    }
+
     fn warm_up(&self, _frames: &ChunkSizes<usize>) {}
 
     fn measure(&self, _frames: &ChunkSizes<usize>, _speeds: &mut Speeds) -> Option<Speed> {
@@ -206,9 +215,16 @@ type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<t
 /// Speaks `text` on a new connection configured with `config`; returns the JSON frames and the
 /// binary audio, up to session.done.
 async fn speak(addr: std::net::SocketAddr, config: Value, text: &str) -> (Vec<Value>, Vec<u8>) {
+    speak_parts(addr, config, &[text]).await
+}
+
+/// [`speak`] with the text in several `input.text` messages.
+async fn speak_parts(addr: std::net::SocketAddr, config: Value, texts: &[&str]) -> (Vec<Value>, Vec<u8>) {
     let url = format!("ws://{addr}{STREAM_PATH}");
     let (mut ws, _): (Ws, _) = tokio_tungstenite::connect_async(url).await.expect("connect");
-    for message in [config, json!({"type": "input.text", "text": text}), json!({"type": "input.done"})] {
+    let texts = texts.iter().map(|text| json!({"type": "input.text", "text": text}));
+    let messages = std::iter::once(config).chain(texts).chain([json!({"type": "input.done"})]);
+    for message in messages {
         ws.send(Message::Text(message.to_string().into())).await.expect("send");
     }
     let (mut frames, mut audio) = (Vec::new(), Vec::new());
@@ -294,6 +310,22 @@ async fn a_toy_family_plugged_in_through_the_contract_speaks_over_the_websocket(
     let asked = std::mem::take(&mut *log.asked.lock().unwrap());
     assert_eq!(asked.first(), Some(&(0..16)), "{asked:?}");
     assert_eq!(asked.iter().filter(|r| r.start == 0).count(), 2, "{asked:?}");
+    // Its family recut each text's sentences knowing the segments before them in the utterance.
+    let carried = |recuts: &[(usize, usize)]| {
+        recuts.first().is_some_and(|r| r.0 == 0) && recuts.windows(2).all(|w| w[1].0 == w[0].0 + w[0].1)
+    };
+    let recuts = std::mem::take(&mut *log.recuts.lock().unwrap());
+    assert!(carried(&recuts) && recuts.iter().map(|r| r.1).sum::<usize>() == 2, "{recuts:?}");
+    // The same with the text in two messages, twice: the lead carries from one text to the
+    // next, and a new utterance starts from none.
+    let config = json!({"type": "session.config", "voice": "tone", "stream_audio": true, "response_format": "pcm"});
+    for _ in 0..2 {
+        let (_, parted) = speak_parts(addr, config.clone(), &["Hello world. ", "Tones are here."]).await;
+        assert!(parted == expected, "the tones of the text in two parts differ");
+        let recuts = std::mem::take(&mut *log.recuts.lock().unwrap());
+        assert!(recuts.len() == 2 && carried(&recuts), "{recuts:?}");
+    }
+    log.asked.lock().unwrap().clear();
 
     // Word timestamps from its durations: each word where its tones are.
     let config = json!({"type": "session.config", "model": "tones", "stream_audio": true,

@@ -24,7 +24,7 @@ use crate::workers::{default_workers, Pool};
 pub fn families() -> Vec<Arc<dyn Family>> {
     vec![
         Arc::new(crate::hibari::serve::HibariFamily),
-        Arc::new(crate::kokoro::serve::KokoroFamily),
+        Arc::new(crate::kokoro::serve::KokoroFamily::default()),
         Arc::new(crate::piper::serve::PiperFamily),
     ]
 }

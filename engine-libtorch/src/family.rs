@@ -7,9 +7,9 @@
 //!
 //! A family's work for one stream, as the workers drive it:
 //! 1. **Text.** The voice's [`VoiceModel::reader`] (a text front end of `speechstream-text`)
-//!    cuts the request's text into sentences and phonemes; [`VoiceModel::first_segments`] may
+//!    cuts the request's text into sentences and phonemes; [`VoiceModel::recut`] may
 //!    cut the first sentence shorter, so a family that computes a segment whole sends its first
-//!    audio early.
+//!    audio early, and a later one where its pass would end after the audio before it.
 //! 2. **Segments.** [`VoiceModel::start`] takes a batch of segments (one per stream, same voice)
 //!    and returns what each needs to make its audio ([`Segment`]: its length in frames, its
 //!    durations for word timings, and the family's own state), in one pass where it can batch.
@@ -68,7 +68,7 @@ pub enum Streaming {
     /// Causal: each chunk computed on its own, after a segment's pass (hibari's prosody).
     Chunked,
     /// Each segment's audio computed whole; the first segment is at most the text's first
-    /// `first_words` words ([`VoiceModel::first_segments`]), and the first audio waits for it,
+    /// `first_words` words ([`VoiceModel::recut`]), and the first audio waits for it,
     /// or, where it has an `opening` and the request is streamed, for its opening's round.
     WholeSegments { first_words: usize, opening: Option<Opening> },
 }
@@ -121,9 +121,12 @@ pub trait VoiceModel: Send + Sync {
     /// the languages its capabilities lack), or why it cannot.
     fn reader(&self, language: Option<&str>, text: &str) -> Result<Reader, String>;
 
-    /// An utterance's first sentences, recut so its first audio comes early (a family that
-    /// computes a segment whole cuts the first short). By default as they are.
-    fn first_segments(&self, sentences: Vec<Sentence>) -> Vec<Sentence> {
+    /// An utterance's sentences as each of its texts brings them, recut so its first audio
+    /// comes early (a family that computes a segment whole cuts the first short) and the rest
+    /// on time (`lead`: where the utterance's segments so far leave it, as the family models
+    /// it; starts at [`Lead::default`]). By default as they are.
+    fn recut(&self, sentences: Vec<Sentence>, lead: &mut Lead) -> Vec<Sentence> {
+        let _ = lead;
         sentences
     }
 
@@ -353,6 +356,16 @@ pub(crate) fn panic_text(panic: &(dyn Any + Send)) -> Option<&str> {
     panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied())
 }
 
+/// Where an utterance's segments so far leave it ([`VoiceModel::recut`]), in seconds from its
+/// first audio as the family estimates them: their passes done, their audio played.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Lead {
+    /// Segments recut so far
+    pub segments: usize,
+    pub computed: f64,
+    pub played: f64,
+}
+
 /// Words a Kokoro first segment holds at most when its sentence has no earlier clause break.
 pub const FIRST_SEGMENT_WORDS: usize = 6;
 /// Fewest words of a first segment cut at a clause break (a shorter clause joins the next).
@@ -365,6 +378,23 @@ const FIRST_CLAUSE_MIN_WORDS: usize = 2;
 /// the sentence there (measured with Whisper: without it "The train to the city leaves. But
 /// half past seven."); the rest is the next segment. A sentence that short is left whole.
 pub fn split_first(sentence: Sentence, max_words: usize) -> Vec<Sentence> {
+    split_within(sentence, max_words, Clause::First)
+}
+
+/// Which clause break [`split_within`] cuts at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clause {
+    /// The first (an utterance's first segment: as short as it reads well)
+    First,
+    /// The last (a long sentence cut where its pass would end after the audio before it has
+    /// played: as long as fits)
+    Last,
+}
+
+/// `sentence` cut within its first `max_words` words (at least two): at its first or last
+/// clause break there (`,` `;` `:` or a dash after at least two words), else after those words
+/// with a comma; the rest is the next segment. A sentence that short is left whole.
+pub fn split_within(sentence: Sentence, max_words: usize, clause: Clause) -> Vec<Sentence> {
     let max_words = max_words.max(FIRST_CLAUSE_MIN_WORDS);
     let words = &sentence.words;
     if words.len() <= max_words {
@@ -373,8 +403,8 @@ pub fn split_first(sentence: Sentence, max_words: usize) -> Vec<Sentence> {
     let phonemes: Vec<char> = sentence.phonemes.chars().collect();
     // The front end's words hold the punctuation after them ("Sundays," is "sˈʌndˌAz,"): a
     // break is in a word's trailing punctuation or in the gap after it.
-    let breaks_after = |k: usize| {
-        let range = &words[k].phonemes;
+    let breaks_after = |k: &usize| {
+        let range = &words[*k].phonemes;
         let spoken_end = phonemes
             .get(range.start..range.end.min(phonemes.len()))
             .and_then(|p| p.iter().rposition(|c| c.is_alphabetic()))
@@ -382,8 +412,12 @@ pub fn split_first(sentence: Sentence, max_words: usize) -> Vec<Sentence> {
         let next = words.get(k + 1).map_or(phonemes.len(), |w| w.phonemes.start);
         phonemes.get(spoken_end..next).is_some_and(|gap| gap.iter().any(|c| matches!(c, ',' | ';' | ':' | '—' | '–')))
     };
-    let clause = (FIRST_CLAUSE_MIN_WORDS - 1..max_words).find(|&k| breaks_after(k));
-    let cut = clause.unwrap_or(max_words - 1);
+    let mut candidates = FIRST_CLAUSE_MIN_WORDS - 1..max_words;
+    let found = match clause {
+        Clause::First => candidates.find(breaks_after),
+        Clause::Last => candidates.rfind(breaks_after),
+    };
+    let cut = found.unwrap_or(max_words - 1);
     // The phonemes split where the next word's begin (the break's punctuation stays first).
     let at = words[cut + 1].phonemes.start.min(phonemes.len());
     let text_at = words[cut + 1].text_range.start;
@@ -391,7 +425,7 @@ pub fn split_first(sentence: Sentence, max_words: usize) -> Vec<Sentence> {
     let shift = |r: &Range<usize>, by: usize| r.start.saturating_sub(by)..r.end.saturating_sub(by);
     let head_text_end = words[cut].text_range.end;
     let mut head_phonemes: String = phonemes[..at].iter().collect();
-    if clause.is_none() {
+    if found.is_none() {
         head_phonemes = format!("{},", head_phonemes.trim_end());
     }
     let head = Sentence {

@@ -102,9 +102,10 @@ pub struct KokoroOptions {
     /// operator named it) rather than a warning (the default directory).
     pub required: bool,
     /// Words an utterance's first segment holds at most. `None`: six, fewer where the workers'
-    /// warm-up finds this CPU too slow to decode six while the first segment's opening plays
-    /// (docs/kokoro-architecture.md §8); set it (at most six) to cut every machine's first
-    /// segments alike.
+    /// warm-up finds this CPU too slow to decode six while the first segment's opening plays,
+    /// and later segments cut where this CPU's pass would end after the audio before it has
+    /// played (docs/kokoro-architecture.md §8); set (at most six), every machine cuts alike,
+    /// the later cuts at a Zen 4 core's costs (`serve --kokoro-first-words`).
     pub first_words: Option<usize>,
 }
 

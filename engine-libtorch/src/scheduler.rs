@@ -28,7 +28,7 @@ use speechstream_core::engine::{
 };
 
 use crate::chunks::{self, opened_ranges};
-use crate::family::{guarded, Family, Loaded, Segment, SegmentInput, Speeds, Streaming, Style, VoiceModel};
+use crate::family::{guarded, Family, Lead, Loaded, Segment, SegmentInput, Speeds, Streaming, Style, VoiceModel};
 use crate::g2p::spoken::{Pronunciation, Pronunciations};
 use crate::g2p::{Reader, Sentence};
 use crate::options::EngineOptions;
@@ -179,6 +179,8 @@ struct Job {
     sentences: VecDeque<Sentence>,
     /// Sentences started so far: the noise stream of the next one.
     started_sentences: u64,
+    /// Where its segments so far leave it, as its family recuts the next ([`VoiceModel::recut`]).
+    lead: Lead,
     /// Samples of the utterance before the current sentence.
     offset: u64,
     current: Option<Current>,
@@ -608,6 +610,7 @@ impl Scheduler {
             pronunciations: Pronunciations::new(),
             sentences: VecDeque::new(),
             started_sentences: 0,
+            lead: Lead::default(),
             offset: 0,
             current: None,
             pending: VecDeque::new(),
@@ -806,9 +809,7 @@ impl Scheduler {
                 if let (Some(text), Some(front_end)) = (job.texts.pop_front(), job.front_end.as_ref()) {
                     job.text_base = job.text_starts.pop_front().unwrap_or(0);
                     let mut sentences = front_end.sentences_with(&text, &job.pronunciations);
-                    if job.started_sentences == 0 {
-                        sentences = model.first_segments(sentences);
-                    }
+                    sentences = model.recut(sentences, &mut job.lead);
                     let phonemes: usize = sentences.iter().map(|s| s.phonemes.chars().count()).sum();
                     // (its front end, over the last few hundred sentences)
                     let (p, t) = self.speeds[family].phonemes_per_char;

@@ -19,7 +19,7 @@ use speechstream_core::engine::{
     EngineCapabilities, EngineEvent, EngineEventKind, EngineLoad, EventSink, RequestId, SynthesisRequest, TrySendError,
 };
 
-use crate::family::Streaming;
+use crate::family::{Family, Streaming};
 use crate::options::EngineOptions;
 use crate::pacing::{self, ChunkSizes, Costs, Outlook, Pacing, Step};
 use crate::scheduler::{Command, Scheduler, Submission, Voices};
@@ -64,8 +64,8 @@ pub(crate) struct Pool {
     turn: AtomicU64,
     /// What the engine serves: which family a request goes to (each costs its own).
     capabilities: EngineCapabilities,
-    /// How each family's audio comes (as the voices' families).
-    streaming: Vec<Streaming>,
+    /// The voices' families (how each one's audio comes, as the workers' warm-up found it).
+    families: Vec<Arc<dyn Family>>,
     /// The family of each of `capabilities.hosted` ([`Voices::routes`]).
     routes: Vec<usize>,
 }
@@ -84,7 +84,7 @@ impl Pool {
         capabilities: &EngineCapabilities,
         options: &EngineOptions,
     ) -> Result<Pool, String> {
-        let streaming = voices.families.iter().map(|f| f.family.streaming()).collect();
+        let families = voices.families.iter().map(|f| f.family.clone()).collect();
         let sizes = voices.chunk_seconds(options.chunk_frames());
         let routes = voices.routes.clone();
         let admission = Arc::new(Admission::new(options.admission, options.max_streams));
@@ -139,7 +139,7 @@ impl Pool {
             sizes,
             turn: AtomicU64::new(0),
             capabilities: capabilities.clone(),
-            streaming,
+            families,
             routes,
         })
     }
@@ -248,7 +248,7 @@ impl Pool {
         order.sort_by(|&a, &b| pending[a].total_cmp(&pending[b]));
         let horizon = now + pacing::ADMISSION_HORIZON;
         // (a request no family serves is refused by the worker: costed as the first family's)
-        let family = if family < self.streaming.len() { family } else { 0 };
+        let family = if family < self.families.len() { family } else { 0 };
         // On time on any worker first; only then later (a client listening in real time is
         // refused at once instead: its first audio is due by the target, and a refusal lets it
         // go elsewhere).
@@ -336,8 +336,8 @@ impl Pool {
     /// serves is costed as the first's: the worker refuses it) owes from `now`, at `costs`.
     fn outlook(&self, text: &str, family: usize, now: Instant, plays_after: Option<Instant>, costs: &Costs) -> Outlook {
         let chars = text.chars().count();
-        let family = if family < self.streaming.len() { family } else { 0 };
-        let streaming = self.streaming.get(family).copied().unwrap_or(Streaming::Chunked);
+        let family = if family < self.families.len() { family } else { 0 };
+        let streaming = self.families.get(family).map_or(Streaming::Chunked, |f| f.streaming());
         // A family computing segments whole: its first segment is its first words, and its
         // first audio waits for it whole, or for its opening.
         match streaming {

@@ -14,7 +14,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -23,8 +23,8 @@ use speechstream_core::engine::{voice_mix, EngineCapabilities, Language, Synthes
 
 use crate::chunks::ChunkSizes;
 use crate::family::{
-    cost, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds, Streaming,
-    Style, VoiceModel, FIRST_SEGMENT_WORDS,
+    cost, guarded, split_first, split_within, Clause, Family, Lead, LoadContext, Loaded, Segment, SegmentInput,
+    SegmentState, Speeds, Streaming, Style, VoiceModel, FIRST_SEGMENT_WORDS,
 };
 use crate::g2p::espeak::Espeak;
 use crate::g2p::japanese::{has_japanese_script, Japanese, WORD_LIST};
@@ -171,11 +171,64 @@ pub struct KokoroVoiceModel {
     pub british: Arc<FrontEnd>,
     /// The front ends of its other languages.
     pub languages: Languages,
-    /// Words an utterance's first segment holds at most (`first_segment_words`; shared by the
-    /// family's voices, set as the workers warm up unless `sized`).
-    pub first_words: Arc<AtomicUsize>,
-    /// `first_words` was set by the options ([`crate::KokoroOptions::first_words`]).
-    pub sized: bool,
+    /// What its passes cost on this machine, for cutting an utterance's first segments (shared
+    /// by the family's voices and workers).
+    pub pace: Arc<Pace>,
+}
+
+/// What Kokoro's passes cost on this machine, as the workers' warm-up measured them (the
+/// slowest worker's figures), for cutting an utterance's first segments so that each pass ends
+/// before the audio before it has played ([`KokoroVoiceModel::recut`]). Where the
+/// options pin the first segment's words, or no worker warms up (`say`), the figures of a
+/// Zen 4 core ([`Pace::new`]): a request's segments are then the same on every machine.
+pub struct Pace {
+    /// Words an utterance's first segment holds at most ([`first_segment_words`])
+    first_words: AtomicUsize,
+    /// The generator's whole pass, thread CPU nanoseconds a second of audio
+    generator_ns: AtomicU64,
+    /// Everything before it (ALBERT, the predictor, the decoder, the source), nanoseconds a
+    /// phoneme character
+    prepare_ns: AtomicU64,
+    /// The options set `first_words`: the warm-up measures nothing
+    pinned: AtomicBool,
+}
+
+impl Default for Pace {
+    fn default() -> Pace {
+        Pace {
+            first_words: AtomicUsize::new(FIRST_SEGMENT_WORDS),
+            generator_ns: AtomicU64::new(0),
+            prepare_ns: AtomicU64::new(0),
+            pinned: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Pace {
+    /// `Some` pins the first segment's words (at most [`FIRST_SEGMENT_WORDS`]) and the costs
+    /// ([`Pace::costs`]); `None` leaves them to the warm-up.
+    fn pin(&self, first_words: Option<usize>) {
+        if let Some(words) = first_words {
+            self.first_words.store(words.clamp(1, FIRST_SEGMENT_WORDS), Ordering::Relaxed);
+            self.pinned.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Words an utterance's first segment holds at most.
+    pub fn first_words(&self) -> usize {
+        self.first_words.load(Ordering::Relaxed)
+    }
+
+    /// The generator's seconds a second of audio, and the rest's a phoneme character: as
+    /// measured, else as a Zen 4 core at AVX-512 VNNI measured them (2026-12-07: the whole pass
+    /// over `MEASURE_PHONEMES` 383-412 ms for 2.4 s of audio, the rest ~2 ms a character).
+    fn costs(&self) -> (f64, f64) {
+        let seconds = |ns: &AtomicU64, or: f64| match ns.load(Ordering::Relaxed) {
+            0 => or,
+            ns => ns as f64 * 1e-9,
+        };
+        (seconds(&self.generator_ns, 0.17), seconds(&self.prepare_ns, 0.002))
+    }
 }
 
 /// The front end a Kokoro voice reads a request's text with.
@@ -356,6 +409,69 @@ fn first_segment_words(per_char: f64) -> usize {
     (words.floor() as usize).clamp(2, FIRST_SEGMENT_WORDS)
 }
 
+/// Seconds of audio a Kokoro segment of `chars` phoneme characters holds, about: jf_alpha
+/// reading English at speed 1 gave 0.76 s and 57 ms a character (26 to 285 characters,
+/// 2026-12-07); 0.6 s counted, so that the audio before a pass is not overestimated.
+fn audio_seconds(chars: usize) -> f64 {
+    0.6 + 0.057 * chars as f64
+}
+
+/// Fewest words of a segment [`paced`] cuts off a sentence: a shorter one costs its own
+/// silences and pass for little audio.
+const PACED_MIN_WORDS: usize = 4;
+
+/// An utterance's segments (its first already cut short; `sentences` those of its next text,
+/// `lead` where those before leave it) with each later one cut where its pass would end after
+/// the audio before it has played, for a listener who starts with the first segment's audio
+/// (texts are taken to come as fast as they are read: a text that comes later finds the
+/// listener with less audio left than counted here). The first's whole pass runs while its opening plays (`generator`
+/// seconds a second of audio); each later one's runs after the one before it (that, and
+/// `prepare` seconds a phoneme character), and must end, at admission's utilization and less
+/// its margin, before the audio of the segments before it has played. A segment whose pass
+/// would not is cut at the most words that fit (at its last clause break within them, else
+/// after them with a comma), at least [`PACED_MIN_WORDS`] (where none fit, the fewest still
+/// shorten the gap; on a CPU slower than real time, nothing is cut), with two or more left for
+/// the next.
+/// At a Zen 4 core's speed a first sentence of ~35 words or more is cut once more (a 57-word
+/// sentence's second segment, 17 s of audio, took 3.5 s against the first's 3.2 s: a gap of
+/// 0.9 s in its reply, 2026-12-07); capped to AVX2, ~25 words.
+fn paced(sentences: Vec<Sentence>, lead: &mut Lead, generator: f64, prepare: f64) -> Vec<Sentence> {
+    let cost = |chars: usize| generator * audio_seconds(chars) + prepare * chars as f64;
+    let margin = pacing::ADMISSION_MARGIN.as_secs_f64();
+    let mut queue: std::collections::VecDeque<Sentence> = sentences.into();
+    let mut out: Vec<Sentence> = Vec::with_capacity(queue.len());
+    while let Some(mut sentence) = queue.pop_front() {
+        let chars = |s: &Sentence| s.phonemes.chars().count();
+        if lead.segments == 0 {
+            lead.computed = generator * audio_seconds(chars(&sentence));
+        } else {
+            let budget = lead.played * pacing::ADMISSION_UTILIZATION - margin - lead.computed;
+            if cost(chars(&sentence)) > budget && sentence.words.len() >= PACED_MIN_WORDS + 2 {
+                let chars_to = |words: usize| sentence.words[words - 1].phonemes.end;
+                // Where not even the fewest words fit, they still shorten the gap, unless this
+                // CPU computes them slower than they play.
+                let least = chars_to(PACED_MIN_WORDS);
+                let fits = (PACED_MIN_WORDS..=sentence.words.len() - 2)
+                    .take_while(|&w| cost(chars_to(w)) <= budget)
+                    .last()
+                    .or((cost(least) < audio_seconds(least)).then_some(PACED_MIN_WORDS));
+                if let Some(words) = fits {
+                    let mut parts = split_within(sentence, words, Clause::Last).into_iter();
+                    sentence = parts.next().expect("a sentence cut in two");
+                    if let Some(rest) = parts.next() {
+                        queue.push_front(rest);
+                    }
+                }
+            }
+            lead.computed += cost(chars(&sentence));
+        }
+        lead.played += audio_seconds(chars(&sentence));
+        lead.segments += 1;
+        out.push(sentence);
+    }
+    out
+}
+
 /// Seconds of CPU time the calling thread has used.
 fn thread_cpu_seconds() -> f64 {
     let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -374,7 +490,11 @@ const WARM_PHONEMES: &str = "həlˈO.";
 const MEASURE_PHONEMES: &str = "ðə wˈɛðəɹ tədˈA ɪz sˈʌni wɪð,";
 
 /// The Kokoro-82M family.
-pub struct KokoroFamily;
+#[derive(Default)]
+pub struct KokoroFamily {
+    /// What its passes cost here (its voices', its admission's first segment)
+    pace: Arc<Pace>,
+}
 
 impl Family for KokoroFamily {
     fn name(&self) -> &str {
@@ -405,7 +525,7 @@ impl Family for KokoroFamily {
             }
             return Ok(None);
         }
-        match load_kokoro(&files, dir, context) {
+        match load_kokoro(&files, dir, context, &self.pace) {
             Ok(loaded) => {
                 tracing::info!(voices = loaded.voices.len(), "Kokoro-82M served");
                 Ok(Some(loaded))
@@ -439,7 +559,7 @@ impl Family for KokoroFamily {
             seconds: seconds(OPENING_SPEECH) + LEADING_SILENCE_S,
             least: seconds(2 * (OPENING_SPEECH + SEAM + GENERATOR_REACH)),
         };
-        Streaming::WholeSegments { first_words: FIRST_SEGMENT_WORDS, opening: Some(opening) }
+        Streaming::WholeSegments { first_words: self.pace.first_words(), opening: Some(opening) }
     }
 }
 
@@ -478,7 +598,7 @@ fn kokoro_readers(files: &KokoroFiles, only: Option<&SynthesisRequest>) -> Reade
 
 /// Kokoro's voices on one network loaded from `files` (in `dir`), what they can do, and the
 /// precision the network runs in (`auto`'s choice, or fp32 for the fp32 export).
-fn load_kokoro(files: &KokoroFiles, dir: &Path, context: &LoadContext) -> Result<Loaded, String> {
+fn load_kokoro(files: &KokoroFiles, dir: &Path, context: &LoadContext, pace: &Arc<Pace>) -> Result<Loaded, String> {
     let options = context.options;
     let readers = kokoro_readers(files, options.only_request.as_ref());
     // `--precision auto` is Kokoro's own auto (not what hibari's probe chose for hibari).
@@ -560,9 +680,7 @@ fn load_kokoro(files: &KokoroFiles, dir: &Path, context: &LoadContext) -> Result
         tracing::info!("Kokoro reads no Spanish, French, Hindi, Italian or Portuguese: {e}");
     }
     let languages = Languages { japanese, mandarin, espeak };
-    let first_words = Arc::new(AtomicUsize::new(
-        options.kokoro.first_words.unwrap_or(FIRST_SEGMENT_WORDS).clamp(1, FIRST_SEGMENT_WORDS),
-    ));
+    pace.pin(options.kokoro.first_words);
     let mut voices = Vec::new();
     for voice in &files.voices {
         let mut listed = Voice::new(voice.name.clone()).with_description(voice.description());
@@ -577,8 +695,7 @@ fn load_kokoro(files: &KokoroFiles, dir: &Path, context: &LoadContext) -> Result
             american: american.clone(),
             british: british.clone(),
             languages: languages.clone(),
-            first_words: first_words.clone(),
-            sized: options.kokoro.first_words.is_some(),
+            pace: pace.clone(),
         };
         voices.push((listed, Arc::new(model) as Arc<dyn VoiceModel>));
     }
@@ -635,13 +752,15 @@ impl VoiceModel for KokoroVoiceModel {
     }
 
     /// Its first audio waits for a whole segment, or its opening: the first is short
-    /// ([`split_first`], at most [`KokoroVoiceModel::first_words`] words).
-    fn first_segments(&self, mut sentences: Vec<Sentence>) -> Vec<Sentence> {
-        if !sentences.is_empty() {
-            let first = split_first(sentences.remove(0), self.first_words.load(Ordering::Relaxed));
+    /// ([`split_first`], at most [`Pace::first_words`] words); a later one is cut where its
+    /// pass would end after the audio before it has played ([`paced`]).
+    fn recut(&self, mut sentences: Vec<Sentence>, lead: &mut Lead) -> Vec<Sentence> {
+        if lead.segments == 0 && !sentences.is_empty() {
+            let first = split_first(sentences.remove(0), self.pace.first_words());
             sentences.splice(0..0, first);
         }
-        sentences
+        let (generator, prepare) = self.pace.costs();
+        paced(sentences, lead, generator, prepare)
     }
 
     fn mix(&self, parts: &[(&dyn VoiceModel, f32)]) -> Result<Style, String> {
@@ -730,7 +849,7 @@ impl VoiceModel for KokoroVoiceModel {
         let style = self.pack.style(ids.len());
         let _ = guarded(|| self.network.prepare(&ids, style, 1.0).and_then(|s| self.network.decode_opening(&s)));
         let _ = self.american.sentences("Hello there.");
-        if self.sized {
+        if self.pace.pinned.load(Ordering::Relaxed) {
             return;
         }
         // The whole pass after an opening, timed warm (the faster of two) over a typical first
@@ -739,20 +858,33 @@ impl VoiceModel for KokoroVoiceModel {
         // together, a test suite's engines) do not make the machine look slower than it is.
         let ids = self.vocab.ids(MEASURE_PHONEMES);
         let timed = guarded(|| {
+            let started = thread_cpu_seconds();
             let segment = self.network.prepare(&ids, self.pack.style(ids.len()), 1.0)?;
+            let prepare = thread_cpu_seconds() - started;
             let mut fastest = f64::INFINITY;
             for _ in 0..2 {
                 let started = thread_cpu_seconds();
                 self.network.decode_whole(&segment)?;
                 fastest = fastest.min(thread_cpu_seconds() - started);
             }
-            Ok::<f64, String>(fastest)
+            let audio = (segment.frames() * CHUNK_FRAME_SAMPLES) as f64 / f64::from(SAMPLE_RATE);
+            Ok::<_, String>((prepare, fastest, audio))
         });
-        if let Ok(Ok(whole)) = timed {
-            let per_char = whole / MEASURE_PHONEMES.chars().count() as f64;
-            let words = first_segment_words(per_char);
-            let before = self.first_words.fetch_min(words, Ordering::Relaxed);
-            tracing::debug!(whole_ms = whole * 1e3, words, before, "Kokoro's first segment sized");
+        if let Ok(Ok((prepare, whole, audio))) = timed {
+            let chars = MEASURE_PHONEMES.chars().count() as f64;
+            let words = first_segment_words(whole / chars);
+            let before = self.pace.first_words.fetch_min(words, Ordering::Relaxed);
+            let ns = |seconds: f64| (seconds * 1e9) as u64;
+            self.pace.generator_ns.fetch_max(ns(whole / audio.max(0.1)), Ordering::Relaxed);
+            self.pace.prepare_ns.fetch_max(ns(prepare / chars), Ordering::Relaxed);
+            tracing::debug!(
+                whole_ms = whole * 1e3,
+                prepare_ms = prepare * 1e3,
+                audio_s = audio,
+                words,
+                before,
+                "Kokoro's first segment sized"
+            );
         }
     }
 
@@ -878,6 +1010,73 @@ mod tests {
         // Never more than six, never fewer than a clause's two.
         assert_eq!(first_segment_words(1e-4), FIRST_SEGMENT_WORDS);
         assert_eq!(first_segment_words(1.0), 2);
+    }
+
+    #[test]
+    fn a_later_segment_is_cut_where_its_pass_would_end_after_the_audio_before_it() {
+        let long = "The committee reviewed the proposal carefully over several long meetings and eventually \
+            decided that the new library building should be constructed near the old railway station in the \
+            center of town because the land there is cheap, and the buses already stop outside the gate every \
+            ten minutes during the whole day and most of the night.";
+        let zen4 = (0.17, 0.002);
+        let avx2 = (0.29, 0.0035);
+        let cut = |text: &str, (generator, prepare): (f64, f64)| {
+            let mut sentences = vec![sentence(text)];
+            sentences.splice(0..1, split_first(sentences[0].clone(), FIRST_SEGMENT_WORDS));
+            paced(sentences, &mut Lead::default(), generator, prepare)
+        };
+        let texts = |parts: &[Sentence]| parts.iter().map(|s| s.text.clone()).collect::<Vec<_>>();
+        let words =
+            |parts: &[Sentence]| parts.iter().flat_map(|s| s.words.iter().map(|w| w.text.clone())).collect::<Vec<_>>();
+        // A short sentence as split_first cut it, at either speed.
+        let short = "The quick brown fox jumps over the lazy dog near the riverbank.";
+        for costs in [zen4, avx2] {
+            assert_eq!(
+                texts(&cut(short, costs)),
+                ["The quick brown fox jumps over", "the lazy dog near the riverbank."]
+            );
+        }
+        // The 57-word sentence: its rest cut once more, every word kept in order, each pass
+        // ending before the audio before it has played.
+        let whole = words(&[sentence(long)]);
+        for costs in [zen4, avx2] {
+            let parts = cut(long, costs);
+            assert!(parts.len() >= 3, "{:?}", texts(&parts));
+            assert_eq!(words(&parts), whole);
+            let (generator, prepare) = costs;
+            let chars = |s: &Sentence| s.phonemes.chars().count();
+            let mut computed = generator * audio_seconds(chars(&parts[0]));
+            let mut played = audio_seconds(chars(&parts[0]));
+            for part in &parts[1..] {
+                computed += generator * audio_seconds(chars(part)) + prepare * chars(part) as f64;
+                assert!(computed <= played * pacing::ADMISSION_UTILIZATION - 0.05 + 1e-9, "{:?}", texts(&parts));
+                assert!(part.words.len() >= 2);
+                played += audio_seconds(chars(part));
+            }
+        }
+        // A slower CPU cuts sooner; at the last clause break that fits ("cheap,"), else with a comma.
+        let (fast, slow) = (cut(long, zen4), cut(long, avx2));
+        assert!(slow[1].words.len() < fast[1].words.len(), "{:?} {:?}", texts(&fast), texts(&slow));
+        for part in [&fast[1], &slow[1]] {
+            assert!(part.phonemes.trim_end().ends_with(','), "{}", part.phonemes);
+        }
+        // A short first sentence ("Yes.") gives the next little time: cut, but never below four words.
+        let parts = paced(vec![sentence("Yes."), sentence(long)], &mut Lead::default(), zen4.0, zen4.1);
+        assert!(parts.len() >= 3 && parts[1].words.len() >= PACED_MIN_WORDS, "{:?}", texts(&parts));
+        // The same where each sentence is a text of its own (the core sends a stream's
+        // sentences as they end): the lead carries from one to the next.
+        let mut lead = Lead::default();
+        let mut texts_one_by_one = paced(vec![sentence("Yes.")], &mut lead, zen4.0, zen4.1);
+        texts_one_by_one.extend(paced(vec![sentence(long)], &mut lead, zen4.0, zen4.1));
+        assert_eq!(texts(&texts_one_by_one), texts(&parts));
+        assert_eq!(lead.segments, parts.len());
+        // Where not even four words fit (a warm-up on a slow spell: 716 ms over 2.7 s), the
+        // gap is shortened with four.
+        let parts = paced(vec![sentence("Yes."), sentence(long)], &mut Lead::default(), 0.27, 0.0032);
+        assert_eq!(parts[1].words.len(), PACED_MIN_WORDS, "{:?}", texts(&parts));
+        // Slower than real time: left as it was rather than cut in crumbs.
+        let parts = cut(long, (1.2, 0.01));
+        assert_eq!(parts.len(), 2);
     }
 
     #[test]

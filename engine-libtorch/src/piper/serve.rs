@@ -30,8 +30,8 @@ use speechstream_core::engine::{EngineCapabilities, Language, Voice};
 use crate::chunks::sentence_ranges;
 use crate::chunks::ChunkSizes;
 use crate::family::{
-    chunked_costs, guarded, split_first, Family, LoadContext, Loaded, Segment, SegmentInput, SegmentState, Speeds,
-    Style, VoiceModel,
+    chunked_costs, guarded, split_first, Family, Lead, LoadContext, Loaded, Segment, SegmentInput, SegmentState,
+    Speeds, Style, VoiceModel,
 };
 use crate::g2p::espeak::Espeak;
 use crate::g2p::piper::{PhonemeIdMap, Phonemizer};
@@ -511,11 +511,12 @@ impl VoiceModel for PiperVoice {
 
     /// Its first segment's encoder and durations come before its first audio: a long first
     /// sentence is cut ([`split_first`], [`PIPER_FIRST_WORDS`]).
-    fn first_segments(&self, mut sentences: Vec<Sentence>) -> Vec<Sentence> {
-        if !sentences.is_empty() {
+    fn recut(&self, mut sentences: Vec<Sentence>, lead: &mut Lead) -> Vec<Sentence> {
+        if lead.segments == 0 && !sentences.is_empty() {
             let first = split_first(sentences.remove(0), PIPER_FIRST_WORDS);
             sentences.splice(0..0, first);
         }
+        lead.segments += sentences.len();
         sentences
     }
 
