@@ -378,46 +378,40 @@ const FIRST_CLAUSE_MIN_WORDS: usize = 2;
 /// the sentence there (measured with Whisper: without it "The train to the city leaves. But
 /// half past seven."); the rest is the next segment. A sentence that short is left whole.
 pub fn split_first(sentence: Sentence, max_words: usize) -> Vec<Sentence> {
-    split_within(sentence, max_words, Clause::First)
-}
-
-/// Which clause break [`split_within`] cuts at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Clause {
-    /// The first (an utterance's first segment: as short as it reads well)
-    First,
-    /// The last (a long sentence cut where its pass would end after the audio before it has
-    /// played: as long as fits)
-    Last,
-}
-
-/// `sentence` cut within its first `max_words` words (at least two): at its first or last
-/// clause break there (`,` `;` `:` or a dash after at least two words), else after those words
-/// with a comma; the rest is the next segment. A sentence that short is left whole.
-pub fn split_within(sentence: Sentence, max_words: usize, clause: Clause) -> Vec<Sentence> {
     let max_words = max_words.max(FIRST_CLAUSE_MIN_WORDS);
-    let words = &sentence.words;
-    if words.len() <= max_words {
+    if sentence.words.len() <= max_words {
         return vec![sentence];
     }
+    let clause = (FIRST_CLAUSE_MIN_WORDS - 1..max_words).find(|&k| breaks_after(&sentence, k));
+    split_after(sentence, clause.map_or(max_words, |k| k + 1))
+}
+
+/// Whether a clause break (`,` `;` `:` or a dash) follows `sentence`'s word `k`. The front
+/// end's words hold the punctuation after them ("Sundays," is "sˈʌndˌAz,"): a break is in a
+/// word's trailing punctuation or in the gap after it.
+pub fn breaks_after(sentence: &Sentence, k: usize) -> bool {
     let phonemes: Vec<char> = sentence.phonemes.chars().collect();
-    // The front end's words hold the punctuation after them ("Sundays," is "sˈʌndˌAz,"): a
-    // break is in a word's trailing punctuation or in the gap after it.
-    let breaks_after = |k: &usize| {
-        let range = &words[*k].phonemes;
-        let spoken_end = phonemes
-            .get(range.start..range.end.min(phonemes.len()))
-            .and_then(|p| p.iter().rposition(|c| c.is_alphabetic()))
-            .map_or(range.start, |i| range.start + i + 1);
-        let next = words.get(k + 1).map_or(phonemes.len(), |w| w.phonemes.start);
-        phonemes.get(spoken_end..next).is_some_and(|gap| gap.iter().any(|c| matches!(c, ',' | ';' | ':' | '—' | '–')))
-    };
-    let mut candidates = FIRST_CLAUSE_MIN_WORDS - 1..max_words;
-    let found = match clause {
-        Clause::First => candidates.find(breaks_after),
-        Clause::Last => candidates.rfind(breaks_after),
-    };
-    let cut = found.unwrap_or(max_words - 1);
+    let Some(word) = sentence.words.get(k) else { return false };
+    let range = &word.phonemes;
+    let spoken_end = phonemes
+        .get(range.start..range.end.min(phonemes.len()))
+        .and_then(|p| p.iter().rposition(|c| c.is_alphabetic()))
+        .map_or(range.start, |i| range.start + i + 1);
+    let next = sentence.words.get(k + 1).map_or(phonemes.len(), |w| w.phonemes.start);
+    phonemes.get(spoken_end..next).is_some_and(|gap| gap.iter().any(|c| matches!(c, ',' | ';' | ':' | '—' | '–')))
+}
+
+/// `sentence` cut after its first `words` words (at least one, and one left): where no clause
+/// break follows them, with a comma, so the network reads on rather than ending the sentence
+/// there; the rest is the next segment. Otherwise whole.
+pub fn split_after(sentence: Sentence, words: usize) -> Vec<Sentence> {
+    if words == 0 || words >= sentence.words.len() {
+        return vec![sentence];
+    }
+    let cut = words - 1;
+    let clause = breaks_after(&sentence, cut);
+    let words = &sentence.words;
+    let phonemes: Vec<char> = sentence.phonemes.chars().collect();
     // The phonemes split where the next word's begin (the break's punctuation stays first).
     let at = words[cut + 1].phonemes.start.min(phonemes.len());
     let text_at = words[cut + 1].text_range.start;
@@ -425,7 +419,7 @@ pub fn split_within(sentence: Sentence, max_words: usize, clause: Clause) -> Vec
     let shift = |r: &Range<usize>, by: usize| r.start.saturating_sub(by)..r.end.saturating_sub(by);
     let head_text_end = words[cut].text_range.end;
     let mut head_phonemes: String = phonemes[..at].iter().collect();
-    if found.is_none() {
+    if !clause {
         head_phonemes = format!("{},", head_phonemes.trim_end());
     }
     let head = Sentence {

@@ -23,7 +23,7 @@ use speechstream_core::engine::{voice_mix, EngineCapabilities, Language, Synthes
 
 use crate::chunks::ChunkSizes;
 use crate::family::{
-    cost, guarded, split_first, split_within, Clause, Family, Lead, LoadContext, Loaded, Segment, SegmentInput,
+    breaks_after, cost, guarded, split_after, split_first, Family, Lead, LoadContext, Loaded, Segment, SegmentInput,
     SegmentState, Speeds, Streaming, Style, VoiceModel, FIRST_SEGMENT_WORDS,
 };
 use crate::g2p::espeak::Espeak;
@@ -221,7 +221,8 @@ impl Pace {
 
     /// The generator's seconds a second of audio, and the rest's a phoneme character: as
     /// measured, else as a Zen 4 core at AVX-512 VNNI measured them (2026-12-07: the whole pass
-    /// over `MEASURE_PHONEMES` 383-412 ms for 2.4 s of audio, the rest ~2 ms a character).
+    /// over `MEASURE_PHONEMES` 400-434 ms for its 2.675 s of audio, 0.15-0.16 s a second, 0.17
+    /// counted; the rest 52-62 ms, ~2 ms a character).
     fn costs(&self) -> (f64, f64) {
         let seconds = |ns: &AtomicU64, or: f64| match ns.load(Ordering::Relaxed) {
             0 => or,
@@ -420,6 +421,30 @@ fn audio_seconds(chars: usize) -> f64 {
 /// silences and pass for little audio.
 const PACED_MIN_WORDS: usize = 4;
 
+/// English words a phrase starts with, before which [`paced`] cuts a sentence where it has no
+/// clause break (conjunctions, relatives, prepositions; "of" left out: "the center | of town").
+const PHRASE_STARTS: &[&str] = &[
+    "and", "but", "or", "nor", "so", "yet", "because", "since", "although", "though", "while", "whereas", "which",
+    "who", "whom", "whose", "that", "where", "when", "whenever", "if", "unless", "until", "before", "after", "than",
+    "during", "without", "within", "through", "to", "in", "on", "at", "with", "for", "from", "by", "over", "under",
+    "near", "into", "about", "like",
+];
+
+/// Where [`paced`] cuts a sentence within its first `fits` words (at least
+/// [`PACED_MIN_WORDS`]): after its last clause break there, else before the last word there
+/// that starts a phrase ([`PHRASE_STARTS`]), else after `fits` words. A cut at the most words
+/// that fit, mid-phrase, is what Whisper hears worst ("twelve. Percent", "outside. The gate").
+fn phrase_end(sentence: &Sentence, fits: usize) -> usize {
+    let candidates = PACED_MIN_WORDS..=fits;
+    let clause = candidates.clone().rev().find(|&words| breaks_after(sentence, words - 1));
+    let starts = |word: &crate::g2p::Word| {
+        let text = word.text.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase();
+        PHRASE_STARTS.contains(&text.as_str())
+    };
+    let phrase = || candidates.clone().rev().find(|&words| sentence.words.get(words).is_some_and(starts));
+    clause.or_else(phrase).unwrap_or(fits)
+}
+
 /// An utterance's segments (its first already cut short; `sentences` those of its next text,
 /// `lead` where those before leave it) with each later one cut where its pass would end after
 /// the audio before it has played, for a listener who starts with the first segment's audio
@@ -428,8 +453,8 @@ const PACED_MIN_WORDS: usize = 4;
 /// seconds a second of audio); each later one's runs after the one before it (that, and
 /// `prepare` seconds a phoneme character), and must end, at admission's utilization and less
 /// its margin, before the audio of the segments before it has played. A segment whose pass
-/// would not is cut at the most words that fit (at its last clause break within them, else
-/// after them with a comma), at least [`PACED_MIN_WORDS`] (where none fit, the fewest still
+/// would not is cut within the most words that fit ([`phrase_end`]; with a comma where no
+/// clause break is), at least [`PACED_MIN_WORDS`] (where none fit, the fewest still
 /// shorten the gap; on a CPU slower than real time, nothing is cut), with two or more left for
 /// the next.
 /// At a Zen 4 core's speed a first sentence of ~35 words or more is cut once more (a 57-word
@@ -455,8 +480,9 @@ fn paced(sentences: Vec<Sentence>, lead: &mut Lead, generator: f64, prepare: f64
                     .take_while(|&w| cost(chars_to(w)) <= budget)
                     .last()
                     .or((cost(least) < audio_seconds(least)).then_some(PACED_MIN_WORDS));
-                if let Some(words) = fits {
-                    let mut parts = split_within(sentence, words, Clause::Last).into_iter();
+                if let Some(fits) = fits {
+                    let words = phrase_end(&sentence, fits);
+                    let mut parts = split_after(sentence, words).into_iter();
                     sentence = parts.next().expect("a sentence cut in two");
                     if let Some(rest) = parts.next() {
                         queue.push_front(rest);
@@ -1056,6 +1082,14 @@ mod tests {
         }
         // A slower CPU cuts sooner; at the last clause break that fits ("cheap,"), else with a comma.
         let (fast, slow) = (cut(long, zen4), cut(long, avx2));
+        // Each cut before a phrase ("... of town | because the land", "... decided | that the new"),
+        // not at the most words that fit mid-phrase.
+        for parts in [&fast, &slow] {
+            for part in &parts[2..] {
+                let first = part.words[0].text.to_lowercase();
+                assert!(PHRASE_STARTS.contains(&first.as_str()), "{:?}", texts(parts));
+            }
+        }
         assert!(slow[1].words.len() < fast[1].words.len(), "{:?} {:?}", texts(&fast), texts(&slow));
         for part in [&fast[1], &slow[1]] {
             assert!(part.phonemes.trim_end().ends_with(','), "{}", part.phonemes);
