@@ -180,7 +180,7 @@ pub struct KokoroVoiceModel {
 /// slowest worker's figures), for cutting an utterance's first segments so that each pass ends
 /// before the audio before it has played ([`KokoroVoiceModel::recut`]). Where the
 /// options pin the first segment's words, or no worker warms up (`say`), the figures of a
-/// Zen 4 core ([`Pace::new`]): a request's segments are then the same on every machine.
+/// Zen 4 core ([`Pace::costs`]): a request's segments are then the same on every machine.
 pub struct Pace {
     /// Words an utterance's first segment holds at most ([`first_segment_words`])
     first_words: AtomicUsize,
@@ -423,6 +423,7 @@ const PACED_MIN_WORDS: usize = 4;
 
 /// English words a phrase starts with, before which [`paced`] cuts a sentence where it has no
 /// clause break (conjunctions, relatives, prepositions; "of" left out: "the center | of town").
+/// Other languages' sentences are cut at a clause break or after the words that fit.
 const PHRASE_STARTS: &[&str] = &[
     "and", "but", "or", "nor", "so", "yet", "because", "since", "although", "though", "while", "whereas", "which",
     "who", "whom", "whose", "that", "where", "when", "whenever", "if", "unless", "until", "before", "after", "than",
@@ -449,15 +450,14 @@ fn phrase_end(sentence: &Sentence, fits: usize) -> usize {
 /// `lead` where those before leave it) with each later one cut where its pass would end after
 /// the audio before it has played, for a listener who starts with the first segment's audio
 /// (texts are taken to come as fast as they are read: a text that comes later finds the
-/// listener with less audio left than counted here). The first's whole pass runs while its opening plays (`generator`
-/// seconds a second of audio); each later one's runs after the one before it (that, and
-/// `prepare` seconds a phoneme character), and must end, at admission's utilization and less
-/// its margin, before the audio of the segments before it has played. A segment whose pass
-/// would not is cut within the most words that fit ([`phrase_end`]; with a comma where no
-/// clause break is), at least [`PACED_MIN_WORDS`] (where none fit, the fewest still
-/// shorten the gap; on a CPU slower than real time, nothing is cut), with two or more left for
-/// the next.
-/// At a Zen 4 core's speed a first sentence of ~35 words or more is cut once more (a 57-word
+/// listener with less audio left than counted here). The first's whole pass runs while its
+/// opening plays (`generator` seconds a second of audio); each later one's runs after the one
+/// before it (that, and `prepare` seconds a phoneme character), and must end, at admission's
+/// utilization and less its margin, before the audio of the segments before it has played. A
+/// segment whose pass would not is cut within the most words that fit ([`phrase_end`]; with a
+/// comma where no clause break is), at least [`PACED_MIN_WORDS`] (where none fit, the fewest
+/// still shorten the gap; on a CPU slower than real time, nothing is cut), with two or more
+/// left for the next. At a Zen 4 core's speed a first sentence of ~35 words or more is cut once more (a 57-word
 /// sentence's second segment, 17 s of audio, took 3.5 s against the first's 3.2 s: a gap of
 /// 0.9 s in its reply, 2026-12-07); capped to AVX2, ~25 words.
 fn paced(sentences: Vec<Sentence>, lead: &mut Lead, generator: f64, prepare: f64) -> Vec<Sentence> {
