@@ -180,7 +180,7 @@ pub struct KokoroVoiceModel {
 /// slowest worker's figures), for cutting an utterance's first segments so that each pass ends
 /// before the audio before it has played ([`KokoroVoiceModel::recut`]). Where the
 /// options pin the first segment's words, or no worker warms up (`say`), the figures of a
-/// Zen 4 core ([`Pace::costs`]): a request's segments are then the same on every machine.
+/// Zen 4 core (`Pace::costs`): a request's segments are then the same on every machine.
 pub struct Pace {
     /// Words an utterance's first segment holds at most ([`first_segment_words`])
     first_words: AtomicUsize,
@@ -779,7 +779,7 @@ impl VoiceModel for KokoroVoiceModel {
 
     /// Its first audio waits for a whole segment, or its opening: the first is short
     /// ([`split_first`], at most [`Pace::first_words`] words); a later one is cut where its
-    /// pass would end after the audio before it has played ([`paced`]).
+    /// pass would end after the audio before it has played (`paced`).
     fn recut(&self, mut sentences: Vec<Sentence>, lead: &mut Lead) -> Vec<Sentence> {
         if lead.segments == 0 && !sentences.is_empty() {
             let first = split_first(sentences.remove(0), self.pace.first_words());
