@@ -987,13 +987,17 @@ mod tests {
             &["--write-timeout", "0"],
             &["--api-key", ""],
             &["--api-key", "two words"],
+            &["--kokoro-first-words", "0"],
+            &["--kokoro-first-words", "7"],
         ] {
             let argv = ["speechstream", "serve"].iter().chain(bad.iter());
             assert!(Cli::try_parse_from(argv).is_err(), "{bad:?} accepted");
         }
-        let cli = Cli::try_parse_from(["speechstream", "serve", "--idle-timeout", "0.05"]).unwrap();
+        let cli = Cli::try_parse_from(["speechstream", "serve", "--idle-timeout", "0.05", "--kokoro-first-words", "4"])
+            .unwrap();
         let Command::Serve(args) = cli.command else { panic!("not serve") };
         assert_eq!(args.idle_timeout, Duration::from_millis(50));
+        assert_eq!(args.voice.kokoro_first_words, Some(4));
     }
 
     #[test]
