@@ -192,3 +192,38 @@ fn fp16_agrees_with_onnxruntime_and_fp32() {
     assert!(d < 2.0 && f0 < 0.01, "fp16 is {d} dB (F0 {f0}) from fp32");
     assert_ne!(h.audio, f.audio, "fp16 computed in float32 after all");
 }
+
+/// The network's GPU paths (the LSTMs as libtorch `lstm` passes, the source's STFT as tensor
+/// passes: `KokoroModel::load_device_paths`), run here on the CPU, against the CPU's own paths in
+/// fp32, within the tolerances the GPU check holds the device to (benches/src/bin/device_check.rs:
+/// durations before rounding 0.05 frames, F0 and N 0.01 relative RMS, audio 2 dB, another voice
+/// twice that away), on both fixtures and their predicted durations.
+#[test]
+fn the_gpu_paths_agree_with_the_cpu_paths() {
+    let host = KokoroModel::load(&model(), Device::Cpu, Precision::Fp32).unwrap();
+    let device = KokoroModel::load_device_paths(&model(), Precision::Fp32).unwrap();
+    assert!(KokoroModel::load_device_paths(&model(), Precision::Int8).is_err());
+    for name in ["hello", "weather"] {
+        let (case, _) = fixture(name);
+        let ids: Vec<i64> = case["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+        let style = floats(&case["style"]);
+        let speed = case["speed"].as_f64().unwrap() as f32;
+        let (h, ht) = host.infer_traced(&ids, &style, speed, None).unwrap();
+        let (d, dt) = device.infer_traced(&ids, &style, speed, None).unwrap();
+        let raw = ht.durations_raw.iter().zip(&dt.durations_raw).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert_eq!(h.durations, d.durations, "{name}: durations");
+        let (f0, n) = (rel_rms(&dt.f0, &ht.f0), rel_rms(&dt.n, &ht.n));
+        let db = spectral_distance(&d.audio, &h.audio);
+        let other = if name == "hello" { "weather" } else { "hello" };
+        let (wrong, _) =
+            device.infer_traced(&ids, &floats(&fixture(other).0["style"]), speed, Some(&h.durations)).unwrap();
+        let wrong_db = spectral_distance(&wrong.audio, &h.audio);
+        eprintln!(
+            "GPU paths on the CPU, {name}: durations ±{raw:.2e} frames, F0 {f0:.2e}, N {n:.2e} (relative RMS), \
+             audio {db:.3} dB (another voice {wrong_db:.2} dB)"
+        );
+        assert!(raw < 0.05 && f0 < 0.01 && n < 0.01 && db < 2.0, "{name}: the GPU paths are off");
+        assert!(wrong_db > 4.0, "{name}: another voice is only {wrong_db} dB away: the check proves nothing");
+        assert_ne!(h.audio, d.audio, "{name}: the GPU paths were not taken");
+    }
+}

@@ -337,6 +337,18 @@ impl Hibari {
         self.prosody_net_batch(&[(ids, speed)], vec![(s, d)], &hm.unsqueeze(0), &hp.unsqueeze(0)).pop().expect("one")
     }
 
+    /// Replaces `p`'s pulse train (the DSP's harmonic source, made from its f0) with the one of
+    /// `f0` (\[F\] Hz, on any device): to compare two devices' decoders and DSP on one source,
+    /// and to see what an f0 moved by another device's rounding does to the audio alone (the
+    /// pulses' phase is the running sum of f0, so 1e-6 of f0 moves the highest harmonics' phase
+    /// by ~1e-3 of a turn per second: benches' device-check).
+    pub fn pulses_from(&self, p: &mut Prosody, f0: &Tensor) {
+        let _g = tch::no_grad_guard();
+        assert_eq!(f0.size(), [p.frames as i64], "one f0 per frame");
+        let pulses = self.dsp.pulses(&f0.to_device(self.device));
+        p.pulse = self.dsp.pulse_spectrum(&pulses, p.frames as i64);
+    }
+
     /// The network's outputs for fine frames [a, b) (exact: the decoder runs on [a−27, b+27)).
     pub fn decode(&self, p: &Prosody, a: usize, b: usize) -> Spectra {
         self.decode_batch(&[(p, a, b)]).pop().expect("one item")

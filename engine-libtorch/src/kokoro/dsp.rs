@@ -376,7 +376,7 @@ mod tests {
         }
         let window: Vec<f32> = (0..20).map(|j| 0.5 - 0.5 * (2.0 * PI * j as f32 / 20.0).cos()).collect();
         let (got, frames) = every_level(|| source_spectrum(&m, &window));
-        let want = signal::source_spectrum(&Tensor::from_slice(&m).view([1, -1]), &Tensor::from_slice(&window));
+        let want = signal::source_spectrum(&Tensor::from_slice(&m).view([1, -1]), &Tensor::from_slice(&window), false);
         assert_eq!(want.size(), [1, 22, frames as i64]);
         let want = floats(&want);
         let (split, split_want) = (got.split_at(11 * frames), want.split_at(11 * frames));

@@ -656,11 +656,17 @@ struct Direction {
 
 /// A bidirectional LSTM (`DynamicQuantizeLSTM`, hidden 256, zero initial state). As onnxruntime:
 /// the inputs of all steps are quantized together for their product with W, the hidden state step
-/// by step for its product with R. The recurrence runs on the CPU in either precision.
+/// by step for its product with R. The recurrence runs on the CPU in either precision, step by
+/// step in Rust; or, in fp32 and fp16 with [`Lstm::on_device`] (the network on a GPU), as one
+/// libtorch `lstm` pass on the device (cuDNN on CUDA), in float32: no copy to the host and back,
+/// and no wait for the device's queue.
 pub(super) struct Lstm {
     dirs: Vec<Direction>,
     input: usize,
     hidden: usize,
+    /// [`Lstm::on_device`]: libtorch's `lstm` parameters (per direction W, R, the bias and a
+    /// zero bias; gates in PyTorch's order i, f, g, o) on the device.
+    device: Option<Vec<Tensor>>,
 }
 
 /// The logistic function, 1/(1 + e⁻ˣ), by [`approx::exp`]'s branch-free eˣ (loops of it vectorize).
@@ -731,7 +737,32 @@ impl Lstm {
             let bias = (0..h4).map(|j| bd[j] + bd[h4 + j]).collect();
             dirs.push(Direction { w: wq, r: rq, w_scale: ws[d], r_scale: rs[d], w_f32, r_f32, bias });
         }
-        Ok(Lstm { dirs, input, hidden: h })
+        Ok(Lstm { dirs, input, hidden: h, device: None })
+    }
+
+    /// Runs [`Lstm::forward`] as one libtorch `lstm` pass on `device` (fp32 and fp16: the
+    /// dequantized weights in float32): the path the network takes on a GPU, which
+    /// [`super::KokoroModel::load_device_paths`] also takes on the CPU to test it.
+    pub fn on_device(mut self, device: Device) -> R<Lstm> {
+        let h = self.hidden as i64;
+        // ONNX's gate blocks i, o, f, c as PyTorch's i, f, g, o
+        let torch_order = |t: Tensor| {
+            Tensor::cat(&[t.narrow(0, 0, h), t.narrow(0, 2 * h, h), t.narrow(0, 3 * h, h), t.narrow(0, h, h)], 0)
+        };
+        let mut params = Vec::new();
+        for dir in &self.dirs {
+            let Some(w) = &dir.w_f32 else {
+                return Err("the LSTM's device pass runs fp32 or fp16 weights, not int8".into());
+            };
+            let r = Tensor::from_slice(&dir.r_f32).view([h, 4 * h]);
+            let bias = Tensor::from_slice(&dir.bias);
+            params.push(torch_order(w.transpose(0, 1)).contiguous().to_device(device));
+            params.push(torch_order(r.transpose(0, 1)).contiguous().to_device(device));
+            params.push(torch_order(bias).to_device(device));
+            params.push(Tensor::zeros([4 * h], (Kind::Float, device)));
+        }
+        self.device = Some(params);
+        Ok(self)
     }
 
     /// `x` [seq, in] → [seq, dirs·H] (each step's forward state, then its backward state), on
@@ -742,8 +773,15 @@ impl Lstm {
         let dev = x.device();
         let seq = size[0] as usize;
         let h = self.hidden;
-        let xv = to_f32s(x).expect("a float tensor");
         let nd = self.dirs.len();
+        if let Some(params) = &self.device {
+            // [seq, batch 1, in]; zero initial states [directions, 1, H]
+            let x = x.to_kind(Kind::Float).to_device(params[0].device()).unsqueeze(1);
+            let zeros = Tensor::zeros([nd as i64, 1, h as i64], (Kind::Float, x.device()));
+            let (y, _, _) = x.lstm(&[zeros.shallow_clone(), zeros], params, true, 1, 0.0, false, nd == 2, false);
+            return y.squeeze_dim(1).to_device(dev);
+        }
+        let xv = to_f32s(x).expect("a float tensor");
         let mut y = vec![0f32; seq * nd * h];
         for (d, dir) in self.dirs.iter().enumerate() {
             // Input products for every step: gx [seq, 4H]

@@ -23,6 +23,10 @@ pub(super) struct Weights<'a> {
     inits: HashMap<&'a str, &'a OnnxTensor>,
     pub precision: Precision,
     pub device: Device,
+    /// The steps the CPU runs one after the other (the LSTMs' recurrences, the source's STFT)
+    /// run as tensor passes on the device instead: on a GPU, or to test that path on the CPU
+    /// ([`super::KokoroModel::load_device_paths`]). Not in int8 (the CPU's).
+    pub device_paths: bool,
 }
 
 /// A float convolution or transposed convolution of the export (`Conv`, `ConvTranspose`): weight,
@@ -275,7 +279,8 @@ impl<'a> Weights<'a> {
             }
         }
         let inits = g.initializers.iter().map(|t| (t.name.as_str(), t)).collect();
-        Weights { nodes, producer, consumers, inits, precision, device }
+        let device_paths = device != Device::Cpu && precision != Precision::Int8;
+        Weights { nodes, producer, consumers, inits, precision, device, device_paths }
     }
 
     fn node(&self, name: &str, op: &str) -> R<&'a Node> {
@@ -365,7 +370,12 @@ impl<'a> Weights<'a> {
         let n = self.node(name, "DynamicQuantizeLSTM")?;
         let ins: Vec<&OnnxTensor> =
             [1, 2, 3, 8, 9, 10, 11].iter().map(|&i| self.init(&n.inputs[i])).collect::<R<_>>()?;
-        Lstm::new(n, &ins, self.precision)
+        let lstm = Lstm::new(n, &ins, self.precision)?;
+        if self.device_paths {
+            lstm.on_device(self.device)
+        } else {
+            Ok(lstm)
+        }
     }
 
     /// A float `Conv` or `ConvTranspose` node (1-d, symmetric padding).

@@ -71,7 +71,29 @@ impl KokoroModel {
         Self::from_model(&model, device, precision).map_err(|e| format!("{}: {e}", onnx.display()))
     }
 
+    /// Loads the network on the CPU in `precision` (fp32 or fp16) with the code paths it takes
+    /// on a GPU: the LSTMs as libtorch `lstm` passes and the source's STFT as tensor passes,
+    /// where the CPU's own path runs them one step after the other in Rust. To check those
+    /// paths without a GPU (tests/kokoro_onnx.rs).
+    pub fn load_device_paths(onnx: &Path, precision: Precision) -> Result<KokoroModel, String> {
+        if precision == Precision::Int8 {
+            return Err("the device paths run fp32 or fp16".into());
+        }
+        let model = Model::load(onnx).map_err(|e| format!("{}: {e}", onnx.display()))?;
+        Self::from_model_with(&model, Device::Cpu, precision, true).map_err(|e| format!("{}: {e}", onnx.display()))
+    }
+
     fn from_model(model: &Model, device: Device, precision: Precision) -> Result<KokoroModel, String> {
+        Self::from_model_with(model, device, precision, false)
+    }
+
+    /// `device_paths`: the device's paths on the CPU too (they are taken on any other device).
+    fn from_model_with(
+        model: &Model,
+        device: Device,
+        precision: Precision,
+        device_paths: bool,
+    ) -> Result<KokoroModel, String> {
         if precision == Precision::Int8 && device != Device::Cpu {
             return Err("int8 runs on the CPU only; use fp32 on CUDA".into());
         }
@@ -88,7 +110,8 @@ impl KokoroModel {
             ));
         }
         let _g = tch::no_grad_guard();
-        let weights = load::Weights::new(model, precision, device);
+        let mut weights = load::Weights::new(model, precision, device);
+        weights.device_paths |= device_paths;
         Ok(KokoroModel { net: net::Kokoro::load(&weights)? })
     }
 

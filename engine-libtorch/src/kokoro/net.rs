@@ -726,6 +726,8 @@ pub(super) struct Generator {
     conv_post: GenConv,
     inverse_basis: Tensor,
     window_sum: Tensor,
+    /// The source's STFT on the device ([`Weights::device_paths`]).
+    device_paths: bool,
 }
 
 const GEN: &str = "/decoder/decoder/generator";
@@ -755,6 +757,7 @@ impl Generator {
             conv_post: GenConv::load(w, &format!("{GEN}/conv_post/Conv"))?,
             inverse_basis: w.float(&format!("{GEN_W}.stft.istft.stft.inverse_basis"))?,
             window_sum: w.float(&format!("{GEN_W}.stft.istft.stft.window_sum"))?,
+            device_paths: w.device_paths,
         })
     }
 
@@ -773,14 +776,14 @@ impl Generator {
     }
 
     /// The source's STFT (n_fft 20, hop 5, reflect padding): magnitudes and phases [1, 22, frames]
-    /// (int8: Rust loops, [`dsp::source_spectrum`]).
+    /// (int8: Rust loops, [`dsp::source_spectrum`]; on a device, tensor passes).
     fn source_spectrum(&self, p: Precision, m: &Tensor) -> Tensor {
         match p {
             Precision::Int8 => {
                 let (spec, frames) = dsp::source_spectrum(f32s(m), f32s(&self.window));
                 Tensor::from_slice(&spec).view([1, 22, frames as i64])
             }
-            Precision::Fp32 | Precision::Fp16 => signal::source_spectrum(m, &self.window),
+            Precision::Fp32 | Precision::Fp16 => signal::source_spectrum(m, &self.window, self.device_paths),
         }
     }
 

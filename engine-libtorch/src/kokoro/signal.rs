@@ -105,6 +105,40 @@ pub(super) fn stft(sig: &Tensor, step: usize, win: &Tensor, n: usize) -> Tensor 
     Tensor::from_slice(&out).view([b as i64, frames as i64, bins as i64, 2]).to_device(sig.device())
 }
 
+/// [`stft`] as tensor passes on `sig`'s device (the network's path on a GPU: no copy to the host
+/// and back): the same products and the same sums in the same order, so the same bits. Its
+/// frames windowed at once, then for each frame sample in turn its products with every bin's
+/// twiddles added to the bins' sums, from zero as [`stft`] starts.
+pub(super) fn stft_on_device(sig: &Tensor, step: usize, win: &Tensor, n: usize) -> Tensor {
+    let size = sig.size();
+    let (b, l) = (size[0], size[1] as usize);
+    assert!(n > 0 && step > 0 && l >= n, "STFT of {l} samples in frames of {n} every {step}");
+    let dev = sig.device();
+    let frames = ((l - n) / step + 1) as i64;
+    let bins = n / 2 + 1;
+    let velocity = -(2.0 * std::f32::consts::PI) / n as f32;
+    // twiddles [n, bins], as `stft` computes them
+    let (mut cos, mut sin) = (vec![0f32; n * bins], vec![0f32; n * bins]);
+    for k in 0..bins {
+        for j in 0..n {
+            let angle = (k * j) as f32 * velocity;
+            (cos[j * bins + k], sin[j * bins + k]) = (angle.cos(), angle.sin());
+        }
+    }
+    let twiddles = |v: &[f32]| Tensor::from_slice(v).view([n as i64, 1, bins as i64]).to_device(dev);
+    let (cos, sin) = (twiddles(&cos), twiddles(&sin));
+    // [B, frames, n]: each frame's samples times the window
+    let windowed = sig.to_kind(Kind::Float).unfold(1, n as i64, step as i64) * win.to_kind(Kind::Float).to_device(dev);
+    let mut re = Tensor::zeros([b, frames, bins as i64], (Kind::Float, dev));
+    let mut im = re.zeros_like();
+    for j in 0..n as i64 {
+        let e = windowed.narrow(2, j, 1); // [B, frames, 1]
+        re = re + &e * cos.get(j);
+        im = im + &e * sin.get(j);
+    }
+    Tensor::stack(&[re, im], 3)
+}
+
 /// The harmonic source of F0 [1, 2T] → [1, 600T] (SineGen without its random phase and noise,
 /// as the export computes it), `w` [9, 1] and `b` [1] its Linear 9 → 1, then tanh.
 pub(super) fn harmonic_source(f0: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
@@ -124,10 +158,11 @@ pub(super) fn harmonic_source(f0: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
 }
 
 /// The source's STFT (n_fft 20, hop 5, reflect padding, the Hann `window`): magnitudes and
-/// phases [1, 22, frames] of `m` [1, L].
-pub(super) fn source_spectrum(m: &Tensor, window: &Tensor) -> Tensor {
+/// phases [1, 22, frames] of `m` [1, L]; the STFT on the device with `on_device`
+/// ([`stft_on_device`]).
+pub(super) fn source_spectrum(m: &Tensor, window: &Tensor, on_device: bool) -> Tensor {
     let padded = m.unsqueeze(1).reflection_pad1d([10, 10]).squeeze_dim(1);
-    let spec = stft(&padded, 5, window, 20); // [1, frames, 11, 2]
+    let spec = if on_device { stft_on_device(&padded, 5, window, 20) } else { stft(&padded, 5, window, 20) }; // [1, frames, 11, 2]
     let spec = spec.transpose(1, 2);
     let (re, im) = (spec.select(3, 0), spec.select(3, 1));
     let mag = (&re * &re + &im * &im).sqrt();
@@ -154,4 +189,32 @@ pub(super) fn istft(y: &Tensor, inverse_basis: &Tensor, window_sum: &Tensor) -> 
     let head = (&head / &ws).where_self(&ws.gt(f64::from(f32::MIN_POSITIVE)), &head);
     let wav = Tensor::cat(&[head, wav.narrow(1, k, len - k)], 1) * 4.0;
     wav.narrow(1, 10, len - 20).squeeze_dim(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The STFT's tensor passes (a GPU's path) give [`stft`]'s bits on the CPU: two signals, a
+    /// Hann window, the source's frames (20 every 5), and a frame length whose last sample is
+    /// left over.
+    #[test]
+    fn the_stft_on_a_device_gives_the_same_bits() {
+        let l = 20 + 5 * 37 + 3;
+        let v: Vec<f32> = (0..2 * l).map(|i| (i as f32 * 0.731).sin() * 0.9 + (i as f32 * 0.05).cos() * 0.1).collect();
+        let sig = Tensor::from_slice(&v).view([2, l as i64]);
+        let hann: Vec<f32> =
+            (0..20).map(|j| 0.5 - 0.5 * (2.0 * std::f32::consts::PI * j as f32 / 20.0).cos()).collect();
+        let win = Tensor::from_slice(&hann);
+        let host = stft(&sig, 5, &win, 20);
+        let device = stft_on_device(&sig, 5, &win, 20);
+        assert_eq!(host.size(), [2, 38, 11, 2]);
+        assert_eq!(device.size(), host.size());
+        let (h, d) = (floats(&host), floats(&device));
+        let differ = h.iter().zip(&d).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(differ, 0, "{differ} of {} values differ", h.len());
+        // (the check can fail: another window gives other values)
+        let other = stft_on_device(&sig, 5, &(&win * 0.5), 20);
+        assert!(floats(&other) != h);
+    }
 }
