@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The GPU checks in one command: each network on the device against the CPU (hibari: fp32, within
 # 1e-3; Kokoro-82M: fp32 and fp16, the tolerances of benches/src/bin/device_check.rs), then the server on
-# the device: hibari under 1, 16, 256 and 1024 concurrent closed-loop streams (audio seconds per
-# second, time to first audio p50/p99, late chunks from both sides, refusals), and a Kokoro voice
-# under a few counts of real-time listeners (streams per GPU at 0 late chunks, TTFA p50/p99); the
-# same for a Piper voice (joe: its network against the CPU's fp32, in process, listeners); all
-# figures into one file.
+# the device: hibari under 16 and 256 concurrent closed-loop streams (audio seconds per second,
+# time to first audio p50/p99, late chunks from both sides, refusals) and under 1 to 4,096
+# real-time listeners, and a Kokoro voice under a few counts of real-time listeners (streams per
+# GPU at 0 late chunks, TTFA p50/p99); the same for a Piper voice (joe: its network against the
+# CPU's fp32, in process, listeners); all figures into one file, and the headline figures into
+# gpu-latest.json beside it (the GPU, the date, the commit, per family the listeners held at 0
+# late chunks and first audio there: copy it to benches/results/gpu-latest.json).
 #
 #   scripts/gpu-check.sh build                  # here: release binaries + the voices, see below
 #   scripts/gpu-check.sh run --device cuda      # on the GPU machine: no Rust, no network needed
@@ -44,7 +46,9 @@
 #   target/gpu-check-piper/part-00, then
 #   run(carry=[target/gpu-check, target/gpu-check-piper/part-01], command="scripts/gpu-check.sh run --device cuda")
 #
-# Knobs: DURATION [15] seconds per load point, CONNS ["1 16 256 1024"; empty: no hibari load],
+# Knobs: DURATION [15] seconds per load point, CONNS ["16 256"; empty: no hibari load],
+# HIBARI_LISTENERS ["1 512 2048 4096"; empty: none] hibari's real-time listeners (loadgen
+# --playback, 2 s ramp, HIBARI_DURATION [10] s a point, on the closed loop's server),
 # WORKERS [server default], PORT [28990], RESULTS [$OUT/gpu-check-<device>.md when $OUT is a
 # folder (the device machine's return folder), else target/gpu-check/results-<device>-<stamp>.md]
 # (JSON lines beside it, .jsonl); Kokoro: KOKORO_CONNS ["1 8 32 64"] listeners (loadgen
@@ -65,8 +69,11 @@
 # runs.
 # KOKORO_REPS [5] runs per in-process figure. Stays within 10 minutes with the defaults on a GPU:
 # ~1 min of start-up and checks, ~1 min for Kokoro's checks and in-process runs, ~0.5 min for
-# Piper's, 4 x (15 s + drain) for hibari, start-up + 4 x (10 s + 2 s ramp + drain) for Piper
-# (~1 min), 2 x (start-up + 4 x (15 s + 2 s ramp + drain)) for Kokoro: ~8 min.
+# Piper's, 2 x (15 s + drain) + 4 x (10 s + 2 s ramp + drain) for hibari (~1.5 min), start-up
+# + 4 x (10 s + 2 s ramp + drain) for Piper (~1 min), 2 x (start-up + 4 x (15 s + 2 s ramp +
+# drain)) for Kokoro: ~8.5 min. onnxruntime-CUDA's Kokoro figure (issue 52's side-by-side) needs
+# onnxruntime-gpu and the fp32 export on the machine, neither of which fits the carries: the
+# summary says which is missing.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -109,6 +116,8 @@ build() {
   ldd target/release/speechstream | awk '$1 ~ /^libopus/ {print $3}' | xargs -r -I{} cp -L {} "$BUNDLE/lib/"
   cp -L .cache/hibari/* "$BUNDLE/hibari/"
   cp benches/texts/short.txt "$BUNDLE/"
+  # the commit the binaries are built from, for the summary (gpu-latest.json)
+  { git rev-parse HEAD; git diff --quiet HEAD -- . 2>/dev/null || echo "(uncommitted changes)"; } >"$BUNDLE/commit" 2>/dev/null || true
   say "bundle: $BUNDLE ($(du -sh "$BUNDLE" | cut -f1))"
   rm -rf "$KPARTS"
   if [[ -f .cache/kokoro/kokoro-v1.0.int8.onnx ]]; then
@@ -240,7 +249,7 @@ run() {
   # espeak-ng's helper (Piper's text), from the bundle: the checkout's build is not carried
   [[ -x "$BUNDLE/bin/espeak-phonemes" ]] && export SPEECHSTREAM_ESPEAK_PHONEMES="$BUNDLE/bin/espeak-phonemes"
   ulimit -n 16384 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-  local duration="${DURATION:-15}" conns="${CONNS-1 16 256 1024}" port="${PORT:-28990}"
+  local duration="${DURATION:-15}" conns="${CONNS-16 256}" port="${PORT:-28990}"
   local stamp out
   stamp="$(date -u +%Y%m%dT%H%M%SZ)"
   if [[ -n "${RESULTS:-}" ]]; then
@@ -427,6 +436,73 @@ if points:
 PY
   }
 
+  # The run in one JSON object, gpu-latest.json beside the results (the session copies it to
+  # benches/results/): the GPU, the date, the commit; per family the most listeners held at 0
+  # late chunks of those tried (0 refused, 0 errors) with first audio p50/p99 there (Kokoro:
+  # per precision and worker count), hibari's closed-loop audio seconds per second; the numeric
+  # checks; onnxruntime-CUDA's Kokoro figure where this machine has onnxruntime with CUDA.
+  summary() {
+    local gpu="" ort=""
+    command -v nvidia-smi >/dev/null && gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+    ort="$(python3 -c 'import onnxruntime as o; print(",".join(o.get_available_providers()))' 2>&1 | tail -1)" || true
+    python3 - "$jsonl" "$(dirname "$out")/gpu-latest.json" "$DEVICE" "$gpu" "$BUNDLE/commit" "$ort" >>"$out" <<'PY'
+import datetime, json, sys
+path, dest, device, gpu, commit_file, ort = sys.argv[1:7]
+rs = [json.loads(l) for l in open(path) if l.strip()]
+try:
+    commit = " ".join(open(commit_file).read().split())
+except OSError:
+    commit = None
+section, points = None, []
+for r in rs:
+    if r.get("kind") == "section":
+        section = r
+    elif "late_chunks" in r and section is not None:
+        points.append((section, r))
+def clean(p):
+    return p.get("late_chunks") == 0 and p.get("refused") == 0 and p.get("errors") == 0 and p.get("utterances_ok", 1) > 0
+def held(filt):
+    tried = [p for s, p in points if filt(s)]
+    best = max((p for p in tried if clean(p)), key=lambda p: p.get("connections", 0), default=None)
+    first = next((p for p in tried if p.get("connections") == 1), None)
+    return {
+        "listeners_tried": [p.get("connections") for p in tried],
+        "listeners_at_0_late": best and best.get("connections"),
+        "ttfa_ms_at_that": best and {k: best["ttfa_ms"].get(k) for k in ("p50", "p99")},
+        "ttfa_ms_at_1": first and {k: first["ttfa_ms"].get(k) for k in ("p50", "p99")},
+    }
+closed = [p for s, p in points if s["family"] == "hibari" and s["load"] == "closed_loop"]
+checks = {r["kind"] + (f"_{r['precision']}" if r["kind"] == "device_check_kokoro" else ""): r.get("pass")
+          for r in rs if r.get("kind", "").startswith("device_check")}
+kokoro = {}
+for s, _ in points:
+    if s["family"] == "kokoro":
+        key = f"{s['precision']}, workers {s['workers']}"
+        kokoro[key] = held(lambda t, s=s: t is s)
+has_cuda_ort = "CUDAExecutionProvider" in ort
+summary = {
+    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    "device": device,
+    "gpu": gpu or None,
+    "commit": commit,
+    "numeric_checks": checks,
+    "hibari": {
+        **held(lambda s: s["family"] == "hibari" and s["load"] == "listeners"),
+        "closed_loop_audio_s_per_s": max((p.get("audio_seconds_per_s") or 0 for p in closed), default=None),
+    },
+    "kokoro": kokoro,
+    "piper": next((r for r in reversed(rs) if r.get("kind") == "piper_summary"), None),
+    "onnxruntime_cuda_kokoro": {
+        "measured": False,
+        "why": ("onnxruntime has CUDA here, but the bundle carries no fp32 Kokoro export to run on it"
+                if has_cuda_ort else f"no onnxruntime with CUDA on this machine ({ort or 'not importable'})"),
+    },
+}
+json.dump(summary, open(dest, "w"), indent=2)
+print("\n## Summary (gpu-latest.json)\n\n```json\n" + json.dumps(summary, indent=2) + "\n```")
+PY
+  }
+
   # Piper's voice under real-time listeners (the server alone with it beside hibari)
   piper_load() {
     local pconns="${PIPER_CONNS-1 32 128 256}"
@@ -469,10 +545,26 @@ PY
       echo "| streams $header"
       echo "$rule"
     } >>"$out"
+    echo '{"kind": "section", "family": "hibari", "load": "closed_loop"}' >>"$jsonl"
     for c in $conns; do
       say "load: $c stream(s), ${duration}s"
       load_point "$c" -c "$c"
     done
+    local listeners="${HIBARI_LISTENERS-1 512 2048 4096}"
+    if [[ -n "$listeners" ]]; then
+      {
+        echo
+        echo "## hibari: real-time listeners (loadgen --playback, 2 s ramp), ${HIBARI_DURATION:-10} s per point, the same server"
+        echo
+        echo "| listeners $header"
+        echo "$rule"
+      } >>"$out"
+      echo '{"kind": "section", "family": "hibari", "load": "listeners"}' >>"$jsonl"
+      for c in $listeners; do
+        say "hibari listeners: $c, ${HIBARI_DURATION:-10}s"
+        point_duration="${HIBARI_DURATION:-10}" load_point "$c" -c "$c" --playback --ramp 2
+      done
+    fi
     stop_server
   }
   if [[ -n "$kokoro_dir" ]]; then
@@ -514,6 +606,11 @@ PY
       KOKORO_DEVICE="$DEVICE" "$BUNDLE/bin/kokoro_rtf" "$model" "$BUNDLE/cases/$c.json" "${KOKORO_REPS:-5}" fp32,fp16 2>&1 |
         grep -E "native|rror|panic" | sed "s/^/$c: /" >>"$out" || check=FAIL
     done
+    # Where a long segment's time goes, block by block (each kernel waited for: CUDA's launches
+    # are otherwise asynchronous and a block's time would show up at the next copy to the host)
+    say "Kokoro in process: profile"
+    CUDA_LAUNCH_BLOCKING=1 KOKORO_PROFILE=1 KOKORO_DEVICE="$DEVICE" "$BUNDLE/bin/kokoro_rtf" "$model" \
+      "$BUNDLE/cases/long.json" 2 fp32 2>&1 | grep "kokoro profile" | tail -1 | sed "s/^/long, fp32, launches waited for: /" >>"$out" || true
     echo '```' >>"$out"
   fi
   if [[ -n "$piper_dir" ]]; then
@@ -540,6 +637,7 @@ PY
       echo "| listeners $header"
       echo "$rule"
     } >>"$out"
+    echo "{\"kind\": \"section\", \"family\": \"kokoro\", \"load\": \"listeners\", \"precision\": \"$kprec\", \"workers\": \"$kw\"}" >>"$jsonl"
     for c in ${KOKORO_CONNS:-1 8 32 64}; do
       say "Kokoro load ($kprec): $c listener(s), ${duration}s"
       load_point "$c" -c "$c" --playback --ramp 2 --voice "$voice"
@@ -549,8 +647,9 @@ PY
     done
   fi
   trap - EXIT
+  summary
   echo >>"$out"
-  echo "Numeric checks: $check. Raw: $jsonl" >>"$out"
+  echo "Numeric checks: $check. Raw: $jsonl; summary: $(dirname "$out")/gpu-latest.json" >>"$out"
   cat "$out"
   say "figures: $out"
   [[ "$check" == ok ]]

@@ -6,7 +6,8 @@
 //! CPU's f0. The pulses' phase is the running sum of f0 over the sentence and the highest
 //! harmonic ~275 times it, so an f0 within 1.2e-6 of the CPU's (what an H200 gave, 2026-12-04)
 //! moves a 4 s sentence's audio by ~1e-3 on any device: on the CPU alone, moving f0 by 1.2e-4
-//! Hz moved the check's sentences by 2.4e-4 to 3.2e-3 (2026-12-07). That was the 1.26e-3 the
+//! Hz moved the check's sentences by 2.4e-4 to 3.2e-3, and by 1e-6 of itself 4.3e-4 to 5.3e-3
+//! (`--device cpu --perturb 1e-6`, 2026-12-07). That was the 1.26e-3 the
 //! first GPU run failed on, not the device's arithmetic. Each sentence also reports the audio
 //! from the device's own f0 (`audio_own_f0`) and the CPU's audio with its pulses from the
 //! device's f0 (`cpu_audio_at_device_f0`): where the f0 explains the difference, the two agree.
@@ -78,8 +79,9 @@ struct Args {
     /// The Kokoro voice to speak with (default: the first by name).
     #[arg(long)]
     voice: Option<String>,
-    /// Kokoro: move the device's style by this part (e.g. 1e-6): with `--device cpu`, how far
-    /// the CPU's own arithmetic moves for an input change of that size (the tolerance's scale).
+    /// Move the device's input by this part (e.g. 1e-6): with `--device cpu`, how far the CPU's
+    /// own arithmetic moves for an input change of that size (the tolerance's scale). Kokoro:
+    /// its style; hibari: its f0 before the pulse train (`audio_own_f0`).
     #[arg(long, default_value_t = 0.0)]
     perturb: f32,
     /// Kokoro: the device's precision, fp32 or fp16 (its products in float16), always against
@@ -195,6 +197,12 @@ fn main() -> ExitCode {
             let s_dev = dev.decode(&p_dev, 0, p_dev.frames);
             let noise = NoiseSource::new(1, 0);
             let a_cpu = cpu.synthesize_chunk(&p_cpu, 0, p_cpu.frames, &noise);
+            // (`--perturb`: the device's f0 moved by that part of itself, its pulses from that)
+            let mut p_dev = p_dev;
+            let f0_dev = &p_dev.f0 * (1.0 + f64::from(args.perturb));
+            if args.perturb != 0.0 {
+                dev.pulses_from(&mut p_dev, &f0_dev);
+            }
             let a_own = dev.synthesize_chunk(&p_dev, 0, p_dev.frames, &noise);
             // The audio from one source: the device's pulse train made from the CPU's f0.
             let mut p_same = dev.prosody_with_durations(&ids, 1.0, &p_cpu.durations);
@@ -202,7 +210,7 @@ fn main() -> ExitCode {
             let a_dev = dev.synthesize_chunk(&p_same, 0, p_same.frames, &noise);
             // What the device's f0 does to the CPU's own audio: its pulses from the device's f0.
             let mut p_moved = cpu.prosody(&ids, 1.0);
-            cpu.pulses_from(&mut p_moved, &p_dev.f0);
+            cpu.pulses_from(&mut p_moved, &f0_dev);
             let a_moved = cpu.synthesize_chunk(&p_moved, 0, p_moved.frames, &noise);
             let names = ["lh", "theta", "ln", "lr", "phi"];
             let mut diffs = serde_json::Map::new();

@@ -133,8 +133,8 @@ pub(super) fn stft_on_device(sig: &Tensor, step: usize, win: &Tensor, n: usize) 
     let mut im = re.zeros_like();
     for j in 0..n as i64 {
         let e = windowed.narrow(2, j, 1); // [B, frames, 1]
-        re = re + &e * cos.get(j);
-        im = im + &e * sin.get(j);
+        re += &e * cos.get(j);
+        im += &e * sin.get(j);
     }
     Tensor::stack(&[re, im], 3)
 }
