@@ -526,6 +526,7 @@ PY
       echo "| listeners $header"
       echo "$rule"
     } >>"$out"
+    echo '{"kind": "section", "family": "piper", "load": "listeners"}' >>"$jsonl"
     for c in $pconns; do
       say "Piper load: $c listener(s), ${point_duration}s"
       load_point "$c" -c "$c" --playback --ramp 2 --voice "$PIPER_VOICE" --bytes-per-second "$((rate * 2))"
