@@ -193,7 +193,7 @@ fn fp16_agrees_with_onnxruntime_and_fp32() {
     assert_ne!(h.audio, f.audio, "fp16 computed in float32 after all");
 }
 
-/// The network's GPU paths (the LSTMs as libtorch `lstm` passes, the source's STFT as tensor
+/// The network's GPU paths (the LSTMs as libtorch `lstm` passes, the source's running sum and STFT as tensor
 /// passes: `KokoroModel::load_device_paths`), run here on the CPU, against the CPU's own paths in
 /// fp32, within the tolerances the GPU check holds the device to (benches/src/bin/device_check.rs:
 /// durations before rounding 0.05 frames, F0 and N 0.01 relative RMS, audio 2 dB, another voice

@@ -359,6 +359,7 @@ mod tests {
             &Tensor::from_slice(&f).view([1, -1]),
             &Tensor::from_slice(&w).view([9, 1]),
             &Tensor::from_slice(&[b]),
+            false,
         );
         let want = floats(&want);
         let e = off(&got, &want);

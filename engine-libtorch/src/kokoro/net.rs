@@ -726,7 +726,7 @@ pub(super) struct Generator {
     conv_post: GenConv,
     inverse_basis: Tensor,
     window_sum: Tensor,
-    /// The source's STFT on the device ([`Weights::device_paths`]).
+    /// The source's running sum and STFT on the device ([`Weights::device_paths`]).
     device_paths: bool,
 }
 
@@ -771,7 +771,9 @@ impl Generator {
                 let b = f32s(&self.source_b)[0];
                 Tensor::from_slice(&dsp::harmonic_source(f32s(&f0), f32s(&self.source_w), b)).unsqueeze(0)
             }
-            Precision::Fp32 | Precision::Fp16 => signal::harmonic_source(f0, &self.source_w, &self.source_b),
+            Precision::Fp32 | Precision::Fp16 => {
+                signal::harmonic_source(f0, &self.source_w, &self.source_b, self.device_paths)
+            }
         }
     }
 

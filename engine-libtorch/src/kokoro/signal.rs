@@ -140,15 +140,22 @@ pub(super) fn stft_on_device(sig: &Tensor, step: usize, win: &Tensor, n: usize) 
 }
 
 /// The harmonic source of F0 [1, 2T] → [1, 600T] (SineGen without its random phase and noise,
-/// as the export computes it), `w` [9, 1] and `b` [1] its Linear 9 → 1, then tanh.
-pub(super) fn harmonic_source(f0: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
+/// as the export computes it), `w` [9, 1] and `b` [1] its Linear 9 → 1, then tanh. With
+/// `on_device` (a GPU's path) the phase's running sum is libtorch's, in double, on the device
+/// (no copy to the host and back): closer to the exact sum than the export's f32 one after the
+/// other, which the CPU's path keeps ([`cumsum_f32`]).
+pub(super) fn harmonic_source(f0: &Tensor, w: &Tensor, b: &Tensor, on_device: bool) -> Tensor {
     let f0 = f0.unsqueeze(1); // [1, 1, 2T]
     let up = resize_nearest(&f0, 300.0); // [1, 1, 600T]
     let harmonics = consts(&[1., 2., 3., 4., 5., 6., 7., 8., 9.], f0.device()).view([1, 9, 1]);
     let rad = (&up * harmonics) / 24000.0;
     let frac = &rad - rad.floor();
     let down = resize_linear(&frac, 1.0 / 300.0); // [1, 9, 2T]
-    let phase = cumsum_f32(&down.transpose(1, 2), 1).transpose(1, 2);
+    let phase = if on_device {
+        down.cumsum(2, Kind::Double).to_kind(Kind::Float)
+    } else {
+        cumsum_f32(&down.transpose(1, 2), 1).transpose(1, 2)
+    };
     let phase = ((phase * 2.0) * f64::from(std::f32::consts::PI)) * 300.0;
     let phase = resize_linear(&phase, 300.0); // [1, 9, 600T]
     let voiced = up.gt(10.0).to_kind(Kind::Float);
