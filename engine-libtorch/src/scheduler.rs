@@ -18,8 +18,8 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
-use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use speechstream_core::capacity::Overloaded;
@@ -49,6 +49,11 @@ const CPU_ROUND: usize = 4;
 pub(crate) enum Command {
     Submit(Box<Submission>),
     Abort(RequestId),
+    /// Measure the default voice's speed now, as at warm-up, and answer with the audio seconds
+    /// computed (0 where nothing was measured) and when it was done: every worker at once, on
+    /// a shared device, for what the device computes for all of them together
+    /// ([`crate::workers`]).
+    Probe(mpsc::Sender<(f64, Instant)>),
     Shutdown,
 }
 
@@ -346,6 +351,8 @@ pub(crate) struct Scheduler {
     /// admission costs its streams with.
     speeds: Vec<Speeds>,
     jobs: Vec<Job>,
+    /// The simulated device's lock ([`EngineOptions::simulated_device`]), shared by the workers.
+    device: Option<Arc<Mutex<()>>>,
 }
 
 /// What one round did, for one family: chunks sent holding this many seconds of audio
@@ -386,6 +393,7 @@ impl Scheduler {
         commands: Receiver<Command>,
         stats: Arc<WorkerStats>,
         admission: Arc<Admission>,
+        device: Option<Arc<Mutex<()>>>,
     ) -> Scheduler {
         Scheduler {
             speeds: vec![Speeds::default(); voices.families.len()],
@@ -399,6 +407,7 @@ impl Scheduler {
             admission,
             speed: Speed::new(1.0, 1.0),
             jobs: Vec::new(),
+            device,
         }
     }
 
@@ -427,6 +436,28 @@ impl Scheduler {
             }
         }
         self.publish_demand(Instant::now());
+    }
+
+    /// The default voice's work measured now ([`VoiceModel::measure`], without touching this
+    /// worker's own figures): the audio seconds it computed (0 where its family measures
+    /// none), and when it was done. On the simulated device it holds its turn throughout, so
+    /// that the workers' probes follow one another as on a device that runs one at a time.
+    fn probe(&mut self) -> (f64, Instant) {
+        let voices = self.voices.clone();
+        let voice = &voices.voices[voices.default_voice];
+        let mut scratch = Speeds::default();
+        let turn = self.device_turn();
+        let started = Instant::now();
+        let speed = voice.model.measure(&self.frames, &mut scratch);
+        let audio = speed.map_or(0.0, |s| s.factor() * started.elapsed().as_secs_f64());
+        drop(turn);
+        (audio, Instant::now())
+    }
+
+    /// A turn on the simulated device ([`EngineOptions::simulated_device`]), held while a
+    /// pass runs; `None` on a real one.
+    fn device_turn(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        self.device.as_ref().map(|d| d.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     pub fn run(mut self) {
@@ -582,6 +613,9 @@ impl Scheduler {
                         job.closed = true;
                     }
                     self.reap();
+                }
+                Command::Probe(answer) => {
+                    let _ = answer.send(self.probe());
                 }
                 Command::Shutdown => return false,
             }
@@ -849,7 +883,10 @@ impl Scheduler {
                 }
             })
             .collect();
-        let segments = match guarded(|| model.start(&inputs)).and_then(|r| r) {
+        let turn = self.device_turn();
+        let segments = guarded(|| model.start(&inputs)).and_then(|r| r);
+        drop(turn);
+        let segments = match segments {
             Ok(segments) => segments,
             Err(message) => {
                 for &i in batch {
@@ -915,7 +952,9 @@ impl Scheduler {
             .map(|&i| self.jobs[i].current.as_ref().expect("picked jobs have a segment"))
             .map(|c| (&c.segment.state, c.ranges[c.next].clone()))
             .collect();
+        let turn = self.device_turn();
         let audio = guarded(|| model.chunks(&items)).and_then(|r| r);
+        drop(turn);
         // The chunks after an opening compute the rest of their segments.
         let (mut chars, mut samples) = (0, 0);
         for &i in batch {

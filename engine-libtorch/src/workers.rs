@@ -1,6 +1,7 @@
 //! The engine's workers: N threads, each a `Scheduler` with its own requests, all computing on
 //! one copy of the voices' weights; the submit side that spreads requests over them and admits
-//! or refuses streams; the counters `/metrics` reads.
+//! or refuses streams (against the device too, where they share one: [`SharedDevice`]); the
+//! counters `/metrics` reads.
 //!
 //! Sharing the weights: every family's voices are `Sync` ([`crate::family::VoiceModel`]): read-only
 //! once loaded, with per-segment state in each request's segment and per-thread scratch in
@@ -68,6 +69,84 @@ pub(crate) struct Pool {
     families: Vec<Arc<dyn Family>>,
     /// The family of each of `capabilities.hosted` ([`Voices::routes`]).
     routes: Vec<usize>,
+    /// The device the workers share, where they share one ([`SharedDevice`]).
+    device: Option<SharedDevice>,
+}
+
+/// A device the workers share (a GPU, or [`EngineOptions::simulated_device`]): each worker's
+/// costs are its own, measured on its own rounds, but together they get only what the device
+/// computes for all of them. So a stream is admitted only where, besides its worker, the device
+/// keeps every deadline of every worker's streams, its steps costed at the device's speed
+/// ([`SharedDevice::factor`]): a step of `work` seconds on a worker whose speed is now `f`
+/// holds the device `work · f / factor` seconds.
+struct SharedDevice {
+    /// Audio seconds per second the device computed with every worker on it at once, measured
+    /// at start-up (each worker's probe, [`Command::Probe`], sent together).
+    factor: f64,
+    /// Admissions one at a time, so that each sees the others' steps.
+    admitting: std::sync::Mutex<()>,
+}
+
+/// Where the workers share a device ([`SharedDevice`]): the least delay of a new stream's
+/// first audio at which both its worker (`admitted`, its steps; `delay`, the least delay it
+/// found) and the device (`union`, every worker's steps costed there) keep every deadline, up
+/// to `bound`; `steps(delay, out)` appends the new stream's steps at its worker's costs, which
+/// `scale` turns into the device's. `None` where no delay fits both.
+fn device_delay(
+    union: &[Step],
+    scale: f64,
+    now: Instant,
+    bound: Duration,
+    delay: Duration,
+    admitted: &[Step],
+    steps: &impl Fn(Duration, &mut Vec<Step>),
+) -> Option<Duration> {
+    let scaled = |d: Duration, out: &mut Vec<Step>| {
+        let from = out.len();
+        steps(d, out);
+        for s in &mut out[from..] {
+            s.work *= scale;
+        }
+    };
+    let utilization = pacing::ADMISSION_UTILIZATION;
+    let on_device = pacing::least_delay(union, now, utilization, bound, scaled).ok()?;
+    // Each fits at its own least delay: the later of the two must fit the other as well.
+    let fits = |base: &[Step], at: Duration, new: &dyn Fn(Duration, &mut Vec<Step>)| {
+        pacing::least_delay(base, now, utilization, Duration::ZERO, |d, out| new(at + d, out)).is_ok()
+    };
+    if on_device <= delay {
+        fits(union, delay, &scaled).then_some(delay)
+    } else {
+        fits(admitted, on_device, steps).then_some(on_device)
+    }
+}
+
+/// What a shared device computes for all the workers at once: each measures its default
+/// voice's work ([`Command::Probe`]), all sent together; the device's speed is their audio
+/// seconds over the time until the last was done. `None` where nothing was measured.
+fn probe_device(workers: &[Worker]) -> Option<SharedDevice> {
+    let (tx, rx) = mpsc::channel();
+    let sent = Instant::now();
+    let asked = workers.iter().filter(|w| w.commands.send(Command::Probe(tx.clone())).is_ok()).count();
+    drop(tx);
+    let (mut audio, mut done) = (0.0, sent);
+    for (seconds, at) in rx.iter().take(asked) {
+        audio += seconds;
+        done = done.max(at);
+    }
+    let elapsed = done.duration_since(sent).as_secs_f64();
+    if audio <= 0.0 || elapsed <= 0.0 {
+        return None;
+    }
+    let factor = audio / elapsed;
+    let alone: f64 = workers.iter().map(|w| w.stats.factor()).sum::<f64>() / workers.len() as f64;
+    tracing::info!(
+        workers = workers.len(),
+        device_factor = factor,
+        one_worker_alone = alone,
+        "the workers share one device: admission costs streams at what it computes for all of them at once"
+    );
+    Some(SharedDevice { factor, admitting: std::sync::Mutex::new(()) })
 }
 
 /// The default worker count: the CPUs this process may run on (its affinity mask, and a cgroup
@@ -88,6 +167,14 @@ impl Pool {
         let sizes = voices.chunk_seconds(options.chunk_frames());
         let routes = voices.routes.clone();
         let admission = Arc::new(Admission::new(options.admission, options.max_streams));
+        // On a shared device each worker warms up alone (its first figures its own), then all
+        // measure at once what they get of the device together.
+        let shared = (options.device != tch::Device::Cpu || options.simulated_device)
+            && count > 1
+            && options.warm_up
+            && options.admission != AdmissionMode::Off;
+        let device_lock = options.simulated_device.then(|| Arc::new(std::sync::Mutex::new(())));
+        let warm_turn = Arc::new(std::sync::Mutex::new(()));
         let mut workers = Vec::new();
         let mut warm = Vec::new();
         for n in 0..count.max(1) {
@@ -100,6 +187,7 @@ impl Pool {
                 receiver,
                 stats.clone(),
                 admission.clone(),
+                device_lock.clone(),
             );
             // Unset, libtorch would give every worker all the cores: split them instead.
             let threads = options.threads.or_else(|| {
@@ -108,6 +196,7 @@ impl Pool {
             });
             let (warm_tx, warm_rx) = mpsc::channel();
             let warm_up = options.warm_up;
+            let warm_turn = shared.then(|| warm_turn.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("engine-worker-{n}"))
                 .spawn(move || {
@@ -117,6 +206,7 @@ impl Pool {
                         tch::set_num_threads(threads);
                     }
                     if warm_up {
+                        let _alone = warm_turn.as_ref().map(|t| t.lock().unwrap_or_else(|p| p.into_inner()));
                         let started = Instant::now();
                         scheduler.warm_up();
                         tracing::debug!(worker = n, s = started.elapsed().as_secs_f64(), "warm");
@@ -132,6 +222,7 @@ impl Pool {
         for rx in warm {
             rx.recv().map_err(|_| "an engine worker failed while warming up".to_owned())?;
         }
+        let device = if shared { probe_device(&workers) } else { None };
         Ok(Pool {
             workers,
             admission,
@@ -141,6 +232,7 @@ impl Pool {
             capabilities: capabilities.clone(),
             families,
             routes,
+            device,
         })
     }
 
@@ -265,6 +357,9 @@ impl Pool {
         };
         // (a new connection whose offer has run out is judged once)
         bounds.dedup();
+        // On a shared device: one admission at a time, against every worker's steps there.
+        let _admitting = self.device.as_ref().map(|d| d.admitting.lock().unwrap_or_else(|p| p.into_inner()));
+        let on_device = self.device.as_ref().map(|d| (d.factor, self.device_steps(d.factor)));
         for bound in bounds {
             for &index in &order {
                 let mut demand = self.workers[index].stats.demand.lock().unwrap_or_else(|p| p.into_inner());
@@ -284,7 +379,28 @@ impl Pool {
                 }
                 let mut admitted: Vec<Step> = demand.steps.clone();
                 admitted.extend(demand.arrivals.iter().flat_map(|(_, steps)| steps.iter().copied()));
-                match pacing::least_delay(&admitted, now, pacing::ADMISSION_UTILIZATION, bound, steps) {
+                let found = pacing::least_delay(&admitted, now, pacing::ADMISSION_UTILIZATION, bound, steps);
+                let found = match (found, &on_device) {
+                    (Ok(delay), Some((factor, union))) => {
+                        let scale = self.workers[index].stats.factor() / factor;
+                        match device_delay(union, scale, now, bound, delay, &admitted, &steps) {
+                            Some(delay) => Ok(delay),
+                            None => {
+                                tracing::debug!(
+                                    request = %id,
+                                    worker = index,
+                                    bound_ms = bound.as_secs_f64() * 1e3,
+                                    device_steps = union.len(),
+                                    device_work_ms = union.iter().map(|s| s.work).sum::<f64>() * 1e3,
+                                    "admission: no room on the device"
+                                );
+                                continue;
+                            }
+                        }
+                    }
+                    (found, _) => found,
+                };
+                match found {
                     Ok(delay) => {
                         let mut new = Vec::new();
                         steps(delay, &mut new);
@@ -330,6 +446,20 @@ impl Pool {
         }
         streams.fetch_sub(1, Ordering::Relaxed);
         None
+    }
+
+    /// Every worker's steps (its streams' and those admitted to it not taken up yet), each
+    /// costed on the shared device whose speed is `factor`: a worker's at its own speed now
+    /// over the device's ([`SharedDevice`]).
+    fn device_steps(&self, factor: f64) -> Vec<Step> {
+        let mut all = Vec::new();
+        for worker in &self.workers {
+            let scale = worker.stats.factor() / factor;
+            let demand = worker.stats.demand.lock().unwrap_or_else(|p| p.into_inner());
+            let steps = demand.steps.iter().chain(demand.arrivals.iter().flat_map(|(_, steps)| steps.iter()));
+            all.extend(steps.map(|s| Step { work: s.work * scale, ..*s }));
+        }
+        all
     }
 
     /// What a new stream of `text` for `family` (an index in the hosted families; one no family
@@ -392,6 +522,29 @@ impl Pool {
             let sustained = worker.stats.busy_share(now) / pacing::ADMISSION_UTILIZATION;
             let deadlines = pacing::demand(&mut steps, now, pacing::ADMISSION_UTILIZATION);
             used_sum += sustained.max(deadlines).min(1.0);
+        }
+        // On a shared device, the typical stream must fit there too (on the first worker).
+        if let (true, Some(device), Some(first)) = (room, &self.device, self.workers.first()) {
+            let union = self.device_steps(device.factor);
+            let costs = first
+                .stats
+                .demand
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .costs
+                .first()
+                .copied()
+                .unwrap_or(INITIAL_COSTS);
+            let outlook = self.outlook(PROBE_TEXT, 0, now, None, &costs);
+            let scale = first.stats.factor() / device.factor;
+            let new = |delay: Duration, out: &mut Vec<Step>| {
+                let from = out.len();
+                outlook.clone().delayed(delay).steps(&costs, &self.sizes[0], horizon, out);
+                for s in &mut out[from..] {
+                    s.work *= scale;
+                }
+            };
+            room = pacing::least_delay(&union, now, pacing::ADMISSION_UTILIZATION, Duration::ZERO, new).is_ok();
         }
         let mean = used_sum / self.workers.len().max(1) as f64;
         match self.admission.mode {
