@@ -49,11 +49,11 @@ const CPU_ROUND: usize = 4;
 pub(crate) enum Command {
     Submit(Box<Submission>),
     Abort(RequestId),
-    /// Measure the default voice's speed now, as at warm-up, and answer with the audio seconds
-    /// computed (0 where nothing was measured) and when it was done: every worker at once, on
-    /// a shared device, for what the device computes for all of them together
+    /// Measure a family's default voice now, as at warm-up, and answer with the audio seconds
+    /// computed (0 where nothing was measured) and when it was done: one worker alone, then
+    /// every worker at once, on a shared device, for how many workers' worth it computes
     /// ([`crate::workers`]).
-    Probe(mpsc::Sender<(f64, Instant)>),
+    Probe(usize, mpsc::Sender<(f64, Instant)>),
     Shutdown,
 }
 
@@ -438,13 +438,15 @@ impl Scheduler {
         self.publish_demand(Instant::now());
     }
 
-    /// The default voice's work measured now ([`VoiceModel::measure`], without touching this
-    /// worker's own figures): the audio seconds it computed (0 where its family measures
-    /// none), and when it was done. On the simulated device it holds its turn throughout, so
-    /// that the workers' probes follow one another as on a device that runs one at a time.
-    fn probe(&mut self) -> (f64, Instant) {
+    /// The work of `family`'s default voice measured now ([`VoiceModel::measure`], without
+    /// touching this worker's own figures): the audio seconds it computed (0 where the family
+    /// measures none), and when it was done. On the simulated device it holds its turn
+    /// throughout, so that the workers' probes follow one another as on a device that runs
+    /// one at a time.
+    fn probe(&mut self, family: usize) -> (f64, Instant) {
         let voices = self.voices.clone();
-        let voice = &voices.voices[voices.default_voice];
+        let Some(family) = voices.families.get(family) else { return (0.0, Instant::now()) };
+        let voice = &voices.voices[family.default_voice];
         let mut scratch = Speeds::default();
         let turn = self.device_turn();
         let started = Instant::now();
@@ -614,8 +616,8 @@ impl Scheduler {
                     }
                     self.reap();
                 }
-                Command::Probe(answer) => {
-                    let _ = answer.send(self.probe());
+                Command::Probe(family, answer) => {
+                    let _ = answer.send(self.probe(family));
                 }
                 Command::Shutdown => return false,
             }

@@ -76,15 +76,27 @@ pub(crate) struct Pool {
 /// A device the workers share (a GPU, or [`EngineOptions::simulated_device`]): each worker's
 /// costs are its own, measured on its own rounds, but together they get only what the device
 /// computes for all of them. So a stream is admitted only where, besides its worker, the device
-/// keeps every deadline of every worker's streams, its steps costed at the device's speed
-/// ([`SharedDevice::factor`]): a step of `work` seconds on a worker whose speed is now `f`
-/// holds the device `work · f / factor` seconds.
+/// keeps every deadline of every worker's streams, each step costed there at
+/// [`SharedDevice::scale`] of its worker's cost.
 struct SharedDevice {
-    /// Audio seconds per second the device computed with every worker on it at once, measured
-    /// at start-up (each worker's probe, [`Command::Probe`], sent together).
-    factor: f64,
+    /// How many workers' worth the device computes at once (at least 1, at most the workers),
+    /// measured at start-up ([`probe_device`]).
+    parallel: f64,
     /// Admissions one at a time, so that each sees the others' steps.
     admitting: std::sync::Mutex<()>,
+}
+
+impl SharedDevice {
+    /// The share of a worker's cost of a step that the device spends on it, with `busy`
+    /// workers' worth computing lately (the sum of their busy shares): `1 / max(busy,
+    /// parallel)`. Fewer workers busy than the device runs at once compute at their own
+    /// speed, and the device could take `parallel` of them: a step holds it `1 / parallel` of
+    /// its cost. More than that share it, each slowed by the others, which its costs (measured
+    /// on its own rounds) already hold: the device's time is split `busy` ways. So the
+    /// device's speed follows the machine's as each worker's costs do.
+    fn scale(&self, busy: f64) -> f64 {
+        1.0 / busy.max(self.parallel).max(1.0)
+    }
 }
 
 /// Where the workers share a device ([`SharedDevice`]): the least delay of a new stream's
@@ -121,32 +133,40 @@ fn device_delay(
     }
 }
 
-/// What a shared device computes for all the workers at once: each measures its default
-/// voice's work ([`Command::Probe`]), all sent together; the device's speed is their audio
-/// seconds over the time until the last was done. `None` where nothing was measured.
-fn probe_device(workers: &[Worker]) -> Option<SharedDevice> {
-    let (tx, rx) = mpsc::channel();
-    let sent = Instant::now();
-    let asked = workers.iter().filter(|w| w.commands.send(Command::Probe(tx.clone())).is_ok()).count();
-    drop(tx);
-    let (mut audio, mut done) = (0.0, sent);
-    for (seconds, at) in rx.iter().take(asked) {
-        audio += seconds;
-        done = done.max(at);
-    }
-    let elapsed = done.duration_since(sent).as_secs_f64();
-    if audio <= 0.0 || elapsed <= 0.0 {
-        return None;
-    }
-    let factor = audio / elapsed;
-    let alone: f64 = workers.iter().map(|w| w.stats.factor()).sum::<f64>() / workers.len() as f64;
+/// How many workers' worth a shared device computes at once ([`SharedDevice::parallel`]): for
+/// each family, the first worker measures its default voice alone ([`Command::Probe`]), then
+/// every worker at once; the audio they computed over the time until the last was done, against
+/// the one's alone. The least over the families (1 where none measured).
+fn probe_device(workers: &[Worker], families: usize) -> SharedDevice {
+    // audio seconds per second of `on` measuring at once
+    let speed = |on: &[Worker], family: usize| {
+        let (tx, rx) = mpsc::channel();
+        let sent = Instant::now();
+        let asked = on.iter().filter(|w| w.commands.send(Command::Probe(family, tx.clone())).is_ok()).count();
+        drop(tx);
+        let (mut audio, mut done) = (0.0, sent);
+        for (seconds, at) in rx.iter().take(asked) {
+            audio += seconds;
+            done = done.max(at);
+        }
+        let elapsed = done.duration_since(sent).as_secs_f64();
+        (audio > 0.0 && elapsed > 0.0).then(|| audio / elapsed)
+    };
+    let measured: Vec<Option<f64>> = (0..families)
+        .map(|family| match (speed(&workers[..1], family), speed(workers, family)) {
+            (Some(one), Some(all)) => Some((all / one).clamp(1.0, workers.len() as f64)),
+            _ => None,
+        })
+        .collect();
+    let parallel = measured.iter().flatten().copied().fold(f64::INFINITY, f64::min);
+    let parallel = if parallel.is_finite() { parallel } else { 1.0 };
     tracing::info!(
         workers = workers.len(),
-        device_factor = factor,
-        one_worker_alone = alone,
-        "the workers share one device: admission costs streams at what it computes for all of them at once"
+        per_family = ?measured,
+        parallel,
+        "the workers share one device: admission costs streams at how many workers' worth it computes at once"
     );
-    Some(SharedDevice { factor, admitting: std::sync::Mutex::new(()) })
+    SharedDevice { parallel, admitting: std::sync::Mutex::new(()) }
 }
 
 /// The default worker count: the CPUs this process may run on (its affinity mask, and a cgroup
@@ -222,7 +242,7 @@ impl Pool {
         for rx in warm {
             rx.recv().map_err(|_| "an engine worker failed while warming up".to_owned())?;
         }
-        let device = if shared { probe_device(&workers) } else { None };
+        let device = shared.then(|| probe_device(&workers, voices.families.len()));
         Ok(Pool {
             workers,
             admission,
@@ -359,7 +379,7 @@ impl Pool {
         bounds.dedup();
         // On a shared device: one admission at a time, against every worker's steps there.
         let _admitting = self.device.as_ref().map(|d| d.admitting.lock().unwrap_or_else(|p| p.into_inner()));
-        let on_device = self.device.as_ref().map(|d| (d.factor, self.device_steps(d.factor)));
+        let on_device = self.device.as_ref().map(|d| self.device_steps(d, now));
         for bound in bounds {
             for &index in &order {
                 let mut demand = self.workers[index].stats.demand.lock().unwrap_or_else(|p| p.into_inner());
@@ -381,9 +401,8 @@ impl Pool {
                 admitted.extend(demand.arrivals.iter().flat_map(|(_, steps)| steps.iter().copied()));
                 let found = pacing::least_delay(&admitted, now, pacing::ADMISSION_UTILIZATION, bound, steps);
                 let found = match (found, &on_device) {
-                    (Ok(delay), Some((factor, union))) => {
-                        let scale = self.workers[index].stats.factor() / factor;
-                        match device_delay(union, scale, now, bound, delay, &admitted, &steps) {
+                    (Ok(delay), Some((scale, union))) => {
+                        match device_delay(union, *scale, now, bound, delay, &admitted, &steps) {
                             Some(delay) => Ok(delay),
                             None => {
                                 tracing::debug!(
@@ -448,18 +467,19 @@ impl Pool {
         None
     }
 
-    /// Every worker's steps (its streams' and those admitted to it not taken up yet), each
-    /// costed on the shared device whose speed is `factor`: a worker's at its own speed now
-    /// over the device's ([`SharedDevice`]).
-    fn device_steps(&self, factor: f64) -> Vec<Step> {
+    /// The share of a worker's costs a step takes of the shared `device` now
+    /// ([`SharedDevice::scale`]), and every worker's steps (its streams' and those admitted to
+    /// it not taken up yet) so costed there.
+    fn device_steps(&self, device: &SharedDevice, now: Instant) -> (f64, Vec<Step>) {
+        let busy: f64 = self.workers.iter().map(|w| w.stats.busy_share(now)).sum();
+        let scale = device.scale(busy);
         let mut all = Vec::new();
         for worker in &self.workers {
-            let scale = worker.stats.factor() / factor;
             let demand = worker.stats.demand.lock().unwrap_or_else(|p| p.into_inner());
             let steps = demand.steps.iter().chain(demand.arrivals.iter().flat_map(|(_, steps)| steps.iter()));
             all.extend(steps.map(|s| Step { work: s.work * scale, ..*s }));
         }
-        all
+        (scale, all)
     }
 
     /// What a new stream of `text` for `family` (an index in the hosted families; one no family
@@ -525,7 +545,7 @@ impl Pool {
         }
         // On a shared device, the typical stream must fit there too (on the first worker).
         if let (true, Some(device), Some(first)) = (room, &self.device, self.workers.first()) {
-            let union = self.device_steps(device.factor);
+            let (scale, union) = self.device_steps(device, now);
             let costs = first
                 .stats
                 .demand
@@ -536,7 +556,6 @@ impl Pool {
                 .copied()
                 .unwrap_or(INITIAL_COSTS);
             let outlook = self.outlook(PROBE_TEXT, 0, now, None, &costs);
-            let scale = first.stats.factor() / device.factor;
             let new = |delay: Duration, out: &mut Vec<Step>| {
                 let from = out.len();
                 outlook.clone().delayed(delay).steps(&costs, &self.sizes[0], horizon, out);

@@ -3,12 +3,12 @@
 //! could not compute all at once (an H200 ran 256 hibari streams late on 4 workers, none
 //! refused: benches/results/15-gpu.md). Here, on the CPU, `simulated_device` makes two
 //! workers' passes take turns on one lock, as on a device that runs one pass at a time, so
-//! together they compute what one worker computes. The same burst of listeners arrives at two
-//! workers with and without it: with it, admission must take about half as many (the device's
-//! speed, measured at start-up with both workers on it at once), and the streams it takes must
-//! play without gaps. Admission that counted each worker alone would take as many with the
-//! lock as without, and run them late. hibari in fp32 (slower than int8, so fewer listeners
-//! fill a worker); needs `.cache/hibari`.
+//! together they compute what one worker computes alone. Four times what that keeps up with
+//! arrive within half a second: admission must take no more than the device keeps up with,
+//! and what it takes must play without gaps. Counting each worker alone (the rule before), it
+//! took 46-50 and ran 12-20% of their chunks late (each worker's own costs rise as they
+//! contend, but only once they do). hibari in fp32 (slower than int8, so fewer listeners fill
+//! the device); needs `.cache/hibari`.
 
 mod common;
 
@@ -22,14 +22,19 @@ use speechstream_engine_libtorch::{AdmissionMode, EngineOptions, Precision, Torc
 const TEXT: &str = "The weather today is sunny with a light breeze from the west. \
                     We walked along the river until the sun went down.";
 const TIMEOUT: Duration = Duration::from_secs(300);
+const WORKERS: usize = 2;
+/// The listeners arrive one after the other over this time (each utterance plays ~7 s, so all
+/// overlap).
+const RAMP: Duration = Duration::from_millis(500);
 
-fn engine(simulated_device: bool) -> TorchEngine {
+/// [`WORKERS`] workers taking turns on one simulated device.
+fn engine() -> TorchEngine {
     let mut options = EngineOptions::new(hibari_assets());
     options.admission = AdmissionMode::Realtime;
-    options.workers = Some(2);
+    options.workers = Some(WORKERS);
     options.threads = Some(1);
     options.precision = Some(Precision::Fp32);
-    options.simulated_device = simulated_device;
+    options.simulated_device = true;
     TorchEngine::new(options).expect("engine")
 }
 
@@ -55,10 +60,16 @@ fn outcomes(receivers: Vec<mpsc::Receiver<speechstream_core::engine::EngineEvent
     (served, refused)
 }
 
-/// `listeners` streams of [`TEXT`] arriving at once: (served, refused, late chunks, chunks).
-fn burst(engine: &TorchEngine, listeners: u64) -> (u64, u64, u64, u64) {
+/// `listeners` streams of [`TEXT`] arriving over [`RAMP`]: (served, refused, late chunks,
+/// chunks).
+fn arrive(engine: &TorchEngine, listeners: u64) -> (u64, u64, u64, u64) {
+    let started = Instant::now();
     let receivers = (0..listeners)
         .map(|connection| {
+            std::thread::sleep(
+                (started + RAMP.mul_f64(connection as f64 / listeners as f64))
+                    .saturating_duration_since(Instant::now()),
+            );
             let (tx, rx) = mpsc::channel();
             let request = SynthesisRequest::new(TEXT).with_stream(true);
             engine.submit(RequestId { connection, utterance: 0 }, request, Box::new(Sink(tx)));
@@ -73,11 +84,12 @@ fn burst(engine: &TorchEngine, listeners: u64) -> (u64, u64, u64, u64) {
 #[test]
 fn workers_sharing_a_device_are_admitted_against_what_the_device_computes() {
     cached("hibari/voices.json", "scripts/setup-voice.sh");
-    let plain = engine(false);
-    // One utterance alone, whole: how many listeners one worker keeps up with here.
+    let engine = engine();
+    // One utterance alone, whole: how many listeners the device keeps up with (one worker's
+    // worth, the others idle).
     let (tx, rx) = mpsc::channel();
     let alone = Instant::now();
-    plain.submit(RequestId { connection: u64::MAX, utterance: 0 }, SynthesisRequest::new(TEXT), Box::new(Sink(tx)));
+    engine.submit(RequestId { connection: u64::MAX, utterance: 0 }, SynthesisRequest::new(TEXT), Box::new(Sink(tx)));
     let mut samples = 0.0;
     loop {
         match rx.recv_timeout(TIMEOUT).expect("engine event").kind {
@@ -87,26 +99,22 @@ fn workers_sharing_a_device_are_admitted_against_what_the_device_computes() {
             _ => {}
         }
     }
-    let one_worker = samples / alone.elapsed().as_secs_f64();
-    // Four times what one worker keeps up with: more than two workers can take.
-    let listeners = 32.max((4.0 * one_worker).ceil() as u64);
-    let (served, refused, late, chunks) = burst(&plain, listeners);
-    drop(plain);
+    let capacity = samples / alone.elapsed().as_secs_f64();
+    // Four times what the device keeps up with.
+    let listeners = 16.max((4.0 * capacity).ceil() as u64);
+    let (served, refused, late, chunks) = arrive(&engine, listeners);
     eprintln!(
-        "one worker keeps up with {one_worker:.1} listeners; {listeners} at once on two workers: \
-         {served} served, {refused} refused, {late} of {chunks} chunks late"
+        "the device keeps up with {capacity:.1} listeners; {listeners} arriving over 0.5 s at {WORKERS} workers \
+         taking turns on it: {served} served, {refused} refused, {late} of {chunks} chunks late"
     );
-    let shared = engine(true);
-    let (s_served, s_refused, s_late, s_chunks) = burst(&shared, listeners);
-    eprintln!(
-        "the same on two workers taking turns on one simulated device: {s_served} served, {s_refused} refused, \
-         {s_late} of {s_chunks} chunks late"
-    );
-    assert!(served > 1 && s_served >= 1, "nothing served");
+    assert!(served >= 1, "nothing served");
     assert!(
-        (s_served as f64) < 0.75 * served as f64,
-        "{s_served} streams admitted to a device that computes one worker's share, against {served} to two workers"
+        served as f64 <= capacity,
+        "{served} streams admitted to a device that keeps up with {capacity:.1}: each worker counted alone"
     );
-    // (a gap or two in a loaded 2-CPU test box is noise; a device promised twice over is not)
-    assert!(s_late * 50 <= s_chunks.max(1), "{s_late} of {s_chunks} chunks late on the simulated device");
+    // The device takes the workers' passes in the order they come, not by deadline as the rule
+    // schedules them, and the test's own threads share the box: 0-2 of 132-156 chunks came late
+    // (2026-12-07, Zen 4, release and debug builds). Without the rule: 46-50 served, 35-59 of
+    // 276-300 chunks late.
+    assert!(late * 20 <= chunks.max(1), "{late} of {chunks} chunks late on the simulated device");
 }
