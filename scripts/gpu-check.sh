@@ -319,7 +319,7 @@ PY
       server=""
       return 1
     fi
-    grep -E "ready|precision" "$log" | sed 's/^/    /' >>"$out" || true
+    grep -E "ready|precision|share one device" "$log" | sed 's/^/    /' >>"$out" || true
   }
   stop_server() {
     kill "$server" 2>/dev/null || true
