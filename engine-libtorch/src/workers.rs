@@ -187,8 +187,8 @@ impl Pool {
         let sizes = voices.chunk_seconds(options.chunk_frames());
         let routes = voices.routes.clone();
         let admission = Arc::new(Admission::new(options.admission, options.max_streams));
-        // On a shared device each worker warms up alone (its first figures its own), then all
-        // measure at once what they get of the device together.
+        // On a shared device each worker warms up alone (its first figures its own), then they
+        // measure how many workers' worth the device computes at once.
         let shared = (options.device != tch::Device::Cpu || options.simulated_device)
             && count > 1
             && options.warm_up
@@ -390,8 +390,13 @@ impl Pool {
                 };
                 // A worker with no stream takes one whatever its estimates say: it makes nobody
                 // late, and its work measures its speed again (a worker that refused everything
-                // on a stale, pessimistic estimate would never learn otherwise).
-                if self.workers[index].stats.streams.load(Ordering::Relaxed) == 0 && demand.arrivals.is_empty() {
+                // on a stale, pessimistic estimate would never learn otherwise). On a shared
+                // device, only while nothing else runs there: its work would slow the others'.
+                let device_idle = on_device.as_ref().is_none_or(|(_, union)| union.is_empty());
+                if self.workers[index].stats.streams.load(Ordering::Relaxed) == 0
+                    && demand.arrivals.is_empty()
+                    && device_idle
+                {
                     let mut new = Vec::new();
                     steps(Duration::ZERO, &mut new);
                     demand.arrivals.push((id, new));
