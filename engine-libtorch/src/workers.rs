@@ -1,6 +1,6 @@
 //! The engine's workers: N threads, each a `Scheduler` with its own requests, all computing on
 //! one copy of the voices' weights; the submit side that spreads requests over them and admits
-//! or refuses streams (against the device too, where they share one: [`SharedDevice`]); the
+//! or refuses streams (against the device too, where they share one: `SharedDevice`); the
 //! counters `/metrics` reads.
 //!
 //! Sharing the weights: every family's voices are `Sync` ([`crate::family::VoiceModel`]): read-only
