@@ -24,9 +24,8 @@ pub(super) struct Weights<'a> {
     pub precision: Precision,
     pub device: Device,
     /// The steps the CPU runs one after the other (the LSTMs' recurrences, the source's running
-    /// sum and STFT)
-    /// run as tensor passes on the device instead: on a GPU, or to test that path on the CPU
-    /// ([`super::KokoroModel::load_device_paths`]). Not in int8 (the CPU's).
+    /// sum and STFT) run as tensor passes on the device instead: on a GPU, or to test that path
+    /// on the CPU ([`super::KokoroModel::load_device_paths`]). Not in int8 (the CPU's).
     pub device_paths: bool,
 }
 

@@ -73,8 +73,8 @@ impl KokoroModel {
 
     /// Loads the network on the CPU in `precision` (fp32 or fp16) with the code paths it takes
     /// on a GPU: the LSTMs as libtorch `lstm` passes, the source's running sum and its STFT as
-    /// tensor passes, where the CPU's own path runs them one step after the other in Rust. To check those
-    /// paths without a GPU (tests/kokoro_onnx.rs).
+    /// tensor passes, where the CPU's own path runs them one step after the other in Rust. To
+    /// check those paths without a GPU (tests/kokoro_onnx.rs).
     pub fn load_device_paths(onnx: &Path, precision: Precision) -> Result<KokoroModel, String> {
         if precision == Precision::Int8 {
             return Err("the device paths run fp32 or fp16".into());
