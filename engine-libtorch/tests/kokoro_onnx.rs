@@ -193,11 +193,12 @@ fn fp16_agrees_with_onnxruntime_and_fp32() {
     assert_ne!(h.audio, f.audio, "fp16 computed in float32 after all");
 }
 
-/// The network's GPU paths (the LSTMs as libtorch `lstm` passes, the source's running sum and STFT as tensor
-/// passes: `KokoroModel::load_device_paths`), run here on the CPU, against the CPU's own paths in
-/// fp32, within the tolerances the GPU check holds the device to (benches/src/bin/device_check.rs:
-/// durations before rounding 0.05 frames, F0 and N 0.01 relative RMS, audio 2 dB, another voice
-/// twice that away), on both fixtures and their predicted durations.
+/// The network's GPU paths (the LSTMs as libtorch `lstm` passes, the source's running sum and
+/// STFT as tensor passes: `KokoroModel::load_device_paths`), run here on the CPU, against the
+/// CPU's own paths in fp32, within the tolerances the GPU check holds the device to
+/// (benches/src/bin/device_check.rs: durations before rounding 0.05 frames, F0 and N 0.01
+/// relative RMS, audio 2 dB, another voice twice that away), on both fixtures and their
+/// predicted durations.
 #[test]
 fn the_gpu_paths_agree_with_the_cpu_paths() {
     let host = KokoroModel::load(&model(), Device::Cpu, Precision::Fp32).unwrap();
