@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use speechstream_core::engine::{Engine, EngineEventKind, Failure, RequestId, SynthesisRequest};
+use speechstream_core::engine::{Engine, RequestId, SynthesisRequest};
 use speechstream_engine_libtorch::{AdmissionMode, EngineOptions, Precision, TorchEngine};
 
 const TEXT: &str = "The weather today is sunny with a light breeze from the west. \
@@ -38,28 +38,6 @@ fn engine() -> TorchEngine {
     TorchEngine::new(options).expect("engine")
 }
 
-/// Waits for the end of each request on `receivers`: (served, refused).
-fn outcomes(receivers: Vec<mpsc::Receiver<speechstream_core::engine::EngineEvent>>) -> (u64, u64) {
-    let (mut served, mut refused) = (0, 0);
-    for rx in receivers {
-        loop {
-            match rx.recv_timeout(TIMEOUT).expect("engine event").kind {
-                EngineEventKind::Finished => {
-                    served += 1;
-                    break;
-                }
-                EngineEventKind::Failed(Failure::Overloaded(_)) => {
-                    refused += 1;
-                    break;
-                }
-                EngineEventKind::Failed(other) => panic!("utterance failed: {other}"),
-                _ => {}
-            }
-        }
-    }
-    (served, refused)
-}
-
 /// `listeners` streams of [`TEXT`] arriving over [`RAMP`]: (served, refused, late chunks,
 /// chunks).
 fn arrive(engine: &TorchEngine, listeners: u64) -> (u64, u64, u64, u64) {
@@ -76,7 +54,7 @@ fn arrive(engine: &TorchEngine, listeners: u64) -> (u64, u64, u64, u64) {
             rx
         })
         .collect();
-    let (served, refused) = outcomes(receivers);
+    let (served, refused) = outcomes(receivers, TIMEOUT);
     let timing = engine.load().streams;
     (served, refused, timing.underruns, timing.chunks)
 }
@@ -87,19 +65,8 @@ fn workers_sharing_a_device_are_admitted_against_what_the_device_computes() {
     let engine = engine();
     // One utterance alone, whole: how many listeners the device keeps up with (one worker's
     // worth, the others idle).
-    let (tx, rx) = mpsc::channel();
-    let alone = Instant::now();
-    engine.submit(RequestId { connection: u64::MAX, utterance: 0 }, SynthesisRequest::new(TEXT), Box::new(Sink(tx)));
-    let mut samples = 0.0;
-    loop {
-        match rx.recv_timeout(TIMEOUT).expect("engine event").kind {
-            EngineEventKind::Audio { pcm, sample_rate } => samples += pcm.len() as f64 / 2.0 / f64::from(sample_rate),
-            EngineEventKind::Finished => break,
-            EngineEventKind::Failed(e) => panic!("an utterance alone failed: {e}"),
-            _ => {}
-        }
-    }
-    let capacity = samples / alone.elapsed().as_secs_f64();
+    let (samples, took) = audio_alone(&engine, SynthesisRequest::new(TEXT), TIMEOUT);
+    let capacity = samples / took;
     // Four times what the device keeps up with.
     let listeners = 16.max((4.0 * capacity).ceil() as u64);
     let (served, refused, late, chunks) = arrive(&engine, listeners);

@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use speechstream_core::engine::{Engine, EngineEventKind, Failure, RequestId, SynthesisRequest};
+use speechstream_core::engine::{Engine, RequestId, SynthesisRequest};
 use speechstream_engine_libtorch::{AdmissionMode, EngineOptions, TorchEngine};
 
 /// Listeners at the least (more on a CPU fast enough to keep up with more).
@@ -35,25 +35,11 @@ fn kokoro_listeners_past_capacity_are_refused_instead_of_admitted_late() {
     options.threads = Some(1);
     let engine = TorchEngine::new(options).expect("engine");
     // One utterance alone, whole (not paced): what a worker computes per second of audio here.
-    let (tx, rx) = mpsc::channel();
-    let alone = Instant::now();
     let request = SynthesisRequest::new(TEXT).with_model("kokoro").with_voice("jf_alpha");
-    engine.submit(RequestId { connection: u64::MAX, utterance: 0 }, request, Box::new(Sink(tx)));
-    let mut samples = 0.0;
-    loop {
-        match rx.recv_timeout(TIMEOUT).expect("engine event").kind {
-            EngineEventKind::Audio { pcm, sample_rate } => samples += pcm.len() as f64 / 2.0 / f64::from(sample_rate),
-            EngineEventKind::Finished => break,
-            EngineEventKind::Failed(e) => panic!("an utterance alone failed: {e}"),
-            _ => {}
-        }
-    }
-    let keep_up = 2.0 * samples / alone.elapsed().as_secs_f64();
+    let (samples, took) = audio_alone(&engine, request, TIMEOUT);
+    let keep_up = 2.0 * samples / took;
     let listeners = MIN_LISTENERS.max((2.0 * keep_up).ceil() as u64);
-    eprintln!(
-        "alone: {samples:.2} s of audio in {:.2} s; two workers keep up with {keep_up:.1} listeners at most",
-        alone.elapsed().as_secs_f64()
-    );
+    eprintln!("alone: {samples:.2} s of audio in {took:.2} s; two workers keep up with {keep_up:.1} listeners at most");
     let started = Instant::now();
     let receivers: Vec<_> = (0..listeners)
         .map(|connection| {
@@ -63,23 +49,7 @@ fn kokoro_listeners_past_capacity_are_refused_instead_of_admitted_late() {
             rx
         })
         .collect();
-    let (mut refused, mut served) = (0, 0);
-    for rx in receivers {
-        loop {
-            match rx.recv_timeout(TIMEOUT).expect("engine event").kind {
-                EngineEventKind::Finished => {
-                    served += 1;
-                    break;
-                }
-                EngineEventKind::Failed(Failure::Overloaded(_)) => {
-                    refused += 1;
-                    break;
-                }
-                EngineEventKind::Failed(other) => panic!("utterance failed: {other}"),
-                _ => {}
-            }
-        }
-    }
+    let (served, refused) = outcomes(receivers, TIMEOUT);
     let timing = engine.load().streams;
     eprintln!(
         "{listeners} Kokoro listeners on 2 workers: {served} served, {refused} refused; {} of {} chunks late; {:.1} s",

@@ -154,3 +154,49 @@ pub fn science_chunked_vs_whole(
     }
     (worst, max_abs_diff(&streamed, &audio))
 }
+
+/// Submits `request` alone (connection `u64::MAX`) and waits for its last event: the seconds of
+/// audio it made and the seconds that took (what the engine computes per second of audio).
+pub fn audio_alone(
+    engine: &dyn speechstream_core::engine::Engine,
+    request: speechstream_core::engine::SynthesisRequest,
+    timeout: std::time::Duration,
+) -> (f64, f64) {
+    use speechstream_core::engine::{EngineEventKind, RequestId};
+    let (tx, rx) = mpsc::channel();
+    let started = std::time::Instant::now();
+    engine.submit(RequestId { connection: u64::MAX, utterance: 0 }, request, Box::new(Sink(tx)));
+    let mut seconds = 0.0;
+    loop {
+        match rx.recv_timeout(timeout).expect("engine event").kind {
+            EngineEventKind::Audio { pcm, sample_rate } => seconds += pcm.len() as f64 / 2.0 / f64::from(sample_rate),
+            EngineEventKind::Finished => return (seconds, started.elapsed().as_secs_f64()),
+            EngineEventKind::Failed(e) => panic!("an utterance alone failed: {e}"),
+            _ => {}
+        }
+    }
+}
+
+/// How each request on `receivers` ended: (served, refused by admission); any other failure
+/// panics.
+pub fn outcomes(receivers: Vec<mpsc::Receiver<EngineEvent>>, timeout: std::time::Duration) -> (u64, u64) {
+    use speechstream_core::engine::{EngineEventKind, Failure};
+    let (mut served, mut refused) = (0, 0);
+    for rx in receivers {
+        loop {
+            match rx.recv_timeout(timeout).expect("engine event").kind {
+                EngineEventKind::Finished => {
+                    served += 1;
+                    break;
+                }
+                EngineEventKind::Failed(Failure::Overloaded(_)) => {
+                    refused += 1;
+                    break;
+                }
+                EngineEventKind::Failed(other) => panic!("utterance failed: {other}"),
+                _ => {}
+            }
+        }
+    }
+    (served, refused)
+}
