@@ -351,8 +351,40 @@ pub(crate) struct Scheduler {
     /// admission costs its streams with.
     speeds: Vec<Speeds>,
     jobs: Vec<Job>,
-    /// The simulated device's lock ([`EngineOptions::simulated_device`]), shared by the workers.
-    device: Option<Arc<Mutex<()>>>,
+    /// The simulated device's turns ([`EngineOptions::simulated_device`]), shared by the workers.
+    device: Option<Arc<DeviceTurns>>,
+}
+
+/// The simulated device ([`EngineOptions::simulated_device`]): one pass at a time, in the order
+/// the workers asked (tickets), as a device's queue takes them: a worker waits for at most one
+/// pass of each other worker, where a plain lock could let one worker's passes follow each other.
+#[derive(Default)]
+pub(crate) struct DeviceTurns {
+    /// (next ticket, ticket being served)
+    tickets: Mutex<(u64, u64)>,
+    served: std::sync::Condvar,
+}
+
+/// A worker's turn on the simulated device, until dropped.
+pub(crate) struct Turn<'a>(&'a DeviceTurns);
+
+impl DeviceTurns {
+    fn take(&self) -> Turn<'_> {
+        let mut t = self.tickets.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = t.0;
+        t.0 += 1;
+        while t.1 != mine {
+            t = self.served.wait(t).unwrap_or_else(|p| p.into_inner());
+        }
+        Turn(self)
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.0.tickets.lock().unwrap_or_else(|p| p.into_inner()).1 += 1;
+        self.0.served.notify_all();
+    }
 }
 
 /// What one round did, for one family: chunks sent holding this many seconds of audio
@@ -393,7 +425,7 @@ impl Scheduler {
         commands: Receiver<Command>,
         stats: Arc<WorkerStats>,
         admission: Arc<Admission>,
-        device: Option<Arc<Mutex<()>>>,
+        device: Option<Arc<DeviceTurns>>,
     ) -> Scheduler {
         Scheduler {
             speeds: vec![Speeds::default(); voices.families.len()],
@@ -458,8 +490,8 @@ impl Scheduler {
 
     /// A turn on the simulated device ([`EngineOptions::simulated_device`]), held while a
     /// pass runs; `None` on a real one.
-    fn device_turn(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
-        self.device.as_ref().map(|d| d.lock().unwrap_or_else(|p| p.into_inner()))
+    fn device_turn(&self) -> Option<Turn<'_>> {
+        self.device.as_deref().map(DeviceTurns::take)
     }
 
     pub fn run(mut self) {

@@ -23,7 +23,7 @@ use speechstream_core::engine::{
 use crate::family::{Family, Streaming};
 use crate::options::EngineOptions;
 use crate::pacing::{self, ChunkSizes, Costs, Outlook, Pacing, Step};
-use crate::scheduler::{Command, Scheduler, Submission, Voices};
+use crate::scheduler::{self, Command, Scheduler, Submission, Voices};
 use crate::stats::{Admission, AdmissionMode, Listener, WorkerStats, CHARS_PER_SECOND, LATENESS_BUCKETS};
 
 /// Milliseconds from `now` to `t`, negative when `t` has passed.
@@ -193,7 +193,7 @@ impl Pool {
             && count > 1
             && options.warm_up
             && options.admission != AdmissionMode::Off;
-        let device_lock = options.simulated_device.then(|| Arc::new(std::sync::Mutex::new(())));
+        let device_lock = options.simulated_device.then(|| Arc::new(scheduler::DeviceTurns::default()));
         let warm_turn = Arc::new(std::sync::Mutex::new(()));
         let mut workers = Vec::new();
         let mut warm = Vec::new();
