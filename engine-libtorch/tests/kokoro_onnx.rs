@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{kokoro_fixture as fixture, kokoro_model as model, reals as floats};
+use common::{kokoro_fixture as fixture, kokoro_model as model, max_abs_diff, reals as floats};
 use speechstream_engine_libtorch::cpu::{self, Level};
 use speechstream_engine_libtorch::{dsp, KokoroModel, Precision};
 use tch::Device;
@@ -226,5 +226,55 @@ fn the_gpu_paths_agree_with_the_cpu_paths() {
         assert!(raw < 0.05 && f0 < 0.01 && n < 0.01 && db < 2.0, "{name}: the GPU paths are off");
         assert!(wrong_db > 4.0, "{name}: another voice is only {wrong_db} dB away: the check proves nothing");
         assert_ne!(h.audio, d.audio, "{name}: the GPU paths were not taken");
+    }
+}
+
+/// Segments of different lengths, styles and speeds through the device's paths in one pass
+/// (`infer_batch`, fp32) give each one's durations, F0 and N as alone within float
+/// rounding (1e-5 relative; measured 4e-8 to 2e-7 in fp32), and its audio within 0.5 dB of its
+/// log spectra (measured 0.06-0.09 dB: the source's phase, a running sum over the segment,
+/// turns F0's last bits into 1-3% of the waveform, as hibari's does: benches/results/15-gpu.md).
+/// A refused segment (no ids) is refused alone. Where the padding leaked into a segment (its
+/// instance norms over the longest's steps: F0 5%, 5.6 dB; its LSTMs run backwards from the
+/// padding: durations 2 frames off), the bounds fail. (fp16 runs the same masks; its products
+/// in half precision, summed in another order, moved F0 by 6.4e-6 and N by 9.0e-5 on "hello",
+/// 0.06 dB; not run here: fp16 on the CPU took over a minute.)
+#[test]
+fn a_batch_on_the_gpu_paths_gives_each_segment_its_audio_alone() {
+    let (hello, weather) = (fixture("hello").0, fixture("weather").0);
+    let ids = |c: &serde_json::Value| -> Vec<i64> {
+        c["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect()
+    };
+    let (hello_ids, weather_ids) = (ids(&hello), ids(&weather));
+    let (hello_style, weather_style) = (floats(&hello["style"]), floats(&weather["style"]));
+    let items: Vec<(&[i64], &[f32], f32)> = vec![
+        (&hello_ids, &hello_style, 1.0),
+        (&weather_ids, &weather_style, 1.0),
+        (&[], &hello_style, 1.0),
+        (&hello_ids[..hello_ids.len() / 2], &weather_style, 1.3),
+    ];
+    let device = KokoroModel::load_device_paths(&model(), Precision::Fp32).unwrap();
+    assert!(device.batches());
+    let batched = device.infer_batch_traced(&items).unwrap();
+    assert_eq!(batched.len(), items.len());
+    assert!(batched[2].is_err(), "no ids: refused");
+    for (i, (&(ids, style, speed), got)) in items.iter().zip(&batched).enumerate() {
+        if ids.is_empty() {
+            continue;
+        }
+        let (got, trace) = got.as_ref().unwrap();
+        let (alone, alone_trace) = device.infer_traced(ids, style, speed, None).unwrap();
+        let raw = max_abs_diff(&trace.durations_raw, &alone_trace.durations_raw);
+        assert_eq!(got.durations, alone.durations, "segment {i}: durations (±{raw} before rounding)");
+        assert_eq!(got.audio.len(), alone.audio.len(), "segment {i}: samples");
+        let (f0, n) = (rel_rms(&trace.f0, &alone_trace.f0), rel_rms(&trace.n, &alone_trace.n));
+        let (off, db) = (rel_rms(&got.audio, &alone.audio), spectral_distance(&got.audio, &alone.audio));
+        eprintln!(
+            "segment {i} ({} ids), batched against alone: durations ±{raw:.2e} frames, F0 {f0:.2e}, \
+             N {n:.2e}, audio {off:.2e} relative RMS, {db:.4} dB",
+            ids.len()
+        );
+        assert!(raw < 1e-3 && f0 < 1e-5 && n < 1e-5, "segment {i}: the batch moved its prosody");
+        assert!(db < 0.5, "segment {i}: the batch moved its audio by {db} dB");
     }
 }

@@ -832,6 +832,36 @@ impl Lstm {
         }
         Tensor::from_slice(&y).view([seq as i64, (nd * h) as i64]).to_device(dev)
     }
+
+    /// Several sequences at once on the device's path ([`Lstm::on_device`]): `x` [B, T, in],
+    /// item b's first `lens[b]` steps its sequence and the rest padding → [B, T, dirs·H], each
+    /// item's steps as [`Lstm::forward`] gives them alone (its padded steps unspecified). The
+    /// forward direction runs over the batch as it is (padding after the steps it reads); the
+    /// backward one over each item reversed within its own length, then put back in order, as
+    /// PyTorch's packed sequences run.
+    pub fn forward_padded(&self, x: &Tensor, lens: &[i64]) -> Tensor {
+        let Some(params) = &self.device else { panic!("Lstm::forward_padded runs on the device's path") };
+        let size = x.size();
+        let (b, t) = (size[0], size[1]);
+        assert!(size.len() == 3 && size[2] as usize == self.input && lens.len() == b as usize, "Lstm: X {size:?}");
+        let x = x.to_kind(Kind::Float).to_device(params[0].device());
+        let zeros = Tensor::zeros([1, b, self.hidden as i64], (Kind::Float, x.device()));
+        let run = |x: &Tensor, p: &[Tensor]| {
+            let (y, _, _) =
+                x.lstm(&[zeros.shallow_clone(), zeros.shallow_clone()], p, true, 1, 0.0, false, false, true);
+            y
+        };
+        let forward = run(&x, &params[..4]);
+        if self.dirs.len() == 1 {
+            return forward;
+        }
+        let order: Vec<i64> =
+            lens.iter().flat_map(|&l| (0..t).map(move |i| if i < l { l - 1 - i } else { i })).collect();
+        let order = Tensor::from_slice(&order).view([b, t, 1]).to_device(x.device());
+        let reversed = |y: &Tensor| y.gather(1, &order.expand([b, t, y.size()[2]], false), false);
+        let backward = reversed(&run(&reversed(&x), &params[4..]));
+        Tensor::cat(&[forward, backward], 2)
+    }
 }
 
 #[cfg(test)]

@@ -139,6 +139,11 @@ impl KokoroModel {
         self.net.device
     }
 
+    /// Whether [`KokoroModel::infer_batch`] runs a batch in one pass (on a device's paths).
+    pub fn batches(&self) -> bool {
+        self.net.batches()
+    }
+
     /// Speaks `ids` (phoneme ids WITHOUT the two pad tokens) in the voice whose style row for
     /// this length is `style` (256 floats), at `speed` (1.0 = natural).
     pub fn infer(&self, ids: &[i64], style: &[f32], speed: f32) -> Result<KokoroOutput, String> {
@@ -170,6 +175,61 @@ impl KokoroModel {
         let trace =
             KokoroTrace { durations_raw: floats(&pass.durations_raw)?, f0: floats(&pass.f0)?, n: floats(&pass.n)? };
         Ok((out, trace))
+    }
+}
+
+impl KokoroModel {
+    /// [`KokoroModel::infer`] of several segments (`(ids, style, speed)` each), in one pass of
+    /// the network where it runs on a device's paths (a GPU, [`KokoroModel::load_device_paths`]):
+    /// each segment's output as alone within float rounding (the longer ones padded, each
+    /// normalization and attention over a segment's own steps). Elsewhere one after the other.
+    /// Each segment's output, or why it was refused; an error (the pass failed) for all.
+    pub fn infer_batch(&self, items: &[(&[i64], &[f32], f32)]) -> Result<Vec<Result<KokoroOutput, String>>, String> {
+        Ok(self.infer_batch_traced(items)?.into_iter().map(|r| r.map(|(out, _)| out)).collect())
+    }
+
+    /// [`KokoroModel::infer_batch`], with each segment's [`KokoroTrace`].
+    #[allow(clippy::type_complexity)]
+    pub fn infer_batch_traced(
+        &self,
+        items: &[(&[i64], &[f32], f32)],
+    ) -> Result<Vec<Result<(KokoroOutput, KokoroTrace), String>>, String> {
+        let _g = tch::no_grad_guard();
+        let checked: Vec<Result<Vec<i64>, String>> = items
+            .iter()
+            .map(|&(ids, style, speed)| {
+                check_input(ids, style, speed)?;
+                Ok(std::iter::once(0).chain(ids.iter().copied()).chain(std::iter::once(0)).collect())
+            })
+            .collect();
+        let batch: Vec<net::Item> = checked
+            .iter()
+            .zip(items)
+            .filter_map(|(tokens, &(_, style, speed))| Some(net::Item { tokens: tokens.as_ref().ok()?, style, speed }))
+            .collect();
+        let mut passes = caught(|| self.net.forward_batch(&batch))?.into_iter();
+        checked
+            .into_iter()
+            .map(|checked| {
+                Ok(match checked {
+                    Err(e) => Err(e),
+                    Ok(_) => {
+                        let pass = passes.next().ok_or("a segment's pass is missing")?;
+                        let trace = KokoroTrace {
+                            durations_raw: floats(&pass.durations_raw)?,
+                            f0: floats(&pass.f0)?,
+                            n: floats(&pass.n)?,
+                        };
+                        let out = KokoroOutput {
+                            audio: floats(&pass.audio)?,
+                            durations: pass.durations,
+                            samples_per_frame: SAMPLES_PER_FRAME,
+                        };
+                        Ok((out, trace))
+                    }
+                })
+            })
+            .collect()
     }
 }
 

@@ -21,6 +21,10 @@ use crate::cpu::simd_fn;
 use crate::precision::Precision;
 use crate::tensor_slices::{f32s, f32s_mut};
 
+mod batch;
+
+pub(super) use batch::Item;
+
 type R<T> = Result<T, String>;
 
 /// √2 in f32, the residual blocks' divisor.

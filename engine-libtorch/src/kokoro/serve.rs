@@ -33,7 +33,8 @@ use crate::g2p::{FrontEnd, Reader, Sentence};
 use crate::kokoro::net::GENERATOR_REACH;
 use crate::kokoro::voices::{scan, KokoroFiles, VoicePack};
 use crate::kokoro::{
-    KokoroModel, KokoroSegment, Opening, OPENING_SPEECH, SAMPLES_PER_FRAME, SAMPLES_PER_ROW, SAMPLE_RATE, SEAM,
+    KokoroModel, KokoroOutput, KokoroSegment, Opening, OPENING_SPEECH, SAMPLES_PER_FRAME, SAMPLES_PER_ROW, SAMPLE_RATE,
+    SEAM,
 };
 use crate::pacing::{self, Costs, Speed};
 use crate::precision::Precision;
@@ -55,11 +56,29 @@ pub struct Speech {
     pub samples_per_frame: usize,
 }
 
+impl From<KokoroOutput> for Speech {
+    fn from(out: KokoroOutput) -> Speech {
+        Speech { audio: out.audio, durations: out.durations, samples_per_frame: out.samples_per_frame }
+    }
+}
+
 /// Kokoro-82M's network as the workers call it (one copy, shared by every voice and worker).
 pub trait Network: Send + Sync {
     /// `ids`: phoneme ids without the two pad tokens; `style`: the voice's row for this length
     /// ([`VoicePack::style`]); `speed`: 1.0 is natural.
     fn infer(&self, ids: &[i64], style: &[f32], speed: f32) -> Result<Speech, String>;
+
+    /// [`Network::infer`] of several segments (`(ids, style, speed)` each): each one's speech,
+    /// or why it was refused; an error (the pass failed) for all. In one pass where
+    /// [`Network::batches`], else one after the other.
+    fn infer_batch(&self, items: &[(&[i64], &[f32], f32)]) -> Result<Vec<Result<Speech, String>>, String> {
+        Ok(items.iter().map(|&(ids, style, speed)| self.infer(ids, style, speed)).collect())
+    }
+
+    /// Whether [`Network::infer_batch`] runs its segments in one pass (a device's paths).
+    fn batches(&self) -> bool {
+        false
+    }
 
     /// A segment's pass up to the generator ([`KokoroModel::prepare`]), to decode its opening
     /// first ([`Network::decode_opening`]) and then the whole ([`Network::decode_whole`]).
@@ -83,19 +102,37 @@ pub trait Network: Send + Sync {
 }
 
 /// Loads the network from `onnx` (a `kokoro-v1.0[.int8].onnx`): [`KokoroModel`] in
-/// `precision` (int8 only on the CPU: fp32 elsewhere).
-pub fn load_network(onnx: &Path, device: tch::Device, precision: Precision) -> Result<Arc<dyn Network>, String> {
+/// `precision` (int8 only on the CPU: fp32 elsewhere); with `device_paths` on the CPU, in fp32
+/// or fp16, the paths it takes on a GPU ([`KokoroModel::load_device_paths`]: an engine with a
+/// simulated device, [`crate::EngineOptions::simulated_device`]).
+pub fn load_network(
+    onnx: &Path,
+    device: tch::Device,
+    precision: Precision,
+    device_paths: bool,
+) -> Result<Arc<dyn Network>, String> {
     let precision =
         if device != tch::Device::Cpu && precision == Precision::Int8 { Precision::Fp32 } else { precision };
-    Ok(Arc::new(KokoroModel::load(onnx, device, precision)?))
+    Ok(Arc::new(if device == tch::Device::Cpu && device_paths && precision != Precision::Int8 {
+        KokoroModel::load_device_paths(onnx, precision)?
+    } else {
+        KokoroModel::load(onnx, device, precision)?
+    }))
 }
 
 // `KokoroModel` is `Sync` (kokoro/mod.rs): one copy serves every worker.
 
 impl Network for KokoroModel {
     fn infer(&self, ids: &[i64], style: &[f32], speed: f32) -> Result<Speech, String> {
-        let out = KokoroModel::infer(self, ids, style, speed)?;
-        Ok(Speech { audio: out.audio, durations: out.durations, samples_per_frame: out.samples_per_frame })
+        KokoroModel::infer(self, ids, style, speed).map(Speech::from)
+    }
+
+    fn infer_batch(&self, items: &[(&[i64], &[f32], f32)]) -> Result<Vec<Result<Speech, String>>, String> {
+        Ok(KokoroModel::infer_batch(self, items)?.into_iter().map(|r| r.map(Speech::from)).collect())
+    }
+
+    fn batches(&self) -> bool {
+        KokoroModel::batches(self)
     }
 
     fn prepare(&self, ids: &[i64], style: &[f32], speed: f32) -> Result<KokoroSegment, String> {
@@ -361,6 +398,62 @@ impl KokoroVoiceModel {
             }
         })
     }
+
+    /// A segment's voice: its request's mix ([`VoiceModel::mix`]), or this voice.
+    fn style_of<'a>(&'a self, s: &SegmentInput<'a>) -> &'a VoicePack {
+        s.style.and_then(|style| style.downcast_ref::<VoicePack>()).unwrap_or(&self.pack)
+    }
+
+    /// [`VoiceModel::start`] of one segment (its phoneme `ids`).
+    fn start_one(&self, s: &SegmentInput, ids: &[i64]) -> Result<Segment, String> {
+        let style = self.style_of(s);
+        let failed = |e: String| format!("kokoro: {e}");
+        let run = |f: &dyn Fn() -> Result<(KokoroAudio, Vec<i64>), String>| guarded(f).and_then(|r| r.map_err(failed));
+        let (audio, durations) = if s.early {
+            run(&|| {
+                let segment = self.network.prepare(ids, style.style(ids.len()), s.speed)?;
+                let durations = segment.durations().to_vec();
+                if !segment.worth_opening() {
+                    return Ok((KokoroAudio::Whole(self.network.decode_whole(&segment)?), durations));
+                }
+                let opening = self.network.decode_opening(&segment)?;
+                Ok((KokoroAudio::Opened { segment: Box::new(segment), opening }, durations))
+            })?
+        } else {
+            run(&|| {
+                let speech = self.network.infer(ids, style.style(ids.len()), s.speed)?;
+                Ok((KokoroAudio::Whole(speech.audio), speech.durations))
+            })?
+        };
+        Ok(audio.segment(&durations))
+    }
+}
+
+/// Most tokens a batched pass holds, its padding included: 8 of the longest segments Kokoro
+/// takes ([`super::MAX_IDS`]); at ~3.3 frames a token, each of the generator's second-stage
+/// activations is then ~0.8 GB in fp32.
+const BATCH_TOKENS: usize = 4096;
+
+/// Groups of segments (indices into `lens`, their phoneme ids' counts) that pass the network
+/// together: sorted by length, each group's padding at most half its own tokens (the padded
+/// steps cost as much as real ones), and at most [`BATCH_TOKENS`] with it.
+fn length_groups(lens: &[usize]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lens.len()).collect();
+    order.sort_by_key(|&i| lens[i]);
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut tokens = 0;
+    for i in order {
+        // (both pad tokens included)
+        let len = lens[i] + 2;
+        let padded = |group: &Vec<usize>| len * (group.len() + 1);
+        if !groups.last().is_some_and(|g| 2 * padded(g) <= 3 * (tokens + len) && padded(g) <= BATCH_TOKENS) {
+            groups.push(Vec::new());
+            tokens = 0;
+        }
+        groups.last_mut().expect("a group").push(i);
+        tokens += len;
+    }
+    groups
 }
 
 /// Kokoro's durations (frames of `samples_per_frame`) in the coarse frames of 600 samples that
@@ -676,11 +769,12 @@ fn load_kokoro(files: &KokoroFiles, dir: &Path, context: &LoadContext, pace: &Ar
             Ok::<_, String>((first, other))
         });
         let started = Instant::now();
-        let network = match load_network(onnx, options.device, precision) {
+        let device_paths = options.simulated_device;
+        let network = match load_network(onnx, options.device, precision, device_paths) {
             // `auto` chose int8, but the file is the fp32 export: its own arithmetic then.
             Err(e) if options.precision.is_none() && precision == Precision::Int8 => {
                 tracing::info!(file = %onnx.display(), reason = %e, "Kokoro in fp32");
-                load_network(onnx, options.device, Precision::Fp32)
+                load_network(onnx, options.device, Precision::Fp32, device_paths)
             }
             result => result,
         };
@@ -810,35 +904,40 @@ impl VoiceModel for KokoroVoiceModel {
     /// timings from the predicted durations; a streamed utterance's first segment
     /// ([`SegmentInput::early`]), where it is long enough for it to pay, only its opening
     /// ([`KokoroModel::decode_opening`]): its first audio leaves before the generator's pass
-    /// over the whole.
+    /// over the whole. Where the network batches ([`Network::batches`]: on a device), the
+    /// segments computed whole pass together, grouped by length ([`length_groups`]).
     fn start(&self, batch: &[SegmentInput]) -> Result<Vec<Result<Segment, String>>, String> {
+        let ids: Vec<Vec<i64>> = batch.iter().map(|s| self.vocab.ids(s.phonemes)).collect();
+        let mut started: Vec<Option<Result<Segment, String>>> = batch.iter().map(|_| None).collect();
+        if self.network.batches() {
+            let whole: Vec<usize> = (0..batch.len()).filter(|&i| !batch[i].early).collect();
+            let lens: Vec<usize> = whole.iter().map(|&i| ids[i].len()).collect();
+            for group in length_groups(&lens).into_iter().filter(|g| g.len() > 1) {
+                let members: Vec<usize> = group.iter().map(|&g| whole[g]).collect();
+                let items: Vec<(&[i64], &[f32], f32)> = members
+                    .iter()
+                    .map(|&i| (&ids[i][..], self.style_of(&batch[i]).style(ids[i].len()), batch[i].speed))
+                    .collect();
+                tracing::debug!(segments = items.len(), "Kokoro's segments in one pass");
+                match guarded(|| self.network.infer_batch(&items)).and_then(|r| r.map_err(|e| format!("kokoro: {e}"))) {
+                    Ok(speech) => {
+                        for (&i, speech) in members.iter().zip(speech) {
+                            started[i] = Some(
+                                speech
+                                    .map(|s| KokoroAudio::Whole(s.audio).segment(&s.durations))
+                                    .map_err(|e| format!("kokoro: {e}")),
+                            );
+                        }
+                    }
+                    Err(e) => members.iter().for_each(|&i| started[i] = Some(Err(e.clone()))),
+                }
+            }
+        }
         Ok(batch
             .iter()
-            .map(|s| {
-                let ids = self.vocab.ids(s.phonemes);
-                let style = s.style.and_then(|style| style.downcast_ref::<VoicePack>()).unwrap_or(&self.pack);
-                let failed = |e: String| format!("kokoro: {e}");
-                let run = |f: &dyn Fn() -> Result<(KokoroAudio, Vec<i64>), String>| {
-                    guarded(f).and_then(|r| r.map_err(failed))
-                };
-                let (audio, durations) = if s.early {
-                    run(&|| {
-                        let segment = self.network.prepare(&ids, style.style(ids.len()), s.speed)?;
-                        let durations = segment.durations().to_vec();
-                        if !segment.worth_opening() {
-                            return Ok((KokoroAudio::Whole(self.network.decode_whole(&segment)?), durations));
-                        }
-                        let opening = self.network.decode_opening(&segment)?;
-                        Ok((KokoroAudio::Opened { segment: Box::new(segment), opening }, durations))
-                    })?
-                } else {
-                    run(&|| {
-                        let speech = self.network.infer(&ids, style.style(ids.len()), s.speed)?;
-                        Ok((KokoroAudio::Whole(speech.audio), speech.durations))
-                    })?
-                };
-                Ok(audio.segment(&durations))
-            })
+            .zip(&ids)
+            .zip(started)
+            .map(|((s, ids), done)| done.unwrap_or_else(|| self.start_one(s, ids)))
             .collect())
     }
 
@@ -1165,6 +1264,28 @@ mod tests {
         );
         assert_eq!(parts[0].phonemes, "The library closes early on Sundays, ");
         assert_eq!(parts[1].text, "so we went on Saturday instead.");
+    }
+
+    /// Segments batch by length: each group's padding at most half its tokens, its padded tokens
+    /// at most [`BATCH_TOKENS`]; every segment in exactly one group.
+    #[test]
+    fn segments_batch_with_others_of_about_their_length() {
+        // (ids; 2 pad tokens each come on top)
+        let lens = [10, 200, 12, 11, 190, 60, 58, 500, 500, 500, 500, 500, 500, 500, 500, 500];
+        let groups = length_groups(&lens);
+        let mut seen: Vec<usize> = groups.iter().flatten().copied().collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..lens.len()).collect::<Vec<_>>());
+        for g in &groups {
+            let tokens: Vec<usize> = g.iter().map(|&i| lens[i] + 2).collect();
+            let padded = tokens.iter().max().unwrap() * tokens.len();
+            assert!(2 * padded <= 3 * tokens.iter().sum::<usize>(), "{g:?}: too much padding");
+            assert!(g.len() == 1 || padded <= BATCH_TOKENS, "{g:?}: too many tokens");
+        }
+        assert!(groups.contains(&vec![0, 3, 2]), "the short ones together: {groups:?}");
+        assert!(groups.contains(&vec![6, 5]) && groups.contains(&vec![4, 1]), "{groups:?}");
+        // 9 of the longest: 8 fit one pass
+        assert_eq!(groups.iter().filter(|g| g.iter().all(|&i| lens[i] == 500)).map(Vec::len).max(), Some(8));
     }
 
     #[test]
