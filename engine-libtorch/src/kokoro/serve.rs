@@ -219,6 +219,10 @@ pub struct KokoroVoiceModel {
 /// options pin the first segment's words, or no worker warms up (`say`), the figures of a
 /// Zen 4 core (`Pace::costs`): a request's segments are then the same on every machine.
 pub struct Pace {
+    /// The network passes several streams' segments at once (on a device,
+    /// [`Network::batches`]): every segment is computed whole with the others of its round,
+    /// an utterance's first too (its opening alone would hold up the round).
+    batched: AtomicBool,
     /// Words an utterance's first segment holds at most ([`first_segment_words`])
     first_words: AtomicUsize,
     /// The generator's whole pass, thread CPU nanoseconds a second of audio
@@ -233,6 +237,7 @@ pub struct Pace {
 impl Default for Pace {
     fn default() -> Pace {
         Pace {
+            batched: AtomicBool::new(false),
             first_words: AtomicUsize::new(FIRST_SEGMENT_WORDS),
             generator_ns: AtomicU64::new(0),
             prepare_ns: AtomicU64::new(0),
@@ -671,14 +676,15 @@ impl Family for KokoroFamily {
 
     /// Segments whole; a streamed utterance's first opens where it is long enough
     /// ([`KokoroSegment::worth_opening`], its leading silence left out), its opening
-    /// [`OPENING_SPEECH`] and `LEADING_SILENCE_S`.
+    /// [`OPENING_SPEECH`] and `LEADING_SILENCE_S`; on a device none opens ([`Pace::batched`]).
     fn streaming(&self) -> Streaming {
         let seconds = |frames: usize| (frames * SAMPLES_PER_ROW) as f64 / f64::from(SAMPLE_RATE);
         let opening = pacing::Opening {
             seconds: seconds(OPENING_SPEECH) + LEADING_SILENCE_S,
             least: seconds(2 * (OPENING_SPEECH + SEAM + GENERATOR_REACH)),
         };
-        Streaming::WholeSegments { first_words: self.pace.first_words(), opening: Some(opening) }
+        let opening = (!self.pace.batched.load(Ordering::Relaxed)).then_some(opening);
+        Streaming::WholeSegments { first_words: self.pace.first_words(), opening }
     }
 }
 
@@ -785,6 +791,7 @@ fn load_kokoro(files: &KokoroFiles, dir: &Path, context: &LoadContext, pace: &Ar
         (network, japanese, mandarin, english)
     });
     let network = network?;
+    pace.batched.store(network.batches(), Ordering::Relaxed);
     let (american, british) = english?;
     let precision = network.precision();
     match (&japanese, readers.japanese) {
@@ -904,16 +911,15 @@ impl VoiceModel for KokoroVoiceModel {
     /// timings from the predicted durations; a streamed utterance's first segment
     /// ([`SegmentInput::early`]), where it is long enough for it to pay, only its opening
     /// ([`KokoroModel::decode_opening`]): its first audio leaves before the generator's pass
-    /// over the whole. Where the network batches ([`Network::batches`]: on a device), the
-    /// segments computed whole pass together, grouped by length ([`length_groups`]).
+    /// over the whole. Where the network batches ([`Network::batches`]: on a device), every
+    /// segment is computed whole (a first one too: no openings, [`Pace::batched`]), the
+    /// round's segments in passes of several, grouped by length ([`length_groups`]).
     fn start(&self, batch: &[SegmentInput]) -> Result<Vec<Result<Segment, String>>, String> {
         let ids: Vec<Vec<i64>> = batch.iter().map(|s| self.vocab.ids(s.phonemes)).collect();
         let mut started: Vec<Option<Result<Segment, String>>> = batch.iter().map(|_| None).collect();
         if self.network.batches() {
-            let whole: Vec<usize> = (0..batch.len()).filter(|&i| !batch[i].early).collect();
-            let lens: Vec<usize> = whole.iter().map(|&i| ids[i].len()).collect();
-            for group in length_groups(&lens).into_iter().filter(|g| g.len() > 1) {
-                let members: Vec<usize> = group.iter().map(|&g| whole[g]).collect();
+            let lens: Vec<usize> = ids.iter().map(Vec::len).collect();
+            for members in length_groups(&lens) {
                 let items: Vec<(&[i64], &[f32], f32)> = members
                     .iter()
                     .map(|&i| (&ids[i][..], self.style_of(&batch[i]).style(ids[i].len()), batch[i].speed))
