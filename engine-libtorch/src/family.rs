@@ -168,6 +168,13 @@ pub trait VoiceModel: Send + Sync {
         usize::MAX
     }
 
+    /// Voices with the same key pass one batch together (one network, each segment with its
+    /// own voice's style, [`SegmentInput::voice`]); by default, a voice batches with itself
+    /// only.
+    fn batch_key(&self) -> Option<usize> {
+        None
+    }
+
     /// Runs a short sentence through its networks, so that the first request does not pay for
     /// libtorch's first passes.
     fn warm_up(&self, frames: &ChunkSizes<usize>);
@@ -180,6 +187,9 @@ pub trait VoiceModel: Send + Sync {
 
 /// One segment to start.
 pub struct SegmentInput<'a> {
+    /// Its request's voice: the voice whose `start` takes the batch, or another with the same
+    /// [`VoiceModel::batch_key`].
+    pub voice: &'a dyn VoiceModel,
     pub phonemes: &'a str,
     /// The speaking rate (1 natural).
     pub speed: f32,

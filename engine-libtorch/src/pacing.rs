@@ -865,6 +865,8 @@ pub enum Work {
 pub struct Candidate {
     /// The caller's index of the request.
     pub index: usize,
+    /// Its voice, or the first of the voices whose segments pass the network together
+    /// ([`crate::family::VoiceModel::batch_key`]): what a batch shares.
     pub voice: usize,
     pub work: Work,
     pub urgency: Urgency,

@@ -81,6 +81,9 @@ pub(crate) struct VoiceEntry {
     /// Its family's index in [`Voices::families`].
     pub family: usize,
     pub model: Arc<dyn VoiceModel>,
+    /// The first voice (an index in [`Voices::voices`]) of those whose segments pass the
+    /// network together with its own ([`VoiceModel::batch_key`]); its own index where none do.
+    pub batch: usize,
 }
 
 /// A family the workers serve, and its default voice.
@@ -110,7 +113,12 @@ impl Voices {
         for (index, (family, loaded)) in loaded.into_iter().enumerate() {
             let first = voices.len();
             for (declared, model) in loaded.voices {
-                voices.push(VoiceEntry { name: declared.id, family: index, model });
+                let key = model.batch_key();
+                let batch = voices[first..]
+                    .iter()
+                    .position(|v: &VoiceEntry| key.is_some() && v.model.batch_key() == key)
+                    .map_or(voices.len(), |k| first + k);
+                voices.push(VoiceEntry { name: declared.id, family: index, model, batch });
             }
             let default_voice = voices[first..]
                 .iter()
@@ -818,7 +826,7 @@ impl Scheduler {
             if let (Some(Current { unfinished: Some(_), .. }), pacing::Urgency::Due(t)) = (&job.current, urgency) {
                 urgency = pacing::Urgency::Due(t.min(now));
             }
-            candidates.push(Candidate { index, voice: job.voice, work, urgency });
+            candidates.push(Candidate { index, voice: self.voices.voices[job.voice].batch, work, urgency });
         }
         let cpu_round = match candidates.first().map(|c| self.voices.voices[c.voice].model.device()) {
             Some(tch::Device::Cpu) => CPU_ROUND,
@@ -908,6 +916,7 @@ impl Scheduler {
             .map(|(&i, sentence)| {
                 let job = &self.jobs[i];
                 SegmentInput {
+                    voice: self.voices.voices[job.voice].model.as_ref(),
                     phonemes: &sentence.phonemes,
                     speed: job.speed,
                     seed: job.seed,

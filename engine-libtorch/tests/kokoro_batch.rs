@@ -1,14 +1,15 @@
 //! On a device, the Kokoro segments of several streams pass the network together (issue 52),
 //! and each stream still gets its own audio. Here on the CPU, `simulated_device` loads Kokoro
 //! with the paths it takes on a GPU (fp32), on one worker: four streamed requests of different
-//! lengths arrive at once (the engine's debug log must show a pass of several segments: their
-//! first segments too, which on a device are computed whole, without an opening), then each
-//! again alone. Each request's length is its length alone and its log spectra within
-//! 0.5 dB of its audio alone (a batch that let one segment's padding into another's
-//! normalizations moved it 5.6 dB: tests/kokoro_onnx.rs). (Not the same bits: MKL's float
-//! products round by the buffers' alignment, so even alone two runs differ in their last bits,
-//! and the phase of Kokoro's source, a running sum, carries that far.) Needs `.cache`
-//! (scripts/setup-voice.sh, with Kokoro).
+//! lengths and voices arrive at once (the engine's debug log must show a pass of several
+//! segments: their first segments too, which on a device are computed whole, without an
+//! opening; and several voices, each segment with its own style), then each again alone. Each
+//! request's length is its length alone and its log spectra within 0.5 dB of its audio alone
+//! (measured 0.01-0.10 dB; a batch that let one segment's padding into another's normalizations
+//! moved it 5.6 dB, tests/kokoro_onnx.rs; another voice's style is 7-9 dB away). Not the same
+//! bits: MKL's float products round by the buffers' alignment, so even alone two runs differ in
+//! their last bits, and the phase of Kokoro's source, a running sum, carries that far. Needs
+//! `.cache` (scripts/setup-voice.sh, with Kokoro).
 
 mod common;
 
@@ -22,9 +23,9 @@ use speechstream_engine_libtorch::{dsp, AdmissionMode, EngineOptions, Precision,
 const TIMEOUT: Duration = Duration::from_secs(600);
 const REQUESTS: [(&str, &str); 4] = [
     ("The weather today is sunny with a light breeze from the west.", "jf_alpha"),
-    ("We walked along the river.", "jf_alpha"),
+    ("We walked along the river.", "jm_kumo"),
     ("Please call me back when you get home tonight.", "jf_alpha"),
-    ("Thank you.", "jf_alpha"),
+    ("Thank you.", "jf_nezumi"),
 ];
 
 fn request(i: usize) -> SynthesisRequest {

@@ -404,9 +404,11 @@ impl KokoroVoiceModel {
         })
     }
 
-    /// A segment's voice: its request's mix ([`VoiceModel::mix`]), or this voice.
+    /// A segment's voice: its request's mix ([`VoiceModel::mix`]), or its voice's (this one,
+    /// or another of the network's batched with it).
     fn style_of<'a>(&'a self, s: &SegmentInput<'a>) -> &'a VoicePack {
-        s.style.and_then(|style| style.downcast_ref::<VoicePack>()).unwrap_or(&self.pack)
+        let own = s.voice.as_any().downcast_ref::<KokoroVoiceModel>().map_or(&self.pack, |v| &v.pack);
+        s.style.and_then(|style| style.downcast_ref::<VoicePack>()).unwrap_or(own)
     }
 
     /// [`VoiceModel::start`] of one segment (its phoneme `ids`).
@@ -901,6 +903,12 @@ impl VoiceModel for KokoroVoiceModel {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+
+    /// On a device ([`Network::batches`]) every voice of the network passes in one batch,
+    /// each segment with its own voice's style.
+    fn batch_key(&self) -> Option<usize> {
+        self.network.batches().then_some(Arc::as_ptr(&self.network) as *const () as usize)
     }
 
     fn acoustics(&self) -> Acoustics {
