@@ -51,13 +51,14 @@
 # --playback, 2 s ramp, HIBARI_DURATION [10] s a point, on the closed loop's server),
 # WORKERS [server default], PORT [28990], RESULTS [$OUT/gpu-check-<device>.md when $OUT is a
 # folder (the device machine's return folder), else target/gpu-check/results-<device>-<stamp>.md]
-# (JSON lines beside it, .jsonl); Kokoro: KOKORO_CONNS ["1 8 32 64"] listeners (loadgen
+# (JSON lines beside it, .jsonl); Kokoro: KOKORO_CONNS ["1 64 256 512"] listeners (loadgen
 # --playback: each plays its audio out in real time before sending the next; a chunk that comes
 # after the audio before it ran out is late), KOKORO_VOICE [jf_alpha], KOKORO_ADMISSION [off: the
 # raw capacity], KOKORO_WORKERS [WORKERS; a list runs the server once per count],
 # KOKORO_PRECISION ["auto fp16": the server once per precision; auto is fp32 on CUDA, fp16 runs
 # its products in float16]. Kokoro's numeric check runs in fp32 and in fp16, each against the
-# CPU's fp32, then its in-process speed (kokoro_rtf, fp32 and fp16, a short and a long segment).
+# CPU's fp32, then its in-process speed (kokoro_rtf, fp32 and fp16, a short and a long segment;
+# KOKORO_BATCH [16] short segments of different lengths in one pass against one after the other).
 # Piper: PIPER_VOICE [en_US-joe-medium], PIPER_CONNS ["1 32 128 256"; empty: no Piper load]
 # listeners (loadgen --playback at the voice's rate, 2 s ramp), PIPER_DURATION [10] seconds per
 # point, PIPER_ADMISSION [off], PIPER_WORKERS [WORKERS], PIPER_REPS [5]. Its numeric check:
@@ -68,10 +69,10 @@
 # load, Piper's load, Kokoro's load; a server that does not start is reported and the rest still
 # runs.
 # KOKORO_REPS [5] runs per in-process figure. Stays within 10 minutes with the defaults on a GPU:
-# ~1 min of start-up and checks, ~1 min for Kokoro's checks and in-process runs, ~0.5 min for
+# ~1 min of start-up and checks, ~1.5 min for Kokoro's checks and in-process runs, ~0.5 min for
 # Piper's, 2 x (15 s + drain) + 4 x (10 s + 2 s ramp + drain) for hibari (~1.5 min), start-up
 # + 4 x (10 s + 2 s ramp + drain) for Piper (~1 min), 2 x (start-up + 4 x (15 s + 2 s ramp +
-# drain)) for Kokoro: ~8.5 min. onnxruntime-CUDA's Kokoro figure (issue 52's side-by-side) needs
+# drain)) for Kokoro: ~9 min. onnxruntime-CUDA's Kokoro figure (issue 52's side-by-side) needs
 # onnxruntime-gpu and the fp32 export on the machine, neither of which fits the carries: the
 # summary says which is missing.
 set -euo pipefail
@@ -607,6 +608,11 @@ PY
       KOKORO_DEVICE="$DEVICE" "$BUNDLE/bin/kokoro_rtf" "$model" "$BUNDLE/cases/$c.json" "${KOKORO_REPS:-5}" fp32,fp16 2>&1 |
         grep -E "native|rror|panic" | sed "s/^/$c: /" >>"$out" || check=FAIL
     done
+    # Several streams' segments in one pass (what a server's round does on a device)
+    say "Kokoro in process: ${KOKORO_BATCH:-16} segments in one pass"
+    KOKORO_BATCH="${KOKORO_BATCH:-16}" KOKORO_DEVICE="$DEVICE" "$BUNDLE/bin/kokoro_rtf" "$model" \
+      "$BUNDLE/cases/weather.json" "${KOKORO_REPS:-5}" fp32,fp16 2>&1 | grep -E "segments|rror|panic" |
+      sed "s/^/weather: /" >>"$out" || check=FAIL
     # Where a long segment's time goes, block by block (each kernel waited for: CUDA's launches
     # are otherwise asynchronous and a block's time would show up at the next copy to the host)
     say "Kokoro in process: profile"
@@ -639,7 +645,7 @@ PY
       echo "$rule"
     } >>"$out"
     echo "{\"kind\": \"section\", \"family\": \"kokoro\", \"load\": \"listeners\", \"precision\": \"$kprec\", \"workers\": \"$kw\"}" >>"$jsonl"
-    for c in ${KOKORO_CONNS:-1 8 32 64}; do
+    for c in ${KOKORO_CONNS:-1 64 256 512}; do
       say "Kokoro load ($kprec): $c listener(s), ${duration}s"
       load_point "$c" -c "$c" --playback --ramp 2 --voice "$voice"
     done

@@ -4,6 +4,10 @@
 //!   cargo run -p speechstream-engine-libtorch --example kokoro_rtf -- MODEL CASE.json [REPS] [int8,fp32,fp16]
 //!
 //! `KOKORO_DEVICE=cuda` (or `cuda:N`) runs it on a GPU (scripts/gpu-check.sh); the CPU otherwise.
+//! `KOKORO_BATCH=N` also times N segments in one pass (`infer_batch`: the case's ids cut to
+//! N lengths from half to all of them, so that the pass pads as a server's round of different
+//! sentences does) against the same N one after the other; fp32 and fp16 only, on the CPU with
+//! the paths a GPU takes (`load_device_paths`: only there does a batch run as one pass).
 //!
 //! scripts/bench-kokoro.sh runs it beside onnxruntime (kokoro-onnx's runtime) on the same model.
 
@@ -47,15 +51,48 @@ fn main() {
             best = best.min(t.elapsed().as_secs_f64());
             seconds = out.audio.len() as f64 / 24_000.0;
         }
+        let on = if device == tch::Device::Cpu {
+            format!("level {}", speechstream_engine_libtorch::cpu::level())
+        } else {
+            format!("{device:?}")
+        };
         println!(
-            "native {precision} ({}): {seconds:.2} s of audio in {best:.3} s (best of {reps}), RTF {:.3}, {:.2}x real time; load {load:.1} s",
-            if device == tch::Device::Cpu {
-                format!("level {}", speechstream_engine_libtorch::cpu::level())
-            } else {
-                format!("{device:?}")
-            },
+            "native {precision} ({on}): {seconds:.2} s of audio in {best:.3} s (best of {reps}), RTF {:.3}, {:.2}x real time; load {load:.1} s",
             best / seconds,
             seconds / best
         );
+        if let Some(n) = std::env::var("KOKORO_BATCH").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 1) {
+            if precision == Precision::Int8 {
+                continue;
+            }
+            let m = if device == tch::Device::Cpu {
+                KokoroModel::load_device_paths(Path::new(&args[1]), precision).unwrap()
+            } else {
+                m
+            };
+            let lens: Vec<usize> = (0..n).map(|i| ids.len() * (n - 1 + i) / (2 * (n - 1))).map(|l| l.max(1)).collect();
+            let items: Vec<(&[i64], &[f32], f32)> = lens.iter().map(|&l| (&ids[..l], &style[..], speed)).collect();
+            let (mut batched, mut alone, mut seconds) = (f64::MAX, f64::MAX, 0.0);
+            for _ in 0..reps {
+                let t = Instant::now();
+                let out = m.infer_batch(&items).unwrap();
+                batched = batched.min(t.elapsed().as_secs_f64());
+                seconds = out.iter().map(|o| o.as_ref().unwrap().audio.len() as f64 / 24_000.0).sum::<f64>();
+                let t = Instant::now();
+                for &(ids, style, speed) in &items {
+                    m.infer(ids, style, speed).unwrap();
+                }
+                alone = alone.min(t.elapsed().as_secs_f64());
+            }
+            println!(
+                "native {precision} ({on}), {n} segments ({}-{} ids): {seconds:.2} s of audio in one pass {batched:.3} s, \
+                 {:.2}x real time; one after the other {alone:.3} s, {:.2}x (best of {reps}): the pass {:.2}x as fast",
+                lens[0],
+                lens[n - 1],
+                seconds / batched,
+                seconds / alone,
+                alone / batched
+            );
+        }
     }
 }

@@ -39,8 +39,10 @@ pub struct EngineOptions {
     pub admission: AdmissionMode,
     /// Run the workers as if they shared one device that computes one pass at a time (the
     /// workers' passes take turns, in the order they ask): admission then costs streams against
-    /// that device as it does on a GPU ([`crate::workers`]), which the tests check on the CPU.
-    /// Workers share a device of their own accord on any device but the CPU.
+    /// that device as it does on a GPU ([`crate::workers`]), which the tests check on the CPU;
+    /// and Kokoro (in fp32 or fp16) takes the paths it takes on a GPU, several streams'
+    /// segments in one pass ([`crate::KokoroModel::load_device_paths`]). Workers share a device
+    /// of their own accord on any device but the CPU.
     pub simulated_device: bool,
     /// Most streams in flight at once, whatever the admission mode; past it a stream is refused
     /// as by admission. `None`: no fixed cap.
