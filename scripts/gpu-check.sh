@@ -594,6 +594,17 @@ for s in r["sentences"]:
     print(f"| {s['text'][:40]} | {s['frames']} | {s['durations_raw_max_abs']:.2e} | {s['f0_rel_rms']:.2e} | {s['n_rel_rms']:.2e} | "
           f"{s['audio_rel_rms']:.2e} | {s['spectral_db']:.3f} | {s['another_voice_spectral_db']:.2f} |")
 print()
+b = r.get("batch")
+if b:
+    print(f"The {b['segments']} sentences in one pass on the device, each against itself alone there (the same bounds; "
+          f"durations equal): **{'pass' if b['pass'] else 'FAIL'}**\n")
+    print("| ids | durations equal | durations ± frames | F0 rel. RMS | N rel. RMS | audio dB |")
+    print("|---:|---|---:|---:|---:|---:|")
+    f = lambda v, spec: "-" if v is None else format(v, spec)  # (unequal durations: nothing to compare)
+    for s in b["sentences"]:
+        print(f"| {s['ids']} | {s['durations_equal']} | {f(s['durations_raw_max_abs'], '.2e')} | {f(s['f0_rel_rms'], '.2e')} | "
+              f"{f(s['n_rel_rms'], '.2e')} | {f(s['spectral_db'], '.3f')} |")
+    print()
 PY
     done
     local model="$kokoro_dir/kokoro-v1.0.int8.onnx"

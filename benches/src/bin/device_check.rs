@@ -27,7 +27,11 @@
 //! rounding (largest difference, frames), the F0 and N curves (relative RMS) and the audio's log
 //! band-power spectra (mean distance, dB), each within [`KOKORO_TOLERANCE`]; and, so that the
 //! check can fail, the same spectral distance to another voice's audio, which must be far
-//! beyond it.
+//! beyond it. Then the batch (`batch` in its JSON): every sentence of the three texts through
+//! the device in one pass (`KokoroModel::infer_batch`, what the server's rounds do on a device;
+//! on the CPU, the paths a device takes: `load_device_paths`), each against itself alone on the
+//! same device: the durations equal, the rest within the same bounds (docs/kokoro-architecture.md
+//! §9: on the CPU's device paths F0 and N 2.2e-7 and the audio 0.06-0.09 dB).
 //!
 //! A Piper voice (`--piper VOICE.onnx`, its `.onnx.json` beside it) is compared as its own tests
 //! compare it with onnxruntime (engine-libtorch/tests/piper_model.rs): the device's network, in
@@ -321,6 +325,8 @@ fn kokoro_check(
             }));
         }
     }
+    let batch = kokoro_batch_check(&dev, onnx, device, precision, &front_end, &vocab, &voice.pack)?;
+    pass &= batch["pass"].as_bool() == Some(true);
     let line = json!({
         "kind": "device_check_kokoro",
         "device": format!("{device:?}"),
@@ -330,6 +336,7 @@ fn kokoro_check(
         "tolerance": {"durations_raw_frames": raw_tol, "curves_rel_rms": curve_tol, "spectral_db": spectral_tol},
         "pass": pass,
         "sentences": results,
+        "batch": batch,
     });
     println!("{line}");
     eprintln!(
@@ -337,6 +344,56 @@ fn kokoro_check(
         if pass { "pass" } else { "FAIL" }
     );
     Ok(pass)
+}
+
+/// Every sentence of [`TEXTS`] through `dev` in one pass against each alone on it (module doc):
+/// the batch's JSON, with `pass`. On the CPU a model of the device's paths is loaded for it.
+fn kokoro_batch_check(
+    dev: &KokoroModel,
+    onnx: &Path,
+    device: Device,
+    precision: Precision,
+    front_end: &speechstream_engine_libtorch::g2p::FrontEnd,
+    vocab: &Vocab,
+    pack: &voices::VoicePack,
+) -> Result<serde_json::Value, String> {
+    let paths;
+    let dev = if dev.batches() {
+        dev
+    } else {
+        paths = KokoroModel::load_device_paths(onnx, precision)?;
+        &paths
+    };
+    let ids: Vec<Vec<i64>> =
+        TEXTS.iter().flat_map(|t| front_end.sentences(t)).map(|s| vocab.ids(&s.phonemes)).collect();
+    let items: Vec<(&[i64], &[f32], f32)> = ids.iter().map(|ids| (&ids[..], pack.style(ids.len()), 1.0)).collect();
+    let (raw_tol, curve_tol, spectral_tol) = KOKORO_TOLERANCE;
+    let mut pass = true;
+    let mut results = Vec::new();
+    for (&(ids, style, speed), got) in items.iter().zip(dev.infer_batch_traced(&items)?) {
+        let (b, bt) = got?;
+        let (a, at) = dev.infer_traced(ids, style, speed, None)?;
+        let raw =
+            bt.durations_raw.iter().zip(&at.durations_raw).map(|(x, y)| f64::from((x - y).abs())).fold(0.0, f64::max);
+        let same = b.durations == a.durations;
+        let (f0, n, spectral) = if same {
+            (rel_rms(&bt.f0, &at.f0), rel_rms(&bt.n, &at.n), spectral_distance(&b.audio, &a.audio))
+        } else {
+            (f64::INFINITY, f64::INFINITY, f64::INFINITY)
+        };
+        let ok = same && raw <= raw_tol && f0 <= curve_tol && n <= curve_tol && spectral <= spectral_tol;
+        pass &= ok;
+        results.push(json!({
+            "ids": ids.len(), "durations_equal": same, "durations_raw_max_abs": raw,
+            "f0_rel_rms": f0, "n_rel_rms": n, "spectral_db": spectral, "pass": ok,
+        }));
+    }
+    eprintln!(
+        "device-check: Kokoro on {device:?} in {precision}, {} sentences in one pass against each alone: {}",
+        items.len(),
+        if pass { "pass" } else { "FAIL" }
+    );
+    Ok(json!({ "segments": items.len(), "pass": pass, "sentences": results }))
 }
 
 /// Piper's bound, device against CPU (both fp32, the same ids and noise): the durations equal
