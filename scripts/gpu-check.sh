@@ -446,9 +446,9 @@ PY
     local gpu="" ort=""
     command -v nvidia-smi >/dev/null && gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
     ort="$(python3 -c 'import onnxruntime as o; print(",".join(o.get_available_providers()))' 2>&1 | tail -1)" || true
-    python3 - "$jsonl" "$(dirname "$out")/gpu-latest.json" "$DEVICE" "$gpu" "$BUNDLE/commit" "$ort" >>"$out" <<'PY'
-import datetime, json, sys
-path, dest, device, gpu, commit_file, ort = sys.argv[1:7]
+    python3 - "$jsonl" "$(dirname "$out")/gpu-latest.json" "$DEVICE" "$gpu" "$BUNDLE/commit" "$ort" "$out" >>"$out" <<'PY'
+import datetime, json, re, sys
+path, dest, device, gpu, commit_file, ort, results = sys.argv[1:8]
 rs = [json.loads(l) for l in open(path) if l.strip()]
 try:
     commit = " ".join(open(commit_file).read().split())
@@ -480,6 +480,12 @@ for s, _ in points:
     if s["family"] == "kokoro":
         key = f"{s['precision']}, workers {s['workers']}"
         kokoro[key] = held(lambda t, s=s: t is s)
+# Kokoro's segments in one pass against one after the other, in process (kokoro_rtf KOKORO_BATCH)
+batch = {}
+for m in re.finditer(r"^weather: native (\w+) .*?, (\d+) segments .*?: ([\d.]+) s of audio in one pass ([\d.]+) s,"
+                     r".*?one after the other ([\d.]+) s", open(results).read(), re.M):
+    batch[m[1]] = {"segments": int(m[2]), "audio_s": float(m[3]), "one_pass_s": float(m[4]),
+                   "one_after_the_other_s": float(m[5])}
 has_cuda_ort = "CUDAExecutionProvider" in ort
 summary = {
     "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -492,6 +498,7 @@ summary = {
         "closed_loop_audio_s_per_s": max((p.get("audio_seconds_per_s") or 0 for p in closed), default=None),
     },
     "kokoro": kokoro,
+    "kokoro_batch_in_process": batch,
     "piper": next((r for r in reversed(rs) if r.get("kind") == "piper_summary"), None),
     "onnxruntime_cuda_kokoro": {
         "measured": False,
