@@ -602,7 +602,9 @@ for s in r["sentences"]:
           f"{s['audio_rel_rms']:.2e} | {s['spectral_db']:.3f} | {s['another_voice_spectral_db']:.2f} |")
 print()
 b = r.get("batch")
-if b:
+if b and "skipped" in b:
+    print(f"The sentences in one pass: skipped ({b['skipped']})\n")
+elif b:
     print(f"The {b['segments']} sentences in one pass on the device, each against itself alone there (the same bounds; "
           f"durations equal): **{'pass' if b['pass'] else 'FAIL'}**\n")
     print("| ids | durations equal | durations ± frames | F0 rel. RMS | N rel. RMS | audio dB |")
@@ -623,7 +625,7 @@ PY
     } >>"$out"
     for c in weather long; do
       say "Kokoro in process: $c"
-      KOKORO_DEVICE="$DEVICE" "$BUNDLE/bin/kokoro_rtf" "$model" "$BUNDLE/cases/$c.json" "${KOKORO_REPS:-5}" fp32,fp16 2>&1 |
+      KOKORO_BATCH= KOKORO_DEVICE="$DEVICE" "$BUNDLE/bin/kokoro_rtf" "$model" "$BUNDLE/cases/$c.json" "${KOKORO_REPS:-5}" fp32,fp16 2>&1 |
         grep -E "native|rror|panic" | sed "s/^/$c: /" >>"$out" || check=FAIL
     done
     # Several streams' segments in one pass (what a server's round does on a device)
@@ -634,7 +636,7 @@ PY
     # Where a long segment's time goes, block by block (each kernel waited for: CUDA's launches
     # are otherwise asynchronous and a block's time would show up at the next copy to the host)
     say "Kokoro in process: profile"
-    CUDA_LAUNCH_BLOCKING=1 KOKORO_PROFILE=1 KOKORO_DEVICE="$DEVICE" "$BUNDLE/bin/kokoro_rtf" "$model" \
+    KOKORO_BATCH= CUDA_LAUNCH_BLOCKING=1 KOKORO_PROFILE=1 KOKORO_DEVICE="$DEVICE" "$BUNDLE/bin/kokoro_rtf" "$model" \
       "$BUNDLE/cases/long.json" 2 fp32 2>&1 | grep "kokoro profile" | tail -1 | sed "s/^/long, fp32, launches waited for: /" >>"$out" || true
     echo '```' >>"$out"
   fi
