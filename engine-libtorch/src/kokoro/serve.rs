@@ -678,7 +678,7 @@ impl Family for KokoroFamily {
 
     /// Segments whole; a streamed utterance's first opens where it is long enough
     /// ([`KokoroSegment::worth_opening`], its leading silence left out), its opening
-    /// [`OPENING_SPEECH`] and `LEADING_SILENCE_S`; on a device none opens ([`Pace::batched`]).
+    /// [`OPENING_SPEECH`] and `LEADING_SILENCE_S`; on a device none opens (`Pace::batched`).
     fn streaming(&self) -> Streaming {
         let seconds = |frames: usize| (frames * SAMPLES_PER_ROW) as f64 / f64::from(SAMPLE_RATE);
         let opening = pacing::Opening {
@@ -920,8 +920,8 @@ impl VoiceModel for KokoroVoiceModel {
     /// ([`SegmentInput::early`]), where it is long enough for it to pay, only its opening
     /// ([`KokoroModel::decode_opening`]): its first audio leaves before the generator's pass
     /// over the whole. Where the network batches ([`Network::batches`]: on a device), every
-    /// segment is computed whole (a first one too: no openings, [`Pace::batched`]), the
-    /// round's segments in passes of several, grouped by length ([`length_groups`]).
+    /// segment is computed whole (a first one too: no openings, `Pace::batched`), the
+    /// round's segments in passes of several, grouped by length (`length_groups`).
     fn start(&self, batch: &[SegmentInput]) -> Result<Vec<Result<Segment, String>>, String> {
         let ids: Vec<Vec<i64>> = batch.iter().map(|s| self.vocab.ids(s.phonemes)).collect();
         let mut started: Vec<Option<Result<Segment, String>>> = batch.iter().map(|_| None).collect();
