@@ -873,10 +873,10 @@ pub struct Candidate {
 }
 
 /// What runs next, as one batch (one forward pass): the most urgent candidate and, in order of
-/// urgency, others of its voice doing the same kind of work, at most `max_batch` (regular chunks:
-/// `max_chunk_batch`). A first chunk is batched only with other first chunks, so it never waits
-/// for long chunks; regular chunks take first chunks along (they only gain). Empty when there
-/// is nothing to run.
+/// urgency, others of its voice (its batch group, [`Candidate::voice`]) doing the same kind of
+/// work, at most `max_batch` (regular chunks: `max_chunk_batch`). A first chunk is batched only
+/// with other first chunks, so it never waits for long chunks; regular chunks take first chunks
+/// along (they only gain). Empty when there is nothing to run.
 pub fn plan_batch(candidates: &[Candidate], max_batch: usize, max_chunk_batch: usize) -> (Option<Work>, Vec<usize>) {
     let mut sorted: Vec<&Candidate> = candidates.iter().collect();
     sorted.sort_by_key(|c| c.urgency);

@@ -865,11 +865,12 @@ impl Scheduler {
         (Some(done), resume)
     }
 
-    /// Starts the next segment of each job of `batch` (one voice): the front end on its next
-    /// text if it has no sentence ready (one per job and round: a sentence is bounded, and the
-    /// commands are read between rounds, so an abort drops the rest of the text unprepared),
-    /// then one batched pass of the voice's family over those that have one
-    /// ([`VoiceModel::start`]); returns what the round did.
+    /// Starts the next segment of each job of `batch` (one voice, or voices of one network that
+    /// batch together: [`VoiceModel::batch_key`]): the front end on its next text if it has no
+    /// sentence ready (one per job and round: a sentence is bounded, and the commands are read
+    /// between rounds, so an abort drops the rest of the text unprepared), then one batched pass
+    /// of the voice's family over those that have one ([`VoiceModel::start`]); returns what the
+    /// round did.
     fn start_sentences(&mut self, batch: &[usize]) -> Round {
         let Some(&lead) = batch.first() else {
             return Round::Segments { family: 0, chars: 0, computed: 0.0, opened: 0 };
@@ -904,10 +905,10 @@ impl Scheduler {
         Round::Segments { family, chars, computed: computed as f64 / f64::from(model.sample_rate()), opened }
     }
 
-    /// Starts the next segment of each job of `batch` (one voice) in one pass of its family,
-    /// with their word timings, and cuts each into chunks; returns the phoneme characters of the
-    /// segments it computed whole (an opened one's count in the round that finishes it), the
-    /// samples it computed, and how many segments it opened.
+    /// Starts the next segment of each job of `batch` (one voice or batch group) in one pass of
+    /// its family, with their word timings, and cuts each into chunks; returns the phoneme
+    /// characters of the segments it computed whole (an opened one's count in the round that
+    /// finishes it), the samples it computed, and how many segments it opened.
     fn start_segments(&mut self, model: &dyn VoiceModel, batch: &[usize]) -> (usize, usize, usize) {
         let sentences: Vec<Sentence> = batch.iter().filter_map(|&i| self.jobs[i].sentences.pop_front()).collect();
         let inputs: Vec<SegmentInput> = batch
