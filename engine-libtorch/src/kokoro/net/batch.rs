@@ -99,7 +99,9 @@ fn resblk(b: &ResBlk, p: Precision, x: &Tensor, s: &Act, l: &Lengths, up: &Lengt
     up.zeroed(&((r + short) / SQRT2))
 }
 
-/// [`SnakeBlock::forward`] of x [B, C, T] (its padded steps zero), over each segment's own steps.
+/// [`SnakeBlock::forward`] of x [B, C, T] over each segment's own steps, its padded steps zero.
+/// (Inside, x's padded steps are left as the convolutions' biases make them: only the masked
+/// norms read them, and each convolution's input is zeroed.)
 fn snake_block(b: &SnakeBlock, p: Precision, x: &Tensor, s: &Act, l: &Lengths) -> Tensor {
     let mut x = x.shallow_clone();
     for j in 0..3 {
@@ -107,9 +109,9 @@ fn snake_block(b: &SnakeBlock, p: Precision, x: &Tensor, s: &Act, l: &Lengths) -
         let t = b.convs1[j].forward(p, &t);
         let t = l.zeroed(&snake(&adain(&b.adain2[j], &t, s, l), &b.alpha2[j].0));
         let t = b.convs2[j].forward(p, &t);
-        x = l.zeroed(&(t + x));
+        x = t + x;
     }
-    x
+    l.zeroed(&x)
 }
 
 impl Albert {
@@ -238,8 +240,9 @@ impl Generator {
                 up = up.reflection_pad1d([1, 0]);
             }
             assert_eq!(up.size()[2], l.longest(), "stage {i}'s length");
-            let src = snake_block(&self.noise_res[i], p, &l.zeroed(&self.noise_convs[i].forward_act(har)), sq, &l);
-            let x1 = l.zeroed(&up) + src;
+            // (snake blocks read their input's padded steps through masked norms only)
+            let src = snake_block(&self.noise_res[i], p, &self.noise_convs[i].forward_act(har), sq, &l);
+            let x1 = up + src;
             let mut sum = snake_block(&self.resblocks[3 * i], p, &x1, sq, &l);
             for j in 1..3 {
                 sum += snake_block(&self.resblocks[3 * i + j], p, &x1, sq, &l);
