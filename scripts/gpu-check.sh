@@ -54,9 +54,10 @@
 # (JSON lines beside it, .jsonl); Kokoro: KOKORO_CONNS ["1 64 256 512"] listeners (loadgen
 # --playback: each plays its audio out in real time before sending the next; a chunk that comes
 # after the audio before it ran out is late), KOKORO_VOICE [jf_alpha], KOKORO_ADMISSION [off: the
-# raw capacity], KOKORO_WORKERS [WORKERS; a list runs the server once per count],
-# KOKORO_PRECISION ["auto fp16": the server once per precision; auto is fp32 on CUDA, fp16 runs
-# its products in float16]. Kokoro's numeric check runs in fp32 and in fp16, each against the
+# raw capacity], KOKORO_WORKERS [WORKERS, else "1 4": a list runs the server once per count;
+# each worker batches its own streams' segments, so one worker makes the biggest passes],
+# KOKORO_PRECISION ["auto": the server once per precision; auto is fp32 on CUDA, fp16 runs its
+# products in float16 (on the H200 no faster under load, 15-gpu.md)]. Kokoro's numeric check runs in fp32 and in fp16, each against the
 # CPU's fp32, then its in-process speed (kokoro_rtf, fp32 and fp16, a short and a long segment;
 # KOKORO_BATCH [16] short segments of different lengths in one pass against one after the other).
 # Piper: PIPER_VOICE [en_US-joe-medium], PIPER_CONNS ["1 32 128 256"; empty: no Piper load]
@@ -577,7 +578,7 @@ PY
     stop_server
   }
   if [[ -n "$kokoro_dir" ]]; then
-    local voice="${KOKORO_VOICE:-jf_alpha}" admission="${KOKORO_ADMISSION:-off}" workers="${KOKORO_WORKERS:-${WORKERS:-}}"
+    local voice="${KOKORO_VOICE:-jf_alpha}" admission="${KOKORO_ADMISSION:-off}" workers="${KOKORO_WORKERS:-${WORKERS:-1 4}}"
     for kp in fp32 fp16; do
     say "Kokoro: numeric check, $DEVICE in $kp against the CPU (fp32)"
     echo >>"$out"
@@ -650,7 +651,7 @@ PY
   fi
   if [[ -n "$kokoro_dir" ]]; then
     for kw in ${workers:-default}; do
-    for kprec in ${KOKORO_PRECISION:-auto fp16}; do
+    for kprec in ${KOKORO_PRECISION:-auto}; do
     args=(serve --port "$port" --device "$DEVICE" --kokoro-dir "$kokoro_dir" --no-piper --admission "$admission"
       --precision "$kprec")
     [[ "$kw" != default ]] && args+=(--workers "$kw")
