@@ -337,29 +337,11 @@ impl Albert {
         })
     }
 
-    /// tokens [L] → d_en [1, L, 512].
+    /// tokens [L] → d_en [1, L, 512]: [`Albert::forward_batch`] of one (nothing padded, nothing
+    /// masked).
     fn forward(&self, p: Precision, tokens: &Tensor) -> Tensor {
-        let l = tokens.size()[0];
-        let emb = (self.word.index_select(0, tokens) + self.token_type.narrow(0, 0, 1)) + self.position.narrow(0, 0, l);
-        let x = emb.unsqueeze(0).layer_norm([128], Some(&self.ln_w), Some(&self.ln_b), 1e-12, false);
-        let mut h = self.mapping.forward(p, &x);
-        // q·kᵀ/√64 as the export has it: q and k each times 64^(-1/4)
-        let quarter = f64::from((1.0f32 / 8.0).sqrt());
-        for _ in 0..12 {
-            let a = quantize(p, &h);
-            let heads = |t: Tensor| t.view([1, l, 12, 64]);
-            let q = heads(self.query.forward_act(&a)).permute([0, 2, 1, 3]) * quarter;
-            let k = heads(self.key.forward_act(&a)).permute([0, 2, 3, 1]) * quarter;
-            let v = heads(self.value.forward_act(&a)).permute([0, 2, 1, 3]);
-            let probs = q.matmul(&k).softmax(-1, Kind::Float);
-            let ctx = probs.matmul(&v).permute([0, 2, 1, 3]).reshape([1, l, 768]);
-            let attn = self.dense.forward(p, &ctx);
-            let h1 = (&h + attn).layer_norm([768], Some(&self.attn_ln_w), Some(&self.attn_ln_b), 1e-12, false);
-            let f = self.ffn.forward(p, &h1).gelu("tanh");
-            let o = self.ffn_out.forward(p, &f);
-            h = (o + &h1).layer_norm([768], Some(&self.full_ln_w), Some(&self.full_ln_b), 1e-12, false);
-        }
-        self.project.forward(p, &h)
+        let one = batch::Lengths::new(vec![tokens.size()[0]], tokens.device());
+        self.forward_batch(p, &tokens.unsqueeze(0), &one)
     }
 }
 

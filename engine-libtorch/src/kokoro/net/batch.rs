@@ -30,13 +30,13 @@ pub(in crate::kokoro) struct Item<'a> {
 
 /// Each segment's length along an axis at one rate, and the mask of its steps [B, 1, longest]
 /// (none where every segment is as long as the longest: nothing is padded).
-struct Lengths {
+pub(super) struct Lengths {
     lens: Vec<i64>,
     mask: Option<Tensor>,
 }
 
 impl Lengths {
-    fn new(lens: Vec<i64>, device: Device) -> Lengths {
+    pub(super) fn new(lens: Vec<i64>, device: Device) -> Lengths {
         let longest = lens.iter().copied().max().unwrap_or(0);
         let mask = lens.iter().any(|&l| l != longest).then(|| {
             let v: Vec<f32> =
@@ -116,7 +116,7 @@ fn snake_block(b: &SnakeBlock, p: Precision, x: &Tensor, s: &Act, l: &Lengths) -
 
 impl Albert {
     /// tokens [B, L] → [B, L, 512], the padded tokens left out of the attention.
-    fn forward_batch(&self, p: Precision, tokens: &Tensor, l: &Lengths) -> Tensor {
+    pub(super) fn forward_batch(&self, p: Precision, tokens: &Tensor, l: &Lengths) -> Tensor {
         let (b, len) = (tokens.size()[0], tokens.size()[1]);
         let words = self.word.index_select(0, &tokens.view([-1])).view([b, len, -1]);
         let emb = (words + self.token_type.narrow(0, 0, 1)) + self.position.narrow(0, 0, len);
