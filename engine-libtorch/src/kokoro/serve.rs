@@ -924,34 +924,34 @@ impl VoiceModel for KokoroVoiceModel {
     /// round's segments in passes of several, grouped by length (`length_groups`).
     fn start(&self, batch: &[SegmentInput]) -> Result<Vec<Result<Segment, String>>, String> {
         let ids: Vec<Vec<i64>> = batch.iter().map(|s| self.vocab.ids(s.phonemes)).collect();
+        if !self.network.batches() {
+            return Ok(batch.iter().zip(&ids).map(|(s, ids)| self.start_one(s, ids)).collect());
+        }
         let mut started: Vec<Option<Result<Segment, String>>> = batch.iter().map(|_| None).collect();
-        if self.network.batches() {
-            let lens: Vec<usize> = ids.iter().map(Vec::len).collect();
-            for members in length_groups(&lens) {
-                let items: Vec<(&[i64], &[f32], f32)> = members
-                    .iter()
-                    .map(|&i| (&ids[i][..], self.style_of(&batch[i]).style(ids[i].len()), batch[i].speed))
-                    .collect();
-                tracing::debug!(segments = items.len(), "Kokoro's segments in one pass");
-                match guarded(|| self.network.infer_batch(&items)).and_then(|r| r.map_err(|e| format!("kokoro: {e}"))) {
-                    Ok(speech) => {
-                        for (&i, speech) in members.iter().zip(speech) {
-                            started[i] = Some(
-                                speech
-                                    .map(|s| KokoroAudio::Whole(s.audio).segment(&s.durations))
-                                    .map_err(|e| format!("kokoro: {e}")),
-                            );
-                        }
+        let lens: Vec<usize> = ids.iter().map(Vec::len).collect();
+        for members in length_groups(&lens) {
+            let items: Vec<(&[i64], &[f32], f32)> = members
+                .iter()
+                .map(|&i| (&ids[i][..], self.style_of(&batch[i]).style(ids[i].len()), batch[i].speed))
+                .collect();
+            tracing::debug!(segments = items.len(), "Kokoro's segments in one pass");
+            match guarded(|| self.network.infer_batch(&items)).and_then(|r| r.map_err(|e| format!("kokoro: {e}"))) {
+                Ok(speech) => {
+                    for (&i, speech) in members.iter().zip(speech) {
+                        started[i] = Some(
+                            speech
+                                .map(|s| KokoroAudio::Whole(s.audio).segment(&s.durations))
+                                .map_err(|e| format!("kokoro: {e}")),
+                        );
                     }
-                    Err(e) => members.iter().for_each(|&i| started[i] = Some(Err(e.clone()))),
                 }
+                Err(e) => members.iter().for_each(|&i| started[i] = Some(Err(e.clone()))),
             }
         }
-        Ok(batch
-            .iter()
-            .zip(&ids)
-            .zip(started)
-            .map(|((s, ids), done)| done.unwrap_or_else(|| self.start_one(s, ids)))
+        // (every segment is in one group)
+        Ok(started
+            .into_iter()
+            .map(|s| s.unwrap_or_else(|| Err("kokoro: a segment left out of its round".into())))
             .collect())
     }
 
