@@ -237,8 +237,13 @@ mod helper_process {
     fn script(name: &str, body: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("speechstream-espeak-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        let (path, source) = (dir.join(name), dir.join(format!("{name}.sh")));
+        std::fs::write(&source, format!("#!/bin/sh\n{body}\n")).unwrap();
+        // The script to run is written by another process: a file this one holds open for
+        // writing is inherited by whatever another test thread forks meanwhile, and exec'ing it
+        // then fails with "Text file busy" (seen once in a CI run).
+        let copied = std::process::Command::new("cp").arg(&source).arg(&path).status().unwrap();
+        assert!(copied.success(), "cp {} {}", source.display(), path.display());
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         path
     }
