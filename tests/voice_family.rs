@@ -167,6 +167,7 @@ impl VoiceModel for ToneVoice {
                     samples: tokens.len() * TONE_FRAMES * FRAME,
                     durations,
                     computed: 0,
+                    opening: 0,
                     state: Box::new(tokens),
                 })
             })

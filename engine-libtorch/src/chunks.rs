@@ -122,13 +122,26 @@ pub fn sentence_ranges(frames: usize, index: u64, first: usize, size: usize, max
 }
 
 /// [`sentence_ranges`] of a segment of which `ready` frames were computed when it started
-/// (Kokoro's opening): those go out at once as its first chunk, the rest as a later sentence's.
-pub fn opened_ranges(frames: usize, ready: usize, index: u64, sizes: ChunkSizes<usize>) -> Vec<Range<usize>> {
+/// (Kokoro's opening, or its leading silence): those go out at once as its first chunk, the
+/// frames up to `opening` (where past `ready`: the opening after that silence) as its next,
+/// the rest as a later sentence's.
+pub fn opened_ranges(
+    frames: usize,
+    ready: usize,
+    opening: usize,
+    index: u64,
+    sizes: ChunkSizes<usize>,
+) -> Vec<Range<usize>> {
     if ready == 0 || ready >= frames {
         return sentence_ranges(frames, index, sizes.first, sizes.chunk, sizes.max);
     }
-    let rest = sentence_ranges(frames - ready, 1, sizes.first, sizes.chunk, sizes.max);
-    std::iter::once(0..ready).chain(rest.into_iter().map(|r| r.start + ready..r.end + ready)).collect()
+    let opened = opening > ready && opening < frames;
+    let from = if opened { opening } else { ready };
+    let rest = sentence_ranges(frames - from, 1, sizes.first, sizes.chunk, sizes.max);
+    std::iter::once(0..ready)
+        .chain(opened.then_some(ready..opening))
+        .chain(rest.into_iter().map(|r| r.start + from..r.end + from))
+        .collect()
 }
 
 /// Consecutive ranges from 0 with these lengths.
@@ -156,11 +169,21 @@ mod stream_ranges_tests {
     #[test]
     fn a_segments_computed_opening_is_its_first_chunk() {
         let sizes = ChunkSizes::frames(16, 80, 200);
-        assert_eq!(opened_ranges(320, 44, 0, sizes), vec![0..44, 44..124, 124..204, 204..320]);
+        assert_eq!(opened_ranges(320, 44, 0, 0, sizes), vec![0..44, 44..124, 124..204, 204..320]);
         // nothing computed, or everything: the chunk rule as it is
-        assert_eq!(opened_ranges(320, 0, 0, sizes), sentence_ranges(320, 0, 16, 80, 200));
-        assert_eq!(opened_ranges(320, 320, 0, sizes), sentence_ranges(320, 0, 16, 80, 200));
-        assert_eq!(opened_ranges(320, 320, 2, sizes), sentence_ranges(320, 2, 16, 80, 200));
+        assert_eq!(opened_ranges(320, 0, 0, 0, sizes), sentence_ranges(320, 0, 16, 80, 200));
+        assert_eq!(opened_ranges(320, 320, 0, 0, sizes), sentence_ranges(320, 0, 16, 80, 200));
+        assert_eq!(opened_ranges(320, 320, 0, 2, sizes), sentence_ranges(320, 2, 16, 80, 200));
+    }
+
+    #[test]
+    fn a_leading_silence_goes_first_then_the_opening_after_it() {
+        let sizes = ChunkSizes::frames(16, 80, 200);
+        assert_eq!(opened_ranges(320, 20, 44, 0, sizes), vec![0..20, 20..44, 44..124, 124..204, 204..320]);
+        // an opening mark not past the silence, or at the end, is no chunk of its own
+        assert_eq!(opened_ranges(320, 20, 20, 0, sizes), opened_ranges(320, 20, 0, 0, sizes));
+        assert_eq!(opened_ranges(320, 20, 320, 0, sizes), opened_ranges(320, 20, 0, 0, sizes));
+        assert_eq!(opened_ranges(320, 0, 44, 0, sizes), sentence_ranges(320, 0, 16, 80, 200));
     }
 
     #[test]

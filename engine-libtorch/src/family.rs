@@ -217,6 +217,11 @@ pub struct Segment {
     pub durations: Vec<i64>,
     /// Samples of audio computed while starting it (a family that computes segments whole).
     pub computed: usize,
+    /// Where a segment started with part of its audio computes it in two more rounds: the end
+    /// (samples) of what the round of its next chunk computes, the rest coming in the round
+    /// after (Kokoro: its leading silence first, as zeros, then its opening, then the whole
+    /// pass). 0 where none: the round of its next chunk computes all the rest.
+    pub opening: usize,
     pub state: SegmentState,
 }
 

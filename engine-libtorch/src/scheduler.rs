@@ -163,6 +163,10 @@ struct Current {
     /// characters and the samples left, computed in the round of its next chunk (that round is
     /// measured as the segment's: its characters' cost is the two rounds').
     unfinished: Option<(usize, usize)>,
+    /// A segment started with only its leading silence ([`Segment::opening`]): the samples its
+    /// opening adds, computed in the round of its next chunk (measured as the segment's, with
+    /// no characters), before `unfinished`'s round.
+    opening: Option<usize>,
 }
 
 struct Job {
@@ -952,8 +956,11 @@ impl Scheduler {
             };
             computed += segment.computed;
             let phonemes = sentence.phonemes.chars().count();
+            let opening =
+                (segment.computed > 0 && segment.opening > segment.computed && segment.opening < segment.samples)
+                    .then(|| segment.opening - segment.computed);
             let unfinished = (segment.computed > 0 && segment.computed < segment.samples)
-                .then_some((phonemes, segment.samples - segment.computed));
+                .then_some((phonemes, segment.samples - segment.computed - opening.unwrap_or(0)));
             match unfinished {
                 None => chars += phonemes,
                 Some(_) => opened += 1,
@@ -974,12 +981,13 @@ impl Scheduler {
                 );
             }
             let ready = segment.computed / model.samples_per_frame();
-            let ranges = opened_ranges(segment.frames, ready, job.started_sentences, self.frames);
+            let opened_at = opening.map_or(0, |_| segment.opening / model.samples_per_frame());
+            let ranges = opened_ranges(segment.frames, ready, opened_at, job.started_sentences, self.frames);
             job.started_sentences += 1;
             if ranges.is_empty() {
                 continue;
             }
-            job.current = Some(Current { segment, ranges, next: 0, unfinished });
+            job.current = Some(Current { segment, ranges, next: 0, unfinished, opening });
         }
         (chars, computed, opened)
     }
@@ -999,18 +1007,21 @@ impl Scheduler {
         let turn = self.device_turn();
         let audio = guarded(|| model.chunks(&items)).and_then(|r| r);
         drop(turn);
-        // The chunks after an opening compute the rest of their segments.
-        let (mut chars, mut samples) = (0, 0);
+        // The chunks after an opening compute the rest of their segments; those after a leading
+        // silence, their openings.
+        let (mut chars, mut samples, mut openings) = (0, 0, 0);
         for &i in batch {
             if let Some(c) = self.jobs[i].current.as_mut().filter(|c| c.next > 0) {
-                if let Some((n, s)) = c.unfinished.take() {
+                if let Some(s) = c.opening.take() {
+                    (openings, samples) = (openings + 1, samples + s);
+                } else if let Some((n, s)) = c.unfinished.take() {
                     (chars, samples) = (chars + n, samples + s);
                 }
             }
         }
         let sent = self.send(batch, audio, model.sample_rate());
         let computed = samples as f64 / f64::from(model.sample_rate());
-        if chars > 0 {
+        if chars > 0 || openings > 0 {
             return Round::Segments { family: entry.family, chars, computed, opened: 0 };
         }
         // Audio computed in these rounds, or sliced from segments computed whole.

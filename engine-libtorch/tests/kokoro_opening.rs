@@ -18,7 +18,7 @@ use speechstream_core::engine::{Engine, EngineEventKind, RequestId, SynthesisReq
 use speechstream_engine_libtorch::g2p::japanese::{Japanese, WORD_LIST};
 use speechstream_engine_libtorch::kokoro::serve::Vocab;
 use speechstream_engine_libtorch::kokoro::voices::{scan, KokoroFiles};
-use speechstream_engine_libtorch::kokoro::{KokoroModel, OPENING_SPEECH, SAMPLES_PER_ROW, SEAM};
+use speechstream_engine_libtorch::kokoro::{KokoroModel, OPENING_SPEECH, SAMPLES_PER_ROW, SEAM, SILENCE_LEAST};
 use speechstream_engine_libtorch::{dsp, load_front_end, EngineOptions, Precision, TorchEngine};
 use tch::Device;
 
@@ -147,17 +147,72 @@ fn every_packaged_voice_opens_near_its_whole_pass() {
     eprintln!("largest: {most:.2} dB");
 }
 
-/// Through the engine: an utterance's first audio is its first segment's opening, that segment
-/// is its opening joined to its whole pass, and the next sentence is its whole pass (as the
-/// engine writes i16: clipped, scaled by 32767, truncated).
+/// The loudest sample (dBFS) of the whole pass where a segment's leading silence goes out as
+/// zeros instead (`KokoroSegment::silence_frames`): measured -68 over every packaged voice,
+/// English in both accents and Japanese (AMD EPYC Zen 4, 2026-12-07), the model's own noise
+/// floor; -50 is still far under speech's -20 to -10.
+const SILENCE_PEAK_DB: f64 = -50.0;
+
+/// Every packaged voice, in American and British English and in Japanese: the leading silence
+/// sent before the opening is decoded is silence in the whole pass too, and there is some (the
+/// rule keys on the predicted energy, which differs by voice: -9 to -4 in the silence); the
+/// opening after it starts from zero, and is its own decoding past the silence.
 #[test]
-fn the_engine_sends_the_opening_first_then_the_whole_pass() {
+fn a_leading_silence_sent_first_is_silence_in_the_whole_pass() {
+    let v = voices();
+    let japanese = Japanese::load(None, &cache().join("kokoro").join(WORD_LIST)).expect("Japanese front end");
+    let ja = japanese.sentences("明日は雨が降るそうですが、午後には晴れるでしょう。");
+    let inputs = [
+        ("American", english_ids(&v, false, MEDIUM)),
+        ("British", english_ids(&v, true, "Okay, I found three flights to Boston on Friday.")),
+        ("Japanese", v.vocab.ids(&ja[0].phonemes)),
+    ];
+    let m = KokoroModel::load(&kokoro_model(), Device::Cpu, Precision::Int8).unwrap();
+    let mut loudest = f64::NEG_INFINITY;
+    for voice in &v.files.voices {
+        for (language, ids) in &inputs {
+            let segment = m.prepare(ids, voice.pack.style(ids.len()), 1.0).unwrap();
+            let rows = segment.silence_frames();
+            assert!(rows >= SILENCE_LEAST, "{} {language}: {rows} frames of leading silence", voice.name);
+            assert!(rows <= segment.durations()[0] as usize * 2, "{} {language}: past the first pad", voice.name);
+            let whole = m.decode_whole(&segment).unwrap();
+            let n = rows * SAMPLES_PER_ROW;
+            let peak = whole[..n].iter().fold(0f32, |a, &x| a.max(x.abs()));
+            let db = 20.0 * f64::from(peak).max(1e-10).log10();
+            eprintln!(
+                "{} {language}: {rows} frames of silence first, the whole pass's peak there {db:.0} dBFS",
+                voice.name
+            );
+            assert!(
+                db <= SILENCE_PEAK_DB,
+                "{} {language}: the silence sent is {db:.0} dBFS in the whole pass",
+                voice.name
+            );
+            loudest = loudest.max(db);
+            let plain = m.decode_opening(&segment).unwrap();
+            let opening = m.decode_opening(&segment).unwrap().after_silence(rows);
+            assert!(opening.audio[..n].iter().all(|&x| x == 0.0));
+            assert!(opening.audio[n].abs() <= plain.audio[n].abs() * 1e-3, "it fades in from zero");
+            let past = n + SAMPLES_PER_ROW;
+            assert!(opening.audio[past..] == plain.audio[past..], "past the fade, the opening's own decoding");
+        }
+    }
+    eprintln!("loudest: {loudest:.0} dBFS");
+}
+
+/// Through the engine: an utterance's first audio is its first segment's leading silence
+/// (zeros), its next its opening, that segment is its opening joined to its whole pass, and the
+/// next sentence is its whole pass (as the engine writes i16: clipped, scaled by 32767,
+/// truncated).
+#[test]
+fn the_engine_sends_the_silence_then_the_opening_then_the_whole_pass() {
     // (a first sentence of six words: the engine's first segment, whole)
     let text = "Tomorrow it will rain all morning. It is sunny today.";
     let mut options = EngineOptions::new(hibari_assets());
     options.kokoro.dir = Some(cache().join("kokoro"));
     options.kokoro.required = true;
-    // (six words on any CPU: a slow one's warm-up would cut the sentence shorter)
+    // (six words on any CPU: a slow one's warm-up would cut the sentence shorter; and the
+    // silence first, as on a Zen 4 core)
     options.kokoro.first_words = Some(6);
     options.workers = Some(1);
     options.threads = Some(1);
@@ -187,11 +242,14 @@ fn the_engine_sends_the_opening_first_then_the_whole_pass() {
     let ids = v.vocab.ids(&sentences[0].phonemes);
     let segment = m.prepare(&ids, &v.style("jm_kumo", ids.len()), 1.0).unwrap();
     assert!(segment.worth_opening(), "{} frames", segment.frames());
-    let opening = m.decode_opening(&segment).unwrap();
+    let silence = segment.silence_frames() * SAMPLES_PER_ROW;
+    assert!(silence >= SILENCE_LEAST * SAMPLES_PER_ROW, "{silence} samples of leading silence");
+    let opening = m.decode_opening(&segment).unwrap().after_silence(segment.silence_frames());
     let first = opening.join(&m.decode_whole(&segment).unwrap());
     let ids = v.vocab.ids(&sentences[1].phonemes);
     let second = m.infer(&ids, &v.style("jm_kumo", ids.len()), 1.0).unwrap().audio;
-    assert_eq!(chunks[0], i16s(&opening.audio), "the first chunk is the opening");
+    assert_eq!(chunks[0], vec![0.0; silence], "the first chunk is the leading silence");
+    assert_eq!(chunks[1], i16s(&opening.audio[silence..]), "the next is the rest of the opening");
     let got: Vec<f32> = chunks.concat();
     let want = [i16s(&first), i16s(&second)].concat();
     assert_eq!(got.len(), want.len(), "the utterance's samples");

@@ -219,6 +219,7 @@ impl VoiceModel for HibariVoice {
                     samples: prosody.samples(),
                     durations: prosody.durations.clone(),
                     computed: 0,
+                    opening: 0,
                     state: Box::new((prosody, NoiseSource::new(s.seed, s.index))),
                 })
             })

@@ -287,10 +287,28 @@ pub const SAMPLES_PER_ROW: usize = SAMPLES_PER_FRAME / 2;
 /// frames, the leading silence came out as audible noise; docs/kokoro-architecture.md §8).
 pub const OPENING_SPEECH: usize = 24;
 
+/// The predicted energy (the prosody predictor's N, per frame) below which a first pad token's
+/// frames are taken for silence ([`KokoroSegment::silence_frames`]): the silence's ran -9.3 to
+/// -4 over the packaged voices, speech's first audible frame (-60 dBFS) came at -2 or more.
+const SILENCE_ENERGY: f32 = -2.0;
+
+/// Frames before the first one over [`SILENCE_ENERGY`] that still count as speech: the
+/// decoder and the generator spread a sound's start ~2-3 frames earlier (with 4, the frames
+/// left as silence peaked at -68 dBFS in the whole pass, over 5 voices, 11 English sentences in
+/// both accents and 4 Japanese, 2026-12-07: the model's own noise floor, -70).
+const SILENCE_GUARD: usize = 4;
+
+/// The least leading silence that goes out before a segment's opening
+/// ([`KokoroSegment::silence_frames`]): 0.15 s, in which the opening's round (~90 ms on a Zen 4
+/// core, ~140 ms capped to AVX2) must end.
+pub const SILENCE_LEAST: usize = 12;
+
 /// A segment prepared for decoding ([`KokoroModel::prepare`]): its pass up to the generator's
 /// up-sampling stages.
 pub struct KokoroSegment {
     prepared: net::Prepared,
+    /// [`KokoroSegment::silence_frames`]
+    silence: usize,
 }
 
 impl KokoroSegment {
@@ -313,9 +331,30 @@ impl KokoroSegment {
     /// The frames its opening covers ([`KokoroModel::decode_opening`]): the leading silence (its
     /// first pad token) and [`OPENING_SPEECH`] frames of speech, or the whole segment.
     pub fn opening_frames(&self) -> usize {
-        let lead = 2 * self.prepared.durations.first().map_or(0, |&d| d.max(0) as usize);
-        (lead + OPENING_SPEECH).min(self.frames())
+        (self.lead() + OPENING_SPEECH).min(self.frames())
     }
+
+    /// Frames of its first pad token.
+    fn lead(&self) -> usize {
+        2 * self.prepared.durations.first().map_or(0, |&d| d.max(0) as usize)
+    }
+
+    /// The frames of its leading silence known before any audio is decoded: those of its first
+    /// pad token before the predicted energy first reaches speech's ([`SILENCE_ENERGY`]), less
+    /// [`SILENCE_GUARD`]; 0 where that is under [`SILENCE_LEAST`] or the segment is not
+    /// [`KokoroSegment::worth_opening`]. A streamed utterance's first audio is that much
+    /// silence (zeros), sent before its opening is decoded (`kokoro::serve`); the whole pass
+    /// there peaks at -68 dBFS.
+    pub fn silence_frames(&self) -> usize {
+        self.silence
+    }
+}
+
+/// [`KokoroSegment::silence_frames`] of a segment whose first pad token lasts `lead` frames, from
+/// its predicted energy per frame.
+fn silence_frames(lead: usize, energy: &[f32]) -> usize {
+    let speech = energy.iter().take(lead).position(|&n| n >= SILENCE_ENERGY).unwrap_or(lead.min(energy.len()));
+    Some(speech.saturating_sub(SILENCE_GUARD)).filter(|&n| n >= SILENCE_LEAST).unwrap_or(0)
 }
 
 /// A segment's opening ([`KokoroModel::decode_opening`]).
@@ -329,6 +368,16 @@ pub struct Opening {
 }
 
 impl Opening {
+    /// The opening after its first `frames` went out as silence
+    /// ([`KokoroSegment::silence_frames`]): those zeros, and the frame after them fading in from
+    /// zero (a raised cosine), so the listener gets no step from the zeros to the noise floor.
+    pub fn after_silence(mut self, frames: usize) -> Opening {
+        let at = (frames * SAMPLES_PER_ROW).min(self.audio.len());
+        self.audio[..at].fill(0.0);
+        fade_in(&mut self.audio[at..], &[0.0; SAMPLES_PER_ROW]);
+        self
+    }
+
     /// The whole segment: this opening, then the rest of `whole` (the segment decoded whole,
     /// [`KokoroModel::decode_whole`]) fading in from the opening's tail.
     pub fn join(&self, whole: &[f32]) -> Vec<f32> {
@@ -355,7 +404,13 @@ impl KokoroModel {
             profile.report();
             prepared
         })?;
-        Ok(KokoroSegment { prepared })
+        let mut segment = KokoroSegment { prepared, silence: 0 };
+        if segment.worth_opening() && segment.prepared.n.device() == Device::Cpu {
+            let lead = segment.lead();
+            let energy = floats(&segment.prepared.n.flatten(0, -1).narrow(0, 0, lead as i64))?;
+            segment.silence = silence_frames(lead, &energy);
+        }
+        Ok(segment)
     }
 
     /// The segment whole, as [`KokoroModel::infer`] decodes it (bit for bit).

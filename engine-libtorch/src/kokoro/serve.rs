@@ -232,6 +232,11 @@ pub struct Pace {
     prepare_ns: AtomicU64,
     /// The options set `first_words`: the warm-up measures nothing
     pinned: AtomicBool,
+    /// An utterance's first audio is its first segment's leading silence, sent before its
+    /// opening is decoded ([`KokoroSegment::silence_frames`]): where the opening's pass and the
+    /// whole pass after it still leave the first segment [`SILENCE_FIRST_WORDS`]
+    /// ([`first_segment_words`]); else the opening goes first, silence and all.
+    silence_first: AtomicBool,
 }
 
 impl Default for Pace {
@@ -242,6 +247,7 @@ impl Default for Pace {
             generator_ns: AtomicU64::new(0),
             prepare_ns: AtomicU64::new(0),
             pinned: AtomicBool::new(false),
+            silence_first: AtomicBool::new(true),
         }
     }
 }
@@ -259,6 +265,11 @@ impl Pace {
     /// Words an utterance's first segment holds at most.
     pub fn first_words(&self) -> usize {
         self.first_words.load(Ordering::Relaxed)
+    }
+
+    /// Whether an utterance's first audio is its leading silence ([`Pace::silence_first`]).
+    pub fn silence_first(&self) -> bool {
+        self.silence_first.load(Ordering::Relaxed)
     }
 
     /// The generator's seconds a second of audio, and the rest's a phoneme character: as
@@ -423,7 +434,10 @@ impl KokoroVoiceModel {
                 if !segment.worth_opening() {
                     return Ok((KokoroAudio::Whole(self.network.decode_whole(&segment)?), durations));
                 }
-                let opening = self.network.decode_opening(&segment)?;
+                if segment.silence_frames() > 0 && self.pace.silence_first() {
+                    return Ok((KokoroAudio::Silent(Box::new(segment)), durations));
+                }
+                let opening = self.network.decode_opening(&segment)?.after_silence(segment.silence_frames());
                 Ok((KokoroAudio::Opened { segment: Box::new(segment), opening }, durations))
             })?
         } else {
@@ -489,6 +503,12 @@ const CHUNK_FRAME_SAMPLES: usize = 300;
 /// openings measured (`kokoro_ttfa`, 2026-12-07: jf_alpha, jf_nezumi and jm_kumo, English and
 /// Japanese text) held 0.30-0.42 s of it before their 0.3 s of speech.
 const LEADING_SILENCE_S: f64 = 0.25;
+/// The fewest words an utterance's first segment may hold for its leading silence to go out
+/// before its opening ([`Pace::silence_first`]): the opening's pass then runs while the listener
+/// plays that silence, and the whole pass after it must still end before the opening has
+/// played. A Zen 4 core keeps 5 (6 with the opening first); capped to AVX2 it would keep 2,
+/// and keeps the opening first with 4 (2026-12-07).
+const SILENCE_FIRST_WORDS: usize = 4;
 /// Phoneme characters a word of [`MEASURE_PHONEMES`] has (29 for its six words, spaces and
 /// comma included).
 const PHONEMES_PER_WORD: f64 = 29.0 / 6.0;
@@ -496,16 +516,18 @@ const PHONEMES_PER_WORD: f64 = 29.0 / 6.0;
 /// Words an utterance's first segment may hold where the generator's whole pass over it costs
 /// `per_char` seconds a phoneme character: its opening plays while that pass runs (the round
 /// after it), so the pass must end before the opening has played ([`LEADING_SILENCE_S`] and
-/// [`OPENING_SPEECH`]'s 0.3 s, less admission's margin, at its utilization: 425 ms). At most
+/// [`OPENING_SPEECH`]'s 0.3 s, less admission's margin, at its utilization: 425 ms), and the
+/// opening's own pass (`opening` seconds) before it, as it comes after the leading silence has
+/// gone out ([`KokoroSegment::silence_frames`]; ~90 ms on a Zen 4 core). At most
 /// [`FIRST_SEGMENT_WORDS`]: a Zen 4 core takes 13-14 ms a character and keeps six (the bound is
 /// 14.7 ms: a warm-up that runs slow cuts five, one chunk more a reply); capped to AVX2 the
 /// same core takes ~21 ms, and six words (a 2.25 s segment: 657 ms) ran past its 0.6 s
 /// opening, one gap in every reply. With four, fewer replies had a gap, not none: the next
 /// segment, computed while the shorter first one plays, is then what comes late
 /// (benches/results/14-kokoro-server.md).
-fn first_segment_words(per_char: f64) -> usize {
-    let opening = (OPENING_SPEECH * SAMPLES_PER_ROW) as f64 / f64::from(SAMPLE_RATE) + LEADING_SILENCE_S;
-    let budget = (opening - pacing::ADMISSION_MARGIN.as_secs_f64()) * pacing::ADMISSION_UTILIZATION;
+fn first_segment_words(per_char: f64, opening: f64) -> usize {
+    let plays = (OPENING_SPEECH * SAMPLES_PER_ROW) as f64 / f64::from(SAMPLE_RATE) + LEADING_SILENCE_S;
+    let budget = (plays - opening - pacing::ADMISSION_MARGIN.as_secs_f64()) * pacing::ADMISSION_UTILIZATION;
     let words = budget / per_char.max(1e-6) / PHONEMES_PER_WORD;
     (words.floor() as usize).clamp(2, FIRST_SEGMENT_WORDS)
 }
@@ -955,7 +977,8 @@ impl VoiceModel for KokoroVoiceModel {
             .collect())
     }
 
-    /// Slices of each segment's audio; the first chunk past an opening decodes the segment whole
+    /// Slices of each segment's audio; the first chunk past a leading silence decodes the
+    /// segment's opening (`KokoroAudio::Silent`), the first past an opening the segment whole
     /// (`KokoroAudio::Opened`; where that fails, its stream alone fails).
     fn chunks(&self, batch: &[(&SegmentState, Range<usize>)]) -> Result<Vec<Result<Vec<f32>, String>>, String> {
         Ok(batch
@@ -964,6 +987,19 @@ impl VoiceModel for KokoroVoiceModel {
                 let state = state.downcast_ref::<Mutex<KokoroAudio>>().ok_or("kokoro: a segment of another family")?;
                 let mut state = state.lock().map_err(|_| "kokoro: a segment's chunk failed before".to_owned())?;
                 let end = frames.end * CHUNK_FRAME_SAMPLES;
+                if let KokoroAudio::Silent(segment) = &*state {
+                    if end > segment.silence_frames() * CHUNK_FRAME_SAMPLES {
+                        let opening = guarded(|| self.network.decode_opening(segment))
+                            .and_then(|r| r.map_err(|e| format!("kokoro: {e}")))?
+                            .after_silence(segment.silence_frames());
+                        let KokoroAudio::Silent(segment) =
+                            std::mem::replace(&mut *state, KokoroAudio::Whole(Vec::new()))
+                        else {
+                            unreachable!("the state was read as silent above")
+                        };
+                        *state = KokoroAudio::Opened { segment, opening };
+                    }
+                }
                 if let KokoroAudio::Opened { segment, opening } = &*state {
                     if end > opening.audio.len() {
                         let whole = guarded(|| self.network.decode_whole(segment))
@@ -971,9 +1007,14 @@ impl VoiceModel for KokoroVoiceModel {
                         *state = KokoroAudio::Whole(opening.join(&whole));
                     }
                 }
+                let silence;
                 let audio = match &*state {
                     KokoroAudio::Whole(audio) => audio,
                     KokoroAudio::Opened { opening, .. } => &opening.audio,
+                    KokoroAudio::Silent(segment) => {
+                        silence = vec![0.0; segment.silence_frames() * CHUNK_FRAME_SAMPLES];
+                        &silence
+                    }
                 };
                 let end = end.min(audio.len());
                 Ok(audio[(frames.start * CHUNK_FRAME_SAMPLES).min(end)..end].to_vec())
@@ -991,8 +1032,8 @@ impl VoiceModel for KokoroVoiceModel {
         if self.pace.pinned.load(Ordering::Relaxed) {
             return;
         }
-        // The whole pass after an opening, timed warm (the faster of two) over a typical first
-        // segment: how many words a first segment may hold on this machine. Timed in the
+        // The opening's pass and the whole pass after it, timed warm (the faster of two) over a
+        // typical first segment: how many words a first segment may hold on this machine. Timed in the
         // thread's CPU time, so that other threads on the same cores (workers warming up
         // together, a test suite's engines) do not make the machine look slower than it is.
         let ids = self.vocab.ids(MEASURE_PHONEMES);
@@ -1000,27 +1041,35 @@ impl VoiceModel for KokoroVoiceModel {
             let started = thread_cpu_seconds();
             let segment = self.network.prepare(&ids, self.pack.style(ids.len()), 1.0)?;
             let prepare = thread_cpu_seconds() - started;
-            let mut fastest = f64::INFINITY;
+            let (mut opening, mut whole) = (f64::INFINITY, f64::INFINITY);
             for _ in 0..2 {
                 let started = thread_cpu_seconds();
+                self.network.decode_opening(&segment)?;
+                let opened = thread_cpu_seconds();
                 self.network.decode_whole(&segment)?;
-                fastest = fastest.min(thread_cpu_seconds() - started);
+                opening = opening.min(opened - started);
+                whole = whole.min(thread_cpu_seconds() - opened);
             }
             let audio = (segment.frames() * CHUNK_FRAME_SAMPLES) as f64 / f64::from(SAMPLE_RATE);
-            Ok::<_, String>((prepare, fastest, audio))
+            Ok::<_, String>((prepare, opening, whole, audio))
         });
-        if let Ok(Ok((prepare, whole, audio))) = timed {
+        if let Ok(Ok((prepare, opening, whole, audio))) = timed {
             let chars = MEASURE_PHONEMES.chars().count() as f64;
-            let words = first_segment_words(whole / chars);
+            let silent = first_segment_words(whole / chars, opening);
+            let silence_first = silent >= SILENCE_FIRST_WORDS;
+            let words = if silence_first { silent } else { first_segment_words(whole / chars, 0.0) };
+            self.pace.silence_first.fetch_and(silence_first, Ordering::Relaxed);
             let before = self.pace.first_words.fetch_min(words, Ordering::Relaxed);
             let ns = |seconds: f64| (seconds * 1e9) as u64;
             self.pace.generator_ns.fetch_max(ns(whole / audio.max(0.1)), Ordering::Relaxed);
             self.pace.prepare_ns.fetch_max(ns(prepare / chars), Ordering::Relaxed);
             tracing::debug!(
                 whole_ms = whole * 1e3,
+                opening_ms = opening * 1e3,
                 prepare_ms = prepare * 1e3,
                 audio_s = audio,
                 words,
+                silence_first,
                 before,
                 "Kokoro's first segment sized"
             );
@@ -1031,8 +1080,9 @@ impl VoiceModel for KokoroVoiceModel {
     /// character (its real segments refine it); its chunks, slices of computed audio, cost
     /// nothing until their rounds are measured (a streamed first segment's opening and whole
     /// pass cost the opening more than this pass: 8-10% of a two-sentence utterance, which the
-    /// measured rounds then count); an opening's round over the same segment, its first
-    /// measure of an opening's cost.
+    /// measured rounds then count); an opening's round over the same segment (its network up
+    /// to the generator, and its opening where no leading silence goes out before it), its
+    /// first measure of an opening's cost.
     fn measure(&self, _frames: &ChunkSizes<usize>, speeds: &mut Speeds) -> Option<Speed> {
         speeds.chunk = Speed::new(1.0, 0.0);
         speeds.first = Speed::new(1.0, 0.0);
@@ -1042,16 +1092,25 @@ impl VoiceModel for KokoroVoiceModel {
         speeds.segment = Speed::new(MEASURE_PHONEMES.chars().count() as f64, started.elapsed().as_secs_f64());
         let started = Instant::now();
         let style = self.pack.style(ids.len());
-        let _ = guarded(|| self.network.prepare(&ids, style, 1.0).and_then(|s| self.network.decode_opening(&s)));
+        let _ = guarded(|| {
+            let segment = self.network.prepare(&ids, style, 1.0)?;
+            match segment.silence_frames() > 0 && self.pace.silence_first() {
+                true => Ok(()),
+                false => self.network.decode_opening(&segment).map(drop),
+            }
+        });
         speeds.opening = Speed::new(1.0, started.elapsed().as_secs_f64());
         None
     }
 }
 
 /// A Kokoro segment as a worker holds it: its audio, or (an utterance's first segment) its
-/// opening, until a chunk past it decodes the whole and joins the two ([`Opening::join`]).
+/// opening, until a chunk past it decodes the whole and joins the two ([`Opening::join`]); or,
+/// before that, only its leading silence ([`KokoroSegment::silence_frames`]: zeros, its first
+/// audio), until a chunk past it decodes its opening ([`Opening::after_silence`]).
 enum KokoroAudio {
     Whole(Vec<f32>),
+    Silent(Box<KokoroSegment>),
     Opened { segment: Box<KokoroSegment>, opening: Opening },
 }
 
@@ -1059,15 +1118,23 @@ impl KokoroAudio {
     /// The segment the workers stream: its frames and samples, its word durations (frames of
     /// [`SAMPLES_PER_FRAME`] per token), the audio computed so far, and this as its state.
     fn segment(self, durations: &[i64]) -> Segment {
-        let (samples, computed) = match &self {
-            KokoroAudio::Whole(audio) => (audio.len(), audio.len()),
-            KokoroAudio::Opened { segment, opening } => (segment.frames() * CHUNK_FRAME_SAMPLES, opening.audio.len()),
+        let (samples, computed, opening) = match &self {
+            KokoroAudio::Whole(audio) => (audio.len(), audio.len(), 0),
+            KokoroAudio::Opened { segment, opening } => {
+                (segment.frames() * CHUNK_FRAME_SAMPLES, opening.audio.len(), 0)
+            }
+            KokoroAudio::Silent(segment) => (
+                segment.frames() * CHUNK_FRAME_SAMPLES,
+                segment.silence_frames() * CHUNK_FRAME_SAMPLES,
+                segment.opening_frames() * CHUNK_FRAME_SAMPLES,
+            ),
         };
         Segment {
             frames: samples.div_ceil(CHUNK_FRAME_SAMPLES),
             samples,
             durations: coarse_durations(durations, SAMPLES_PER_FRAME),
             computed,
+            opening,
             state: Box::new(Mutex::new(self)),
         }
     }
@@ -1141,14 +1208,23 @@ mod tests {
     fn a_first_segment_holds_what_its_whole_pass_computes_while_its_opening_plays() {
         // As measured warm (03:29): a Zen 4 core 383 ms over MEASURE_PHONEMES' 29 characters,
         // the same core capped to AVX2 610 ms.
-        assert_eq!(first_segment_words(0.383 / 29.0), FIRST_SEGMENT_WORDS);
-        assert_eq!(first_segment_words(0.610 / 29.0), 4);
+        assert_eq!(first_segment_words(0.383 / 29.0, 0.0), FIRST_SEGMENT_WORDS);
+        assert_eq!(first_segment_words(0.610 / 29.0, 0.0), 4);
         // The opening's 0.55 s, less the margin, at 85%: 425 ms of whole pass at the most.
-        let words = first_segment_words(0.610 / 29.0) as f64;
+        let words = first_segment_words(0.610 / 29.0, 0.0) as f64;
         assert!(words * PHONEMES_PER_WORD * 0.610 / 29.0 <= 0.425);
         // Never more than six, never fewer than a clause's two.
-        assert_eq!(first_segment_words(1e-4), FIRST_SEGMENT_WORDS);
-        assert_eq!(first_segment_words(1.0), 2);
+        assert_eq!(first_segment_words(1e-4, 0.0), FIRST_SEGMENT_WORDS);
+        assert_eq!(first_segment_words(1.0, 0.0), 2);
+        // With the leading silence first, the opening's pass (15:27: 107 ms on the Zen 4 core,
+        // 177 ms capped) comes out of the same 0.55 s: the core keeps five words, and sends its
+        // silence first; capped, two, under SILENCE_FIRST_WORDS: its opening goes first.
+        assert_eq!(first_segment_words(0.378 / 29.0, 0.107), 5);
+        assert_eq!(first_segment_words(0.602 / 29.0, 0.177), 2);
+        assert!(first_segment_words(0.602 / 29.0, 0.177) < SILENCE_FIRST_WORDS);
+        // (the whole pass in what is left of the 0.5 s after the opening's, at 85%)
+        let words = first_segment_words(0.378 / 29.0, 0.107) as f64;
+        assert!(words * PHONEMES_PER_WORD * 0.378 / 29.0 <= (0.5 - 0.107) * 0.85);
     }
 
     #[test]

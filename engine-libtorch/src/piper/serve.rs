@@ -556,6 +556,7 @@ impl VoiceModel for PiperVoice {
                     samples: prepared.frames() * hop,
                     durations: fine_durations_at(&durations, hop, self.config.sample_rate),
                     computed: 0,
+                    opening: 0,
                     state: Box::new(prepared),
                 })
             })
