@@ -287,6 +287,14 @@ pub const SAMPLES_PER_ROW: usize = SAMPLES_PER_FRAME / 2;
 /// frames, the leading silence came out as audible noise; docs/kokoro-architecture.md §8).
 pub const OPENING_SPEECH: usize = 24;
 
+/// [`OPENING_SPEECH`] of an opening decoded while its segment's leading silence plays
+/// ([`KokoroSegment::open_after_silence`]): 0.5 s. Its pass no longer delays the first audio,
+/// and each frame more gives the whole pass after it 12.5 ms more for ~1.8 ms of its own (a
+/// Zen 4 core keeps six words of first segment, where 0.3 s left it five); its normalizations
+/// over more speech are nearer the whole pass's (1.7-3.4 dB of spectral distance over the
+/// packaged voices, against 2.2-4.4).
+pub const OPENING_SPEECH_AFTER_SILENCE: usize = 40;
+
 /// The predicted energy (the prosody predictor's N, per frame) below which a first pad token's
 /// frames are taken for silence ([`KokoroSegment::silence_frames`]): the silence's ran -9.3 to
 /// -4 over the packaged voices, speech's first audible frame (-60 dBFS) came at -2 or more.
@@ -309,6 +317,9 @@ pub struct KokoroSegment {
     prepared: net::Prepared,
     /// [`KokoroSegment::silence_frames`]
     silence: usize,
+    /// Frames of speech its opening decodes ([`OPENING_SPEECH`], or
+    /// [`OPENING_SPEECH_AFTER_SILENCE`])
+    speech: usize,
 }
 
 impl KokoroSegment {
@@ -331,7 +342,13 @@ impl KokoroSegment {
     /// The frames its opening covers ([`KokoroModel::decode_opening`]): the leading silence (its
     /// first pad token) and [`OPENING_SPEECH`] frames of speech, or the whole segment.
     pub fn opening_frames(&self) -> usize {
-        (self.lead() + OPENING_SPEECH).min(self.frames())
+        (self.lead() + self.speech).min(self.frames())
+    }
+
+    /// Makes its opening [`OPENING_SPEECH_AFTER_SILENCE`] frames of speech: the opening of a
+    /// segment whose leading silence goes out first ([`KokoroSegment::silence_frames`]).
+    pub fn open_after_silence(&mut self) {
+        self.speech = OPENING_SPEECH_AFTER_SILENCE;
     }
 
     /// Frames of its first pad token.
@@ -342,7 +359,8 @@ impl KokoroSegment {
     /// The frames of its leading silence known before any audio is decoded: those of its first
     /// pad token before the predicted energy first reaches speech's ([`SILENCE_ENERGY`]), less
     /// [`SILENCE_GUARD`]; 0 where that is under [`SILENCE_LEAST`] or the segment is not
-    /// [`KokoroSegment::worth_opening`]. A streamed utterance's first audio is that much
+    /// [`KokoroSegment::worth_opening`] (with an opening of [`OPENING_SPEECH`]). A streamed
+    /// utterance's first audio is that much
     /// silence (zeros), sent before its opening is decoded (`kokoro::serve`); the whole pass
     /// there peaks at -68 dBFS.
     pub fn silence_frames(&self) -> usize {
@@ -404,7 +422,7 @@ impl KokoroModel {
             profile.report();
             prepared
         })?;
-        let mut segment = KokoroSegment { prepared, silence: 0 };
+        let mut segment = KokoroSegment { prepared, silence: 0, speech: OPENING_SPEECH };
         if segment.worth_opening() && segment.prepared.n.device() == Device::Cpu {
             let lead = segment.lead();
             let energy = floats(&segment.prepared.n.flatten(0, -1).narrow(0, 0, lead as i64))?;

@@ -33,7 +33,8 @@ use crate::g2p::{FrontEnd, Reader, Sentence};
 use crate::kokoro::net::GENERATOR_REACH;
 use crate::kokoro::voices::{scan, KokoroFiles, VoicePack};
 use crate::kokoro::{
-    KokoroModel, KokoroOutput, KokoroSegment, Opening, OPENING_SPEECH, SAMPLES_PER_FRAME, SAMPLES_PER_ROW, SAMPLE_RATE,
+    KokoroModel, KokoroOutput, KokoroSegment, Opening, OPENING_SPEECH, OPENING_SPEECH_AFTER_SILENCE, SAMPLES_PER_FRAME,
+    SAMPLES_PER_ROW, SAMPLE_RATE,
     SEAM,
 };
 use crate::pacing::{self, Costs, Speed};
@@ -237,6 +238,9 @@ pub struct Pace {
     /// whole pass after it still leave the first segment [`SILENCE_FIRST_WORDS`]
     /// ([`first_segment_words`]); else the opening goes first, silence and all.
     silence_first: AtomicBool,
+    /// The pass of an opening decoded while the silence plays, thread CPU nanoseconds (the
+    /// slowest worker's): a segment whose silence is shorter opens first.
+    opening_ns: AtomicU64,
 }
 
 impl Default for Pace {
@@ -248,6 +252,7 @@ impl Default for Pace {
             prepare_ns: AtomicU64::new(0),
             pinned: AtomicBool::new(false),
             silence_first: AtomicBool::new(true),
+            opening_ns: AtomicU64::new(0),
         }
     }
 }
@@ -270,6 +275,24 @@ impl Pace {
     /// Whether an utterance's first audio is its leading silence ([`Pace::silence_first`]).
     pub fn silence_first(&self) -> bool {
         self.silence_first.load(Ordering::Relaxed)
+    }
+
+    /// Whether `frames` of leading silence go out before their segment's opening: the machine
+    /// sends silence first, and the opening's pass, as measured, ends while they play (at
+    /// admission's utilization; unmeasured, a Zen 4 core's 121 ms).
+    fn silence_goes_first(&self, frames: usize) -> bool {
+        let opening = match self.opening_ns.load(Ordering::Relaxed) {
+            0 => 0.121,
+            ns => ns as f64 * 1e-9,
+        };
+        self.silence_first() && frames > 0 && opening <= seconds(frames) * pacing::ADMISSION_UTILIZATION
+    }
+
+    /// Seconds of audio an utterance's first segment's opening holds from its first audio:
+    /// its leading silence (as counted, [`LEADING_SILENCE_S`]) and its speech.
+    fn opening_seconds(&self) -> f64 {
+        let speech = if self.silence_first() { OPENING_SPEECH_AFTER_SILENCE } else { OPENING_SPEECH };
+        seconds(speech) + LEADING_SILENCE_S
     }
 
     /// The generator's seconds a second of audio, and the rest's a phoneme character: as
@@ -434,7 +457,9 @@ impl KokoroVoiceModel {
                 if !segment.worth_opening() {
                     return Ok((KokoroAudio::Whole(self.network.decode_whole(&segment)?), durations));
                 }
-                if segment.silence_frames() > 0 && self.pace.silence_first() {
+                if self.pace.silence_goes_first(segment.silence_frames()) {
+                    let mut segment = segment;
+                    segment.open_after_silence();
                     return Ok((KokoroAudio::Silent(Box::new(segment)), durations));
                 }
                 let opening = self.network.decode_opening(&segment)?.after_silence(segment.silence_frames());
@@ -497,6 +522,11 @@ pub fn coarse_durations(durations: &[i64], samples_per_frame: usize) -> Vec<i64>
 
 /// Samples in one of the scheduler's frames (12.5 ms), what its segments are chunked in.
 const CHUNK_FRAME_SAMPLES: usize = 300;
+
+/// Seconds of audio in `frames` frames of [`SAMPLES_PER_ROW`] samples.
+fn seconds(frames: usize) -> f64 {
+    (frames * SAMPLES_PER_ROW) as f64 / f64::from(SAMPLE_RATE)
+}
 /// Seconds of leading silence admission and the first segment's sizing count in a first
 /// segment's opening (the first pad token's frames; its audio then plays while the rest of the
 /// segment is computed). The
@@ -516,17 +546,18 @@ const PHONEMES_PER_WORD: f64 = 29.0 / 6.0;
 /// Words an utterance's first segment may hold where the generator's whole pass over it costs
 /// `per_char` seconds a phoneme character: its opening plays while that pass runs (the round
 /// after it), so the pass must end before the opening has played ([`LEADING_SILENCE_S`] and
-/// [`OPENING_SPEECH`]'s 0.3 s, less admission's margin, at its utilization: 425 ms), and the
-/// opening's own pass (`opening` seconds) before it, as it comes after the leading silence has
-/// gone out ([`KokoroSegment::silence_frames`]; ~90 ms on a Zen 4 core). At most
+/// `speech` frames, [`OPENING_SPEECH`]'s 0.3 s, less admission's margin, at its utilization:
+/// 425 ms), and where the leading silence goes out first ([`KokoroSegment::silence_frames`]),
+/// so must the opening's own pass before it (`opening` seconds, over
+/// [`OPENING_SPEECH_AFTER_SILENCE`]'s 0.4 s: ~120 ms on a Zen 4 core). At most
 /// [`FIRST_SEGMENT_WORDS`]: a Zen 4 core takes 13-14 ms a character and keeps six (the bound is
 /// 14.7 ms: a warm-up that runs slow cuts five, one chunk more a reply); capped to AVX2 the
 /// same core takes ~21 ms, and six words (a 2.25 s segment: 657 ms) ran past its 0.6 s
 /// opening, one gap in every reply. With four, fewer replies had a gap, not none: the next
 /// segment, computed while the shorter first one plays, is then what comes late
 /// (benches/results/14-kokoro-server.md).
-fn first_segment_words(per_char: f64, opening: f64) -> usize {
-    let plays = (OPENING_SPEECH * SAMPLES_PER_ROW) as f64 / f64::from(SAMPLE_RATE) + LEADING_SILENCE_S;
+fn first_segment_words(per_char: f64, opening: f64, speech: usize) -> usize {
+    let plays = seconds(speech) + LEADING_SILENCE_S;
     let budget = (plays - opening - pacing::ADMISSION_MARGIN.as_secs_f64()) * pacing::ADMISSION_UTILIZATION;
     let words = budget / per_char.max(1e-6) / PHONEMES_PER_WORD;
     (words.floor() as usize).clamp(2, FIRST_SEGMENT_WORDS)
@@ -700,11 +731,12 @@ impl Family for KokoroFamily {
 
     /// Segments whole; a streamed utterance's first opens where it is long enough
     /// ([`KokoroSegment::worth_opening`], its leading silence left out), its opening
-    /// [`OPENING_SPEECH`] and `LEADING_SILENCE_S`; on a device none opens (`Pace::batched`).
+    /// `LEADING_SILENCE_S` and its speech ([`OPENING_SPEECH`], or
+    /// [`OPENING_SPEECH_AFTER_SILENCE`] with the silence first: `Pace::opening_seconds`); on a
+    /// device none opens (`Pace::batched`).
     fn streaming(&self) -> Streaming {
-        let seconds = |frames: usize| (frames * SAMPLES_PER_ROW) as f64 / f64::from(SAMPLE_RATE);
         let opening = pacing::Opening {
-            seconds: seconds(OPENING_SPEECH) + LEADING_SILENCE_S,
+            seconds: self.pace.opening_seconds(),
             least: seconds(2 * (OPENING_SPEECH + SEAM + GENERATOR_REACH)),
         };
         let opening = (!self.pace.batched.load(Ordering::Relaxed)).then_some(opening);
@@ -1032,15 +1064,17 @@ impl VoiceModel for KokoroVoiceModel {
         if self.pace.pinned.load(Ordering::Relaxed) {
             return;
         }
-        // The opening's pass and the whole pass after it, timed warm (the faster of two) over a
-        // typical first segment: how many words a first segment may hold on this machine. Timed in the
+        // The pass of an opening after a leading silence and the whole pass after it, timed warm
+        // (the faster of two) over a typical first segment: how many words a first segment may
+        // hold on this machine, and whether its silence goes first. Timed in the
         // thread's CPU time, so that other threads on the same cores (workers warming up
         // together, a test suite's engines) do not make the machine look slower than it is.
         let ids = self.vocab.ids(MEASURE_PHONEMES);
         let timed = guarded(|| {
             let started = thread_cpu_seconds();
-            let segment = self.network.prepare(&ids, self.pack.style(ids.len()), 1.0)?;
+            let mut segment = self.network.prepare(&ids, self.pack.style(ids.len()), 1.0)?;
             let prepare = thread_cpu_seconds() - started;
+            segment.open_after_silence();
             let (mut opening, mut whole) = (f64::INFINITY, f64::INFINITY);
             for _ in 0..2 {
                 let started = thread_cpu_seconds();
@@ -1055,12 +1089,16 @@ impl VoiceModel for KokoroVoiceModel {
         });
         if let Ok(Ok((prepare, opening, whole, audio))) = timed {
             let chars = MEASURE_PHONEMES.chars().count() as f64;
-            let silent = first_segment_words(whole / chars, opening);
+            // (a segment whose silence is too short for the opening's pass opens first: the
+            // words must fit both ways)
+            let plain = first_segment_words(whole / chars, 0.0, OPENING_SPEECH);
+            let silent = first_segment_words(whole / chars, opening, OPENING_SPEECH_AFTER_SILENCE).min(plain);
             let silence_first = silent >= SILENCE_FIRST_WORDS;
-            let words = if silence_first { silent } else { first_segment_words(whole / chars, 0.0) };
+            let words = if silence_first { silent } else { plain };
             self.pace.silence_first.fetch_and(silence_first, Ordering::Relaxed);
             let before = self.pace.first_words.fetch_min(words, Ordering::Relaxed);
             let ns = |seconds: f64| (seconds * 1e9) as u64;
+            self.pace.opening_ns.fetch_max(ns(opening), Ordering::Relaxed);
             self.pace.generator_ns.fetch_max(ns(whole / audio.max(0.1)), Ordering::Relaxed);
             self.pace.prepare_ns.fetch_max(ns(prepare / chars), Ordering::Relaxed);
             tracing::debug!(
@@ -1094,7 +1132,7 @@ impl VoiceModel for KokoroVoiceModel {
         let style = self.pack.style(ids.len());
         let _ = guarded(|| {
             let segment = self.network.prepare(&ids, style, 1.0)?;
-            match segment.silence_frames() > 0 && self.pace.silence_first() {
+            match self.pace.silence_goes_first(segment.silence_frames()) {
                 true => Ok(()),
                 false => self.network.decode_opening(&segment).map(drop),
             }
@@ -1208,23 +1246,26 @@ mod tests {
     fn a_first_segment_holds_what_its_whole_pass_computes_while_its_opening_plays() {
         // As measured warm (03:29): a Zen 4 core 383 ms over MEASURE_PHONEMES' 29 characters,
         // the same core capped to AVX2 610 ms.
-        assert_eq!(first_segment_words(0.383 / 29.0, 0.0), FIRST_SEGMENT_WORDS);
-        assert_eq!(first_segment_words(0.610 / 29.0, 0.0), 4);
+        let plain = |per_char: f64| first_segment_words(per_char, 0.0, OPENING_SPEECH);
+        assert_eq!(plain(0.383 / 29.0), FIRST_SEGMENT_WORDS);
+        assert_eq!(plain(0.610 / 29.0), 4);
         // The opening's 0.55 s, less the margin, at 85%: 425 ms of whole pass at the most.
-        let words = first_segment_words(0.610 / 29.0, 0.0) as f64;
+        let words = plain(0.610 / 29.0) as f64;
         assert!(words * PHONEMES_PER_WORD * 0.610 / 29.0 <= 0.425);
         // Never more than six, never fewer than a clause's two.
-        assert_eq!(first_segment_words(1e-4, 0.0), FIRST_SEGMENT_WORDS);
-        assert_eq!(first_segment_words(1.0, 0.0), 2);
-        // With the leading silence first, the opening's pass (15:27: 107 ms on the Zen 4 core,
-        // 177 ms capped) comes out of the same 0.55 s: the core keeps five words, and sends its
-        // silence first; capped, two, under SILENCE_FIRST_WORDS: its opening goes first.
-        assert_eq!(first_segment_words(0.378 / 29.0, 0.107), 5);
-        assert_eq!(first_segment_words(0.602 / 29.0, 0.177), 2);
-        assert!(first_segment_words(0.602 / 29.0, 0.177) < SILENCE_FIRST_WORDS);
-        // (the whole pass in what is left of the 0.5 s after the opening's, at 85%)
-        let words = first_segment_words(0.378 / 29.0, 0.107) as f64;
-        assert!(words * PHONEMES_PER_WORD * 0.378 / 29.0 <= (0.5 - 0.107) * 0.85);
+        assert_eq!(plain(1e-4), FIRST_SEGMENT_WORDS);
+        assert_eq!(plain(1.0), 2);
+        // With the leading silence first, the pass of its longer opening (0.5 s of speech:
+        // 140 ms on the Zen 4 core, 226 ms capped, 16:03) comes out of its 0.75 s: the core keeps
+        // its six words (with a warm-up as slow as 425 ms too), and sends its silence first;
+        // capped, three, under SILENCE_FIRST_WORDS: its opening goes first.
+        let silent = |per_char: f64, opening: f64| first_segment_words(per_char, opening, OPENING_SPEECH_AFTER_SILENCE);
+        assert_eq!(silent(0.386 / 29.0, 0.140), FIRST_SEGMENT_WORDS);
+        assert_eq!(silent(0.425 / 29.0, 0.140), FIRST_SEGMENT_WORDS);
+        assert!(silent(0.640 / 29.0, 0.226) < SILENCE_FIRST_WORDS);
+        // (the whole pass in what is left of the 0.7 s after the opening's, at 85%)
+        let words = silent(0.386 / 29.0, 0.140) as f64;
+        assert!(words * PHONEMES_PER_WORD * 0.386 / 29.0 <= (0.7 - 0.140) * 0.85);
     }
 
     #[test]
