@@ -204,6 +204,12 @@ pub struct SegmentInput<'a> {
     /// next chunk (Kokoro). It depends on the request alone, so that a request gets the same
     /// audio at any load.
     pub early: bool,
+    /// Whether its worker has no other stream's pass due before the round after this one (an
+    /// `early` segment's first audio may then go out before the rest of its opening, which
+    /// that round computes: Kokoro's leading silence; else the round computes both, so that
+    /// another stream's pass cannot come between them and leave a gap). Its audio is the same
+    /// either way.
+    pub free: bool,
 }
 
 /// A started segment.

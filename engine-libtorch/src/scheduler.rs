@@ -46,6 +46,14 @@ const SPEED_RANGE: (f64, f64) = (0.25, 4.0);
 /// mid-round waits for the whole round before its first audio; 16 chunks would be ~400 ms.
 const CPU_ROUND: usize = 4;
 
+/// How soon another stream's pass may be due for a first segment started now to count its
+/// worker free (`SegmentInput::free`): its own round (Kokoro's network up to the generator,
+/// ~50 ms on a Zen 4 core, ~80 capped) and admission's margin, with room to spare. A pass due
+/// by then would be overdue when the segment's next round is picked, and go first (4 Kokoro
+/// listeners on a core, `--admission off`: 3 late chunks of 132, a gap of up to 0.4 s after
+/// the leading silence).
+const FREE_WITHIN: Duration = Duration::from_millis(200);
+
 pub(crate) enum Command {
     Submit(Box<Submission>),
     Abort(RequestId),
@@ -845,9 +853,17 @@ impl Scheduler {
         if let Some(&lead) = batch.first() {
             batch.truncate(self.voices.voices[self.jobs[lead].voice].model.max_batch().max(1));
         }
+        // (no other stream's pass is due before a first segment's next round: `SegmentInput::free`)
+        let soon = now + FREE_WITHIN;
+        let free = !candidates.iter().any(|c| {
+            !batch.contains(&c.index)
+                && matches!(c.urgency, pacing::Urgency::Due(t) if t <= soon)
+                && (c.work == Work::Prosody
+                    || self.jobs[c.index].current.as_ref().is_some_and(|c| c.unfinished.is_some()))
+        });
         let done = match work {
             None => return (None, resume),
-            Some(Work::Prosody) => self.start_sentences(&batch),
+            Some(Work::Prosody) => self.start_sentences(&batch, free),
             Some(Work::FirstChunk) => match self.step(&batch) {
                 Round::Chunks { family, sent, computed } => Round::FirstChunks { family, sent, computed },
                 other => other,
@@ -873,9 +889,9 @@ impl Scheduler {
     /// batch together: [`VoiceModel::batch_key`]): the front end on its next text if it has no
     /// sentence ready (one per job and round: a sentence is bounded, and the commands are read
     /// between rounds, so an abort drops the rest of the text unprepared), then one batched pass
-    /// of the voice's family over those that have one ([`VoiceModel::start`]); returns what the
-    /// round did.
-    fn start_sentences(&mut self, batch: &[usize]) -> Round {
+    /// of the voice's family over those that have one ([`VoiceModel::start`]; `free`:
+    /// [`SegmentInput::free`]); returns what the round did.
+    fn start_sentences(&mut self, batch: &[usize], free: bool) -> Round {
         let Some(&lead) = batch.first() else {
             return Round::Segments { family: 0, chars: 0, computed: 0.0, opened: 0 };
         };
@@ -905,7 +921,7 @@ impl Scheduler {
                 ready.push(i);
             }
         }
-        let (chars, computed, opened) = if ready.is_empty() { (0, 0, 0) } else { self.start_segments(model, &ready) };
+        let (chars, computed, opened) = if ready.is_empty() { (0, 0, 0) } else { self.start_segments(model, &ready, free) };
         Round::Segments { family, chars, computed: computed as f64 / f64::from(model.sample_rate()), opened }
     }
 
@@ -913,7 +929,7 @@ impl Scheduler {
     /// its family, with their word timings, and cuts each into chunks; returns the phoneme
     /// characters of the segments it computed whole (an opened one's count in the round that
     /// finishes it), the samples it computed, and how many segments it opened.
-    fn start_segments(&mut self, model: &dyn VoiceModel, batch: &[usize]) -> (usize, usize, usize) {
+    fn start_segments(&mut self, model: &dyn VoiceModel, batch: &[usize], free: bool) -> (usize, usize, usize) {
         let sentences: Vec<Sentence> = batch.iter().filter_map(|&i| self.jobs[i].sentences.pop_front()).collect();
         let inputs: Vec<SegmentInput> = batch
             .iter()
@@ -928,6 +944,7 @@ impl Scheduler {
                     index: job.started_sentences,
                     style: job.style.as_ref(),
                     early: job.started_sentences == 0 && job.pace.streamed(),
+                    free,
                 }
             })
             .collect();

@@ -457,10 +457,14 @@ impl KokoroVoiceModel {
                 if !segment.worth_opening() {
                     return Ok((KokoroAudio::Whole(self.network.decode_whole(&segment)?), durations));
                 }
+                let mut segment = segment;
                 if self.pace.silence_goes_first(segment.silence_frames()) {
-                    let mut segment = segment;
                     segment.open_after_silence();
-                    return Ok((KokoroAudio::Silent(Box::new(segment)), durations));
+                    // (where another stream's pass is due, the opening in this round too: the
+                    // same audio, its first later, and no gap after the silence)
+                    if s.free {
+                        return Ok((KokoroAudio::Silent(Box::new(segment)), durations));
+                    }
                 }
                 let opening = self.network.decode_opening(&segment)?.after_silence(segment.silence_frames());
                 Ok((KokoroAudio::Opened { segment: Box::new(segment), opening }, durations))
@@ -963,6 +967,18 @@ impl VoiceModel for KokoroVoiceModel {
     /// each segment with its own voice's style.
     fn batch_key(&self) -> Option<usize> {
         self.network.batches().then_some(Arc::as_ptr(&self.network) as *const () as usize)
+    }
+
+    /// One on the CPU: its segments' passes run one after the other there, and a stream due
+    /// meanwhile would wait for all of them (4 listeners on a core, `--admission off`: a
+    /// stream's rest after its opening waited for another's first segment and a second's
+    /// sentence in one round, and came 0.83 s late); on a device, a round's whole batch.
+    fn max_batch(&self) -> usize {
+        if self.network.batches() {
+            usize::MAX
+        } else {
+            1
+        }
     }
 
     fn acoustics(&self) -> Acoustics {
