@@ -246,9 +246,10 @@ struct VoiceArgs {
     no_kokoro: bool,
     /// Words a streamed Kokoro utterance's first segment holds at most, 1 to 6 [default: 6,
     /// fewer where the workers' warm-up finds this CPU too slow to compute six while the
-    /// segment's first 0.55 s play]. Set, it also makes the later cuts of a long first
-    /// sentence a Zen 4 core's, not this machine's: a request's audio is then the same on
-    /// every machine and at every start.
+    /// segment's first 0.55-0.75 s play]. Set, it also makes the later cuts of a long first
+    /// sentence, and whether its leading silence goes out before its opening, a Zen 4 core's,
+    /// not this machine's: a request's audio is then the same on every machine and at every
+    /// start.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=6))]
     kokoro_first_words: Option<u8>,
     /// Piper's voices, served beside the others (model `piper`, each voice by its name, such as

@@ -112,7 +112,8 @@ pub struct KokoroOptions {
     /// warm-up finds this CPU too slow to decode six while the first segment's opening plays,
     /// and later segments cut where this CPU's pass would end after the audio before it has
     /// played (docs/kokoro-architecture.md §8); set (at most six), every machine cuts alike,
-    /// the later cuts at a Zen 4 core's costs (`serve --kokoro-first-words`).
+    /// the later cuts at a Zen 4 core's costs, and sends a first segment's leading silence
+    /// before its opening as a Zen 4 core does (`serve --kokoro-first-words`).
     pub first_words: Option<usize>,
 }
 

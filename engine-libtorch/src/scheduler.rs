@@ -921,7 +921,8 @@ impl Scheduler {
                 ready.push(i);
             }
         }
-        let (chars, computed, opened) = if ready.is_empty() { (0, 0, 0) } else { self.start_segments(model, &ready, free) };
+        let (chars, computed, opened) =
+            if ready.is_empty() { (0, 0, 0) } else { self.start_segments(model, &ready, free) };
         Round::Segments { family, chars, computed: computed as f64 / f64::from(model.sample_rate()), opened }
     }
 

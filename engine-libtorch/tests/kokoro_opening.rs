@@ -209,7 +209,7 @@ fn a_leading_silence_sent_first_is_silence_in_the_whole_pass() {
 /// Through the engine: an utterance's first audio is its first segment's leading silence
 /// (zeros), its next its opening, that segment is its opening joined to its whole pass, and the
 /// next sentence is its whole pass (as the engine writes i16: clipped, scaled by 32767,
-/// truncated).
+/// truncated). Two utterances at once: each the same samples as alone.
 #[test]
 fn the_engine_sends_the_silence_then_the_opening_then_the_whole_pass() {
     // (a first sentence of six words: the engine's first segment, whole)
@@ -224,20 +224,29 @@ fn the_engine_sends_the_silence_then_the_opening_then_the_whole_pass() {
     options.threads = Some(1);
     options.precision = Some(Precision::Int8);
     let engine = TorchEngine::new(options).expect("engine");
-    let (tx, rx) = mpsc::channel();
-    let request = SynthesisRequest::new(text).with_model("kokoro").with_voice("jm_kumo").with_stream(true);
-    engine.submit(RequestId { connection: 0, utterance: 0 }, request, Box::new(Sink(tx)));
-    let mut chunks: Vec<Vec<f32>> = Vec::new();
-    loop {
-        match rx.recv_timeout(Duration::from_secs(300)).expect("engine event").kind {
-            EngineEventKind::Audio { pcm, .. } => {
-                chunks.push(pcm.chunks_exact(2).map(|b| f32::from(i16::from_le_bytes([b[0], b[1]]))).collect())
+    let request = || SynthesisRequest::new(text).with_model("kokoro").with_voice("jm_kumo").with_stream(true);
+    let submit = |connection: u64| {
+        let (tx, rx) = mpsc::channel();
+        engine.submit(RequestId { connection, utterance: 0 }, request(), Box::new(Sink(tx)));
+        rx
+    };
+    let collect = |rx: mpsc::Receiver<speechstream_core::engine::EngineEvent>| {
+        let mut chunks: Vec<Vec<f32>> = Vec::new();
+        loop {
+            match rx.recv_timeout(Duration::from_secs(300)).expect("engine event").kind {
+                EngineEventKind::Audio { pcm, .. } => {
+                    chunks.push(pcm.chunks_exact(2).map(|b| f32::from(i16::from_le_bytes([b[0], b[1]]))).collect())
+                }
+                EngineEventKind::Finished => break,
+                EngineEventKind::Failed(e) => panic!("failed: {e}"),
+                _ => {}
             }
-            EngineEventKind::Finished => break,
-            EngineEventKind::Failed(e) => panic!("failed: {e}"),
-            _ => {}
         }
-    }
+        chunks
+    };
+    let chunks = collect(submit(0));
+    let (a, b) = (submit(1), submit(2));
+    let (a, b) = (collect(a), collect(b));
     let v = voices();
     let m = KokoroModel::load(&kokoro_model(), Device::Cpu, Precision::Int8).unwrap();
     let fe = load_front_end(&hibari_assets(), Device::Cpu, false).unwrap();
@@ -257,11 +266,68 @@ fn the_engine_sends_the_silence_then_the_opening_then_the_whole_pass() {
     let first = opening.join(&m.decode_whole(&segment).unwrap());
     let ids = v.vocab.ids(&sentences[1].phonemes);
     let second = m.infer(&ids, &v.style("jm_kumo", ids.len()), 1.0).unwrap().audio;
-    assert_eq!(chunks[0], vec![0.0; silence], "the first chunk is the leading silence");
     assert_eq!(chunks[1], i16s(&opening.audio[silence..]), "the next is the rest of the opening");
-    let got: Vec<f32> = chunks.concat();
     let want = [i16s(&first), i16s(&second)].concat();
-    assert_eq!(got.len(), want.len(), "the utterance's samples");
-    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-    assert!(worst <= 1.0, "the streamed utterance differs from its passes by {worst} of 32768");
+    assert_eq!(chunks[0], vec![0.0; silence], "alone, the first chunk is the leading silence");
+    for (name, chunks) in [("alone", &chunks), ("first of two", &a), ("second of two", &b)] {
+        let got: Vec<f32> = chunks.concat();
+        assert_eq!(got.len(), want.len(), "{name}: the utterance's samples");
+        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        assert!(worst <= 1.0, "{name}: the streamed utterance differs from its passes by {worst} of 32768");
+    }
+}
+
+/// The family's contract (`VoiceModel::start`, `chunks`): a streamed first segment started on a
+/// free worker (`SegmentInput::free`) computes only its leading silence, its opening with the
+/// next chunk; on a busy one, its opening at once; either way the same samples.
+#[test]
+fn a_first_segment_is_the_same_audio_with_its_silence_first_or_not() {
+    use speechstream_engine_libtorch::family::{Family, FrontEnds, LoadContext, SegmentInput};
+    use speechstream_engine_libtorch::kokoro::serve::KokoroFamily;
+    let mut options = EngineOptions::new(hibari_assets());
+    options.kokoro.dir = Some(cache().join("kokoro"));
+    options.kokoro.required = true;
+    options.kokoro.first_words = Some(6);
+    options.precision = Some(Precision::Int8);
+    let front_ends = FrontEnds::new(&options);
+    let loaded = KokoroFamily::default()
+        .load(&LoadContext { options: &options, front_ends: &front_ends })
+        .expect("Kokoro")
+        .expect("Kokoro's voices");
+    let (_, model) = loaded.voices.iter().find(|(v, _)| v.id == "jm_kumo").expect("jm_kumo");
+    let fe = load_front_end(&hibari_assets(), Device::Cpu, false).unwrap();
+    let sentence = &fe.sentences("Tomorrow it will rain all morning.")[0];
+    let run = |free: bool| {
+        let input = SegmentInput {
+            voice: model.as_ref(),
+            phonemes: &sentence.phonemes,
+            speed: 1.0,
+            seed: 0,
+            index: 0,
+            style: None,
+            early: true,
+            free,
+        };
+        let segment = model.start(&[input]).unwrap().remove(0).unwrap();
+        let frame = model.samples_per_frame();
+        // what it computed at once, then the rest in two chunks: to the opening's end, the end
+        let marks = [segment.computed / frame, segment.opening / frame, segment.frames];
+        let mut audio = Vec::new();
+        let mut from = 0;
+        for &to in marks.iter().filter(|&&to| to > 0) {
+            if to > from {
+                audio.extend(model.chunks(&[(&segment.state, from..to)]).unwrap().remove(0).unwrap());
+                from = to;
+            }
+        }
+        (segment.computed, segment.opening, audio)
+    };
+    let (silence, opening, first) = run(true);
+    let (computed, none, second) = run(false);
+    assert!(silence > 0 && opening > silence, "free: the silence ({silence}), then the opening ({opening})");
+    assert!(computed > silence && none == 0, "busy: the opening at once ({computed} samples), no round of its own");
+    assert_eq!(computed, opening, "the same opening");
+    assert_eq!(first.len(), second.len());
+    assert!(first == second, "the same samples with the silence first or not");
+    assert!(first[..silence].iter().all(|&x| x == 0.0), "the silence is zeros");
 }

@@ -307,8 +307,9 @@ const SILENCE_ENERGY: f32 = -2.0;
 const SILENCE_GUARD: usize = 4;
 
 /// The least leading silence that goes out before a segment's opening
-/// ([`KokoroSegment::silence_frames`]): 0.15 s, in which the opening's round (~90 ms on a Zen 4
-/// core, ~140 ms capped to AVX2) must end.
+/// ([`KokoroSegment::silence_frames`]): 0.15 s. The opening's round must end while it plays
+/// (~140 ms on a Zen 4 core): the engine checks that against its measured cost, segment by
+/// segment (`kokoro::serve`).
 pub const SILENCE_LEAST: usize = 12;
 
 /// A segment prepared for decoding ([`KokoroModel::prepare`]): its pass up to the generator's

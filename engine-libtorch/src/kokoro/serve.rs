@@ -34,8 +34,7 @@ use crate::kokoro::net::GENERATOR_REACH;
 use crate::kokoro::voices::{scan, KokoroFiles, VoicePack};
 use crate::kokoro::{
     KokoroModel, KokoroOutput, KokoroSegment, Opening, OPENING_SPEECH, OPENING_SPEECH_AFTER_SILENCE, SAMPLES_PER_FRAME,
-    SAMPLES_PER_ROW, SAMPLE_RATE,
-    SEAM,
+    SAMPLES_PER_ROW, SAMPLE_RATE, SEAM,
 };
 use crate::pacing::{self, Costs, Speed};
 use crate::precision::Precision;
@@ -540,8 +539,9 @@ const LEADING_SILENCE_S: f64 = 0.25;
 /// The fewest words an utterance's first segment may hold for its leading silence to go out
 /// before its opening ([`Pace::silence_first`]): the opening's pass then runs while the listener
 /// plays that silence, and the whole pass after it must still end before the opening has
-/// played. A Zen 4 core keeps 5 (6 with the opening first); capped to AVX2 it would keep 2,
-/// and keeps the opening first with 4 (2026-12-07).
+/// played. A Zen 4 core keeps six ([`OPENING_SPEECH_AFTER_SILENCE`] gives the time back);
+/// capped to AVX2 it would keep three, and keeps the opening first, with three or four
+/// (2026-12-07).
 const SILENCE_FIRST_WORDS: usize = 4;
 /// Phoneme characters a word of [`MEASURE_PHONEMES`] has (29 for its six words, spaces and
 /// comma included).
