@@ -49,9 +49,8 @@ const CPU_ROUND: usize = 4;
 /// How soon another stream's pass may be due for a first segment started now to count its
 /// worker free (`SegmentInput::free`): its own round (Kokoro's network up to the generator,
 /// ~50 ms on a Zen 4 core, ~80 capped) and admission's margin, with room to spare. A pass due
-/// by then would be overdue when the segment's next round is picked, and go first (4 Kokoro
-/// listeners on a core, `--admission off`: 3 late chunks of 132, a gap of up to 0.4 s after
-/// the leading silence).
+/// by then would be overdue when the segment's next round is picked, and go first, its
+/// listener's silence running out meanwhile.
 const FREE_WITHIN: Duration = Duration::from_millis(200);
 
 pub(crate) enum Command {

@@ -19,7 +19,7 @@ use speechstream_engine_libtorch::g2p::japanese::{Japanese, WORD_LIST};
 use speechstream_engine_libtorch::kokoro::serve::Vocab;
 use speechstream_engine_libtorch::kokoro::voices::{scan, KokoroFiles};
 use speechstream_engine_libtorch::kokoro::{KokoroModel, OPENING_SPEECH, SAMPLES_PER_ROW, SEAM, SILENCE_LEAST};
-use speechstream_engine_libtorch::{dsp, load_front_end, EngineOptions, Precision, TorchEngine};
+use speechstream_engine_libtorch::{dsp, load_front_end, AdmissionMode, EngineOptions, Precision, TorchEngine};
 use tch::Device;
 
 /// The largest spectral distance (`dsp::spectral_distance`, dB) of a segment's opening and seam
@@ -223,6 +223,8 @@ fn the_engine_sends_the_silence_then_the_opening_then_the_whole_pass() {
     options.workers = Some(1);
     options.threads = Some(1);
     options.precision = Some(Precision::Int8);
+    // (the two at once are both served: this is about their audio, not about admission)
+    options.admission = AdmissionMode::Off;
     let engine = TorchEngine::new(options).expect("engine");
     let request = || SynthesisRequest::new(text).with_model("kokoro").with_voice("jm_kumo").with_stream(true);
     let submit = |connection: u64| {

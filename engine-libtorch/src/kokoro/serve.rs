@@ -553,7 +553,7 @@ const PHONEMES_PER_WORD: f64 = 29.0 / 6.0;
 /// `speech` frames, [`OPENING_SPEECH`]'s 0.3 s, less admission's margin, at its utilization:
 /// 425 ms), and where the leading silence goes out first ([`KokoroSegment::silence_frames`]),
 /// so must the opening's own pass before it (`opening` seconds, over
-/// [`OPENING_SPEECH_AFTER_SILENCE`]'s 0.4 s: ~120 ms on a Zen 4 core). At most
+/// [`OPENING_SPEECH_AFTER_SILENCE`]'s 0.5 s: ~140 ms on a Zen 4 core). At most
 /// [`FIRST_SEGMENT_WORDS`]: a Zen 4 core takes 13-14 ms a character and keeps six (the bound is
 /// 14.7 ms: a warm-up that runs slow cuts five, one chunk more a reply); capped to AVX2 the
 /// same core takes ~21 ms, and six words (a 2.25 s segment: 657 ms) ran past its 0.6 s
@@ -1272,7 +1272,7 @@ mod tests {
         assert_eq!(plain(1e-4), FIRST_SEGMENT_WORDS);
         assert_eq!(plain(1.0), 2);
         // With the leading silence first, the pass of its longer opening (0.5 s of speech:
-        // 140 ms on the Zen 4 core, 226 ms capped, 16:03) comes out of its 0.75 s: the core keeps
+        // 140 ms on the Zen 4 core, 226 ms capped, warm-ups of 2026-12-07) comes out of its 0.75 s: the core keeps
         // its six words (with a warm-up as slow as 425 ms too), and sends its silence first;
         // capped, three, under SILENCE_FIRST_WORDS: its opening goes first.
         let silent = |per_char: f64, opening: f64| first_segment_words(per_char, opening, OPENING_SPEECH_AFTER_SILENCE);
