@@ -358,8 +358,8 @@ impl KokoroSegment {
     }
 
     /// The frames of its leading silence known before any audio is decoded: those of its first
-    /// pad token before the predicted energy first reaches speech's ([`SILENCE_ENERGY`]), less
-    /// [`SILENCE_GUARD`]; 0 where that is under [`SILENCE_LEAST`] or the segment is not
+    /// pad token before the predicted energy first reaches speech's (`SILENCE_ENERGY`), less
+    /// `SILENCE_GUARD`; 0 where that is under [`SILENCE_LEAST`] or the segment is not
     /// [`KokoroSegment::worth_opening`] (with an opening of [`OPENING_SPEECH`]). A streamed
     /// utterance's first audio is that much
     /// silence (zeros), sent before its opening is decoded (`kokoro::serve`); the whole pass
