@@ -852,17 +852,20 @@ impl Scheduler {
         if let Some(&lead) = batch.first() {
             batch.truncate(self.voices.voices[self.jobs[lead].voice].model.max_batch().max(1));
         }
-        // (no other stream's pass is due before a first segment's next round: `SegmentInput::free`)
-        let soon = now + FREE_WITHIN;
-        let free = !candidates.iter().any(|c| {
-            !batch.contains(&c.index)
-                && matches!(c.urgency, pacing::Urgency::Due(t) if t <= soon)
-                && (c.work == Work::Prosody
-                    || self.jobs[c.index].current.as_ref().is_some_and(|c| c.unfinished.is_some()))
-        });
         let done = match work {
             None => return (None, resume),
-            Some(Work::Prosody) => self.start_sentences(&batch, free),
+            Some(Work::Prosody) => {
+                // (no other stream's pass is due before a first segment's next round:
+                // `SegmentInput::free`)
+                let soon = now + FREE_WITHIN;
+                let free = !candidates.iter().any(|c| {
+                    !batch.contains(&c.index)
+                        && matches!(c.urgency, pacing::Urgency::Due(t) if t <= soon)
+                        && (c.work == Work::Prosody
+                            || self.jobs[c.index].current.as_ref().is_some_and(|c| c.unfinished.is_some()))
+                });
+                self.start_sentences(&batch, free)
+            }
             Some(Work::FirstChunk) => match self.step(&batch) {
                 Round::Chunks { family, sent, computed } => Round::FirstChunks { family, sent, computed },
                 other => other,

@@ -195,12 +195,13 @@ fn a_leading_silence_sent_first_is_silence_in_the_whole_pass() {
                 voice.name
             );
             loudest = loudest.max(db);
-            let plain = m.decode_opening(&segment).unwrap();
-            let opening = m.decode_opening(&segment).unwrap().after_silence(rows);
+            let opening = m.decode_opening(&segment).unwrap();
+            let plain = opening.audio.clone();
+            let opening = opening.after_silence(rows);
             assert!(opening.audio[..n].iter().all(|&x| x == 0.0));
-            assert!(opening.audio[n].abs() <= plain.audio[n].abs() * 1e-3, "it fades in from zero");
+            assert!(opening.audio[n].abs() <= plain[n].abs() * 1e-3, "it fades in from zero");
             let past = n + SAMPLES_PER_ROW;
-            assert!(opening.audio[past..] == plain.audio[past..], "past the fade, the opening's own decoding");
+            assert!(opening.audio[past..] == plain[past..], "past the fade, the opening's own decoding");
         }
     }
     eprintln!("loudest: {loudest:.0} dBFS");

@@ -1100,8 +1100,7 @@ impl VoiceModel for KokoroVoiceModel {
                 opening = opening.min(opened - started);
                 whole = whole.min(thread_cpu_seconds() - opened);
             }
-            let audio = (segment.frames() * CHUNK_FRAME_SAMPLES) as f64 / f64::from(SAMPLE_RATE);
-            Ok::<_, String>((prepare, opening, whole, audio))
+            Ok::<_, String>((prepare, opening, whole, seconds(segment.frames())))
         });
         if let Ok(Ok((prepare, opening, whole, audio))) = timed {
             let chars = MEASURE_PHONEMES.chars().count() as f64;
