@@ -9,6 +9,9 @@
 //! sentences does) against the same N one after the other; fp32 and fp16 only, on the CPU with
 //! the paths a GPU takes (`load_device_paths`: only there does a batch run as one pass).
 //!
+//! In int8 it also prints the network's int8 multiply-adds a pass and a second of audio
+//! (`gemm::multiply_adds`): its arithmetic, to set against `int8-gemm --kokoro`'s rate.
+//!
 //! scripts/bench-kokoro.sh runs it beside onnxruntime (kokoro-onnx's runtime) on the same model.
 
 use std::path::Path;
@@ -45,6 +48,7 @@ fn main() {
         let load = t.elapsed().as_secs_f64();
         let mut best = f64::MAX;
         let mut seconds = 0.0;
+        let counted = speechstream_engine_libtorch::gemm::multiply_adds();
         for _ in 0..reps {
             let t = Instant::now();
             let out = m.infer(&ids, &style, speed).unwrap();
@@ -61,6 +65,17 @@ fn main() {
             best / seconds,
             seconds / best
         );
+        // (int8: the network's arithmetic, our kernels' products; `int8-gemm --kokoro` times
+        // their rate alone)
+        let macs = (speechstream_engine_libtorch::gemm::multiply_adds() - counted) as f64 / reps as f64;
+        if macs > 0.0 {
+            println!(
+                "  int8 products: {:.2} GMAC a pass, {:.2} GMAC a second of audio ({:.0} GMAC/s over the best pass)",
+                macs / 1e9,
+                macs / 1e9 / seconds,
+                macs / 1e9 / best
+            );
+        }
         if let Some(n) = std::env::var("KOKORO_BATCH").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 1) {
             if precision == Precision::Int8 {
                 continue;

@@ -40,7 +40,7 @@
 //!   [`calibrate`] measures that once and hands such products to it (the same exact sums).
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use tch::{Device, Kind, Tensor};
@@ -58,6 +58,20 @@ unsafe impl Sync for ReadOnly {}
 /// exact int32 sums, so nothing changes but the time, and only where [`calibrate`] measured it
 /// faster (oneDNN's AMX tiles on Sapphire Rapids and later); `usize::MAX`: never.
 static TORCH_FROM_ROWS: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Multiply-adds of every product so far ([`multiply_adds`]).
+static MULTIPLY_ADDS: AtomicU64 = AtomicU64::new(0);
+
+/// The multiply-adds (M · N · K of each product) of every [`Packed`] product this process has
+/// computed: a network's arithmetic, for benchmarks to set against the kernels' rate
+/// (engine-libtorch/examples/kokoro_rtf.rs).
+pub fn multiply_adds() -> u64 {
+    MULTIPLY_ADDS.load(Ordering::Relaxed)
+}
+
+fn count(m: usize, n: usize, k: usize) {
+    MULTIPLY_ADDS.fetch_add((m * n * k) as u64, Ordering::Relaxed);
+}
 
 thread_local! {
     /// Per-thread buffers that only grow: the products' int32 sums and the kernels' form of A are
@@ -258,6 +272,7 @@ impl Packed {
         assert_eq!(a.len() % k, 0, "A is [M, K]");
         let m = a.len() / k;
         assert_eq!(c.len(), m * n, "C is [M, N]");
+        count(m, n, k);
         if m == 0 || n == 0 {
             return;
         }
@@ -332,6 +347,7 @@ impl Packed {
             if let Some(layout) = layout.filter(|_| {
                 self.level != Level::Baseline && k.is_multiple_of(4) && m < TORCH_FROM_ROWS.load(Ordering::Relaxed)
             }) {
+                count(m, self.n, k);
                 // SAFETY: as in `matmul_u8`; with K a multiple of 4 the kernels read `groups * 4`
                 // = K bytes per row, in pieces of whole runs of `span` groups that lie in `a`
                 // (asserted above).

@@ -389,8 +389,12 @@ pub struct Opening {
 impl Opening {
     /// The opening after its first `frames` went out as silence
     /// ([`KokoroSegment::silence_frames`]): those zeros, and the frame after them fading in from
-    /// zero (a raised cosine), so the listener gets no step from the zeros to the noise floor.
+    /// zero (a raised cosine), so the listener gets no step from the zeros to the noise floor;
+    /// with no frames of silence, the opening as it was decoded.
     pub fn after_silence(mut self, frames: usize) -> Opening {
+        if frames == 0 {
+            return self;
+        }
         let at = (frames * SAMPLES_PER_ROW).min(self.audio.len());
         self.audio[..at].fill(0.0);
         fade_in(&mut self.audio[at..], &[0.0; SAMPLES_PER_ROW]);
@@ -477,4 +481,31 @@ pub struct KokoroTrace {
     pub f0: Vec<f32>,
     /// The predicted energy curve, two values per frame
     pub n: Vec<f32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opening(frames: usize) -> Opening {
+        let audio: Vec<f32> = (0..frames * SAMPLES_PER_ROW).map(|i| 0.01 + (i as f32 * 0.37).sin() * 0.5).collect();
+        Opening { audio, frames, tail: vec![0.25; SEAM * SAMPLES_PER_ROW] }
+    }
+
+    /// The silence sent first comes back as zeros, the frame after it fades in from zero, and the
+    /// rest is the opening as decoded; with no silence, the opening is untouched (no fade at its
+    /// start: the pass's own leading silence, as before the silence went first).
+    #[test]
+    fn an_opening_after_its_silence_starts_from_zero() {
+        let plain = opening(6);
+        assert!(opening(6).after_silence(0).audio == plain.audio, "no silence: the opening as decoded");
+        let after = opening(6).after_silence(2);
+        let (n, past) = (2 * SAMPLES_PER_ROW, 3 * SAMPLES_PER_ROW);
+        assert!(after.audio[..n].iter().all(|&x| x == 0.0), "the silence is zeros");
+        assert!(after.audio[n].abs() < plain.audio[n].abs() * 1e-3, "the next frame starts from zero");
+        let faded = &after.audio[n..past];
+        assert!(faded.iter().zip(&plain.audio[n..past]).all(|(a, p)| a.abs() <= p.abs()), "and fades in");
+        assert!(after.audio[past..] == plain.audio[past..], "then the opening as decoded");
+        assert!(after.tail == plain.tail && after.frames == plain.frames);
+    }
 }
