@@ -564,11 +564,11 @@ mod x86 {
                 /// they are widened (`w.span`; 1: `mac` per group): row by row (the run's
                 /// SPAN × NP vectors of W loaded once, each row's SPAN broadcasts, one sum at a
                 /// time), or, for runs of `$by_group` groups or more, group by group (W's NP
-                /// vectors of one group loaded for all MR rows, MR × NP sums in registers: capped
-                /// to AVX2, runs of 8 went from 137 to 157 GMAC/s over Kokoro's convolutions as
-                /// 3 rows × 2 panels against 6 × 1 row by row, whose 8 broadcasts a run each fed
-                /// one panel: Kokoro's whole pass 5% faster; row by row stayed faster at 512 bits and for
-                /// shorter runs, 2026-12-07).
+                /// vectors of one group loaded for all MR rows, MR × NP sums in registers: on a
+                /// Zen 4 capped to AVX2, runs of 8 went from ~136 to ~155 GMAC/s over Kokoro's
+                /// convolutions as 3 rows × 2 panels against 6 × 1 row by row, whose 8
+                /// broadcasts a run each fed one panel; Kokoro's whole pass ~5% faster. Row by
+                /// row stayed faster at 512 bits and for shorter runs, 2026-12-07).
                 ///
                 /// # Safety
                 ///
