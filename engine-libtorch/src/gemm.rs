@@ -520,10 +520,6 @@ fn split(whole: &[i8], panels: usize, groups: usize, step: usize, span: usize) -
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    /// One level's kernel: `run` walks W's panels in blocks of `NP` and, for each block, A's rows
-    /// in tiles of `MR`; `tile` keeps MR × NP vectors of sums in registers over all of K.
-    /// `mac(acc, a, b)` adds the products of one 4-byte step; `$vb` is a vector's size in bytes;
-    /// `by_group`, the shortest run of W's groups that `tile` walks group by group.
     /// An unaligned load of a `T` at `p`, as a plain read of a packed field: `ptr::read_unaligned`
     /// (and the intrinsics' loads, which use it) carries the dev profile's checks of its
     /// arguments into the kernels' inner loops (see `tile`).
@@ -539,6 +535,10 @@ mod x86 {
         unsafe { (*p.cast::<Unaligned<T>>()).0 }
     }
 
+    /// One level's kernel: `run` walks W's panels in blocks of `NP` and, for each block, A's rows
+    /// in tiles of `MR`; `tile` keeps MR × NP vectors of sums in registers over all of K.
+    /// `mac(acc, a, b)` adds the products of one 4-byte step; `$vb` is a vector's size in bytes;
+    /// `by_group`, the shortest run of W's groups that `tile` walks group by group.
     macro_rules! level {
         ($name:ident, $feature:literal, $v:ty, $vb:literal, $mr:literal, $np:literal, $mrq:literal,
          $mr4:literal, $np4:literal, $mr8:literal, $np8:literal, by_group: $by_group:expr,
