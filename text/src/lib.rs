@@ -1002,6 +1002,36 @@ fn map_words(sent: &str, base: usize, base_chars: usize, p: &Phonemized) -> Vec<
     out
 }
 
+/// Each of `sentences` (slices of `text`) with the phonemes and words `read` gives it, the words'
+/// ranges moved from the sentence into `text`; sentences with no phonemes are left out.
+fn read_sentences<'a>(
+    text: &'a str,
+    sentences: Vec<&'a str>,
+    read: impl Fn(&str) -> (String, Vec<Word>),
+) -> Vec<(&'a str, String, Vec<Word>)> {
+    let mut out = Vec::new();
+    let (mut chars, mut counted) = (0usize, 0usize);
+    for sent in sentences {
+        let at = sent.as_ptr() as usize - text.as_ptr() as usize;
+        chars += text[counted..at].chars().count();
+        counted = at;
+        let (phonemes, words) = read(sent);
+        if phonemes.trim().is_empty() {
+            continue;
+        }
+        let words = words
+            .into_iter()
+            .map(|w| Word {
+                text_range: w.text_range.start + at..w.text_range.end + at,
+                chars: w.chars.start + chars..w.chars.end + chars,
+                ..w
+            })
+            .collect();
+        out.push((sent, phonemes, words));
+    }
+    out
+}
+
 /// A sentence's clause chunks ([`chunk_words`]) as [`Sentence`]s, each with the text its words
 /// span in `text` (the whole input; `sent`, the sentence, for a chunk with no word).
 fn chunk_sentences(text: &str, sent: &str, phonemes: &str, words: Vec<Word>) -> Vec<Sentence> {

@@ -35,7 +35,7 @@ use std::ops::Range;
 use fancy_regex::Regex;
 use jieba_rs::Jieba;
 
-use super::{chunk_sentences, Sentence, Word, MAX_SENTENCE_CHARS};
+use super::{chunk_sentences, read_sentences, split, Sentence, Word};
 
 /// pypinyin's readings (see `scripts/mandarin-data.py`).
 const PINYIN_DATA: &[u8] = include_bytes!("../data/mandarin-pinyin.txt.gz");
@@ -556,26 +556,21 @@ impl Mandarin {
     }
 
     /// `text`'s sentences: cut after 。！？ and ASCII `.!?` (a point between digits is a decimal
-    /// point) and at line breaks; closing quotes and brackets stay with their sentence.
+    /// point) and at line breaks; closing quotes and brackets stay with their sentence. One longer
+    /// than [`crate::MAX_SENTENCE_CHARS`] chars is cut again after its last comma or space.
     pub fn split_sentences<'a>(&self, text: &'a str) -> Vec<&'a str> {
-        let mut out = Vec::new();
-        let mut start = 0;
-        let chars: Vec<(usize, char)> = text.char_indices().collect();
-        let mut k = 0;
-        while k < chars.len() {
-            let (i, c) = chars[k];
-            k += 1;
-            let decimal = c == '.'
-                && k >= 2
-                && chars[k - 2].1.is_ascii_digit()
-                && chars.get(k).is_some_and(|&(_, d)| d.is_ascii_digit());
-            if !matches!(c, '。' | '！' | '？' | '!' | '?' | '.' | '\n') || decimal {
-                continue;
-            }
-            let mut end = i + c.len_utf8();
-            while let Some(&(j, d)) = chars.get(k) {
-                if matches!(
-                    d,
+        split::cut_after_ends(
+            text,
+            |chars, k| {
+                let decimal = chars[k].1 == '.'
+                    && k >= 1
+                    && chars[k - 1].1.is_ascii_digit()
+                    && chars.get(k + 1).is_some_and(|&(_, d)| d.is_ascii_digit());
+                matches!(chars[k].1, '。' | '！' | '？' | '!' | '?' | '.' | '\n') && !decimal
+            },
+            |c| {
+                matches!(
+                    c,
                     '。' | '！'
                         | '？'
                         | '!'
@@ -591,23 +586,10 @@ impl Mandarin {
                         | '）'
                         | ')'
                         | '】'
-                ) || d.is_whitespace()
-                {
-                    end = j + d.len_utf8();
-                    k += 1;
-                } else {
-                    break;
-                }
-            }
-            if !text[start..end].trim().is_empty() {
-                out.push(&text[start..end]);
-            }
-            start = end;
-        }
-        if !text[start..].trim().is_empty() {
-            out.push(&text[start..]);
-        }
-        out.into_iter().flat_map(cap_sentence).collect()
+                )
+            },
+            |c| matches!(c, '、' | '，' | ',' | '；' | ';'),
+        )
     }
 
     /// The phonemes of `text` read at once: misaki's `ZHG2P()(text)`.
@@ -621,24 +603,8 @@ impl Mandarin {
     /// phonemes are left out.
     pub fn sentences(&self, text: &str) -> Vec<Sentence> {
         let mut out = Vec::new();
-        let mut chars = 0usize;
-        let mut counted = 0usize;
-        for sent in self.split_sentences(text) {
-            let at = sent.as_ptr() as usize - text.as_ptr() as usize;
-            chars += text[counted..at].chars().count();
-            counted = at;
-            let (phonemes, words) = self.phonemes_and_words(sent);
-            if phonemes.trim().is_empty() {
-                continue;
-            }
-            let words: Vec<Word> = words
-                .into_iter()
-                .map(|w| Word {
-                    text_range: w.text_range.start + at..w.text_range.end + at,
-                    chars: w.chars.start + chars..w.chars.end + chars,
-                    ..w
-                })
-                .collect();
+        for (sent, phonemes, words) in read_sentences(text, self.split_sentences(text), |s| self.phonemes_and_words(s))
+        {
             let whole = phonemes.chars().count();
             out.extend(chunk_sentences(text, sent, &phonemes, words).into_iter().map(|mut chunk| {
                 // A sentence read in one chunk keeps its own text (its closing marks included).
@@ -833,28 +799,6 @@ fn spell(text: &str, out: &[(char, Option<usize>)], tokens: &[Token]) -> (String
         words.push(Word { text: text[bytes.clone()].to_owned(), text_range: bytes, chars: cs..ce, phonemes: range });
     }
     (phonemes, words)
-}
-
-/// `sentence` in pieces of at most [`MAX_SENTENCE_CHARS`] chars, each cut after its last
-/// comma or space when it has one.
-fn cap_sentence(sentence: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut rest = sentence;
-    while rest.chars().count() > MAX_SENTENCE_CHARS {
-        let limit = rest.char_indices().nth(MAX_SENTENCE_CHARS).map_or(rest.len(), |(i, _)| i);
-        let head = &rest[..limit];
-        let cut = head
-            .char_indices()
-            .rev()
-            .find(|&(_, c)| matches!(c, '、' | '，' | ',' | '；' | ';') || c.is_whitespace())
-            .map_or(limit, |(i, c)| i + c.len_utf8());
-        out.push(&rest[..cut]);
-        rest = &rest[cut..];
-    }
-    if !rest.is_empty() {
-        out.push(rest);
-    }
-    out
 }
 
 #[cfg(test)]

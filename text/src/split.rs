@@ -134,6 +134,62 @@ pub fn split_sentences<'a>(text: &'a str, titles: &HashSet<String>) -> Vec<&'a s
     split_sentence_ranges(text, titles).into_iter().map(|r| &text[r]).collect()
 }
 
+/// `text` cut after each char for which `ends(&chars, k)` holds (`chars`, `text`'s
+/// `char_indices`; `k`, that char's index in it), the chars after it for which `closes` holds
+/// (closing marks) and white space staying with it; blank pieces are left out, and a piece longer
+/// than [`MAX_SENTENCE_CHARS`] is cut by [`cap_at_pause`]. The Japanese and Mandarin front ends'
+/// sentences.
+pub(crate) fn cut_after_ends(
+    text: &str,
+    ends: impl Fn(&[(usize, char)], usize) -> bool,
+    closes: impl Fn(char) -> bool,
+    pause: impl Fn(char) -> bool,
+) -> Vec<&str> {
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let mut out = Vec::new();
+    let (mut start, mut k) = (0, 0);
+    while k < chars.len() {
+        let (i, c) = chars[k];
+        k += 1;
+        if !ends(&chars, k - 1) {
+            continue;
+        }
+        let mut end = i + c.len_utf8();
+        while let Some(&(j, d)) = chars.get(k).filter(|&&(_, d)| closes(d) || d.is_whitespace()) {
+            end = j + d.len_utf8();
+            k += 1;
+        }
+        if !text[start..end].trim().is_empty() {
+            out.push(&text[start..end]);
+        }
+        start = end;
+    }
+    if !text[start..].trim().is_empty() {
+        out.push(&text[start..]);
+    }
+    out.into_iter().flat_map(|s| cap_at_pause(s, &pause)).collect()
+}
+
+/// `sentence` in pieces of at most [`MAX_SENTENCE_CHARS`] chars, each cut after its last char for
+/// which `pause` holds (a comma) or white space, when it has one, else at the limit.
+pub(crate) fn cap_at_pause(sentence: &str, pause: impl Fn(char) -> bool) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = sentence;
+    while let Some((limit, _)) = rest.char_indices().nth(MAX_SENTENCE_CHARS) {
+        let cut = rest[..limit]
+            .char_indices()
+            .rev()
+            .find(|&(_, c)| pause(c) || c.is_whitespace())
+            .map_or(limit, |(i, c)| i + c.len_utf8());
+        out.push(&rest[..cut]);
+        rest = &rest[cut..];
+    }
+    if !rest.is_empty() {
+        out.push(rest);
+    }
+    out
+}
+
 /// Whether the punctuation ending at byte `end` of `para`, followed by whitespace and `next`, ends a
 /// sentence; `word` is where the word before it starts (openers left out).
 fn ends_sentence(
@@ -294,5 +350,38 @@ mod tests {
         assert_eq!(chunks.join(" "), ps);
         let solid = "z".repeat(1200);
         assert_eq!(split_clauses(&solid).iter().map(String::len).collect::<Vec<_>>(), vec![510, 510, 180]);
+    }
+
+    #[test]
+    fn cut_after_ends_keeps_closing_marks_and_spaces_and_caps_at_a_pause() {
+        let closes = |c: char| matches!(c, '」' | '？');
+        let comma = |c: char| c == '、';
+        fn cut(text: &str) -> Vec<&str> {
+            cut_after_ends(
+                text,
+                |chars, k| matches!(chars[k].1, '。' | '？' | '\n'),
+                |c| matches!(c, '」' | '？'),
+                |c| c == '、',
+            )
+        }
+        assert_eq!(cut("「え？」 そう。終わり"), vec!["「え？」 ", "そう。", "終わり"]);
+        assert_eq!(cut("一\n\n 。。二"), vec!["一\n\n ", "。", "。", "二"]);
+        assert_eq!(cut("何？？ 二"), vec!["何？？ ", "二"]);
+        assert_eq!(cut(" \n 。"), vec!["。"]);
+        assert!(cut("  ").is_empty());
+        // Only the end the predicate names: a point between digits, as Mandarin's, is not one.
+        let decimal = |chars: &[(usize, char)], k: usize| {
+            let digit = |c: Option<&(usize, char)>| c.is_some_and(|&(_, c)| c.is_ascii_digit());
+            chars[k].1 == '.' && !(k >= 1 && digit(chars.get(k - 1)) && digit(chars.get(k + 1)))
+        };
+        assert_eq!(cut_after_ends("3.5元.好", decimal, closes, comma), vec!["3.5元.", "好"]);
+        // Over-long: cut after the last pause or space within the limit, else at the limit.
+        let clause = "あ".repeat(600) + "、";
+        let text = clause.repeat(3);
+        let got = cut(&text);
+        assert_eq!(got, vec![clause.as_str(); 3]);
+        let solid = "ん".repeat(2500);
+        assert_eq!(cut(&solid).iter().map(|s| s.chars().count()).collect::<Vec<_>>(), vec![1000, 1000, 500]);
+        assert_eq!(cap_at_pause("short, text", comma), vec!["short, text"]);
     }
 }
