@@ -9,10 +9,8 @@ mod process;
 use std::net::SocketAddr;
 use std::process::Command;
 
-use futures_util::{SinkExt, StreamExt};
-use process::{client_python, get, root, Server, TIMEOUT};
+use process::{client_python, get, root, Server};
 use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::Message;
 
 const STYLE: &str = "Speak in a cheerful and positive tone.";
 
@@ -62,33 +60,8 @@ fn websocket_utterance(addr: SocketAddr, config: Value, text: &str) -> (Vec<Valu
 /// The same with the text sent in `parts`, one `input.text` each.
 fn websocket_utterance_in_parts(addr: SocketAddr, config: Value, parts: &[&str]) -> (Vec<Value>, usize) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    runtime.block_on(async {
-        let url = format!("ws://{addr}/v1/audio/speech/stream");
-        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.expect("connect");
-        let texts = parts.iter().map(|text| json!({"type": "input.text", "text": text}));
-        let messages = std::iter::once(config).chain(texts).chain([json!({"type": "input.done"})]);
-        for message in messages {
-            ws.send(Message::Text(message.to_string().into())).await.expect("send");
-        }
-        let (mut frames, mut audio) = (Vec::new(), 0);
-        loop {
-            let message = tokio::time::timeout(TIMEOUT * 4, ws.next()).await.expect("timed out");
-            let Some(Ok(message)) = message else { return (frames, audio) };
-            match message {
-                Message::Text(t) => {
-                    let frame: Value = serde_json::from_str(&t).expect("json");
-                    let done = frame["type"] == "session.done";
-                    frames.push(frame);
-                    if done {
-                        return (frames, audio);
-                    }
-                }
-                Message::Binary(b) => audio += b.len(),
-                Message::Close(_) => return (frames, audio),
-                _ => {}
-            }
-        }
-    })
+    let reply = runtime.block_on(process::utterance(addr, config, parts));
+    (reply.frames, reply.audio.len())
 }
 
 fn ignored_lines(server: &Server) -> usize {

@@ -252,43 +252,12 @@ fn a_dropped_in_voices_bin_is_listed_and_served_on_every_protocol() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_websocket_streams_kokoro_with_word_timestamps() {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
-
     let dir = users_directory("ws");
     let server = tokio::task::block_in_place(|| start(&dir, &[]));
-    let url = format!("ws://{}/v1/audio/speech/stream", server.addr);
     let text = "Hello there, my friend. The weather today is sunny with a light breeze from the west.";
-    let run = |config: Value| {
-        let url = url.clone();
-        async move {
-            let (mut ws, _) = tokio_tungstenite::connect_async(url).await.expect("connect");
-            for message in [config, json!({"type": "input.text", "text": text}), json!({"type": "input.done"})] {
-                ws.send(Message::Text(message.to_string().into())).await.unwrap();
-            }
-            let (mut audio, mut chunks, mut frames) = (Vec::new(), 0, Vec::new());
-            loop {
-                match ws.next().await.expect("open").expect("frame") {
-                    Message::Binary(b) => {
-                        audio.extend_from_slice(&b);
-                        chunks += 1;
-                    }
-                    Message::Text(t) => {
-                        let v: Value = serde_json::from_str(&t).unwrap();
-                        if v["type"] == "audio.chunk" {
-                            audio.extend(base64_decode(v["audio_b64"].as_str().unwrap_or_default()));
-                            chunks += 1;
-                        }
-                        let done = v["type"] == "session.done";
-                        frames.push(v);
-                        if done {
-                            return (audio, chunks, frames);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
+    let run = |config: Value| async move {
+        let reply = process::utterance(server.addr, config, &[text]).await;
+        (reply.audio, reply.chunks, reply.frames)
     };
     let stream = json!({"type": "session.config", "voice": "af_heart", "stream_audio": true, "response_format": "pcm"});
     let (streamed, chunks, frames) = run(stream).await;
@@ -320,11 +289,6 @@ async fn the_websocket_streams_kokoro_with_word_timestamps() {
     assert!(whole[second..] == streamed[second..], "past the opening, the whole pass's samples");
     drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-fn base64_decode(text: &str) -> Vec<u8> {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.decode(text).unwrap_or_default()
 }
 
 #[test]
@@ -574,36 +538,20 @@ fn every_language_of_a_voices_bin_is_listed_and_served() {
 // is a jieba word).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spanish_and_mandarin_stream_with_word_timestamps() {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
-
     let dir = languages_directory("ws");
     let server = tokio::task::block_in_place(|| start(&dir, &[]));
-    let url = format!("ws://{}/v1/audio/speech/stream", server.addr);
     for (voice, text) in [
         ("ef_dora", "Hola, buenos días a todos. Mañana lloverá por la tarde en Madrid."),
         ("zf_xiaobei", "今天天气晴朗，西边吹来一阵微风。明天上午会下雨。"),
     ] {
-        let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.expect("connect");
         let config = json!({"type": "session.config", "voice": voice, "stream_audio": true,
                             "response_format": "pcm", "word_timestamps": true});
-        for message in [config, json!({"type": "input.text", "text": text}), json!({"type": "input.done"})] {
-            ws.send(Message::Text(message.to_string().into())).await.unwrap();
-        }
-        let (mut chunks, mut timings, mut samples) = (0, Vec::new(), 0);
-        loop {
-            let Message::Text(t) = ws.next().await.expect("open").expect("frame") else { continue };
-            let v: Value = serde_json::from_str(&t).unwrap();
-            assert_ne!(v["type"], "error", "{voice}: {v}");
-            if v["type"] == "audio.chunk" {
-                chunks += 1;
-                samples += base64_decode(v["audio_b64"].as_str().unwrap_or_default()).len() / 2;
-                timings = v["timestamps"].as_array().cloned().unwrap_or_default();
-            }
-            if v["type"] == "session.done" {
-                break;
-            }
-        }
+        let reply = process::utterance(server.addr, config, &[text]).await;
+        let (chunks, samples) = (reply.chunks, reply.audio.len() / 2);
+        assert!(reply.frames.iter().all(|f| f["type"] != "error"), "{voice}: {:?}", reply.frames);
+        assert_eq!(reply.frames.last().map(|f| f["type"].clone()), Some(json!("session.done")), "{voice}");
+        let last = reply.frames.iter().rev().find(|f| f["type"] == "audio.chunk").expect("audio.chunk");
+        let timings = last["timestamps"].as_array().cloned().unwrap_or_default();
         assert!(chunks >= 3 && samples > 48_000, "{voice}: {chunks} chunks, {samples} samples");
         assert!(timings.len() >= 6, "{voice}: {timings:?}");
         let mut previous = 0;

@@ -319,9 +319,6 @@ fn a_default_voice_that_is_not_there_stops_the_server_naming_the_voices() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_websocket_streams_piper_with_word_timestamps_and_resamples_on_request() {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
-
     let joe = cache().join("piper");
     // joe the default voice (as wyoming-piper's --voice): a request naming none gets it.
     let server = tokio::task::block_in_place(|| {
@@ -335,41 +332,11 @@ async fn the_websocket_streams_piper_with_word_timestamps_and_resamples_on_reque
         speech(server.addr, json!({"input": "Hello there.", "response_format": "wav", "seed": 1}))
     });
     assert_eq!(u32_at(&unnamed, 24), 22_050, "the default voice is joe");
-    let url = format!("ws://{}/v1/audio/speech/stream", server.addr);
     let text = "Hello there, my friend. The weather today is sunny with a light breeze from the west.";
-    let run = |config: Value| {
-        let url = url.clone();
-        async move {
-            let (mut ws, _) = tokio_tungstenite::connect_async(url).await.expect("connect");
-            for message in [config, json!({"type": "input.text", "text": text}), json!({"type": "input.done"})] {
-                ws.send(Message::Text(message.to_string().into())).await.unwrap();
-            }
-            let (mut audio, mut chunks, mut frames) = (Vec::new(), 0, Vec::new());
-            loop {
-                match ws.next().await.expect("open").expect("frame") {
-                    Message::Binary(b) => {
-                        audio.extend_from_slice(&b);
-                        chunks += 1;
-                    }
-                    Message::Text(t) => {
-                        let v: Value = serde_json::from_str(&t).unwrap();
-                        assert_ne!(v["type"], "error", "{v}");
-                        if v["type"] == "audio.chunk" {
-                            use base64::Engine as _;
-                            let b64 = v["audio_b64"].as_str().unwrap_or_default();
-                            audio.extend(base64::engine::general_purpose::STANDARD.decode(b64).unwrap());
-                            chunks += 1;
-                        }
-                        let done = v["type"] == "session.done";
-                        frames.push(v);
-                        if done {
-                            return (audio, chunks, frames);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
+    let run = |config: Value| async move {
+        let reply = process::utterance(server.addr, config, &[text]).await;
+        assert!(reply.frames.iter().all(|f| f["type"] != "error"), "{:?}", reply.frames);
+        (reply.audio, reply.chunks, reply.frames)
     };
     let config = |extra: Value| {
         let mut c = json!({"type": "session.config", "voice": JOE, "response_format": "pcm", "seed": 5});

@@ -5,13 +5,16 @@
 //! chunk: the test knows every sample it must hear, so the stream must equal it exactly, and the
 //! word timestamps must fall on the tones of their words. Needs `.cache` from scripts/setup.sh.
 
+#[path = "deploy/process.rs"]
+#[allow(dead_code)]
+mod process;
+
 use std::any::Any;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use speechstream_core::config::TaskType;
 use speechstream_core::engine::{
@@ -27,9 +30,8 @@ use speechstream_engine_libtorch::pacing::{Costs, Speed};
 use speechstream_engine_libtorch::tch;
 use speechstream_engine_libtorch::timing::Acoustics;
 use speechstream_engine_libtorch::{families, AdmissionMode, ChunkSizes, EngineOptions, Precision, TorchEngine};
-use speechstream_transports::{serve, ServerConfig, STREAM_PATH};
+use speechstream_transports::{serve, ServerConfig};
 use tokio::net::TcpListener;
-use tokio_tungstenite::tungstenite::Message;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 const RATE: u32 = 24_000;
@@ -211,39 +213,16 @@ fn cache() -> PathBuf {
     cache
 }
 
-type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
 /// Speaks `text` on a new connection configured with `config`; returns the JSON frames and the
-/// binary audio, up to session.done.
+/// audio, up to session.done.
 async fn speak(addr: std::net::SocketAddr, config: Value, text: &str) -> (Vec<Value>, Vec<u8>) {
     speak_parts(addr, config, &[text]).await
 }
 
 /// [`speak`] with the text in several `input.text` messages.
 async fn speak_parts(addr: std::net::SocketAddr, config: Value, texts: &[&str]) -> (Vec<Value>, Vec<u8>) {
-    let url = format!("ws://{addr}{STREAM_PATH}");
-    let (mut ws, _): (Ws, _) = tokio_tungstenite::connect_async(url).await.expect("connect");
-    let texts = texts.iter().map(|text| json!({"type": "input.text", "text": text}));
-    let messages = std::iter::once(config).chain(texts).chain([json!({"type": "input.done"})]);
-    for message in messages {
-        ws.send(Message::Text(message.to_string().into())).await.expect("send");
-    }
-    let (mut frames, mut audio) = (Vec::new(), Vec::new());
-    loop {
-        match tokio::time::timeout(TIMEOUT, ws.next()).await.expect("timed out").expect("open").expect("frame") {
-            Message::Text(t) => {
-                let v: Value = serde_json::from_str(&t).expect("json");
-                let done = v["type"] == "session.done";
-                frames.push(v);
-                if done {
-                    return (frames, audio);
-                }
-            }
-            Message::Binary(b) => audio.extend_from_slice(&b),
-            Message::Close(c) => panic!("closed: {c:?}"),
-            _ => {}
-        }
-    }
+    let reply = process::utterance(addr, config, texts).await;
+    (reply.frames, reply.audio)
 }
 
 /// One worker, one thread, admission off: the toy's rounds in the order the tests expect.

@@ -1,4 +1,5 @@
-//! `speechstream serve` as a child process on a loopback port it picks itself.
+//! `speechstream serve` as a child process on a loopback port it picks itself, and the clients the
+//! tests speak to a server with (HTTP, one WebSocket utterance).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -240,4 +241,54 @@ pub fn hold_stream(addr: SocketAddr) -> TcpStream {
     let head = String::from_utf8_lossy(&head).to_string();
     assert!(head.starts_with("HTTP/1.1 200"), "holding a stream on {addr}: {head}");
     stream
+}
+
+/// What one WebSocket utterance brought back: its JSON frames up to `session.done` (or the
+/// server's close), its audio in order (binary frames and `audio.chunk`'s base64 alike) and how
+/// many frames carried audio.
+pub struct Utterance {
+    pub frames: Vec<serde_json::Value>,
+    pub audio: Vec<u8>,
+    pub chunks: usize,
+}
+
+/// One utterance on a new connection to `addr`'s streaming endpoint: `config`, each of `parts` as
+/// an `input.text`, then `input.done`. A frame that takes longer than four [`TIMEOUT`]s fails.
+pub async fn utterance(addr: SocketAddr, config: serde_json::Value, parts: &[&str]) -> Utterance {
+    use base64::Engine as _;
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let url = format!("ws://{addr}/v1/audio/speech/stream");
+    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.expect("connect");
+    let texts = parts.iter().map(|text| serde_json::json!({"type": "input.text", "text": text}));
+    for message in std::iter::once(config).chain(texts).chain([serde_json::json!({"type": "input.done"})]) {
+        ws.send(Message::Text(message.to_string().into())).await.expect("send");
+    }
+    let mut out = Utterance { frames: Vec::new(), audio: Vec::new(), chunks: 0 };
+    loop {
+        let message = tokio::time::timeout(TIMEOUT * 4, ws.next()).await.expect("timed out");
+        let Some(Ok(message)) = message else { return out };
+        match message {
+            Message::Binary(b) => {
+                out.audio.extend_from_slice(&b);
+                out.chunks += 1;
+            }
+            Message::Text(t) => {
+                let frame: serde_json::Value = serde_json::from_str(&t).expect("json");
+                if frame["type"] == "audio.chunk" {
+                    let b64 = frame["audio_b64"].as_str().unwrap_or_default();
+                    out.audio.extend(base64::engine::general_purpose::STANDARD.decode(b64).expect("base64"));
+                    out.chunks += 1;
+                }
+                let done = frame["type"] == "session.done";
+                out.frames.push(frame);
+                if done {
+                    return out;
+                }
+            }
+            Message::Close(_) => return out,
+            _ => {}
+        }
+    }
 }
