@@ -7,34 +7,21 @@
 //! The front end runs espeak-ng in its helper program (tools/espeak-phonemes, built by
 //! scripts/setup.sh); without it these tests say so and pass.
 
+mod common;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use speechstream_text::espeak::{Espeak, HELPER_ENV};
+use speechstream_text::espeak::Espeak;
 use speechstream_text::Sentence;
+
+use common::helper;
 
 /// The files of each language and the espeak language it is read in (kokoro's e, f, h, i, p).
 const LANGUAGES: [(&str, &str); 5] = [("es", "es"), ("fr", "fr-fr"), ("hi", "hi"), ("it", "it"), ("pt-br", "pt-br")];
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/espeak")
-}
-
-/// The helper built by set-up, or None (with a message) when it is not there.
-fn helper() -> Option<PathBuf> {
-    let path = std::env::var_os(HELPER_ENV).map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tools/espeak-phonemes/target/release/espeak-phonemes")
-    });
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "skipping: espeak-ng's helper {} is not built (scripts/setup.sh builds it: cargo build --release \
-             --manifest-path tools/espeak-phonemes/Cargo.toml)",
-            path.display()
-        );
-        None
-    }
 }
 
 fn lines(name: &str) -> Vec<String> {

@@ -33,12 +33,16 @@
 //! `ESPEAK_PHONEMES_EMULATE_TERMINATOR=1 cargo test -p speechstream-text --test piper`, which makes
 //! the helper work them out with piper-tts's build too: every sentence is still identical).
 
+mod common;
+
 use std::path::PathBuf;
 use std::time::Instant;
 
-use speechstream_text::espeak::{Espeak, EspeakLibrary, CACHE_ENV, HELPER_ENV, PIPER_LIBRARY_DIR};
+use speechstream_text::espeak::{Espeak, EspeakLibrary, CACHE_ENV, PIPER_LIBRARY_DIR};
 use speechstream_text::piper::{clauses, PhonemeIdMap, Phonemizer};
 use speechstream_text::Sentence;
+
+use common::helper;
 
 /// The files of each language and the espeak voice Piper's voices of it name (en_US, de_DE,
 /// es_ES, fr_FR, ru_RU).
@@ -46,23 +50,6 @@ const LANGUAGES: [(&str, &str); 5] = [("en-us", "en-us"), ("de", "de"), ("es", "
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/piper")
-}
-
-/// The helper built by set-up, or None (with a message) when it is not there.
-fn helper() -> Option<PathBuf> {
-    let path = std::env::var_os(HELPER_ENV).map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tools/espeak-phonemes/target/release/espeak-phonemes")
-    });
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "skipping: espeak-ng's helper {} is not built (scripts/setup.sh builds it: cargo build --release \
-             --manifest-path tools/espeak-phonemes/Cargo.toml)",
-            path.display()
-        );
-        None
-    }
 }
 
 /// piper-tts's espeak-ng build where set-up put it (`$SPEECHSTREAM_CACHE/espeak-piper`, else the
