@@ -43,13 +43,14 @@ struct Cli {
 enum Command {
     /// Serve WS /v1/audio/speech/stream, POST /v1/audio/speech and the operator endpoints.
     Serve(ServeArgs),
-    /// Synthesize one text into an audio file, with a hibari or Kokoro voice.
+    /// Synthesize one text into an audio file, with any voice the server has (hibari's, Kokoro's
+    /// or Piper's).
     Say(SayArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum EngineKind {
-    /// The hibari neural voice on libtorch.
+    /// The neural voices on libtorch (hibari's, and Kokoro's and Piper's where their files are).
     Hibari,
     /// No model: deterministic tones derived from the text (tests, benchmarks, protocol work).
     Synthetic,
@@ -82,8 +83,9 @@ struct ServeArgs {
     /// has failed; 0 picks a free one [default: off].
     #[arg(long, value_name = "PORT")]
     agent_port: Option<u16>,
-    /// Speech engine: `hibari` (the neural voice, natively on libtorch) or `synthetic` (no
-    /// model: deterministic tones derived from the text, for tests, benchmarks and protocol work).
+    /// Speech engine: `hibari` (the neural voices, natively on libtorch: hibari's, and Kokoro's and
+    /// Piper's where their files are) or `synthetic` (no model: deterministic tones derived from
+    /// the text, for tests, benchmarks and protocol work).
     #[arg(long, value_name = "ENGINE", default_value = "hibari", value_parser = engine_kind)]
     engine: EngineKind,
     #[command(flatten)]
@@ -237,11 +239,11 @@ struct VoiceArgs {
     /// other .npz bundles or one .npy per voice, here or in its voices/ folder [default:
     /// $SPEECHSTREAM_KOKORO, else --voices-dir's kokoro/, else $SPEECHSTREAM_CACHE/kokoro, else
     /// the checkout's .cache/kokoro next to the binary, else ./.cache/kokoro; a default
-    /// directory without them serves hibari alone].
+    /// directory without them serves the other families].
     #[arg(long, value_name = "DIR")]
     kokoro_dir: Option<PathBuf>,
-    /// Serve hibari alone: leave Kokoro's files unread even where its default directory holds
-    /// them (less memory, a faster start).
+    /// Leave Kokoro's files unread even where its default directory holds them (less memory, a
+    /// faster start).
     #[arg(long, conflicts_with = "kokoro_dir")]
     no_kokoro: bool,
     /// Words a streamed Kokoro utterance's first segment holds at most, 1 to 6 [default: 6,
@@ -519,9 +521,9 @@ struct SayArgs {
     /// Seed of the voice's noise, for reproducible audio [default: a random one].
     #[arg(long, allow_negative_numbers = true)]
     seed: Option<i64>,
-    /// Language to read the text in, as a request's `language` (`en`, `en-GB`, `ja`) [default:
-    /// the voice's own; a Japanese voice reads text with kana or kanji as Japanese, other text
-    /// as English].
+    /// Language to read the text in, as a request's `language` (`en`, `en-GB`, `ja`, `es`, `zh`)
+    /// [default: the voice's own; a Japanese voice reads text with kana or kanji as Japanese,
+    /// other text as English].
     #[arg(long)]
     language: Option<String>,
     #[command(flatten)]

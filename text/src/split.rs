@@ -1,5 +1,5 @@
-//! Sentence splitting (hibari `tts.py` `split_sentences`) and the clause split of over-long
-//! phoneme strings (`phonemize`).
+//! Sentence splitting (hibari `tts.py` `split_sentences`; the Japanese and Mandarin front ends'
+//! cuts) and the clause split of over-long phoneme strings (`phonemize`).
 
 use std::collections::HashSet;
 use std::ops::Range;
