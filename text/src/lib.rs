@@ -13,6 +13,11 @@
 //!   phoneme strings.
 //! - [`japanese`]: Japanese G2P (Kokoro's Japanese voices): MeCab's analysis ([`mecab`]) over
 //!   Open JTalk's naist-jdic, misaki's kana rules ([`kana`]).
+//! - [`mandarin`]: Mandarin G2P (Kokoro's Mandarin voices): misaki's legacy G2P on jieba's words.
+//! - [`espeak`]: espeak-ng's readings, as misaki's `EspeakG2P` gives them, for Kokoro's Spanish,
+//!   French, Hindi, Italian and Brazilian Portuguese voices: espeak-ng runs in a separate
+//!   program (`tools/espeak-phonemes`) over a pipe, so that its GPL-3+ stays out of this
+//!   Apache-2.0 crate.
 //! - [`piper`]: Piper's voices: the phoneme strings and ids that piper-tts 1.8 feeds its models
 //!   (espeak-ng's clauses through the helper of [`espeak`], or a `text` voice's code points).
 //! - [`split`]: sentence and clause splitting as hibari's `tts.py` does, within the model's caps
@@ -24,10 +29,8 @@
 //! (speechstream-engine-libtorch) implements it on libtorch and builds the full front end with
 //! it; a [`FrontEnd`] without one leaves the words that no lexicon has unspoken.
 //!
-//! The next languages' front ends go here, each a module beside [`japanese`] giving [`Sentence`]s
-//! with their [`Word`]s, and a variant of [`Reader`]: espeak-ng's readings for the languages it
-//! covers, kept at arm's length (a separate program behind a small trait, as the OOV guesser is,
-//! so that its GPL-3+ stays out of this Apache-2.0 crate), and Mandarin.
+//! A language's front end is a module beside [`japanese`] giving [`Sentence`]s with their
+//! [`Word`]s, and a variant of [`Reader`].
 //!
 //! The spoken form needs no assets:
 //!
