@@ -384,4 +384,37 @@ mod tests {
         assert_eq!(cut(&solid).iter().map(|s| s.chars().count()).collect::<Vec<_>>(), vec![1000, 1000, 500]);
         assert_eq!(cap_at_pause("short, text", comma), vec!["short, text"]);
     }
+
+    #[test]
+    fn cut_after_ends_loses_no_text() {
+        // Texts of sentence ends, closing marks, commas, spaces and letters, some past the cap:
+        // the pieces are slices of the text in order, none blank or over the cap, and what lies
+        // between them is white space only.
+        let alphabet = ['。', '？', '」', '、', ' ', '\n', 'あ', 'b', '.', '3'];
+        let mut seed = 0x2545_f491_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for case in 0..400 {
+            let len = if case % 40 == 0 { 2_500 } else { (next() % 60) as usize };
+            let text: String = (0..len).map(|_| alphabet[(next() % alphabet.len() as u64) as usize]).collect();
+            let pieces = cut_after_ends(
+                &text,
+                |chars, k| matches!(chars[k].1, '。' | '？' | '\n' | '.'),
+                |c| matches!(c, '」' | '？'),
+                |c| c == '、',
+            );
+            let mut at = 0;
+            for piece in &pieces {
+                let start = piece.as_ptr() as usize - text.as_ptr() as usize;
+                assert!(start >= at && text[at..start].trim().is_empty(), "{text:?}: {pieces:?}");
+                assert!(!piece.trim().is_empty() && piece.chars().count() <= MAX_SENTENCE_CHARS, "{piece:?}");
+                at = start + piece.len();
+            }
+            assert!(text[at..].trim().is_empty(), "{text:?}: {pieces:?}");
+        }
+    }
 }
