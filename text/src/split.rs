@@ -354,15 +354,14 @@ mod tests {
 
     #[test]
     fn cut_after_ends_keeps_closing_marks_and_spaces_and_caps_at_a_pause() {
-        let closes = |c: char| matches!(c, '」' | '？');
-        let comma = |c: char| c == '、';
+        fn closes(c: char) -> bool {
+            matches!(c, '」' | '？')
+        }
+        fn comma(c: char) -> bool {
+            c == '、'
+        }
         fn cut(text: &str) -> Vec<&str> {
-            cut_after_ends(
-                text,
-                |chars, k| matches!(chars[k].1, '。' | '？' | '\n'),
-                |c| matches!(c, '」' | '？'),
-                |c| c == '、',
-            )
+            cut_after_ends(text, |chars, k| matches!(chars[k].1, '。' | '？' | '\n'), closes, comma)
         }
         assert_eq!(cut("「え？」 そう。終わり"), vec!["「え？」 ", "そう。", "終わり"]);
         assert_eq!(cut("一\n\n 。。二"), vec!["一\n\n ", "。", "。", "二"]);
